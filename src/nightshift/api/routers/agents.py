@@ -1,0 +1,185 @@
+"""/v1/agents: agents, their tools, core memory blocks and messages."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from nightshift.api.deps import Conn, Org
+from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.routers.params import PageQuery
+from nightshift.api.schemas import (
+    AgentCreate,
+    AgentPublic,
+    AgentUpdate,
+    BlockPublic,
+    BlockUpdate,
+    ToolPublic,
+    llm_config_from,
+)
+from nightshift.services import agents as service
+from nightshift.services import blocks as block_service
+from nightshift.services.agents import AgentSpec
+from nightshift.store.pagination import Page
+
+router = APIRouter(tags=["agents"])
+
+
+@router.post("/v1/agents/")
+@router.post("/v1/agents", include_in_schema=False)
+async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
+    """Create an agent with its memory blocks and tools.
+
+    ``model`` is "provider/model-name" (anthropic/... or openai/...), or give ``llm_config``.
+    Without ``system`` the agent gets nightshift's default instructions. Its in-context window
+    starts with four messages: the system message with memory compiled in, a greeting through
+    send_message, its tool result, and a login event.
+    """
+    spec = AgentSpec(
+        name=body.name or "agent",
+        llm_config=llm_config_from(
+            body.model, body.llm_config, max_tokens=body.max_tokens, context_window=body.context_window_limit
+        ),
+        system=body.system,
+        description=body.description,
+        embedding=body.embedding,
+        memory_blocks=[b.to_spec() for b in body.memory_blocks],
+        block_ids=body.block_ids,
+        tool_ids=body.tool_ids,
+        tool_names=body.tools,
+        include_base_tools=body.include_base_tools,
+        tool_rules=body.tool_rules,
+        tags=body.tags,
+        metadata=body.metadata or {},
+        message_buffer_autoclear=body.message_buffer_autoclear,
+    )
+    (agent,) = await service.create_agents(conn, org, [spec])
+    return AgentPublic.of(agent)
+
+
+@router.get("/v1/agents/")
+@router.get("/v1/agents", include_in_schema=False)
+async def list_agents(
+    conn: Conn,
+    org: Org,
+    page: PageQuery,
+    name: Annotated[str | None, Query(description="Exact name")] = None,
+    tags: Annotated[list[str] | None, Query(description="Agents with any of these tags")] = None,
+    match_all_tags: Annotated[bool, Query(description="Require every tag instead of any")] = False,
+) -> list[AgentPublic]:
+    """A page of agents, oldest first (``order=desc`` for newest first)."""
+    agents = await service.list_agents(conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags)
+    return [AgentPublic.of(a) for a in agents]
+
+
+@router.get("/v1/agents/{agent_id}")
+async def get_agent(agent_id: str, conn: Conn, org: Org) -> AgentPublic:
+    return AgentPublic.of(await service.get_agent(conn, org, agent_id))
+
+
+@router.patch("/v1/agents/{agent_id}")
+async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -> AgentPublic:
+    """Change an agent: name, system, blocks, tools, tool rules, model and the rest.
+
+    A new system prompt or new blocks rewrite the agent's system message at once.
+    """
+    given = body.model_dump(exclude_unset=True)
+    changes: dict[str, Any] = {
+        k: v
+        for k, v in given.items()
+        if k in {"name", "description", "system", "embedding", "tags", "metadata", "message_buffer_autoclear"}
+        and v is not None
+    }
+    for key in ("tool_ids", "block_ids"):
+        if given.get(key) is not None:
+            changes[key] = given[key]
+    if body.tool_rules is not None:
+        changes["tool_rules"] = body.tool_rules
+    if body.model or body.llm_config or body.max_tokens:
+        current = (await service.get_agent(conn, org, agent_id)).llm_config
+        changes["llm_config"] = llm_config_from(
+            body.model or (None if body.llm_config else current.handle),
+            body.llm_config,
+            max_tokens=body.max_tokens or (None if body.llm_config else current.max_tokens),
+            context_window=None if body.llm_config else current.context_window,
+        )
+    return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes))
+
+
+@router.delete("/v1/agents/{agent_id}")
+async def delete_agent(agent_id: str, conn: Conn, org: Org) -> dict[str, str]:
+    """Delete an agent with its messages, archival passages and batch items.
+
+    Blocks that no other agent uses are deleted with it; shared blocks are kept.
+    """
+    await service.delete_agent(conn, org, agent_id)
+    return {"message": f"agent {agent_id} deleted"}
+
+
+@router.get("/v1/agents/{agent_id}/tools")
+async def list_agent_tools(agent_id: str, conn: Conn, org: Org) -> list[ToolPublic]:
+    return [ToolPublic.of(t) for t in (await service.get_agent(conn, org, agent_id)).tools]
+
+
+@router.patch("/v1/agents/{agent_id}/tools/attach/{tool_id}")
+async def attach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> AgentPublic:
+    return AgentPublic.of(await service.attach_tool(conn, org, agent_id, tool_id))
+
+
+@router.patch("/v1/agents/{agent_id}/tools/detach/{tool_id}")
+async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> AgentPublic:
+    """Detach a tool; a 422 while a tool rule of the agent still names it."""
+    return AgentPublic.of(await service.detach_tool(conn, org, agent_id, tool_id))
+
+
+@router.get("/v1/agents/{agent_id}/core-memory/blocks")
+async def list_agent_blocks(agent_id: str, conn: Conn, org: Org) -> list[BlockPublic]:
+    return [BlockPublic.of(b) for b in (await service.get_agent(conn, org, agent_id)).blocks]
+
+
+@router.get("/v1/agents/{agent_id}/core-memory/blocks/{label}")
+async def get_agent_block(agent_id: str, label: str, conn: Conn, org: Org) -> BlockPublic:
+    agent = await service.get_agent(conn, org, agent_id)
+    return BlockPublic.of(service.agent_block(agent, label))
+
+
+@router.patch("/v1/agents/{agent_id}/core-memory/blocks/{label}")
+async def update_agent_block(agent_id: str, label: str, body: BlockUpdate, conn: Conn, org: Org) -> BlockPublic:
+    """Change the agent's block with this label; the agent's system message is rewritten to match."""
+    agent = await service.get_agent(conn, org, agent_id)
+    block = await block_service.update_block(
+        conn, service.agent_block(agent, label), body.model_dump(exclude_unset=True)
+    )
+    await service.refresh_system_message(conn, await service.get_agent(conn, org, agent_id))
+    return BlockPublic.of(block)
+
+
+@router.patch("/v1/agents/{agent_id}/core-memory/blocks/attach/{block_id}")
+async def attach_block(agent_id: str, block_id: str, conn: Conn, org: Org) -> AgentPublic:
+    return AgentPublic.of(await service.attach_block(conn, org, agent_id, block_id))
+
+
+@router.patch("/v1/agents/{agent_id}/core-memory/blocks/detach/{block_id}")
+async def detach_block(agent_id: str, block_id: str, conn: Conn, org: Org) -> AgentPublic:
+    return AgentPublic.of(await service.detach_block(conn, org, agent_id, block_id))
+
+
+@router.get("/v1/agents/{agent_id}/messages")
+async def list_agent_messages(
+    agent_id: str,
+    conn: Conn,
+    org: Org,
+    before: Annotated[str | None, Query()] = None,
+    after: Annotated[str | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
+) -> list[dict[str, Any]]:
+    """The agent's messages in Letta's shapes, newest first by default (``order=asc`` for oldest first).
+
+    An assistant turn is shown as a reasoning message plus an assistant message (send_message)
+    or a tool-call message, all with the stored message's id.
+    """
+    page = Page(before=before, after=after, limit=limit, order="asc" if order == "asc" else "desc")
+    messages = await service.list_messages(conn, org, agent_id, page)
+    return [part for message in messages for part in to_letta_messages(message)]

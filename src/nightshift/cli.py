@@ -1,0 +1,124 @@
+"""The ``nightshift`` command. Sync lives only here: each command runs one ``asyncio.run``."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from nightshift.config import Settings
+
+app = typer.Typer(
+    help="nightshift: run thousands of stateful LLM agents through the providers' batch APIs, at half price.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
+keys_app = typer.Typer(help="Manage API keys (each maps a caller to one organization).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(keys_app, name="keys")
+console = Console()
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to listen on [default: 127.0.0.1]")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on [default: 8283]")] = None,
+) -> None:
+    """Run the API server (migrating the database first)."""
+    import uvicorn
+
+    from nightshift.api.app import create_app
+
+    settings = Settings()
+    uvicorn.run(
+        create_app(settings),
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level="info",
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] = "head") -> None:
+    """Create or migrate the database named by NIGHTSHIFT_DATABASE_URL (default: a SQLite file)."""
+    from nightshift.store.db import create_engine, upgrade
+
+    settings = Settings()
+
+    async def run() -> None:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await upgrade(engine, revision)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+    console.print(f"database at [bold]{_safe_url(settings.resolved_database_url)}[/] is at {revision}")
+
+
+@keys_app.command("create")
+def keys_create(
+    org: Annotated[str, typer.Option(help="Organization the key belongs to (created if new)")] = "default",
+    name: Annotated[str, typer.Option(help="A name for the key's user")] = "api-user",
+) -> None:
+    """Create an API key. It is printed once; only its hash is stored."""
+    from nightshift.store.db import create_engine, upgrade
+    from nightshift.store.orgs import create_user, ensure_default_org, get_or_create_org
+
+    settings = Settings()
+    key = "ns-" + secrets.token_urlsafe(32)
+
+    async def run() -> str:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await upgrade(engine)
+            async with engine.begin() as conn:
+                await ensure_default_org(conn)
+                organization = await get_or_create_org(conn, org)
+                await create_user(conn, organization.id, name, key)
+                return organization.id
+        finally:
+            await engine.dispose()
+
+    org_id = asyncio.run(run())
+    console.print(f"organization [bold]{org}[/] ({org_id})")
+    console.print("API key (shown once, store it now):")
+    typer.echo(key)
+
+
+@app.command()
+def emulator(
+    host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on")] = 8765,
+) -> None:
+    """Run the local provider emulator (Anthropic and OpenAI, normal and batch APIs)."""
+    from nightshift.emulator.server import serve as serve_emulator
+
+    console.print(
+        f"emulator on http://{host}:{port}: set ANTHROPIC_BASE_URL=http://{host}:{port} "
+        f"and OPENAI_BASE_URL=http://{host}:{port}/v1"
+    )
+    serve_emulator(host, port)
+
+
+@app.command()
+def demo() -> None:
+    """Start a server in-process on SQLite, create a tool and an agent, and show them."""
+    from nightshift.demo import run_demo
+
+    run_demo(Settings(), console)
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def main() -> None:
+    """Entry point of the ``nightshift`` script."""
+    app()

@@ -1,0 +1,59 @@
+"""Settings, read from the environment (prefix ``NIGHTSHIFT_``) and built once by the caller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything nightshift reads from its environment.
+
+    Provider keys are not here: the official SDKs read ``ANTHROPIC_API_KEY`` / ``OPENAI_API_KEY``
+    and their base URLs themselves.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="NIGHTSHIFT_", extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".nightshift")
+    database_url: str | None = None
+    server_password: SecretStr | None = None
+    host: str = "127.0.0.1"
+    port: int = 8283
+    poll_interval_seconds: float = 30.0
+    default_max_steps: int = 10
+    tool_timeout_seconds: float = 10.0
+    tool_memory_limit_mb: int = 512
+    tool_workers: int = 2
+    sql_echo: bool = False
+
+    @field_validator("home")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL with an async driver, defaulting to a SQLite file under ``home``."""
+        return async_database_url(self.database_url or f"sqlite:///{self.home / 'nightshift.db'}")
+
+
+def async_database_url(url: str) -> str:
+    """Map the plain URL forms a user writes to SQLAlchemy's async drivers.
+
+    ``sqlite:///path`` becomes ``sqlite+aiosqlite:///path`` and ``postgresql://...`` (or
+    ``postgres://...``) becomes ``postgresql+asyncpg://...``. URLs that already name a driver are
+    kept as they are.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a database URL: {url!r} (expected sqlite:///path or postgresql://...)")
+    if "+" in scheme:
+        return url
+    if scheme == "sqlite":
+        return f"sqlite+aiosqlite://{rest}"
+    if scheme in ("postgresql", "postgres"):
+        return f"postgresql+asyncpg://{rest}"
+    raise ValueError(f"unsupported database {scheme!r}: use sqlite:///path or postgresql://user@host/db")

@@ -1,0 +1,89 @@
+"""Agents: persistent state the model is run against, step after step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from nightshift.domain.blocks import Block
+from nightshift.domain.tool_rules import ToolRule
+from nightshift.domain.tools import Tool
+from nightshift.errors import InvalidInput
+
+
+class Provider(StrEnum):
+    """The model providers nightshift can call (normal and batch APIs)."""
+
+    ANTHROPIC = "anthropic"
+    OPENAI = "openai"
+
+
+DEFAULT_CONTEXT_WINDOW = 200_000
+DEFAULT_MAX_TOKENS = 4096
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMConfig:
+    """Which model an agent runs on and with what limits."""
+
+    provider: Provider
+    model: str
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float | None = None
+
+    @property
+    def handle(self) -> str:
+        """``provider/model``, as users write it."""
+        return f"{self.provider.value}/{self.model}"
+
+
+def parse_model_handle(handle: str) -> tuple[Provider, str]:
+    """Split ``"anthropic/claude-..."`` into the provider and the model name."""
+    provider, sep, model = handle.partition("/")
+    if not sep or not model:
+        raise InvalidInput(
+            f"model must be 'provider/model-name' (e.g. anthropic/claude-3-5-haiku-20241022), got {handle!r}",
+            field="model",
+        )
+    try:
+        return Provider(provider), model
+    except ValueError:
+        known = ", ".join(p.value for p in Provider)
+        raise InvalidInput(f"unknown provider {provider!r}; use one of: {known}", field="model") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Agent:
+    """An agent with its blocks and tools loaded.
+
+    ``message_ids`` is the in-context window: the ids of the messages the model sees, in order,
+    the compiled system message first.
+    """
+
+    id: str
+    organization_id: str
+    name: str
+    system: str
+    llm_config: LLMConfig
+    description: str | None = None
+    embedding: str | None = None
+    blocks: tuple[Block, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    tool_rules: tuple[ToolRule, ...] = ()
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    message_ids: tuple[str, ...] = ()
+    message_buffer_autoclear: bool = False
+    created_at: datetime
+    updated_at: datetime
+
+    def block(self, label: str) -> Block | None:
+        """The block with this label, if the agent has one."""
+        return next((b for b in self.blocks if b.label == label), None)
+
+    def tool(self, name: str) -> Tool | None:
+        """The attached tool with this name, if any."""
+        return next((t for t in self.tools if t.name == name), None)

@@ -1,0 +1,37 @@
+"""Blocks: labelled pieces of core memory, compiled into an agent's system message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nightshift.errors import InvalidInput
+
+DEFAULT_BLOCK_LIMIT = 5000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block:
+    """A block of core memory. Several agents may share one block (by id)."""
+
+    id: str
+    organization_id: str
+    label: str
+    value: str
+    limit: int = DEFAULT_BLOCK_LIMIT
+    description: str | None = None
+    read_only: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+
+
+def check_block(label: str, value: str, limit: int) -> None:
+    """Raise ``InvalidInput`` for an empty label, a limit below 1, or a value over the limit."""
+    if not label.strip():
+        raise InvalidInput("a block's label must not be empty", field="label")
+    if limit < 1:
+        raise InvalidInput(f"block {label!r}: limit must be at least 1", field="limit")
+    if len(value) > limit:
+        raise InvalidInput(f"block {label!r} holds {len(value)} characters, over its limit of {limit}", field="value")

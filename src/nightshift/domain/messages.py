@@ -1,0 +1,62 @@
+"""Messages: what an agent said, heard and did, in the order the model sees it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Role(StrEnum):
+    """Who a message is from."""
+
+    SYSTEM = "system"  # the compiled system prompt with memory; always first in context
+    USER = "user"  # the user's input, a heartbeat or a system event shown to the model as the user
+    ASSISTANT = "assistant"  # the model's turn: reasoning, optional text and at most one tool call
+    TOOL = "tool"  # a tool's result, answering the assistant's tool call by ``tool_call_id``
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """One call the model asked for. ``arguments`` is the JSON text as the model wrote it.
+
+    The text is kept as written (not parsed) so that malformed arguments survive to be reported
+    to the model as a tool error instead of being lost.
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a dict; raises ``ValueError`` when they are not a JSON object."""
+        value = json.loads(self.arguments) if self.arguments.strip() else {}
+        if not isinstance(value, dict):
+            raise ValueError("tool arguments must be a JSON object")
+        return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """A persisted message of one agent.
+
+    ``text`` is the content: the prompt for system, what the user said, the assistant's visible
+    text (usually empty: agents talk through ``send_message``), or a tool's result. ``reasoning``
+    holds the assistant's inner thoughts. ``is_error`` marks a tool result that is an error.
+    """
+
+    id: str
+    organization_id: str
+    agent_id: str
+    role: Role
+    text: str
+    created_at: datetime
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+    batch_item_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

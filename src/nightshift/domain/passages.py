@@ -1,0 +1,18 @@
+"""Passages: entries of an agent's archival memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Passage:
+    """One entry of an agent's archival memory, found again by full-text search."""
+
+    id: str
+    organization_id: str
+    agent_id: str
+    text: str
+    tags: tuple[str, ...] = ()
+    created_at: datetime

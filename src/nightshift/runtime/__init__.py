@@ -1,0 +1,1 @@
+"""Step logic shared by synchronous and batch stepping: prompts, memory, tool calls."""

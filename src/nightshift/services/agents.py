@@ -1,0 +1,335 @@
+"""Creating, changing and deleting agents, with their memory, tools and first messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.agents import Agent, LLMConfig
+from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block, check_block
+from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.tool_rules import ToolRule, check_rules_name_known_tools
+from nightshift.domain.tools import Tool
+from nightshift.errors import InvalidInput, NotFound
+from nightshift.ids import new_id
+from nightshift.runtime.memory import compile_system_message, memory_changed
+from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_MESSAGE
+from nightshift.services.tools import ensure_base_tools, resolve_tools
+from nightshift.store import agents as agent_store
+from nightshift.store import blocks as block_store
+from nightshift.store import messages as message_store
+from nightshift.store import passages as passage_store
+from nightshift.store.pagination import Page
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewBlock:
+    """A block to create together with an agent."""
+
+    label: str
+    value: str
+    limit: int = DEFAULT_BLOCK_LIMIT
+    description: str | None = None
+    read_only: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSpec:
+    """Everything needed to create one agent."""
+
+    name: str
+    llm_config: LLMConfig
+    system: str | None = None
+    description: str | None = None
+    embedding: str | None = None
+    memory_blocks: Sequence[NewBlock] = ()
+    block_ids: Sequence[str] = ()
+    tool_ids: Sequence[str] = ()
+    tool_names: Sequence[str] = ()
+    include_base_tools: bool = True
+    tool_rules: Sequence[ToolRule] = ()
+    tags: Sequence[str] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    message_buffer_autoclear: bool = False
+
+
+def new_block(org_id: str, spec: NewBlock, now: datetime) -> Block:
+    """A block from its spec, refusing a value over the limit."""
+    check_block(spec.label, spec.value, spec.limit)
+    return Block(
+        id=new_id("block"),
+        organization_id=org_id,
+        label=spec.label,
+        value=spec.value,
+        limit=spec.limit,
+        description=spec.description,
+        read_only=spec.read_only,
+        metadata=dict(spec.metadata),
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _check_unique_labels(blocks: Sequence[Block]) -> None:
+    labels = [b.label for b in blocks]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise InvalidInput(
+            f"an agent has one block per label; repeated: {', '.join(duplicates)}", field="memory_blocks"
+        )
+
+
+def _first_messages(agent_id: str, org_id: str, system_text: str, now: datetime) -> list[Message]:
+    """The four messages an agent starts with: system, a greeting through send_message, its result, a login."""
+    call = ToolCall(id=new_id("call"), name="send_message", arguments=json.dumps({"message": FIRST_ASSISTANT_MESSAGE}))
+    login = {"type": "login", "last_login": "Never (first login)", "time": now.isoformat()}
+
+    def message(role: Role, text: str, **extra: Any) -> Message:
+        return Message(
+            id=new_id("message"),
+            organization_id=org_id,
+            agent_id=agent_id,
+            role=role,
+            text=text,
+            created_at=now,
+            **extra,
+        )
+
+    return [
+        message(Role.SYSTEM, system_text),
+        message(
+            Role.ASSISTANT,
+            "",
+            reasoning="A new user. I'll greet them and start my notes.",
+            tool_calls=(call,),
+        ),
+        message(
+            Role.TOOL,
+            json.dumps({"status": "OK", "message": "Sent message successfully.", "time": now.isoformat()}),
+            tool_call_id=call.id,
+            name="send_message",
+        ),
+        message(Role.USER, json.dumps(login)),
+    ]
+
+
+async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[AgentSpec]) -> list[Agent]:
+    """Create agents in bulk: a fixed number of statements whatever ``len(specs)``.
+
+    Raises:
+        InvalidInput: an unknown tool or block, a repeated block label, a block over its limit,
+            or a tool rule naming a tool the agent lacks.
+    """
+    now = datetime.now(UTC)
+    base_tools = await ensure_base_tools(conn, org_id) if any(s.include_base_tools for s in specs) else {}
+    all_tool_ids = list(dict.fromkeys(i for s in specs for i in s.tool_ids))
+    all_tool_names = list(dict.fromkeys(n for s in specs for n in s.tool_names))
+    known_tools = {t.id: t for t in await resolve_tools(conn, org_id, ids=all_tool_ids, names=all_tool_names)}
+    tools_by_name = {t.name: t for t in known_tools.values()} | base_tools
+    all_block_ids = list(dict.fromkeys(i for s in specs for i in s.block_ids))
+    existing_blocks = {b.id: b for b in await block_store.get_blocks(conn, org_id, all_block_ids)}
+    missing = [i for i in all_block_ids if i not in existing_blocks]
+    if missing:
+        raise InvalidInput(f"unknown block ids: {', '.join(missing)}", field="block_ids")
+
+    created_blocks: list[Block] = []
+    created: list[Agent] = []
+    first_messages: list[Message] = []
+    for spec in specs:
+        if not spec.name.strip():
+            raise InvalidInput("name must not be empty", field="name")
+        own = [new_block(org_id, b, now) for b in spec.memory_blocks]
+        blocks = own + [existing_blocks[i] for i in spec.block_ids]
+        _check_unique_labels(blocks)
+        tools: list[Tool] = [known_tools[i] for i in spec.tool_ids] + [tools_by_name[n] for n in spec.tool_names]
+        if spec.include_base_tools:
+            tools += list(base_tools.values())
+        tools = list({t.id: t for t in tools}.values())
+        check_rules_name_known_tools(spec.tool_rules, [t.name for t in tools])
+        agent_id = new_id("agent")
+        system = spec.system if spec.system and spec.system.strip() else DEFAULT_SYSTEM_PROMPT
+        system_text = compile_system_message(system, blocks, now=now, recall_count=0, archival_count=0)
+        messages = _first_messages(agent_id, org_id, system_text, now)
+        created_blocks += own
+        first_messages += messages
+        created.append(
+            Agent(
+                id=agent_id,
+                organization_id=org_id,
+                name=spec.name,
+                system=system,
+                description=spec.description,
+                llm_config=spec.llm_config,
+                embedding=spec.embedding,
+                blocks=tuple(blocks),
+                tools=tuple(tools),
+                tool_rules=tuple(spec.tool_rules),
+                tags=tuple(dict.fromkeys(spec.tags)),
+                metadata=dict(spec.metadata),
+                message_ids=tuple(m.id for m in messages),
+                message_buffer_autoclear=spec.message_buffer_autoclear,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    await block_store.insert_blocks(conn, created_blocks)
+    await agent_store.insert_agents(conn, created)
+    await message_store.insert_messages(conn, first_messages)
+    return created
+
+
+async def get_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> Agent:
+    """The agent, or NotFound (also for another organization's agent)."""
+    found = await agent_store.load_agents(conn, org_id, [agent_id])
+    if agent_id not in found:
+        raise NotFound(f"agent {agent_id} not found")
+    return found[agent_id]
+
+
+async def list_agents(
+    conn: AsyncConnection,
+    org_id: str,
+    page: Page,
+    *,
+    name: str | None = None,
+    tags: Sequence[str] = (),
+    match_all_tags: bool = False,
+) -> list[Agent]:
+    """A page of agents, filtered by name and tags, in the page's order."""
+    ids = await agent_store.list_agent_ids(conn, org_id, page, name=name, tags=tags, match_all_tags=match_all_tags)
+    loaded = await agent_store.load_agents(conn, org_id, ids)
+    return [loaded[i] for i in ids if i in loaded]
+
+
+async def save_agent(conn: AsyncConnection, before: Agent, after: Agent) -> Agent:
+    """Store ``after`` (links too when they changed) and refresh its system message if its prompt or memory changed."""
+    after = replace(after, updated_at=datetime.now(UTC))
+    if (before.tags, before.blocks, before.tools) != (after.tags, after.blocks, after.tools):
+        await agent_store.set_links(conn, after)
+    await agent_store.update_agents(conn, [after])
+    await refresh_system_message(conn, after)
+    return after
+
+
+async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> None:
+    """Rewrite the agent's system message in place when its prompt or core memory no longer match it."""
+    if not agent.message_ids:
+        return
+    system_id = agent.message_ids[0]
+    current = (await message_store.get_messages(conn, [system_id])).get(system_id)
+    if current is None or not memory_changed(current.text, agent.system, agent.blocks):
+        return
+    recall = (await message_store.count_messages(conn, [agent.id]))[agent.id]
+    archival = (await passage_store.count_passages(conn, [agent.id]))[agent.id]
+    text = compile_system_message(
+        agent.system, agent.blocks, now=datetime.now(UTC), recall_count=recall, archival_count=archival
+    )
+    await message_store.update_message_text(conn, system_id, text)
+
+
+async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: dict[str, Any]) -> Agent:
+    """Apply ``changes`` (keys among name, description, system, llm_config, embedding, tags, metadata,
+    message_buffer_autoclear, tool_ids, block_ids, tool_rules) to the agent."""
+    agent = await get_agent(conn, org_id, agent_id)
+    fields: dict[str, Any] = {}
+    for key in (
+        "name",
+        "description",
+        "system",
+        "llm_config",
+        "embedding",
+        "metadata",
+        "message_buffer_autoclear",
+    ):
+        if key in changes:
+            fields[key] = changes[key]
+    if "name" in fields and not str(fields["name"]).strip():
+        raise InvalidInput("name must not be empty", field="name")
+    if "system" in fields and not str(fields["system"]).strip():
+        raise InvalidInput("system must not be empty", field="system")
+    if "tags" in changes:
+        fields["tags"] = tuple(dict.fromkeys(changes["tags"]))
+    if "tool_ids" in changes:
+        fields["tools"] = tuple(await resolve_tools(conn, org_id, ids=list(changes["tool_ids"])))
+    if "block_ids" in changes:
+        ids = list(dict.fromkeys(changes["block_ids"]))
+        found = {b.id: b for b in await block_store.get_blocks(conn, org_id, ids)}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise InvalidInput(f"unknown block ids: {', '.join(missing)}", field="block_ids")
+        blocks = [found[i] for i in ids]
+        _check_unique_labels(blocks)
+        fields["blocks"] = tuple(blocks)
+    if "tool_rules" in changes:
+        fields["tool_rules"] = tuple(changes["tool_rules"])
+    updated = replace(agent, **fields)
+    check_rules_name_known_tools(updated.tool_rules, [t.name for t in updated.tools])
+    return await save_agent(conn, agent, updated)
+
+
+async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> None:
+    """Delete the agent, its messages, passages and batch items, and blocks no other agent uses."""
+    if not await agent_store.delete_agent(conn, org_id, agent_id):
+        raise NotFound(f"agent {agent_id} not found")
+
+
+async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str) -> Agent:
+    """Give the agent a tool (no change when it has it already)."""
+    agent = await get_agent(conn, org_id, agent_id)
+    tool = (await resolve_tools(conn, org_id, ids=[tool_id]))[0]
+    if any(t.id == tool.id for t in agent.tools):
+        return agent
+    if agent.tool(tool.name) is not None:
+        raise InvalidInput(f"the agent already has a tool named {tool.name!r}", field="tool_id")
+    return await save_agent(conn, agent, replace(agent, tools=(*agent.tools, tool)))
+
+
+async def detach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str) -> Agent:
+    """Take a tool away from the agent; refused while a tool rule still names it."""
+    agent = await get_agent(conn, org_id, agent_id)
+    if not any(t.id == tool_id for t in agent.tools):
+        raise NotFound(f"tool {tool_id} is not attached to agent {agent_id}")
+    updated = replace(agent, tools=tuple(t for t in agent.tools if t.id != tool_id))
+    check_rules_name_known_tools(updated.tool_rules, [t.name for t in updated.tools])
+    return await save_agent(conn, agent, updated)
+
+
+async def attach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str) -> Agent:
+    """Share an existing block with the agent."""
+    agent = await get_agent(conn, org_id, agent_id)
+    found = await block_store.get_blocks(conn, org_id, [block_id])
+    if not found:
+        raise NotFound(f"block {block_id} not found")
+    if any(b.id == block_id for b in agent.blocks):
+        return agent
+    blocks = (*agent.blocks, found[0])
+    _check_unique_labels(blocks)
+    return await save_agent(conn, agent, replace(agent, blocks=blocks))
+
+
+async def detach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str) -> Agent:
+    """Remove a block from the agent's memory (the block itself is kept)."""
+    agent = await get_agent(conn, org_id, agent_id)
+    if not any(b.id == block_id for b in agent.blocks):
+        raise NotFound(f"block {block_id} is not attached to agent {agent_id}")
+    return await save_agent(conn, agent, replace(agent, blocks=tuple(b for b in agent.blocks if b.id != block_id)))
+
+
+def agent_block(agent: Agent, label: str) -> Block:
+    """The agent's block with this label, or NotFound."""
+    block = agent.block(label)
+    if block is None:
+        raise NotFound(f"agent {agent.id} has no block labelled {label!r}")
+    return block
+
+
+async def list_messages(conn: AsyncConnection, org_id: str, agent_id: str, page: Page) -> list[Message]:
+    """A page of the agent's stored messages."""
+    await get_agent(conn, org_id, agent_id)
+    return await message_store.list_agent_messages(conn, agent_id, page)

@@ -1,0 +1,163 @@
+"""Creating, updating and finding tools; keeping each organization's base tools in place."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.tools import Tool, ToolType
+from nightshift.errors import Conflict, InvalidInput, NotFound
+from nightshift.ids import new_id
+from nightshift.store import tools as tool_store
+from nightshift.tools.base import BASE_TOOLS
+from nightshift.tools.schema import schema_from_function, schema_from_source
+
+
+def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
+    function, tool_type = BASE_TOOLS[name]
+    schema = schema_from_function(function)
+    return Tool(
+        id=new_id("tool"),
+        organization_id=org_id,
+        name=name,
+        description=schema.description,
+        json_schema=schema.json_schema,
+        tool_type=tool_type,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+async def ensure_base_tools(conn: AsyncConnection, org_id: str) -> dict[str, Tool]:
+    """The organization's base tools by name, created on first use."""
+    existing = {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, BASE_TOOLS)}
+    now = datetime.now(UTC)
+    missing = [_base_tool(org_id, name, now) for name in BASE_TOOLS if name not in existing]
+    await tool_store.insert_tools(conn, missing)
+    existing.update({t.name: t for t in missing})
+    return existing
+
+
+async def create_tool(
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    source_code: str,
+    description: str | None = None,
+    tags: Sequence[str] = (),
+    return_char_limit: int = 50_000,
+    json_schema: dict[str, Any] | None = None,
+    upsert: bool = False,
+) -> Tool:
+    """A custom tool from Python source; its schema comes from the function's signature and docstring.
+
+    Raises:
+        InvalidInput: the source does not give a usable function.
+        Conflict: a tool with that name exists (unless ``upsert``, which replaces it).
+    """
+    schema = schema_from_source(source_code)
+    name = schema.name
+    if name in BASE_TOOLS:
+        raise Conflict(f"{name!r} is a base tool name; pick another function name")
+    final_schema = dict(json_schema) if json_schema else dict(schema.json_schema)
+    final_description = description or schema.description
+    final_schema["description"] = final_description
+    now = datetime.now(UTC)
+    existing = await tool_store.get_tools_by_name(conn, org_id, [name])
+    if existing:
+        if not upsert:
+            raise Conflict(f"a tool named {name!r} already exists (id {existing[0].id})")
+        tool = replace(
+            existing[0],
+            description=final_description,
+            json_schema=final_schema,
+            source_code=source_code,
+            tags=tuple(tags),
+            return_char_limit=return_char_limit,
+            updated_at=now,
+        )
+        await tool_store.update_tool(conn, tool)
+        return tool
+    tool = Tool(
+        id=new_id("tool"),
+        organization_id=org_id,
+        name=name,
+        description=final_description,
+        json_schema=final_schema,
+        tool_type=ToolType.CUSTOM,
+        source_code=source_code,
+        tags=tuple(tags),
+        return_char_limit=return_char_limit,
+        created_at=now,
+        updated_at=now,
+    )
+    await tool_store.insert_tools(conn, [tool])
+    return tool
+
+
+async def get_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> Tool:
+    """The tool, or NotFound."""
+    found = await tool_store.get_tools(conn, org_id, [tool_id])
+    if not found:
+        raise NotFound(f"tool {tool_id} not found")
+    return found[0]
+
+
+async def update_tool(
+    conn: AsyncConnection,
+    org_id: str,
+    tool_id: str,
+    *,
+    source_code: str | None = None,
+    description: str | None = None,
+    tags: Sequence[str] | None = None,
+    return_char_limit: int | None = None,
+) -> Tool:
+    """Change a custom tool; new source code regenerates its schema (and may not rename it)."""
+    tool = await get_tool(conn, org_id, tool_id)
+    if tool.tool_type is not ToolType.CUSTOM and source_code is not None:
+        raise InvalidInput(f"{tool.name!r} is a base tool; its source cannot change", field="source_code")
+    changes: dict[str, Any] = {"updated_at": datetime.now(UTC)}
+    if source_code is not None:
+        schema = schema_from_source(source_code)
+        if schema.name != tool.name:
+            raise InvalidInput(
+                f"the function is named {schema.name!r} but the tool is {tool.name!r}; create a new tool to rename",
+                field="source_code",
+            )
+        changes.update(source_code=source_code, json_schema=schema.json_schema, description=schema.description)
+    if description is not None:
+        changes["description"] = description
+        changes["json_schema"] = {**changes.get("json_schema", tool.json_schema), "description": description}
+    if tags is not None:
+        changes["tags"] = tuple(tags)
+    if return_char_limit is not None:
+        changes["return_char_limit"] = return_char_limit
+    updated = replace(tool, **changes)
+    await tool_store.update_tool(conn, updated)
+    return updated
+
+
+async def resolve_tools(
+    conn: AsyncConnection, org_id: str, *, ids: Sequence[str] = (), names: Sequence[str] = ()
+) -> list[Tool]:
+    """Tools named by id or by name, in that order, without repeats; unknown ones are a 422."""
+    by_id = {t.id: t for t in await tool_store.get_tools(conn, org_id, ids)} if ids else {}
+    missing_ids = [i for i in ids if i not in by_id]
+    if missing_ids:
+        raise InvalidInput(f"unknown tool ids: {', '.join(missing_ids)}", field="tool_ids")
+    wanted_names = [n for n in names if n not in BASE_TOOLS]
+    by_name = (
+        {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, wanted_names)} if wanted_names else {}
+    )
+    if any(n in BASE_TOOLS for n in names):
+        by_name.update(await ensure_base_tools(conn, org_id))
+    missing_names = [n for n in names if n not in by_name]
+    if missing_names:
+        raise InvalidInput(f"unknown tools: {', '.join(missing_names)}", field="tools")
+    ordered = [by_id[i] for i in ids] + [by_name[n] for n in names]
+    return list({t.id: t for t in ordered}.values())

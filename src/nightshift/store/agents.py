@@ -1,0 +1,225 @@
+"""Agents with their tags, blocks and tools, loaded and written in bulk.
+
+Every function costs a fixed number of statements whatever the number of agents (large id
+lists are split into chunks that stay below the drivers' parameter limits).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Row, bindparam, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.agents import Agent, LLMConfig, Provider
+from nightshift.domain.blocks import Block
+from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
+from nightshift.domain.tools import Tool
+from nightshift.store.blocks import to_block
+from nightshift.store.pagination import Page, paginate
+from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, tools
+from nightshift.store.tools import to_tool
+
+# Both SQLite (32,766) and asyncpg (32,767) cap the parameters of one statement.
+CHUNK = 10_000
+
+
+def _chunks(ids: Sequence[str]) -> Iterable[list[str]]:
+    for start in range(0, len(ids), CHUNK):
+        yield list(ids[start : start + CHUNK])
+
+
+def _llm_config_json(config: LLMConfig) -> dict[str, Any]:
+    return {
+        "provider": config.provider.value,
+        "model": config.model,
+        "context_window": config.context_window,
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
+    }
+
+
+def _to_llm_config(data: dict[str, Any]) -> LLMConfig:
+    return LLMConfig(
+        provider=Provider(data["provider"]),
+        model=data["model"],
+        context_window=data["context_window"],
+        max_tokens=data["max_tokens"],
+        temperature=data.get("temperature"),
+    )
+
+
+def _row_values(agent: Agent) -> dict[str, Any]:
+    return {
+        "id": agent.id,
+        "organization_id": agent.organization_id,
+        "name": agent.name,
+        "description": agent.description,
+        "system": agent.system,
+        "llm_config": _llm_config_json(agent.llm_config),
+        "embedding": agent.embedding,
+        "tool_rules": dump_tool_rules(agent.tool_rules),
+        "metadata": agent.metadata,
+        "message_ids": list(agent.message_ids),
+        "message_buffer_autoclear": agent.message_buffer_autoclear,
+        "created_at": agent.created_at,
+        "updated_at": agent.updated_at,
+    }
+
+
+def _to_agent(row: Row[Any], blocks_: list[Block], tools_: list[Tool], tags: list[str]) -> Agent:
+    return Agent(
+        id=row.id,
+        organization_id=row.organization_id,
+        name=row.name,
+        description=row.description,
+        system=row.system,
+        llm_config=_to_llm_config(row.llm_config),
+        embedding=row.embedding,
+        blocks=tuple(blocks_),
+        tools=tuple(tools_),
+        tool_rules=parse_tool_rules(row.tool_rules),
+        tags=tuple(sorted(tags)),
+        metadata=row.metadata,
+        message_ids=tuple(row.message_ids),
+        message_buffer_autoclear=row.message_buffer_autoclear,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def insert_agents(conn: AsyncConnection, new: Sequence[Agent]) -> None:
+    """Insert agents with their tags and block and tool links (their blocks and tools must exist)."""
+    if not new:
+        return
+    await conn.execute(insert(agents), [_row_values(a) for a in new])
+    tag_rows = [{"agent_id": a.id, "tag": t} for a in new for t in a.tags]
+    if tag_rows:
+        await conn.execute(insert(agent_tags), tag_rows)
+    block_rows = [
+        {"agent_id": a.id, "block_id": b.id, "label": b.label, "position": i}
+        for a in new
+        for i, b in enumerate(a.blocks)
+    ]
+    if block_rows:
+        await conn.execute(insert(agent_blocks), block_rows)
+    tool_rows = [{"agent_id": a.id, "tool_id": t.id, "position": i} for a in new for i, t in enumerate(a.tools)]
+    if tool_rows:
+        await conn.execute(insert(agent_tools), tool_rows)
+
+
+async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
+    """The agents of ``org_id`` among ``ids``, fully loaded, keyed by id (missing ids are absent)."""
+    found: dict[str, Agent] = {}
+    for chunk in _chunks(list(dict.fromkeys(ids))):
+        rows = list(
+            await conn.execute(select(agents).where(agents.c.organization_id == org_id, agents.c.id.in_(chunk)))
+        )
+        if not rows:
+            continue
+        present = [row.id for row in rows]
+        block_map: dict[str, list[Block]] = defaultdict(list)
+        block_query = (
+            select(agent_blocks.c.agent_id, blocks)
+            .join(blocks, blocks.c.id == agent_blocks.c.block_id)
+            .where(agent_blocks.c.agent_id.in_(present))
+            .order_by(agent_blocks.c.agent_id, agent_blocks.c.position)
+        )
+        for row in await conn.execute(block_query):
+            block_map[row.agent_id].append(to_block(row))
+        tool_map: dict[str, list[Tool]] = defaultdict(list)
+        tool_query = (
+            select(agent_tools.c.agent_id, tools)
+            .join(tools, tools.c.id == agent_tools.c.tool_id)
+            .where(agent_tools.c.agent_id.in_(present))
+            .order_by(agent_tools.c.agent_id, agent_tools.c.position)
+        )
+        for row in await conn.execute(tool_query):
+            tool_map[row.agent_id].append(to_tool(row))
+        tag_map: dict[str, list[str]] = defaultdict(list)
+        for row in await conn.execute(select(agent_tags).where(agent_tags.c.agent_id.in_(present))):
+            tag_map[row.agent_id].append(row.tag)
+        for row in rows:
+            found[row.id] = _to_agent(row, block_map[row.id], tool_map[row.id], tag_map[row.id])
+    return found
+
+
+async def list_agent_ids(
+    conn: AsyncConnection,
+    org_id: str,
+    page: Page,
+    *,
+    name: str | None = None,
+    tags: Sequence[str] = (),
+    match_all_tags: bool = False,
+) -> list[str]:
+    """Ids of a page of the organization's agents, filtered by exact name and by tags."""
+    query = select(agents.c.id).where(agents.c.organization_id == org_id)
+    if name is not None:
+        query = query.where(agents.c.name == name)
+    if tags:
+        tagged = select(agent_tags.c.agent_id).where(agent_tags.c.tag.in_(list(tags))).group_by(agent_tags.c.agent_id)
+        if match_all_tags:
+            tagged = tagged.having(func.count(func.distinct(agent_tags.c.tag)) == len(set(tags)))
+        query = query.where(agents.c.id.in_(tagged))
+    return [str(i) for i in await conn.scalars(paginate(query, agents.c.id, page))]
+
+
+async def update_agents(conn: AsyncConnection, changed: Sequence[Agent]) -> None:
+    """Store the scalar fields and the in-context window of many agents (links are set apart)."""
+    if not changed:
+        return
+    columns = [
+        "name",
+        "description",
+        "system",
+        "llm_config",
+        "embedding",
+        "tool_rules",
+        "metadata",
+        "message_ids",
+        "message_buffer_autoclear",
+        "updated_at",
+    ]
+    statement = update(agents).where(agents.c.id == bindparam("a_id")).values({c: bindparam(c) for c in columns})
+    rows = []
+    for agent in changed:
+        values = _row_values(agent)
+        rows.append({"a_id": agent.id, **{c: values[c] for c in columns}})
+    await conn.execute(statement, rows)
+
+
+async def set_links(conn: AsyncConnection, agent: Agent) -> None:
+    """Make the stored tags, block links and tool links of ``agent`` match the object."""
+    await conn.execute(delete(agent_tags).where(agent_tags.c.agent_id == agent.id))
+    await conn.execute(delete(agent_blocks).where(agent_blocks.c.agent_id == agent.id))
+    await conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == agent.id))
+    if agent.tags:
+        await conn.execute(insert(agent_tags), [{"agent_id": agent.id, "tag": t} for t in agent.tags])
+    if agent.blocks:
+        await conn.execute(
+            insert(agent_blocks),
+            [
+                {"agent_id": agent.id, "block_id": b.id, "label": b.label, "position": i}
+                for i, b in enumerate(agent.blocks)
+            ],
+        )
+    if agent.tools:
+        await conn.execute(
+            insert(agent_tools),
+            [{"agent_id": agent.id, "tool_id": t.id, "position": i} for i, t in enumerate(agent.tools)],
+        )
+
+
+async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> bool:
+    """Delete an agent with its messages, passages and batch items, and the blocks no other agent uses."""
+    own_blocks = list(await conn.scalars(select(agent_blocks.c.block_id).where(agent_blocks.c.agent_id == agent_id)))
+    result = await conn.execute(delete(agents).where(agents.c.organization_id == org_id, agents.c.id == agent_id))
+    if result.rowcount == 0:
+        return False
+    if own_blocks:
+        still_used = select(agent_blocks.c.block_id).where(agent_blocks.c.block_id.in_(own_blocks))
+        await conn.execute(delete(blocks).where(blocks.c.id.in_(own_blocks), blocks.c.id.not_in(still_used)))
+    return True

@@ -1,0 +1,101 @@
+"""Messages of agents, their full-text search, and the counts shown in the memory metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Row, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.store.pagination import Page, paginate
+from nightshift.store.search import ranked_select
+from nightshift.store.tables import messages
+
+
+def to_message(row: Row[Any]) -> Message:
+    """Map a ``messages`` row to the domain type."""
+    return Message(
+        id=row.id,
+        organization_id=row.organization_id,
+        agent_id=row.agent_id,
+        role=Role(row.role),
+        text=row.text,
+        reasoning=row.reasoning,
+        tool_calls=tuple(ToolCall(**c) for c in row.tool_calls),
+        tool_call_id=row.tool_call_id,
+        name=row.name,
+        is_error=row.is_error,
+        batch_item_id=row.batch_item_id,
+        extra=row.extra,
+        created_at=row.created_at,
+    )
+
+
+def _values(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "organization_id": message.organization_id,
+        "agent_id": message.agent_id,
+        "role": message.role.value,
+        "text": message.text,
+        "reasoning": message.reasoning,
+        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
+        "tool_call_id": message.tool_call_id,
+        "name": message.name,
+        "is_error": message.is_error,
+        "batch_item_id": message.batch_item_id,
+        "extra": message.extra,
+        "created_at": message.created_at,
+    }
+
+
+async def insert_messages(conn: AsyncConnection, new: Sequence[Message]) -> None:
+    """Insert messages of any number of agents in one statement."""
+    if new:
+        await conn.execute(insert(messages), [_values(m) for m in new])
+
+
+async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, Message]:
+    """Messages by id (callers check ownership through the agent they came from)."""
+    wanted = list(ids)
+    if not wanted:
+        return {}
+    rows = await conn.execute(select(messages).where(messages.c.id.in_(wanted)))
+    return {row.id: to_message(row) for row in rows}
+
+
+async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) -> list[Message]:
+    """A page of an agent's messages, in creation order (or reversed)."""
+    query = select(messages).where(messages.c.agent_id == agent_id)
+    return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
+
+
+async def count_messages(conn: AsyncConnection, agent_ids: Iterable[str]) -> dict[str, int]:
+    """Number of stored messages per agent, in one query."""
+    ids = list(agent_ids)
+    query = select(messages.c.agent_id, func.count()).where(messages.c.agent_id.in_(ids)).group_by(messages.c.agent_id)
+    counts = dict.fromkeys(ids, 0)
+    counts.update({row[0]: row[1] for row in await conn.execute(query)})
+    return counts
+
+
+async def search_messages(
+    conn: AsyncConnection, agent_id: str, query: str, *, limit: int, offset: int
+) -> list[Message]:
+    """The agent's user and assistant messages matching ``query``, best first."""
+    ranked = ranked_select(conn.dialect.name, messages, query)
+    if ranked is None:
+        return []
+    statement = (
+        ranked.where(messages.c.agent_id == agent_id, messages.c.role.in_([Role.USER.value, Role.ASSISTANT.value]))
+        .limit(limit)
+        .offset(offset)
+    )
+    return [to_message(r) for r in await conn.execute(statement)]
+
+
+async def update_message_text(conn: AsyncConnection, message_id: str, text: str) -> None:
+    """Rewrite one message's text (used for the system message when memory changes)."""
+    await conn.execute(update(messages).where(messages.c.id == message_id).values(text=text))

@@ -1,0 +1,270 @@
+"""The schema, as SQLAlchemy Core tables. Rows never leave ``store/``: repositories map them.
+
+Core (not the ORM) because the hot paths insert and update thousands of rows per statement.
+Alembic's migrations in ``store/migrations`` must produce exactly this schema (a test checks it).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC in Python, whatever the database keeps."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use datetime.now(UTC)")
+        value = value.astimezone(UTC)
+        # SQLite keeps text; store it naive-UTC so lexical order is time order.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+def _id(prefix_comment: str) -> Column[Any]:
+    return Column("id", String(64), primary_key=True, comment=prefix_comment)
+
+
+def _org() -> Column[Any]:
+    return Column("organization_id", String(64), ForeignKey("organizations.id", ondelete="CASCADE"), nullable=False)
+
+
+def _times() -> list[Column[Any]]:
+    return [
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+    ]
+
+
+organizations = Table(
+    "organizations",
+    metadata,
+    _id("org-..."),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
+users = Table(
+    "users",
+    metadata,
+    _id("user-..."),
+    _org(),
+    Column("name", String(255), nullable=False),
+    Column("api_key_hash", String(128), nullable=False, unique=True, comment="sha256 of the key"),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    _id("agent-..."),
+    _org(),
+    Column("name", String(255), nullable=False),
+    Column("description", Text),
+    Column("system", Text, nullable=False),
+    Column("llm_config", JSONType, nullable=False),
+    Column("embedding", String(255)),
+    Column("tool_rules", JSONType, nullable=False),
+    Column("metadata", JSONType, nullable=False),
+    Column("message_ids", JSONType, nullable=False, comment="the in-context window, in order"),
+    Column("message_buffer_autoclear", Boolean, nullable=False),
+    *_times(),
+    Index("ix_agents_org_name", "organization_id", "name"),
+)
+
+agent_tags = Table(
+    "agent_tags",
+    metadata,
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True),
+    Column("tag", String(255), primary_key=True),
+    Index("ix_agent_tags_tag", "tag"),
+)
+
+blocks = Table(
+    "blocks",
+    metadata,
+    _id("block-..."),
+    _org(),
+    Column("label", String(255), nullable=False),
+    Column("value", Text, nullable=False),
+    Column("limit", Integer, nullable=False),
+    Column("description", Text),
+    Column("read_only", Boolean, nullable=False),
+    Column("metadata", JSONType, nullable=False),
+    *_times(),
+)
+
+agent_blocks = Table(
+    "agent_blocks",
+    metadata,
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True),
+    Column("block_id", String(64), ForeignKey("blocks.id", ondelete="CASCADE"), primary_key=True),
+    Column("label", String(255), nullable=False),
+    Column("position", Integer, nullable=False),
+    UniqueConstraint("agent_id", "label", name="uq_agent_blocks_agent_label"),
+    Index("ix_agent_blocks_block_id", "block_id"),
+)
+
+tools = Table(
+    "tools",
+    metadata,
+    _id("tool-..."),
+    _org(),
+    Column("name", String(255), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("tool_type", String(32), nullable=False),
+    Column("source_code", Text),
+    Column("json_schema", JSONType, nullable=False),
+    Column("tags", JSONType, nullable=False),
+    Column("return_char_limit", Integer, nullable=False),
+    Column("metadata", JSONType, nullable=False),
+    *_times(),
+    UniqueConstraint("organization_id", "name", name="uq_tools_org_name"),
+)
+
+agent_tools = Table(
+    "agent_tools",
+    metadata,
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True),
+    Column("tool_id", String(64), ForeignKey("tools.id", ondelete="CASCADE"), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Index("ix_agent_tools_tool_id", "tool_id"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    _id("message-... (time-ordered)"),
+    _org(),
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("reasoning", Text),
+    Column("tool_calls", JSONType, nullable=False),
+    Column("tool_call_id", String(255)),
+    Column("name", String(255)),
+    Column("is_error", Boolean, nullable=False),
+    Column("batch_item_id", String(64), ForeignKey("batch_items.id", ondelete="SET NULL")),
+    Column("extra", JSONType, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index("ix_messages_agent_id_id", "agent_id", "id"),
+    Index("ix_messages_batch_item_id", "batch_item_id"),
+)
+
+passages = Table(
+    "passages",
+    metadata,
+    _id("passage-..."),
+    _org(),
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("tags", JSONType, nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Index("ix_passages_agent_id", "agent_id"),
+)
+
+batch_runs = Table(
+    "batch_runs",
+    metadata,
+    _id("batch-..."),
+    _org(),
+    Column("status", String(16), nullable=False),
+    Column("metadata", JSONType, nullable=False),
+    Column("max_steps", Integer, nullable=False),
+    Column("callback_url", Text),
+    Column("callback_sent_at", UTCDateTime()),
+    Column("callback_status_code", Integer),
+    Column("callback_error", Text),
+    Column("completed_at", UTCDateTime()),
+    *_times(),
+    Index("ix_batch_runs_org_status", "organization_id", "status"),
+)
+
+provider_batches = Table(
+    "provider_batches",
+    metadata,
+    _id("llm_batch-..."),
+    _org(),
+    Column("batch_run_id", String(64), ForeignKey("batch_runs.id", ondelete="CASCADE"), nullable=False),
+    Column("provider", String(32), nullable=False),
+    Column("provider_batch_id", String(255), comment="the provider's own id, once submitted"),
+    Column("step_number", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("provider_status", String(32)),
+    Column("request_counts", JSONType, nullable=False),
+    Column("lease_owner", String(128)),
+    Column("lease_expires_at", UTCDateTime()),
+    Column("next_poll_at", UTCDateTime()),
+    Column("polled_at", UTCDateTime()),
+    Column("ended_at", UTCDateTime()),
+    Column("error", Text),
+    *_times(),
+    Index("ix_provider_batches_status_next_poll_at", "status", "next_poll_at"),
+    Index("ix_provider_batches_batch_run_id", "batch_run_id"),
+)
+
+batch_items = Table(
+    "batch_items",
+    metadata,
+    _id("batch_item-..."),
+    _org(),
+    Column("batch_run_id", String(64), ForeignKey("batch_runs.id", ondelete="CASCADE"), nullable=False),
+    Column(
+        "provider_batch_id",
+        String(64),
+        ForeignKey("provider_batches.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), nullable=False),
+    Column("request_status", String(16), nullable=False),
+    Column("step_status", String(16), nullable=False),
+    Column("step_state", JSONType, nullable=False, comment="versioned JSON: step number, solver history"),
+    Column("result", JSONType),
+    Column("usage", JSONType),
+    Column("cost_usd", Float),
+    Column("error", Text),
+    *_times(),
+    Index("ix_batch_items_provider_batch_id", "provider_batch_id"),
+    Index("ix_batch_items_agent_id_step_status", "agent_id", "step_status"),
+    Index("ix_batch_items_batch_run_id", "batch_run_id"),
+)

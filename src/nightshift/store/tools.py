@@ -1,0 +1,87 @@
+"""Tools of an organization."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.tools import Tool, ToolType
+from nightshift.store.pagination import Page, paginate
+from nightshift.store.tables import tools
+
+
+def to_tool(row: Row[Any]) -> Tool:
+    """Map a ``tools`` row to the domain type."""
+    return Tool(
+        id=row.id,
+        organization_id=row.organization_id,
+        name=row.name,
+        description=row.description,
+        json_schema=row.json_schema,
+        tool_type=ToolType(row.tool_type),
+        source_code=row.source_code,
+        tags=tuple(row.tags),
+        return_char_limit=row.return_char_limit,
+        metadata=row.metadata,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _values(tool: Tool) -> dict[str, Any]:
+    return {
+        "id": tool.id,
+        "organization_id": tool.organization_id,
+        "name": tool.name,
+        "description": tool.description,
+        "tool_type": tool.tool_type.value,
+        "source_code": tool.source_code,
+        "json_schema": tool.json_schema,
+        "tags": list(tool.tags),
+        "return_char_limit": tool.return_char_limit,
+        "metadata": tool.metadata,
+        "created_at": tool.created_at,
+        "updated_at": tool.updated_at,
+    }
+
+
+async def insert_tools(conn: AsyncConnection, new: Sequence[Tool]) -> None:
+    """Insert tools in one statement."""
+    if new:
+        await conn.execute(insert(tools), [_values(t) for t in new])
+
+
+async def update_tool(conn: AsyncConnection, tool: Tool) -> None:
+    """Store every field of ``tool``."""
+    values = _values(tool)
+    del values["id"], values["organization_id"], values["created_at"]
+    await conn.execute(update(tools).where(tools.c.id == tool.id).values(**values))
+
+
+async def get_tools(conn: AsyncConnection, org_id: str, ids: Iterable[str]) -> list[Tool]:
+    """The tools of ``org_id`` among ``ids`` (missing ones are simply absent)."""
+    query = select(tools).where(tools.c.organization_id == org_id, tools.c.id.in_(list(ids)))
+    return [to_tool(r) for r in await conn.execute(query)]
+
+
+async def get_tools_by_name(conn: AsyncConnection, org_id: str, names: Iterable[str]) -> list[Tool]:
+    """The tools of ``org_id`` with these names."""
+    query = select(tools).where(tools.c.organization_id == org_id, tools.c.name.in_(list(names)))
+    return [to_tool(r) for r in await conn.execute(query)]
+
+
+async def list_tools(conn: AsyncConnection, org_id: str, page: Page, *, name: str | None = None) -> list[Tool]:
+    """A page of the organization's tools."""
+    query = select(tools).where(tools.c.organization_id == org_id)
+    if name is not None:
+        query = query.where(tools.c.name == name)
+    return [to_tool(r) for r in await conn.execute(paginate(query, tools.c.id, page))]
+
+
+async def delete_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> bool:
+    """Delete a tool (and its attachments); False when there was none."""
+    result = await conn.execute(delete(tools).where(tools.c.organization_id == org_id, tools.c.id == tool_id))
+    return result.rowcount > 0

@@ -1,0 +1,111 @@
+"""Shared fixtures: a fresh database per test on SQLite and on PostgreSQL, and the API app.
+
+PostgreSQL is part of the suite: when it cannot be reached the PostgreSQL tests fail (never
+skip). Point ``NIGHTSHIFT_TEST_POSTGRES_URL`` at another server if needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from nightshift.api.app import create_app
+from nightshift.config import Settings, async_database_url
+from nightshift.store.db import create_engine, upgrade
+
+POSTGRES_URL = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+DATABASES = ["sqlite", "postgresql"]
+
+
+def _pg_url(database: str) -> str:
+    base, _, _ = POSTGRES_URL.rpartition("/")
+    return f"{base}/{database}"
+
+
+async def _pg_admin(*statements: str) -> None:
+    engine = create_async_engine(async_database_url(POSTGRES_URL), isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            for statement in statements:
+                await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
+async def _migrate(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file that each test copies."""
+    path = tmp_path_factory.mktemp("template") / "template.db"
+    asyncio.run(_migrate(f"sqlite:///{path}"))
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """A migrated PostgreSQL database that each test clones with CREATE DATABASE ... TEMPLATE."""
+    name = f"nightshift_tpl_{os.getpid()}"
+    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name}", f"CREATE DATABASE {name}"))
+    asyncio.run(_migrate(_pg_url(name)))
+    yield name
+    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A plain URL of a fresh, migrated database: SQLite, then PostgreSQL."""
+    if request.param == "sqlite":
+        path = tmp_path / "nightshift.db"
+        shutil.copy(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    template = request.getfixturevalue("postgres_template")
+    name = f"nightshift_t_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_pg_admin(f"CREATE DATABASE {name} TEMPLATE {template}"))
+    yield _pg_url(name)
+    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(db_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, db_url: str) -> Settings:
+    return Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05)
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+    """The app with its lifespan running."""
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client calling the app in-process."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as http:
+        yield http
