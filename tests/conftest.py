@@ -83,6 +83,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
+@pytest.fixture(params=DATABASES)
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A plain URL of a new, empty database (nothing migrated): SQLite, then PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    name = f"nightshift_e_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_pg_admin(f"CREATE DATABASE {name}"))
+    yield _pg_url(name)
+    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
 @pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     engine = create_engine(db_url)

@@ -60,3 +60,25 @@ class Message:
     is_error: bool = False
     batch_item_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+SEND_MESSAGE = "send_message"
+
+
+def said_text(message: Message) -> str:
+    """What the message says to its reader: for an assistant turn, the send_message text if any."""
+    for call in message.tool_calls:
+        if call.name == SEND_MESSAGE:
+            try:
+                said = call.parsed_arguments().get("message")
+            except ValueError:
+                continue
+            if isinstance(said, str):
+                return f"{message.text}\n{said}" if message.text else said
+    return message.text
+
+
+def search_text(message: Message) -> str:
+    """The text full-text search indexes: what was said, and the assistant's reasoning."""
+    parts = [said_text(message), message.reasoning or ""]
+    return "\n".join(p for p in parts if p)

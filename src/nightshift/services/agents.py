@@ -230,7 +230,7 @@ async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> None:
     text = compile_system_message(
         agent.system, agent.blocks, now=datetime.now(UTC), recall_count=recall, archival_count=archival
     )
-    await message_store.update_message_text(conn, system_id, text)
+    await message_store.update_system_text(conn, system_id, text)
 
 
 async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: dict[str, Any]) -> Agent:

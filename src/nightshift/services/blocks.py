@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.blocks import Block, check_block
-from nightshift.errors import NotFound
+from nightshift.errors import InvalidInput, NotFound
 from nightshift.services.agents import NewBlock, new_block
+from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 
 
@@ -34,11 +35,27 @@ async def update_block(conn: AsyncConnection, block: Block, changes: dict[str, A
 
     Agents using the block see the change at their next step, when their system message is rebuilt.
     """
+    # Only a description can be cleared; null for any other field means "leave it as it is".
     allowed = {"value", "limit", "label", "description", "read_only", "metadata"}
-    updated = replace(block, **{k: v for k, v in changes.items() if k in allowed}, updated_at=datetime.now(UTC))
+    given = {k: v for k, v in changes.items() if k in allowed and (v is not None or k == "description")}
+    updated = replace(block, **given, updated_at=datetime.now(UTC))
     check_block(updated.label, updated.value, updated.limit)
+    if updated.label != block.label:
+        await _check_label_free(conn, block, updated.label)
     await block_store.update_blocks(conn, [updated])
     return updated
+
+
+async def _check_label_free(conn: AsyncConnection, block: Block, label: str) -> None:
+    """Refuse a new label that another block of an agent sharing ``block`` already has."""
+    agent_ids = await block_store.agents_using_block(conn, block.id)
+    agents = await agent_store.load_agents(conn, block.organization_id, agent_ids)
+    clashing = sorted(a.id for a in agents.values() if any(b.label == label and b.id != block.id for b in a.blocks))
+    if clashing:
+        raise InvalidInput(
+            f"agent {clashing[0]} already has a block labelled {label!r}; an agent has one block per label",
+            field="label",
+        )
 
 
 async def delete_block(conn: AsyncConnection, org_id: str, block_id: str) -> None:

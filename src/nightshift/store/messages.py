@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Row, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import Message, Role, ToolCall, search_text
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
@@ -40,6 +40,7 @@ def _values(message: Message) -> dict[str, Any]:
         "agent_id": message.agent_id,
         "role": message.role.value,
         "text": message.text,
+        "search_text": search_text(message),
         "reasoning": message.reasoning,
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
         "tool_call_id": message.tool_call_id,
@@ -85,7 +86,7 @@ async def search_messages(
     conn: AsyncConnection, agent_id: str, query: str, *, limit: int, offset: int
 ) -> list[Message]:
     """The agent's user and assistant messages matching ``query``, best first."""
-    ranked = ranked_select(conn.dialect.name, messages, query)
+    ranked = ranked_select(conn.dialect.name, messages, messages.c.search_text, query)
     if ranked is None:
         return []
     statement = (
@@ -96,6 +97,6 @@ async def search_messages(
     return [to_message(r) for r in await conn.execute(statement)]
 
 
-async def update_message_text(conn: AsyncConnection, message_id: str, text: str) -> None:
-    """Rewrite one message's text (used for the system message when memory changes)."""
-    await conn.execute(update(messages).where(messages.c.id == message_id).values(text=text))
+async def update_system_text(conn: AsyncConnection, message_id: str, text: str) -> None:
+    """Rewrite a system message's text (when the agent's prompt or memory changes)."""
+    await conn.execute(update(messages).where(messages.c.id == message_id).values(text=text, search_text=text))

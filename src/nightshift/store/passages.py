@@ -57,7 +57,7 @@ async def search_passages(
     conn: AsyncConnection, agent_id: str, query: str, *, limit: int, offset: int
 ) -> list[Passage]:
     """The agent's passages matching ``query``, best first."""
-    ranked = ranked_select(conn.dialect.name, passages, query)
+    ranked = ranked_select(conn.dialect.name, passages, passages.c.text, query)
     if ranked is None:
         return []
     statement = ranked.where(passages.c.agent_id == agent_id).limit(limit).offset(offset)

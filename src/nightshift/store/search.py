@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import Select, Table, bindparam, func, literal_column, select, text
+from sqlalchemy import Column, Select, Table, bindparam, func, literal_column, select, text
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -19,11 +19,12 @@ def query_words(query: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
 
 
-def ranked_select(dialect: str, table: Table, query: str) -> Select[Any] | None:
+def ranked_select(dialect: str, table: Table, column: Column[Any], query: str) -> Select[Any] | None:
     """``SELECT table.*`` restricted to rows matching ``query`` and ordered by rank.
 
-    ``table`` must have a ``text`` column and, on SQLite, a ``<name>_fts`` FTS5 table kept in step
-    (the migrations create both). Returns None when the query has no words.
+    ``column`` is the indexed text column of ``table``; on SQLite a ``<table>_fts`` FTS5 table
+    over it is kept in step by triggers, on PostgreSQL an expression index covers it (the
+    migrations create both). Returns None when the query has no words.
     """
     words = query_words(query)
     if not words:
@@ -45,6 +46,6 @@ def ranked_select(dialect: str, table: Table, query: str) -> Select[Any] | None:
             .join(hits, literal_column(f"{table.name}.rowid") == hits.c.hit_rowid)
             .order_by(hits.c.rank.asc())
         )
-    vector = func.to_tsvector(literal_column("'english'"), table.c.text)
+    vector = func.to_tsvector(literal_column("'english'"), column)
     tsquery = func.to_tsquery(literal_column("'english'"), bindparam("ts_query", " | ".join(words)))
     return select(table).where(vector.op("@@")(tsquery)).order_by(func.ts_rank(vector, tsquery).desc())

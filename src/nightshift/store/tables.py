@@ -179,6 +179,7 @@ messages = Table(
     Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), nullable=False),
     Column("role", String(16), nullable=False),
     Column("text", Text, nullable=False),
+    Column("search_text", Text, nullable=False, comment="what full-text search indexes"),
     Column("reasoning", Text),
     Column("tool_calls", JSONType, nullable=False),
     Column("tool_call_id", String(255)),

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from nightshift.domain.blocks import Block
-from nightshift.domain.messages import Message
+from nightshift.domain.messages import Message, said_text
 from nightshift.domain.passages import Passage
 from nightshift.domain.tools import ToolType
 from nightshift.errors import ToolError
@@ -175,19 +175,8 @@ async def conversation_search(agent_state: AgentContext, query: str, page: int =
     found = await agent_state.search.messages(
         agent_state.agent_id, query, limit=SEARCH_PAGE_SIZE, offset=max(page, 0) * SEARCH_PAGE_SIZE
     )
-    results = [{"timestamp": m.created_at.isoformat(), "role": m.role.value, "text": _shown_text(m)} for m in found]
+    results = [{"timestamp": m.created_at.isoformat(), "role": m.role.value, "text": said_text(m)} for m in found]
     return json.dumps({"page": page, "results": results})
-
-
-def _shown_text(message: Message) -> str:
-    """What the message said, as the user saw it (the send_message text for assistant turns)."""
-    for call in message.tool_calls:
-        if call.name == "send_message":
-            try:
-                return str(call.parsed_arguments().get("message", ""))
-            except ValueError:
-                return call.arguments
-    return message.text
 
 
 BaseToolFunction = Callable[..., str] | Callable[..., Awaitable[str]]

@@ -242,7 +242,7 @@ def _ast_head(node: ast.expr) -> str:
 def _signature_from_function(fn: Callable[..., Any]) -> _Signature:
     name = getattr(fn, "__name__", repr(fn))
     try:
-        hints = typing.get_type_hints(fn)
+        hints = _resolved_hints(fn)
         signature = inspect.signature(fn)
     except (NameError, TypeError, ValueError) as exc:
         raise InvalidInput(f"the signature of {name!r} cannot be read: {exc}", field=_FIELD) from exc
@@ -275,6 +275,23 @@ def _signature_from_function(fn: Callable[..., Any]) -> _Signature:
         docstring=inspect.getdoc(fn),
         parameters=tuple(parameters),
     )
+
+
+def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``typing.get_type_hints(fn)`` without the injected parameters.
+
+    Their types (an agent state class) may exist only for type checkers, and the schema never
+    shows them, so they are not resolved at all.
+    """
+    annotations = {
+        name: value
+        for name, value in getattr(fn, "__annotations__", {}).items()
+        if name not in _INJECTED_PARAMETERS and name != "return"
+    }
+    holder = types.SimpleNamespace(
+        __annotations__=annotations, __globals__=getattr(inspect.unwrap(fn), "__globals__", {})
+    )
+    return typing.get_type_hints(holder)
 
 
 def _annotation_from_type(tp: Any) -> _Annotation:

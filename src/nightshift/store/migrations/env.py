@@ -5,16 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+from nightshift.store.db import include_object
 from nightshift.store.tables import metadata
-
-# Objects the migrations create by hand per dialect (full-text search) and the models don't declare.
-HAND_MADE = {"messages_fts", "passages_fts", "ix_messages_fts", "ix_passages_fts"}
-
-
-def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
-    if name is None:
-        return True
-    return not (name in HAND_MADE or name.startswith(("messages_fts_", "passages_fts_")))
 
 
 def run(connection: Connection) -> None:

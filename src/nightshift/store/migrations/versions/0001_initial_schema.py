@@ -347,6 +347,7 @@ def upgrade() -> None:
         sa.Column("agent_id", sa.String(length=64), nullable=False),
         sa.Column("role", sa.String(length=16), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
+        sa.Column("search_text", sa.Text(), nullable=False, comment="what full-text search indexes"),
         sa.Column("reasoning", sa.Text(), nullable=True),
         sa.Column(
             "tool_calls",
@@ -440,41 +441,41 @@ def downgrade() -> None:
 
 # Full-text search for conversation_search and archival_memory_search, by dialect:
 # SQLite keeps FTS5 tables in step with triggers; PostgreSQL searches an expression index.
-_FTS_TABLES = ("messages", "passages")
+_FTS_COLUMNS = {"messages": "search_text", "passages": "text"}
 
 
 def _create_full_text_search() -> None:
     if op.get_bind().dialect.name == "sqlite":
-        for table in _FTS_TABLES:
+        for table, column in _FTS_COLUMNS.items():
             fts = f"{table}_fts"
             op.execute(
-                f"CREATE VIRTUAL TABLE {fts} USING fts5(text, content='{table}', content_rowid='rowid', "
+                f"CREATE VIRTUAL TABLE {fts} USING fts5({column}, content='{table}', content_rowid='rowid', "
                 "tokenize='porter unicode61')"
             )
             op.execute(
                 f"CREATE TRIGGER {fts}_ai AFTER INSERT ON {table} BEGIN "
-                f"INSERT INTO {fts}(rowid, text) VALUES (new.rowid, new.text); END"
+                f"INSERT INTO {fts}(rowid, {column}) VALUES (new.rowid, new.{column}); END"
             )
             op.execute(
                 f"CREATE TRIGGER {fts}_ad AFTER DELETE ON {table} BEGIN "
-                f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', old.rowid, old.text); END"
+                f"INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.rowid, old.{column}); END"
             )
             op.execute(
-                f"CREATE TRIGGER {fts}_au AFTER UPDATE OF text ON {table} BEGIN "
-                f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', old.rowid, old.text); "
-                f"INSERT INTO {fts}(rowid, text) VALUES (new.rowid, new.text); END"
+                f"CREATE TRIGGER {fts}_au AFTER UPDATE OF {column} ON {table} BEGIN "
+                f"INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.rowid, old.{column}); "
+                f"INSERT INTO {fts}(rowid, {column}) VALUES (new.rowid, new.{column}); END"
             )
     else:
-        for table in _FTS_TABLES:
-            op.execute(f"CREATE INDEX ix_{table}_fts ON {table} USING gin (to_tsvector('english', text))")
+        for table, column in _FTS_COLUMNS.items():
+            op.execute(f"CREATE INDEX ix_{table}_fts ON {table} USING gin (to_tsvector('english', {column}))")
 
 
 def _drop_full_text_search() -> None:
     if op.get_bind().dialect.name == "sqlite":
-        for table in _FTS_TABLES:
+        for table in _FTS_COLUMNS:
             for suffix in ("ai", "ad", "au"):
                 op.execute(f"DROP TRIGGER IF EXISTS {table}_fts_{suffix}")
             op.execute(f"DROP TABLE IF EXISTS {table}_fts")
     else:
-        for table in _FTS_TABLES:
+        for table in _FTS_COLUMNS:
             op.execute(f"DROP INDEX IF EXISTS ix_{table}_fts")

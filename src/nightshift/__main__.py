@@ -1,0 +1,5 @@
+"""``python -m nightshift`` runs the CLI."""
+
+from nightshift.cli import main
+
+main()
