@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings, async_database_url
+from nightshift.emulator import EmulatorAdmin, running_emulator
 from nightshift.store.db import create_engine, upgrade
 
 POSTGRES_URL = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -121,3 +122,48 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as http:
         yield http
+
+
+# The provider emulator: one per session on a free port, reset before each test that uses it.
+
+ANTHROPIC_KEY = "sk-ant-test"
+OPENAI_KEY = "sk-openai-test"
+_FOREIGN_VARIABLES = (
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "ANTHROPIC_PROFILE",
+    "OPENAI_CUSTOM_HEADERS",
+    "OPENAI_ORG_ID",
+    "OPENAI_PROJECT_ID",
+)
+
+
+@pytest.fixture(scope="session")
+def emulator_url() -> Iterator[str]:
+    with running_emulator() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def _resetter(emulator_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=emulator_url) as client:
+        yield client
+
+
+@pytest.fixture
+def emulator(emulator_url: str, _resetter: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The emulator's base URL, freshly reset, with the SDK variables pointing at it."""
+    _resetter.post("/_emulator/reset").raise_for_status()
+    for name in _FOREIGN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{emulator_url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    return emulator_url
+
+
+@pytest.fixture
+async def admin(emulator: str) -> AsyncIterator[EmulatorAdmin]:
+    async with EmulatorAdmin(emulator) as client:
+        yield client

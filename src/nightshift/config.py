@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8283
     poll_interval_seconds: float = 30.0
+    poller: bool = True
     default_max_steps: int = 10
     tool_timeout_seconds: float = 10.0
     tool_memory_limit_mb: int = 512

@@ -104,6 +104,8 @@ async def test_get_list_filter_and_paginate(client: httpx.AsyncClient) -> None:
     assert [a["id"] for a in first + second + third] == ids
     before = (await client.get("/v1/agents/", params={"before": ids[2]})).json()
     assert [a["id"] for a in before] == ids[:2]
+    just_before = (await client.get("/v1/agents/", params={"before": ids[4], "limit": 2})).json()
+    assert [a["id"] for a in just_before] == ids[2:4]
     newest = (await client.get("/v1/agents/", params={"order": "desc", "limit": 2})).json()
     assert [a["id"] for a in newest] == [ids[4], ids[3]]
     older = (await client.get("/v1/agents/", params={"order": "desc", "after": newest[-1]["id"]})).json()

@@ -96,9 +96,7 @@ def test_run_first_then_a_chain_of_child_rules() -> None:
         seen.append(allowed)
         solver = solver.register(allowed[0], "done")
     assert seen == [["search"], ["fetch"], ["summarize"], ["send_message"]]
-    assert solver.decide("send_message", request_heartbeat=True) == Decision(
-        continues=False, reason=Reason.EXIT_LOOP
-    )
+    assert solver.decide("send_message", request_heartbeat=True) == Decision(continues=False, reason=Reason.EXIT_LOOP)
 
 
 CONDITIONAL = ConditionalToolRule(

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from nightshift.batch.worker import Worker
 from nightshift.config import Settings
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.errors import Unauthorized
@@ -22,6 +23,7 @@ class AppState:
 
     settings: Settings
     engine: AsyncEngine
+    worker: Worker
 
 
 def app_state(request: Request) -> AppState:

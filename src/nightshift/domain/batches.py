@@ -3,7 +3,8 @@
 State machines::
 
     BatchRun:       created -> running -> completed | failed | cancelled
-    ProviderBatch:  created -> running -> ended -> applied            (cancel: -> cancelling -> ended)
+    ProviderBatch:  created -> running -> ended -> applied
+                    created | running -> cancelling -> cancelled         (the run was cancelled)
     BatchItem.request_status:  created -> running -> completed | failed | cancelled | expired
     BatchItem.step_status:     paused -> completed
 
@@ -13,7 +14,13 @@ A batch item is one agent inside one provider batch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
+
+from nightshift.domain.agents import Provider
+from nightshift.domain.solver import SolverState
 
 
 class RunStatus(StrEnum):
@@ -31,9 +38,15 @@ class ProviderBatchStatus(StrEnum):
 
     CREATED = "created"  # persisted, not yet accepted by the provider -> running
     RUNNING = "running"  # accepted; polled until it ends -> ended | cancelling
-    CANCELLING = "cancelling"  # cancel sent to the provider; polled until it ends -> ended
     ENDED = "ended"  # the provider finished; every item's result is stored -> applied
     APPLIED = "applied"  # the results were applied to the agents (terminal)
+    CANCELLING = "cancelling"  # the run was cancelled; the provider must be told -> cancelled
+    CANCELLED = "cancelled"  # cancelled at the provider; its results are never applied (terminal)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether this provider batch still holds agents in a step."""
+        return self not in (ProviderBatchStatus.APPLIED, ProviderBatchStatus.CANCELLED)
 
 
 class RequestStatus(StrEnum):
@@ -52,3 +65,105 @@ class StepStatus(StrEnum):
 
     PAUSED = "paused"  # waiting for the provider's result -> completed
     COMPLETED = "completed"  # the result was applied (messages written, tools run) (terminal)
+
+
+TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+STEP_STATE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepState:
+    """Where one agent is in a run, persisted on its batch item as versioned JSON.
+
+    ``allowed_tools`` are the tools the solver allowed for this step's request (kept so that a
+    request rebuilt after a crash is the same request). ``retries`` counts transient provider
+    errors retried so far.
+    """
+
+    step_number: int = 0
+    max_steps: int = 10
+    solver: SolverState = field(default_factory=SolverState)
+    allowed_tools: tuple[str, ...] = ()
+    retries: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": STEP_STATE_VERSION,
+            "step_number": self.step_number,
+            "max_steps": self.max_steps,
+            "solver": self.solver.to_json(),
+            "allowed_tools": list(self.allowed_tools),
+            "retries": self.retries,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepState:
+        version = data.get("schema_version")
+        if version != STEP_STATE_VERSION:
+            raise ValueError(f"unknown step state schema_version {version!r} (expected {STEP_STATE_VERSION})")
+        return cls(
+            step_number=int(data["step_number"]),
+            max_steps=int(data["max_steps"]),
+            solver=SolverState.from_json(data["solver"]),
+            allowed_tools=tuple(data.get("allowed_tools", ())),
+            retries=int(data.get("retries", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchRun:
+    """What one ``POST /v1/messages/batches`` created."""
+
+    id: str
+    organization_id: str
+    status: RunStatus
+    metadata: dict[str, Any] = field(default_factory=dict)
+    max_steps: int
+    callback_url: str | None = None
+    callback_sent_at: datetime | None = None
+    callback_status_code: int | None = None
+    callback_error: str | None = None
+    callback_attempts: int = 0
+    completed_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderBatch:
+    """One batch at one provider, for one step of some agents of a run."""
+
+    id: str
+    organization_id: str
+    batch_run_id: str
+    provider: Provider
+    step_number: int
+    status: ProviderBatchStatus
+    provider_batch_id: str | None = None
+    provider_status: str | None = None
+    request_counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    polled_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchItem:
+    """One agent inside one provider batch. ``result`` is the stored outcome (see ``batch/outcomes``)."""
+
+    id: str
+    organization_id: str
+    batch_run_id: str
+    provider_batch_id: str
+    agent_id: str
+    request_status: RequestStatus
+    step_status: StepStatus
+    step_state: StepState
+    result: dict[str, Any] | None = None
+    usage: dict[str, int] | None = None
+    cost_usd: float | None = None
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime

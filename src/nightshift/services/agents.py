@@ -17,13 +17,13 @@ from nightshift.domain.tool_rules import ToolRule, check_rules_name_known_tools
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput, NotFound
 from nightshift.ids import new_id
-from nightshift.runtime.memory import compile_system_message, memory_changed
+from nightshift.runtime.context import refresh_system_messages
+from nightshift.runtime.memory import compile_system_message
 from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_MESSAGE
 from nightshift.services.tools import ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import messages as message_store
-from nightshift.store import passages as passage_store
 from nightshift.store.pagination import Page
 
 
@@ -219,18 +219,7 @@ async def save_agent(conn: AsyncConnection, before: Agent, after: Agent) -> Agen
 
 async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> None:
     """Rewrite the agent's system message in place when its prompt or core memory no longer match it."""
-    if not agent.message_ids:
-        return
-    system_id = agent.message_ids[0]
-    current = (await message_store.get_messages(conn, [system_id])).get(system_id)
-    if current is None or not memory_changed(current.text, agent.system, agent.blocks):
-        return
-    recall = (await message_store.count_messages(conn, [agent.id]))[agent.id]
-    archival = (await passage_store.count_passages(conn, [agent.id]))[agent.id]
-    text = compile_system_message(
-        agent.system, agent.blocks, now=datetime.now(UTC), recall_count=recall, archival_count=archival
-    )
-    await message_store.update_system_text(conn, system_id, text)
+    await refresh_system_messages(conn, [agent], datetime.now(UTC))
 
 
 async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: dict[str, Any]) -> Agent:

@@ -66,6 +66,7 @@ async def create_tool(
     final_schema = dict(json_schema) if json_schema else dict(schema.json_schema)
     final_description = description or schema.description
     final_schema["description"] = final_description
+    final_schema["name"] = name  # the model calls the tool by the function's name
     now = datetime.now(UTC)
     existing = await tool_store.get_tools_by_name(conn, org_id, [name])
     if existing:

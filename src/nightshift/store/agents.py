@@ -1,13 +1,13 @@
 """Agents with their tags, blocks and tools, loaded and written in bulk.
 
-Every function costs a fixed number of statements whatever the number of agents (large id
-lists are split into chunks that stay below the drivers' parameter limits).
+Every function costs a fixed number of statements whatever the number of agents.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, bindparam, delete, func, insert, select, update
@@ -18,17 +18,10 @@ from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.store.blocks import to_block
+from nightshift.store.bulk import in_ids
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, tools
 from nightshift.store.tools import to_tool
-
-# Both SQLite (32,766) and asyncpg (32,767) cap the parameters of one statement.
-CHUNK = 10_000
-
-
-def _chunks(ids: Sequence[str]) -> Iterable[list[str]]:
-    for start in range(0, len(ids), CHUNK):
-        yield list(ids[start : start + CHUNK])
 
 
 def _llm_config_json(config: LLMConfig) -> dict[str, Any]:
@@ -112,38 +105,37 @@ async def insert_agents(conn: AsyncConnection, new: Sequence[Agent]) -> None:
 
 async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
     """The agents of ``org_id`` among ``ids``, fully loaded, keyed by id (missing ids are absent)."""
-    found: dict[str, Agent] = {}
-    for chunk in _chunks(list(dict.fromkeys(ids))):
-        rows = list(
-            await conn.execute(select(agents).where(agents.c.organization_id == org_id, agents.c.id.in_(chunk)))
-        )
-        if not rows:
-            continue
-        present = [row.id for row in rows]
-        block_map: dict[str, list[Block]] = defaultdict(list)
-        block_query = (
-            select(agent_blocks.c.agent_id, blocks)
-            .join(blocks, blocks.c.id == agent_blocks.c.block_id)
-            .where(agent_blocks.c.agent_id.in_(present))
-            .order_by(agent_blocks.c.agent_id, agent_blocks.c.position)
-        )
-        for row in await conn.execute(block_query):
-            block_map[row.agent_id].append(to_block(row))
-        tool_map: dict[str, list[Tool]] = defaultdict(list)
-        tool_query = (
-            select(agent_tools.c.agent_id, tools)
-            .join(tools, tools.c.id == agent_tools.c.tool_id)
-            .where(agent_tools.c.agent_id.in_(present))
-            .order_by(agent_tools.c.agent_id, agent_tools.c.position)
-        )
-        for row in await conn.execute(tool_query):
-            tool_map[row.agent_id].append(to_tool(row))
-        tag_map: dict[str, list[str]] = defaultdict(list)
-        for row in await conn.execute(select(agent_tags).where(agent_tags.c.agent_id.in_(present))):
-            tag_map[row.agent_id].append(row.tag)
-        for row in rows:
-            found[row.id] = _to_agent(row, block_map[row.id], tool_map[row.id], tag_map[row.id])
-    return found
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return {}
+    rows = list(
+        await conn.execute(select(agents).where(agents.c.organization_id == org_id, in_ids(conn, agents.c.id, wanted)))
+    )
+    if not rows:
+        return {}
+    present = [row.id for row in rows]
+    block_map: dict[str, list[Block]] = defaultdict(list)
+    block_query = (
+        select(agent_blocks.c.agent_id, blocks)
+        .join(blocks, blocks.c.id == agent_blocks.c.block_id)
+        .where(in_ids(conn, agent_blocks.c.agent_id, present))
+        .order_by(agent_blocks.c.agent_id, agent_blocks.c.position)
+    )
+    for row in await conn.execute(block_query):
+        block_map[row.agent_id].append(to_block(row))
+    tool_map: dict[str, list[Tool]] = defaultdict(list)
+    tool_query = (
+        select(agent_tools.c.agent_id, tools)
+        .join(tools, tools.c.id == agent_tools.c.tool_id)
+        .where(in_ids(conn, agent_tools.c.agent_id, present))
+        .order_by(agent_tools.c.agent_id, agent_tools.c.position)
+    )
+    for row in await conn.execute(tool_query):
+        tool_map[row.agent_id].append(to_tool(row))
+    tag_map: dict[str, list[str]] = defaultdict(list)
+    for row in await conn.execute(select(agent_tags).where(in_ids(conn, agent_tags.c.agent_id, present))):
+        tag_map[row.agent_id].append(row.tag)
+    return {row.id: _to_agent(row, block_map[row.id], tool_map[row.id], tag_map[row.id]) for row in rows}
 
 
 async def list_agent_ids(
@@ -223,3 +215,15 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> boo
         still_used = select(agent_blocks.c.block_id).where(agent_blocks.c.block_id.in_(own_blocks))
         await conn.execute(delete(blocks).where(blocks.c.id.in_(own_blocks), blocks.c.id.not_in(still_used)))
     return True
+
+
+async def set_message_ids(conn: AsyncConnection, windows: Sequence[tuple[str, Sequence[str]]], now: datetime) -> None:
+    """Store the in-context windows of many agents in one statement."""
+    if not windows:
+        return
+    await conn.execute(
+        update(agents)
+        .where(agents.c.id == bindparam("a_id"))
+        .values(message_ids=bindparam("ids"), updated_at=bindparam("now")),
+        [{"a_id": agent_id, "ids": list(ids), "now": now} for agent_id, ids in windows],
+    )

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, func, insert, select, update
+from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.messages import Message, Role, ToolCall, search_text
+from nightshift.store.bulk import in_ids
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
@@ -63,7 +64,7 @@ async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, M
     wanted = list(ids)
     if not wanted:
         return {}
-    rows = await conn.execute(select(messages).where(messages.c.id.in_(wanted)))
+    rows = await conn.execute(select(messages).where(in_ids(conn, messages.c.id, wanted)))
     return {row.id: to_message(row) for row in rows}
 
 
@@ -76,7 +77,11 @@ async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) 
 async def count_messages(conn: AsyncConnection, agent_ids: Iterable[str]) -> dict[str, int]:
     """Number of stored messages per agent, in one query."""
     ids = list(agent_ids)
-    query = select(messages.c.agent_id, func.count()).where(messages.c.agent_id.in_(ids)).group_by(messages.c.agent_id)
+    query = (
+        select(messages.c.agent_id, func.count())
+        .where(in_ids(conn, messages.c.agent_id, ids))
+        .group_by(messages.c.agent_id)
+    )
     counts = dict.fromkeys(ids, 0)
     counts.update({row[0]: row[1] for row in await conn.execute(query)})
     return counts
@@ -97,6 +102,13 @@ async def search_messages(
     return [to_message(r) for r in await conn.execute(statement)]
 
 
-async def update_system_text(conn: AsyncConnection, message_id: str, text: str) -> None:
-    """Rewrite a system message's text (when the agent's prompt or memory changes)."""
-    await conn.execute(update(messages).where(messages.c.id == message_id).values(text=text, search_text=text))
+async def update_system_texts(conn: AsyncConnection, texts: Sequence[tuple[str, str]]) -> None:
+    """Rewrite system messages' text in one statement (when agents' prompts or memory change)."""
+    if not texts:
+        return
+    await conn.execute(
+        update(messages)
+        .where(messages.c.id == bindparam("m_id"))
+        .values(text=bindparam("t"), search_text=bindparam("t")),
+        [{"m_id": message_id, "t": text} for message_id, text in texts],
+    )

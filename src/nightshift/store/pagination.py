@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Column, Select
+from sqlalchemy import Column, Select, select
 
 MAX_PAGE = 1000
 
@@ -28,10 +28,16 @@ def paginate(query: Select[Any], id_column: Column[Any], page: Page) -> Select[A
     forward with the last id they saw.
     """
     ascending = page.order == "asc"
+    limit = MAX_PAGE if page.limit is None else max(1, min(page.limit, MAX_PAGE))
+    if page.before is not None and page.after is None:
+        # Walking backwards: the ``limit`` items just before the cursor, shown in the page's order.
+        window = query.where(id_column < page.before if ascending else id_column > page.before)
+        nearest = window.order_by(id_column.desc() if ascending else id_column.asc()).limit(limit).subquery()
+        key = nearest.c[id_column.name]
+        reordered: Select[Any] = select(nearest).order_by(key.asc() if ascending else key.desc())
+        return reordered
     if page.after is not None:
         query = query.where(id_column > page.after if ascending else id_column < page.after)
     if page.before is not None:
         query = query.where(id_column < page.before if ascending else id_column > page.before)
-    query = query.order_by(id_column.asc() if ascending else id_column.desc())
-    limit = MAX_PAGE if page.limit is None else max(1, min(page.limit, MAX_PAGE))
-    return query.limit(limit)
+    return query.order_by(id_column.asc() if ascending else id_column.desc()).limit(limit)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from nightshift.api.deps import Conn, Org
 from nightshift.api.letta_messages import to_letta_messages
-from nightshift.api.routers.params import PageQuery
+from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.schemas import (
     AgentCreate,
     AgentPublic,
@@ -118,8 +118,10 @@ async def delete_agent(agent_id: str, conn: Conn, org: Org) -> dict[str, str]:
 
 
 @router.get("/v1/agents/{agent_id}/tools")
-async def list_agent_tools(agent_id: str, conn: Conn, org: Org) -> list[ToolPublic]:
-    return [ToolPublic.of(t) for t in (await service.get_agent(conn, org, agent_id)).tools]
+async def list_agent_tools(agent_id: str, conn: Conn, org: Org, page: PageQuery) -> list[ToolPublic]:
+    """The agent's tools in the order they were given; ``after`` / ``before`` are tool ids."""
+    tools = (await service.get_agent(conn, org, agent_id)).tools
+    return [ToolPublic.of(t) for t in page_of(tools, page, key=lambda t: t.id)]
 
 
 @router.patch("/v1/agents/{agent_id}/tools/attach/{tool_id}")
@@ -134,8 +136,10 @@ async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> Agen
 
 
 @router.get("/v1/agents/{agent_id}/core-memory/blocks")
-async def list_agent_blocks(agent_id: str, conn: Conn, org: Org) -> list[BlockPublic]:
-    return [BlockPublic.of(b) for b in (await service.get_agent(conn, org, agent_id)).blocks]
+async def list_agent_blocks(agent_id: str, conn: Conn, org: Org, page: PageQuery) -> list[BlockPublic]:
+    """The agent's blocks in the order they were given; ``after`` / ``before`` are block ids."""
+    blocks = (await service.get_agent(conn, org, agent_id)).blocks
+    return [BlockPublic.of(b) for b in page_of(blocks, page, key=lambda b: b.id)]
 
 
 @router.get("/v1/agents/{agent_id}/core-memory/blocks/{label}")

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from nightshift.api.deps import Conn, Org
-from nightshift.api.routers.params import PageQuery
+from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.schemas import AgentPublic, BlockCreate, BlockPublic, BlockUpdate
 from nightshift.services import blocks as service
 from nightshift.store import agents as agent_store
@@ -51,9 +51,9 @@ async def delete_block(block_id: str, conn: Conn, org: Org) -> dict[str, str]:
 
 
 @router.get("/v1/blocks/{block_id}/agents")
-async def block_agents(block_id: str, conn: Conn, org: Org) -> list[AgentPublic]:
-    """The agents sharing this block."""
+async def block_agents(block_id: str, conn: Conn, org: Org, page: PageQuery) -> list[AgentPublic]:
+    """The agents sharing this block, oldest first (``order=desc`` for newest first)."""
     await service.get_block(conn, org, block_id)
-    ids = await block_store.agents_using_block(conn, block_id)
+    ids = page_of(sorted(await block_store.agents_using_block(conn, block_id)), page, key=lambda i: i)
     loaded = await agent_store.load_agents(conn, org, ids)
     return [AgentPublic.of(loaded[i]) for i in ids if i in loaded]

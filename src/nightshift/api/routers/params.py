@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Literal, TypeVar
 
 from fastapi import Depends, Query
 
@@ -22,3 +23,23 @@ def page_params(
 
 
 PageQuery = Annotated[Page, Depends(page_params)]
+
+T = TypeVar("T")
+
+
+def page_of(items: Sequence[T], page: Page, key: Callable[[T], str]) -> list[T]:
+    """A page of a list that is already in its order (an agent's blocks or tools), cut in memory.
+
+    ``after`` / ``before`` are the ids of items in the list and ``order=desc`` reverses it. A cursor
+    that is not in the list gives an empty page, so a client paging with the last id it saw (as
+    Letta's clients do) always comes to an end.
+    """
+    ordered = list(items) if page.order == "asc" else list(reversed(items))
+    ids = [key(item) for item in ordered]
+    start, end = 0, len(ordered)
+    if page.after is not None:
+        start = ids.index(page.after) + 1 if page.after in ids else len(ordered)
+    if page.before is not None:
+        end = ids.index(page.before) if page.before in ids else 0
+    selected = ordered[start:end]
+    return selected if page.limit is None else selected[: page.limit]

@@ -88,6 +88,8 @@ def upgrade() -> None:
         sa.Column("callback_sent_at", nightshift.store.tables.UTCDateTime(timezone=True), nullable=True),
         sa.Column("callback_status_code", sa.Integer(), nullable=True),
         sa.Column("callback_error", sa.Text(), nullable=True),
+        sa.Column("callback_attempts", sa.Integer(), nullable=False),
+        sa.Column("callback_next_at", nightshift.store.tables.UTCDateTime(timezone=True), nullable=True),
         sa.Column("completed_at", nightshift.store.tables.UTCDateTime(timezone=True), nullable=True),
         sa.Column("created_at", nightshift.store.tables.UTCDateTime(timezone=True), nullable=False),
         sa.Column("updated_at", nightshift.store.tables.UTCDateTime(timezone=True), nullable=False),
@@ -301,6 +303,12 @@ def upgrade() -> None:
             sa.JSON().with_variant(postgresql.JSONB(astext_type=Text()), "postgresql"),
             nullable=False,
             comment="versioned JSON: step number, solver history",
+        ),
+        sa.Column(
+            "outcome",
+            sa.String(length=16),
+            nullable=True,
+            comment="what the step did to the agent: continued, finished, failed, ...",
         ),
         sa.Column(
             "result",

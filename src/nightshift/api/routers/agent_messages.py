@@ -1,0 +1,61 @@
+"""POST /v1/agents/{id}/messages: step one agent synchronously, as a batch step would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from nightshift.api.deps import Org, State
+from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.routers.batches import InputMessage, TextPart
+from nightshift.runtime.sync import step_agent
+
+router = APIRouter(tags=["agents"])
+
+
+class SendMessages(BaseModel):
+    """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, and a step limit."""
+
+    model_config = ConfigDict(extra="ignore")
+    messages: list[InputMessage] | None = None
+    input: str | list[TextPart] | None = None
+    max_steps: int | None = Field(default=None, ge=1, le=1000)
+
+
+@router.post("/v1/agents/{agent_id}/messages")
+async def send_messages(agent_id: str, body: SendMessages, state: State, org: Org) -> dict[str, Any]:
+    """Send messages to an agent and step it through the provider's normal API until it stops.
+
+    Returns Letta's response: every message the run wrote (in Letta's shapes), the stop reason
+    and the token usage. A 409 while the agent is in an open step of a batch run.
+    """
+    texts = [m.as_text() for m in body.messages or ()]
+    if body.input is not None:
+        texts.append(body.input if isinstance(body.input, str) else "\n".join(p.text for p in body.input))
+    worker = state.worker
+    result = await step_agent(
+        state.engine,
+        worker.providers,
+        worker.sandbox,
+        org,
+        agent_id,
+        texts,
+        max_steps=body.max_steps or state.settings.default_max_steps,
+    )
+    usage = result.usage
+    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    return {
+        "messages": [part for message in result.messages for part in to_letta_messages(message)],
+        "stop_reason": {"message_type": "stop_reason", "stop_reason": result.stop_reason},
+        "usage": {
+            "message_type": "usage_statistics",
+            "prompt_tokens": prompt,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": prompt + usage.output_tokens,
+            "cached_input_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "step_count": result.steps,
+        },
+    }

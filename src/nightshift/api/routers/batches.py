@@ -1,0 +1,239 @@
+"""/v1/messages/batches: step many agents through the providers' batch APIs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+from nightshift.api.deps import Conn, Org, State
+from nightshift.api.routers.params import PageQuery
+from nightshift.batch.steps import RunRequest, cancel_run, create_run
+from nightshift.domain.batches import BatchRun, ProviderBatchStatus, RunStatus
+from nightshift.errors import NotFound
+from nightshift.store import batches as batch_store
+from nightshift.store.messages import to_message
+from nightshift.store.pagination import Page
+
+router = APIRouter(tags=["batches"])
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"] = "text"
+    text: str
+
+
+class InputMessage(BaseModel):
+    """A message to the agent. System messages reach the model as user turns marked [system]."""
+
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["user", "system"] = "user"
+    content: str | list[TextPart]
+
+    def as_text(self) -> str:
+        text = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+        return f"[system] {text}" if self.role == "system" else text
+
+
+class BatchRequestBody(BaseModel):
+    """One agent of a run: its id and its messages (or Letta's ``input`` shorthand)."""
+
+    model_config = ConfigDict(extra="ignore")
+    agent_id: str = Field(min_length=1)
+    messages: list[InputMessage] | None = None
+    input: str | list[TextPart] | None = None
+    max_steps: int | None = Field(default=None, ge=1, le=1000)
+
+    def texts(self) -> tuple[str, ...]:
+        found = [m.as_text() for m in self.messages or ()]
+        if self.input is not None:
+            found.append(self.input if isinstance(self.input, str) else "\n".join(p.text for p in self.input))
+        return tuple(found)
+
+
+class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    requests: list[BatchRequestBody]
+    callback_url: HttpUrl | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class BatchRunPublic(BaseModel):
+    """Letta's BatchJob, with nightshift's progress."""
+
+    id: str
+    status: str
+    job_type: str = "batch"
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    metadata: dict[str, Any]
+    callback_url: str | None
+    callback_sent_at: datetime | None
+    callback_status_code: int | None
+    callback_error: str | None
+    agent_id: None = None
+    progress: dict[str, Any]
+
+
+async def _public(conn: Conn, run: BatchRun) -> BatchRunPublic:
+    progress = await batch_store.run_progress(conn, run.id)
+    batches = await batch_store.provider_batches_of_run(conn, run.id)
+    items = progress["items"]
+    progress_body = {
+        "step": progress["step"],
+        "agents": {
+            "running": items.get("running", 0),
+            "finished": items.get("finished", 0),
+            "failed": items.get("failed", 0),
+            "cancelled": items.get("cancelled", 0),
+        },
+        "usage": progress["usage"],
+        "cost_usd": progress["cost_usd"],
+        "provider_batches": [
+            {
+                "id": b.id,
+                "provider": b.provider.value,
+                "provider_batch_id": b.provider_batch_id,
+                "step_number": b.step_number,
+                "status": b.status.value,
+                "provider_status": b.provider_status,
+                "request_counts": {k: v for k, v in b.request_counts.items() if k != "submit_attempts"},
+                "error": b.error,
+                "created_at": b.created_at,
+                "ended_at": b.ended_at,
+            }
+            for b in batches
+        ],
+    }
+    return BatchRunPublic(
+        id=run.id,
+        status=run.status.value,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        completed_at=run.completed_at,
+        metadata=run.metadata,
+        callback_url=run.callback_url,
+        callback_sent_at=run.callback_sent_at,
+        callback_status_code=run.callback_status_code,
+        callback_error=run.callback_error,
+        progress=progress_body,
+    )
+
+
+async def _get(conn: Conn, org: str, run_id: str) -> BatchRun:
+    run = await batch_store.get_run(conn, org, run_id)
+    if run is None:
+        raise NotFound(f"batch run {run_id} not found")
+    return run
+
+
+@router.post("/v1/messages/batches")
+async def create_batch(body: BatchCreate, state: State, org: Org) -> BatchRunPublic:
+    """Start a batch run: each agent gets its messages and is stepped until it stops.
+
+    One provider batch is submitted per provider per step (custom_id = agent id). After each
+    step, agents that asked for another turn (request_heartbeat, or tool rules) get a heartbeat
+    and go into the next step, up to ``max_steps`` (default ``NIGHTSHIFT_DEFAULT_MAX_STEPS``).
+    A request for an agent already in an open step of another run is refused with 409. Bad
+    input is a 4xx and nothing is written. Per-request provider errors stop that agent only;
+    rate_limit_error and overloaded_error are retried in the next step, twice at most.
+    """
+    worker = state.worker
+    requests = [RunRequest(agent_id=r.agent_id, messages=r.texts(), max_steps=r.max_steps) for r in body.requests]
+    async with state.engine.begin() as conn:
+        run, batches = await create_run(
+            conn,
+            org,
+            requests,
+            callback_url=str(body.callback_url) if body.callback_url else None,
+            default_max_steps=state.settings.default_max_steps,
+            metadata=body.metadata,
+            lease=worker.lease(datetime.now(UTC)),
+        )
+    await worker.submit_new(batches)
+    async with state.engine.connect() as conn:
+        return await _public(conn, await _get(conn, org, run.id))
+
+
+@router.get("/v1/messages/batches")
+async def list_batches(
+    conn: Conn,
+    org: Org,
+    page: PageQuery,
+    status: Annotated[list[RunStatus] | None, Query(description="Only runs with these statuses")] = None,
+) -> list[BatchRunPublic]:
+    """Batch runs of every status (filter with ``status``), oldest first (``order=desc`` for newest)."""
+    runs = await batch_store.list_runs(conn, org, page, statuses=status or ())
+    return [await _public(conn, run) for run in runs]
+
+
+@router.get("/v1/messages/batches/{run_id}")
+async def get_batch(run_id: str, conn: Conn, org: Org) -> BatchRunPublic:
+    return await _public(conn, await _get(conn, org, run_id))
+
+
+@router.get("/v1/messages/batches/{run_id}/messages")
+async def batch_messages(
+    run_id: str,
+    conn: Conn,
+    org: Org,
+    agent_id: Annotated[str | None, Query()] = None,
+    before: Annotated[str | None, Query()] = None,
+    after: Annotated[str | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+) -> dict[str, list[dict[str, Any]]]:
+    """The run's messages (inputs, assistant and tool messages, heartbeats) by creation time."""
+    await _get(conn, org, run_id)
+    rows = await batch_store.run_messages(
+        conn, run_id, Page(before=before, after=after, limit=limit, order=order), agent_id=agent_id
+    )
+    out = []
+    for row in rows:
+        message = to_message(row)
+        content: list[dict[str, Any]] = []
+        if message.reasoning:
+            content.append({"type": "reasoning", "reasoning": message.reasoning, "is_native": False})
+        if message.text:
+            content.append({"type": "text", "text": message.text})
+        out.append(
+            {
+                "id": message.id,
+                "agent_id": message.agent_id,
+                "role": message.role.value,
+                "content": content,
+                "name": message.name,
+                "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in message.tool_calls
+                ],
+                "tool_call_id": message.tool_call_id,
+                "created_at": message.created_at,
+                "batch_item_id": message.batch_item_id,
+            }
+        )
+    return {"messages": out}
+
+
+@router.patch("/v1/messages/batches/{run_id}/cancel")
+async def cancel_batch(run_id: str, state: State, org: Org) -> BatchRunPublic:
+    """Cancel a run: no further steps, and its open provider batches are cancelled at the provider.
+
+    Steps already applied stay applied. A step still open is never applied, even if its results
+    had already arrived: those agents get no messages from it. A run that has ended is unchanged.
+    """
+    async with state.engine.begin() as conn:
+        run = await cancel_run(conn, org, run_id)
+        open_batches = [
+            b
+            for b in await batch_store.provider_batches_of_run(conn, run_id)
+            if b.status is ProviderBatchStatus.CANCELLING
+        ]
+    for batch in open_batches:
+        await state.worker.cancel(batch)
+    async with state.engine.connect() as conn:
+        return await _public(conn, await _get(conn, org, run.id))

@@ -1,0 +1,226 @@
+"""Creating runs and their steps in the database, and cancelling runs.
+
+A step is written in one transaction: the agents' input messages (the user's messages on the
+first step, a heartbeat later), their context windows, the provider batches (status created,
+one per provider, split at the provider's request limit) and one batch item per agent. Submitting
+to the provider happens afterwards (``batch/worker.py``), from what was written here, so that a
+crash in between only delays the submission.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.agents import Agent, Provider
+from nightshift.domain.batches import (
+    BatchItem,
+    BatchRun,
+    ProviderBatch,
+    ProviderBatchStatus,
+    RequestStatus,
+    RunStatus,
+    StepState,
+    StepStatus,
+)
+from nightshift.domain.messages import Message
+from nightshift.errors import Conflict, InvalidInput, NotFound
+from nightshift.ids import new_id
+from nightshift.runtime.context import StepInputs, heartbeat_message, user_message
+from nightshift.runtime.step import first_state
+from nightshift.store import agents as agent_store
+from nightshift.store import batches as batch_store
+
+# Requests per provider batch, as the providers limit them.
+MAX_REQUESTS = {Provider.ANTHROPIC: 100_000, Provider.OPENAI: 50_000}
+# Input text per run; the providers cap a batch's size (256 MB Anthropic, 200 MB OpenAI) and the
+# rest of the request (system prompt, tools) must fit too.
+MAX_INPUT_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRequest:
+    """One agent of a new run: its id, the user's messages (texts) and an optional step limit."""
+
+    agent_id: str
+    messages: tuple[str, ...]
+    max_steps: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEntry:
+    """One agent going into a step: its state and whether it gets a heartbeat or the user's inputs."""
+
+    agent: Agent
+    state: StepState
+    inputs: tuple[str, ...] = ()
+    heartbeat: bool = False
+
+
+async def create_run(
+    conn: AsyncConnection,
+    org_id: str,
+    requests: Sequence[RunRequest],
+    *,
+    callback_url: str | None,
+    default_max_steps: int,
+    metadata: dict[str, Any] | None = None,
+    lease: tuple[str, datetime] | None = None,
+) -> tuple[BatchRun, list[ProviderBatch]]:
+    """Validate the requests and write the run with its first step; nothing is written on error.
+
+    Raises:
+        InvalidInput: no requests, the same agent twice, empty messages, too much input, or more
+            agents for one provider than its batch limit.
+        NotFound: an agent that does not exist (or belongs to another organization).
+        Conflict: an agent that is already in an open step of another run.
+    """
+    if not requests:
+        raise InvalidInput("requests must hold at least one request", field="requests")
+    ids = [r.agent_id for r in requests]
+    repeated = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    if repeated:
+        raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
+    size = sum(len(text.encode()) for r in requests for text in r.messages)
+    if size > MAX_INPUT_BYTES:
+        raise InvalidInput(f"the messages hold {size} bytes; a run takes at most {MAX_INPUT_BYTES}", field="requests")
+    for index, request in enumerate(requests):
+        if not request.messages or not any(text.strip() for text in request.messages):
+            raise InvalidInput(f"requests[{index}] has no message text", field=f"requests.{index}.messages")
+        if request.max_steps is not None and request.max_steps < 1:
+            raise InvalidInput("max_steps must be at least 1", field=f"requests.{index}.max_steps")
+    agents = await agent_store.load_agents(conn, org_id, ids)
+    missing = [i for i in ids if i not in agents]
+    if missing:
+        raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
+    busy = await batch_store.agents_in_open_steps(conn, ids)
+    if busy:
+        raise Conflict(
+            f"agents already in an open step of another run: {', '.join(sorted(busy)[:10])}; "
+            "wait for that run to finish or cancel it"
+        )
+    per_provider: dict[Provider, int] = defaultdict(int)
+    for agent in agents.values():
+        per_provider[agent.llm_config.provider] += 1
+    for provider, count in per_provider.items():
+        if count > MAX_REQUESTS[provider]:
+            raise InvalidInput(
+                f"{count} agents on {provider.value}: one run takes at most {MAX_REQUESTS[provider]} per provider",
+                field="requests",
+            )
+
+    now = datetime.now(UTC)
+    run = BatchRun(
+        id=new_id("batch"),
+        organization_id=org_id,
+        status=RunStatus.CREATED,
+        metadata=metadata or {},
+        max_steps=default_max_steps,
+        callback_url=callback_url,
+        created_at=now,
+        updated_at=now,
+    )
+    await batch_store.insert_run(conn, run)
+    entries = [
+        StepEntry(
+            agent=agents[r.agent_id],
+            state=first_state(agents[r.agent_id], r.max_steps or default_max_steps),
+            inputs=r.messages,
+        )
+        for r in requests
+    ]
+    batches = await write_step(conn, run, entries, now, lease=lease)
+    return run, batches
+
+
+async def write_step(
+    conn: AsyncConnection,
+    run: BatchRun,
+    entries: Sequence[StepEntry],
+    now: datetime,
+    *,
+    lease: tuple[str, datetime] | None = None,
+) -> list[ProviderBatch]:
+    """Write one step for ``entries``: provider batches, items, input messages, context windows.
+
+    ``lease`` (owner, expiry) reserves the new provider batches for the caller, who submits them
+    at once; should it fail to, the poller takes them over when the lease expires.
+    """
+    if not entries:
+        return []
+    # One provider batch per provider and model: OpenAI takes one model per batch.
+    groups: dict[tuple[Provider, str], list[StepEntry]] = defaultdict(list)
+    for entry in entries:
+        groups[entry.agent.llm_config.provider, entry.agent.llm_config.model].append(entry)
+    batches: list[ProviderBatch] = []
+    items: list[BatchItem] = []
+    inputs = StepInputs()
+    for (provider, _model), group in groups.items():
+        limit = MAX_REQUESTS[provider]
+        for start in range(0, len(group), limit):
+            chunk = group[start : start + limit]
+            batch = ProviderBatch(
+                id=new_id("llm_batch"),
+                organization_id=run.organization_id,
+                batch_run_id=run.id,
+                provider=provider,
+                step_number=max(e.state.step_number for e in chunk),
+                status=ProviderBatchStatus.CREATED,
+                created_at=now,
+                updated_at=now,
+            )
+            batches.append(batch)
+            for entry in chunk:
+                item = BatchItem(
+                    id=new_id("batch_item"),
+                    organization_id=run.organization_id,
+                    batch_run_id=run.id,
+                    provider_batch_id=batch.id,
+                    agent_id=entry.agent.id,
+                    request_status=RequestStatus.CREATED,
+                    step_status=StepStatus.PAUSED,
+                    step_state=entry.state,
+                    created_at=now,
+                    updated_at=now,
+                )
+                items.append(item)
+                messages: list[Message] = [
+                    user_message(entry.agent, text, now, batch_item_id=item.id) for text in entry.inputs if text.strip()
+                ]
+                if entry.heartbeat:
+                    messages.append(heartbeat_message(entry.agent, now, batch_item_id=item.id))
+                inputs.add(entry.agent, messages)
+    await batch_store.insert_provider_batches(conn, batches, lease=lease)
+    await batch_store.insert_items(conn, items)
+    await inputs.write(conn, now)
+    return batches
+
+
+async def cancel_run(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun:
+    """Cancel a run: no further steps; its open provider batches are cancelled at the provider.
+
+    Results already applied stay applied. A provider batch still open when the run is cancelled
+    is never applied, even if its results have already arrived: its agents get no messages from
+    that step. Cancelling a run that has ended changes nothing.
+    """
+    run = await batch_store.get_run(conn, org_id, run_id)
+    if run is None:
+        raise NotFound(f"batch run {run_id} not found")
+    now = datetime.now(UTC)
+    moved = await batch_store.set_run_status(
+        conn, run_id, RunStatus.CANCELLED, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING)
+    )
+    if moved:
+        for batch in await batch_store.provider_batches_of_run(conn, run_id):
+            if batch.status in (ProviderBatchStatus.CREATED, ProviderBatchStatus.RUNNING, ProviderBatchStatus.ENDED):
+                target = ProviderBatchStatus.CANCELLING if batch.provider_batch_id else ProviderBatchStatus.CANCELLED
+                await batch_store.transition(conn, batch.id, target, now, only_from=(batch.status,), next_poll_at=now)
+                await batch_store.cancel_items(conn, batch.id, now)
+    found = await batch_store.get_run(conn, org_id, run_id)
+    assert found is not None
+    return found

@@ -1,0 +1,135 @@
+"""HTTP routes of the Anthropic Messages and Message Batches APIs (base URL without ``/v1``).
+
+Any ``anthropic-version`` and either auth header are accepted (auth is checked by the middleware);
+``?beta=true`` from old SDKs is ignored. The results file is served at a relative ``results_url``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from nightshift.emulator import anthropic_api as api
+from nightshift.emulator.batches import BatchJob, Phase
+from nightshift.emulator.bodies import read_json
+from nightshift.emulator.errors import ApiError, invalid, not_found
+from nightshift.emulator.state import EmulatorState
+
+_CHUNK_LINES = 256
+
+
+def build_router(state: EmulatorState) -> APIRouter:
+    """The Anthropic routes over one emulator state."""
+    router = APIRouter()
+
+    def find(batch_id: str, *, poll: bool) -> BatchJob:
+        job = state.anthropic_batches.get(batch_id)
+        if job is None:
+            raise not_found(f"No message batch found with id {batch_id!r}")
+        job.refresh(time.time(), poll=poll)
+        return job
+
+    @router.post("/v1/messages")
+    async def create_message(request: Request) -> JSONResponse:
+        body = await read_json(request, state)
+        result = api.run(state, body, version=request.headers.get("anthropic-version"))
+        if not result.ok:
+            raise ApiError(result.status, result.body["type"], result.body["message"])
+        return JSONResponse(result.body)
+
+    @router.post("/v1/messages/batches")
+    async def create_batch(request: Request) -> JSONResponse:
+        body = await read_json(request, state)
+        requests = api.check_batch(body)
+        version = request.headers.get("anthropic-version")
+        now = time.time()
+        batch_id = state.next_id("msgbatch_")
+        results = [
+            api.run(state, params, version=version, custom_id=custom_id, batch_id=batch_id)
+            for custom_id, params in requests
+        ]
+        job = BatchJob(
+            id=batch_id,
+            created_at=now,
+            timing=state.timing(now),
+            custom_ids=[custom_id for custom_id, _ in requests],
+            results=results,
+        )
+        state.anthropic_batches[batch_id] = job
+        return JSONResponse(api.batch_json(job))
+
+    @router.get("/v1/messages/batches")
+    async def list_batches(limit: int = 20, after_id: str | None = None, before_id: str | None = None) -> JSONResponse:
+        if not 1 <= limit <= 1000:
+            raise invalid("limit: Input should be between 1 and 1000")
+        now = time.time()
+        ordered = list(reversed(state.anthropic_batches.values()))  # newest first
+        ids = [job.id for job in ordered]
+        if after_id is not None:
+            if after_id not in ids:
+                raise invalid(f"after_id: no message batch with id {after_id!r}")
+            start = ids.index(after_id) + 1
+            page, has_more = ordered[start : start + limit], start + limit < len(ordered)
+        elif before_id is not None:
+            if before_id not in ids:
+                raise invalid(f"before_id: no message batch with id {before_id!r}")
+            end = ids.index(before_id)
+            page, has_more = ordered[max(0, end - limit) : end], end - limit > 0
+        else:
+            page, has_more = ordered[:limit], limit < len(ordered)
+        for job in page:
+            job.refresh(now, poll=False)
+        return JSONResponse(
+            {
+                "data": [api.batch_json(job) for job in page],
+                "has_more": has_more,
+                "first_id": page[0].id if page else None,
+                "last_id": page[-1].id if page else None,
+            }
+        )
+
+    @router.get("/v1/messages/batches/{batch_id}")
+    async def retrieve_batch(batch_id: str) -> JSONResponse:
+        return JSONResponse(api.batch_json(find(batch_id, poll=True)))
+
+    @router.post("/v1/messages/batches/{batch_id}/cancel")
+    async def cancel_batch(request: Request, batch_id: str) -> JSONResponse:
+        state.log_request(request.method, request.url.path, None, request.headers)
+        job = find(batch_id, poll=False)
+        job.cancel(time.time())
+        return JSONResponse(api.batch_json(job))
+
+    @router.delete("/v1/messages/batches/{batch_id}")
+    async def delete_batch(batch_id: str) -> JSONResponse:
+        job = find(batch_id, poll=False)
+        if job.phase is not Phase.ENDED:
+            raise invalid(
+                f"Message batch {batch_id} cannot be deleted while it is {api.batch_json(job)['processing_status']}"
+                "; cancel it and wait for it to end first"
+            )
+        del state.anthropic_batches[batch_id]
+        return JSONResponse({"id": batch_id, "type": "message_batch_deleted"})
+
+    @router.get("/v1/messages/batches/{batch_id}/results")
+    async def batch_results(batch_id: str) -> Response:
+        job = find(batch_id, poll=False)
+        if job.phase is not Phase.ENDED:
+            raise invalid(f"Message batch {batch_id} has not ended yet; its results are not available")
+        return StreamingResponse(_chunks(api.result_lines(job)), media_type="application/binary")
+
+    return router
+
+
+async def _chunks(lines: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """Lines grouped in chunks, so a large file streams without being built whole in memory."""
+    chunk: list[bytes] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= _CHUNK_LINES:
+            yield b"".join(chunk)
+            chunk = []
+    if chunk:
+        yield b"".join(chunk)

@@ -1,0 +1,266 @@
+"""The scripted model behind the emulator: a deterministic answer that fits the tools it is given.
+
+Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
+
+1. a forced tool (``tool_choice`` naming one) is called;
+2. after a tool ran (a tool result follows the last real user message, heartbeats aside) it calls
+   ``send_message`` with a summary of the result, ``request_heartbeat`` false;
+3. when the last user message names a custom tool (not send_message nor a memory tool) it calls
+   that tool with arguments drawn from the message, ``request_heartbeat`` true;
+4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
+   there, it calls that, ``request_heartbeat`` true;
+5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
+
+Without tools (or with tool choice "none") it answers with text. ``inner_thoughts`` is always
+filled: as an argument when the tool's schema has it, as a text block otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from nightshift.emulator.arguments import generate_arguments
+
+SEND_MESSAGE: Final = "send_message"
+MEMORY_WRITERS: Final = ("core_memory_append", "rethink_memory")
+NON_CUSTOM: Final = frozenset(
+    {
+        SEND_MESSAGE,
+        "core_memory_append",
+        "core_memory_replace",
+        "rethink_memory",
+        "archival_memory_insert",
+        "archival_memory_search",
+        "conversation_search",
+    }
+)
+_REMEMBER = re.compile(
+    r"\b(?:please\s+)?(?:remember|memori[sz]e|don'?t forget|keep in mind|note)\b(?:\s+that)?[:,]?\s*", re.I
+)
+_MEMORY = re.compile(r"\bmemory\b", re.I)
+_SNIPPET = 160
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool the model may call: its name, description and parameter schema."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """One message the model reads: ``user``, ``assistant`` (with the tool it called) or ``tool``."""
+
+    role: Literal["user", "assistant", "tool"]
+    text: str = ""
+    tool_name: str | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolChoice:
+    """``auto`` (may call), ``any`` (must call one), ``tool`` (must call ``name``) or ``none``."""
+
+    mode: Literal["auto", "any", "tool", "none"] = "auto"
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelInput:
+    """What the model sees, taken out of either provider's request."""
+
+    system: str = ""
+    turns: tuple[Turn, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelOutput:
+    """The answer: a tool call (name and full arguments) and/or text."""
+
+    tool_name: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    text: str | None = None
+
+
+def respond(model_input: ModelInput) -> ModelOutput:
+    """Answer as the rules of this module's docstring say."""
+    tools = {t.name: t for t in model_input.tools}
+    choice = model_input.tool_choice
+    if choice.mode == "none" or not tools:
+        return ModelOutput(text=_reply_text(model_input))
+    user_text, after = _last_user(model_input.turns)
+    results = [t for t in after if t.role == "tool"]
+    if choice.mode == "tool" and choice.name in tools:
+        forced = tools[choice.name]
+        plan = _plan({forced.name: forced}, user_text, results, model_input)
+        if plan is not None:
+            return plan
+        thoughts = f"I was asked to call {forced.name}; filling it in from the conversation."
+        return _call(forced, _arguments(forced, user_text), thoughts, heartbeat=True)
+    plan = _plan(tools, user_text, results, model_input)
+    if plan is not None:
+        return plan
+    if choice.mode == "any":
+        # The rules found nothing to call but a call is required: the first tool will do.
+        tool = next(iter(tools.values()))
+        thoughts = f"A tool call is required; {tool.name} is the closest fit."
+        return _call(tool, _arguments(tool, user_text), thoughts, heartbeat=False)
+    return ModelOutput(text=_reply_text(model_input))
+
+
+def _plan(
+    tools: Mapping[str, ToolSpec], user_text: str, results: list[Turn], model_input: ModelInput
+) -> ModelOutput | None:
+    send = tools.get(SEND_MESSAGE)
+    if results:
+        if send is None:
+            return None
+        last = results[-1]
+        message = _summary(last)
+        thoughts = f"{last.tool_name or 'The tool'} finished; telling the user what came of it."
+        return _call(send, _arguments(send, message, {"message": message}), thoughts, heartbeat=False)
+    custom = _named_tool(tools, user_text)
+    if custom is not None:
+        thoughts = f"The user asked for {custom.name}; calling it with the details from their message."
+        return _call(custom, _arguments(custom, user_text), thoughts, heartbeat=True)
+    writer = next((tools[n] for n in MEMORY_WRITERS if n in tools), None)
+    if writer is not None and (_REMEMBER.search(user_text) or _MEMORY.search(user_text)):
+        fact, label = _fact(user_text)
+        hints: dict[str, Any] = {"label": label, "target_block_label": label, "content": fact}
+        hints["new_memory"] = "\n".join(p for p in (_block(model_input.system, label), fact) if p)
+        thoughts = f"The user wants me to remember that {fact}; saving it to my {label} memory."
+        return _call(writer, _arguments(writer, user_text, hints), thoughts, heartbeat=True)
+    if send is None:
+        return None
+    reply = _reply_text(model_input)
+    thoughts = "The user wrote to me; answering directly."
+    return _call(send, _arguments(send, reply, {"message": reply}), thoughts, heartbeat=False)
+
+
+def _call(tool: ToolSpec, arguments: dict[str, Any], thoughts: str, *, heartbeat: bool) -> ModelOutput:
+    properties = tool.parameters.get("properties") or {}
+    full: dict[str, Any] = {}
+    text = None
+    if "inner_thoughts" in properties:
+        full["inner_thoughts"] = thoughts
+    else:
+        text = thoughts
+    full.update(arguments)
+    if "request_heartbeat" in properties:
+        full["request_heartbeat"] = heartbeat
+    return ModelOutput(tool_name=tool.name, arguments=full, text=text)
+
+
+def _arguments(tool: ToolSpec, text: str, hints: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return generate_arguments(tool.parameters, text, exclude_words=[*tool.name.split("_"), tool.name], hints=hints)
+
+
+def _last_user(turns: tuple[Turn, ...]) -> tuple[str, tuple[Turn, ...]]:
+    """The last real user message (its text) and the turns after it (heartbeats are not real)."""
+    for index in range(len(turns) - 1, -1, -1):
+        turn = turns[index]
+        if turn.role == "user" and not is_heartbeat(turn.text):
+            return unwrap(turn.text), turns[index + 1 :]
+    return "", turns
+
+
+def is_heartbeat(text: str) -> bool:
+    """Whether a user message is a heartbeat (Letta's JSON ``{"type": "heartbeat"}`` or a notice
+    mentioning ``request_heartbeat``) rather than something the user said."""
+    parsed = _json_object(text)
+    if parsed is not None:
+        return parsed.get("type") == "heartbeat"
+    return "request_heartbeat" in text
+
+
+def unwrap(text: str) -> str:
+    """The message inside Letta-style JSON (``{"type": "user_message", "message": ...}``), or the text."""
+    parsed = _json_object(text)
+    if parsed is not None and isinstance(parsed.get("message"), str):
+        return str(parsed["message"])
+    return text
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        parsed = json.loads(stripped)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _named_tool(tools: Mapping[str, ToolSpec], text: str) -> ToolSpec | None:
+    lowered = text.lower()
+    found = [
+        (position, -len(name), tool)
+        for name, tool in tools.items()
+        if name not in NON_CUSTOM and (position := _mention(lowered, name.lower())) >= 0
+    ]
+    return min(found, key=lambda f: (f[0], f[1]))[2] if found else None
+
+
+def _mention(text: str, name: str) -> int:
+    for candidate in (name, name.replace("_", " ")):
+        match = re.search(rf"(?<![a-z0-9_]){re.escape(candidate)}(?![a-z0-9_])", text)
+        if match is not None:
+            return match.start()
+    return -1
+
+
+def _fact(text: str) -> tuple[str, str]:
+    match = _REMEMBER.search(text)
+    fact = text[match.end() :] if match is not None else text
+    fact = fact.strip().rstrip(".!?").strip() or text.strip()
+    label = "persona" if re.search(r"\b(persona|yourself|your name)\b", text, re.I) else "human"
+    return fact[: _SNIPPET * 2], label
+
+
+def _block(system: str, label: str) -> str:
+    """The value of a memory block compiled into the system prompt as ``<label ...>value</label>``."""
+    match = re.search(rf"<{re.escape(label)}(?:\s[^>]*)?>\s*(.*?)\s*</{re.escape(label)}>", system, re.S)
+    return match.group(1) if match is not None else ""
+
+
+def _summary(result: Turn) -> str:
+    name = result.tool_name or "the tool"
+    content = unwrap_result(result.text)
+    if result.is_error:
+        return f"Sorry, {name} failed: {_snip(content)}"
+    if result.tool_name in MEMORY_WRITERS:
+        return "Got it, I have saved that to my memory."
+    if result.tool_name == SEND_MESSAGE:
+        return "Is there anything else I can help you with?"
+    return f"{name} returned: {_snip(content)}"
+
+
+def unwrap_result(text: str) -> str:
+    """A tool result's message inside Letta-style JSON (``{"status", "message"}``), or the text."""
+    parsed = _json_object(text)
+    if parsed is not None and "message" in parsed:
+        message = parsed["message"]
+        return message if isinstance(message, str) else json.dumps(message)
+    return text
+
+
+def _reply_text(model_input: ModelInput) -> str:
+    user_text, _ = _last_user(model_input.turns)
+    if not user_text.strip():
+        return "Hello! How can I help you today?"
+    return f'You said: "{_snip(user_text.strip())}". Thanks for letting me know!'
+
+
+def _snip(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _SNIPPET else flat[: _SNIPPET - 3] + "..."

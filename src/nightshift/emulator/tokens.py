@@ -1,0 +1,73 @@
+"""Token counts and the prompt cache of the emulator.
+
+Tokens are estimated as a quarter of the characters of the JSON the model reads. The cache works
+like Anthropic's: a request is a sequence of segments (each tool, system block and content block,
+in that order); a segment marked ``cache_control`` is a breakpoint. The longest prefix ending at a
+breakpoint already seen is read from the cache, the rest up to the last breakpoint is written. The
+first request for a given system + tools prefix writes, the later ones read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def count_tokens(text: str) -> int:
+    """Estimated tokens of a text: about four characters each, at least one."""
+    return max(1, (len(text) + 3) // 4)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Segment:
+    """A piece of the prompt, in prompt order; ``breakpoint`` when it carries ``cache_control``."""
+
+    text: str
+    breakpoint: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptUsage:
+    """Input tokens of one request: uncached, read from the cache, written to it."""
+
+    input_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class PromptCache:
+    """The prefixes seen so far (digests only). Not thread-safe: the event loop owns it."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def clear(self) -> None:
+        """Forget every prefix."""
+        self._seen.clear()
+
+    def account(self, model: str, segments: Sequence[Segment], *, min_tokens: int = 0) -> PromptUsage:
+        """Count a request's input tokens, reading and writing the cache at its breakpoints.
+
+        Args:
+            model: The model name (caches are per model).
+            segments: The prompt, in order.
+            min_tokens: Prefixes shorter than this are not cached.
+
+        Returns:
+            The split of the input tokens.
+        """
+        digest = hashlib.sha256(model.encode())
+        total = 0
+        prefixes: list[tuple[str, int]] = []  # (digest, tokens up to there) at each breakpoint
+        for segment in segments:
+            digest.update(segment.text.encode())
+            total += count_tokens(segment.text)
+            if segment.breakpoint and total >= min_tokens:
+                prefixes.append((digest.copy().hexdigest(), total))
+        if not prefixes:
+            return PromptUsage(input_tokens=total)
+        read = max((tokens for key, tokens in prefixes if key in self._seen), default=0)
+        written = prefixes[-1][1] - read
+        self._seen.update(key for key, _ in prefixes)
+        return PromptUsage(input_tokens=total - read - written, cache_read_tokens=read, cache_write_tokens=written)

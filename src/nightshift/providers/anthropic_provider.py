@@ -1,0 +1,99 @@
+"""``ModelProvider`` over Anthropic's Messages and Message Batches APIs, through the official SDK.
+
+Translation lives in ``anthropic_wire``; this module only calls the SDK client it is given and
+turns SDK exceptions into ``ProviderError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, cast
+
+import anthropic
+
+from nightshift.errors import ProviderError
+from nightshift.providers import anthropic_wire as wire
+from nightshift.providers.base import BatchOutcome, BatchStatus, ModelRequest, ModelResponse
+from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
+
+
+class AnthropicProvider:
+    """Anthropic as a ``ModelProvider``.
+
+    Batch requests set a one-hour prompt-cache lifetime by default (``batch_cache_ttl``): the
+    steps of an agent are minutes apart when they go through batches, longer than the default
+    five minutes.
+    """
+
+    def __init__(self, client: anthropic.AsyncAnthropic, *, batch_cache_ttl: str | None = "1h") -> None:
+        self._client = client
+        self._batch_cache_ttl = batch_cache_ttl
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one request through ``POST /v1/messages``."""
+        params = wire.build_request(request)
+        try:
+            message = await self._client.messages.create(**params)
+        except anthropic.AnthropicError as exc:
+            raise provider_error(exc) from exc
+        except ValueError as exc:
+            # The SDK refuses, before sending, a non-streaming call whose max_tokens could take longer
+            # than ten minutes; batches have no such limit.
+            raise ProviderError(f"Anthropic client refused the request: {exc}", kind=INVALID_REQUEST) from exc
+        return wire.parse_message(message.to_dict(mode="json", warnings=False))
+
+    async def submit_batch(self, requests: Mapping[str, ModelRequest]) -> str:
+        """Create a Message Batch with one request per custom_id; returns its ``msgbatch_...`` id."""
+        if not requests:
+            raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
+        body = [
+            {"custom_id": custom_id, "params": wire.build_request(request, cache_ttl=self._batch_cache_ttl)}
+            for custom_id, request in requests.items()
+        ]
+        try:
+            batch = await self._client.messages.batches.create(requests=cast(Any, body))
+        except anthropic.AnthropicError as exc:
+            raise provider_error(exc) from exc
+        return batch.id
+
+    async def retrieve_batch(self, batch_id: str) -> BatchStatus:
+        """Retrieve the batch and its request counts."""
+        try:
+            batch = await self._client.messages.batches.retrieve(batch_id)
+        except anthropic.AnthropicError as exc:
+            raise provider_error(exc) from exc
+        return wire.parse_batch(batch.to_dict(mode="json", warnings=False))
+
+    async def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
+        """Stream the results JSONL of an ended batch, one parsed line at a time."""
+        try:
+            async with self._client.messages.batches.with_streaming_response.results(batch_id) as response:
+                async for line in response.iter_lines():
+                    if line.strip():
+                        yield wire.parse_result_line(json.loads(line))
+        except anthropic.AnthropicError as exc:
+            raise provider_error(exc) from exc
+
+    async def cancel_batch(self, batch_id: str) -> BatchStatus:
+        """Ask Anthropic to cancel the batch (it goes to ``canceling``, then ends)."""
+        try:
+            batch = await self._client.messages.batches.cancel(batch_id)
+        except anthropic.AnthropicError as exc:
+            raise provider_error(exc) from exc
+        return wire.parse_batch(batch.to_dict(mode="json", warnings=False))
+
+
+def provider_error(exc: anthropic.AnthropicError) -> ProviderError:
+    """An SDK exception as a ``ProviderError`` whose kind is Anthropic's error type."""
+    if isinstance(exc, anthropic.APIStatusError):
+        kind = exc.type if isinstance(exc.type, str) and exc.type else kind_for_status(exc.status_code)
+        message = exc.api_message or exc.message
+        return ProviderError(
+            f"Anthropic returned {exc.status_code} {kind}: {message}", kind=kind, retryable=is_retryable(kind)
+        )
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ProviderError(f"Anthropic did not answer in time: {exc}", kind=TIMEOUT, retryable=True)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return ProviderError(f"cannot reach Anthropic: {exc}", kind=CONNECTION, retryable=True)
+    return ProviderError(f"Anthropic client error: {exc}", kind=API_ERROR, retryable=False)

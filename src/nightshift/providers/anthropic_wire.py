@@ -1,0 +1,270 @@
+"""Anthropic wire format: our requests to Messages API params, and Messages / Batches JSON back.
+
+Pure functions over plain JSON values (dicts as the API sends and takes them), so they are
+tested without a network or the SDK. What they guarantee about the request:
+
+* the system prompt is a top-level text block and the last tool carries ``cache_control``, so the
+  steps of an agent reuse the prompt cache (tools, then system, are the cached prefix);
+* turns alternate: same-role messages are merged, tool results become ``tool_result`` blocks of a
+  user turn (first in it), a history that starts with the assistant gets a first user turn;
+* tool results whose call is not in the preceding assistant turn become plain text, and calls
+  without a result get an error result, because the API refuses either;
+* ``temperature`` is never sent: API version 2026-10-21 (anthropic 2.x) refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.providers.agent_arguments import split_agent_arguments, with_agent_arguments, with_reasoning
+from nightshift.providers.base import (
+    BatchCounts,
+    BatchOutcome,
+    BatchState,
+    BatchStatus,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    OutcomeStatus,
+    Usage,
+)
+from nightshift.providers.errors import API_ERROR
+
+FIRST_USER_TURN: Final = "(The conversation so far follows.)"
+MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
+
+Block = dict[str, Any]
+
+
+def build_request(request: ModelRequest, *, cache_ttl: str | None = None) -> dict[str, Any]:
+    """Messages API params (without ``stream``) for one request.
+
+    Args:
+        request: The neutral request.
+        cache_ttl: ``"5m"`` or ``"1h"`` to set the cache lifetime; None for the API default (5 min).
+
+    Returns:
+        The params, as sent in ``POST /v1/messages`` or as a batch request's ``params``.
+    """
+    cache: dict[str, Any] = {"type": "ephemeral"}
+    if cache_ttl is not None:
+        cache["ttl"] = cache_ttl
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": to_messages(request.messages),
+    }
+    if request.system:
+        params["system"] = [{"type": "text", "text": request.system, "cache_control": dict(cache)}]
+    if request.tools:
+        tools = to_tools(request.tools)
+        tools[-1]["cache_control"] = dict(cache)
+        params["tools"] = tools
+        params["tool_choice"] = _tool_choice(request)
+    return params
+
+
+def to_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Our tool schemas ``{name, description, parameters}`` as Anthropic tools, with the agent arguments."""
+    return [
+        {
+            "name": t["name"],
+            "description": t.get("description") or "",
+            "input_schema": with_agent_arguments(t.get("parameters")),
+        }
+        for t in tools
+    ]
+
+
+def _tool_choice(request: ModelRequest) -> dict[str, Any]:
+    if request.forced_tool is not None:
+        return {"type": "tool", "name": request.forced_tool, "disable_parallel_tool_use": True}
+    kind = "any" if request.require_tool_call else "auto"
+    return {"type": kind, "disable_parallel_tool_use": True}
+
+
+def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Our in-context messages (after the system message) as alternating Anthropic turns."""
+    turns: list[tuple[str, list[Block]]] = []
+    for message in messages:
+        role, blocks = _blocks(message)
+        if not blocks:
+            continue
+        if role == "user":
+            blocks = [_checked_result(b, turns) for b in blocks]
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    _answer_every_call(turns)
+    if not turns or turns[0][0] != "user":
+        turns.insert(0, ("user", [{"type": "text", "text": FIRST_USER_TURN}]))
+    return [{"role": role, "content": _results_first(blocks)} for role, blocks in turns]
+
+
+def _blocks(message: Message) -> tuple[str, list[Block]]:
+    if message.role is Role.TOOL:
+        result: Block = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
+        if message.text:
+            result["content"] = message.text
+        if message.is_error:
+            result["is_error"] = True
+        return "user", [result]
+    if message.role is Role.ASSISTANT:
+        blocks: list[Block] = []
+        if message.text:
+            blocks.append({"type": "text", "text": message.text})
+        for call in message.tool_calls:
+            blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call, message)})
+        if not blocks and message.reasoning:
+            blocks.append({"type": "text", "text": message.reasoning})
+        return "assistant", blocks
+    # user, and a system message in the middle of the history (the API has no such turn)
+    return "user", [{"type": "text", "text": message.text}] if message.text else []
+
+
+def _input(call: ToolCall, message: Message) -> dict[str, Any]:
+    arguments = with_reasoning(call.arguments, message.reasoning)
+    if arguments is None:
+        # Malformed arguments the model wrote: show them as they were, the API wants an object.
+        base = {"inner_thoughts": message.reasoning} if message.reasoning else {}
+        return {**base, "arguments": call.arguments}
+    return arguments
+
+
+def _checked_result(block: Block, turns: list[tuple[str, list[Block]]]) -> Block:
+    """A tool_result whose call is not in the preceding assistant turn, as text instead."""
+    if block["type"] != "tool_result":
+        return block
+    if turns and turns[-1][0] == "user":
+        previous = turns[-2][1] if len(turns) >= 2 else []
+    else:
+        previous = turns[-1][1] if turns else []
+    calls = {b["id"] for b in previous if b["type"] == "tool_use"}
+    if block["tool_use_id"] in calls:
+        return block
+    label = "Tool error" if block.get("is_error") else "Tool result"
+    return {"type": "text", "text": f"{label}: {block.get('content', '')}"}
+
+
+def _answer_every_call(turns: list[tuple[str, list[Block]]]) -> None:
+    """Give every tool_use an answer in the next user turn (the API refuses a call left open)."""
+    index = 0
+    while index < len(turns):
+        role, blocks = turns[index]
+        calls = [b["id"] for b in blocks if b["type"] == "tool_use"]
+        if role == "assistant" and calls:
+            if index + 1 == len(turns):
+                turns.append(("user", []))
+            answered = {b.get("tool_use_id") for b in turns[index + 1][1] if b["type"] == "tool_result"}
+            missing = [
+                {"type": "tool_result", "tool_use_id": c, "content": MISSING_TOOL_RESULT, "is_error": True}
+                for c in calls
+                if c not in answered
+            ]
+            turns[index + 1][1].extend(missing)
+        index += 1
+
+
+def _results_first(blocks: list[Block]) -> list[Block]:
+    return sorted(blocks, key=lambda b: b["type"] != "tool_result")
+
+
+def parse_message(message: Mapping[str, Any]) -> ModelResponse:
+    """A Messages API response (a ``message`` object as JSON) as a neutral response.
+
+    The first ``tool_use`` block is the tool call; its ``inner_thoughts`` and
+    ``request_heartbeat`` are taken out of the arguments.
+    """
+    content: list[Mapping[str, Any]] = list(message.get("content") or [])
+    texts = [str(b.get("text") or "") for b in content if b.get("type") == "text"]
+    call = next((b for b in content if b.get("type") == "tool_use"), None)
+    tool_call: ToolCall | None = None
+    reasoning: str | None = None
+    heartbeat = False
+    if call is not None:
+        split = split_agent_arguments(call.get("input") or {})
+        tool_call = ToolCall(id=str(call.get("id")), name=str(call.get("name")), arguments=split.arguments)
+        reasoning, heartbeat = split.inner_thoughts, split.request_heartbeat
+    return ModelResponse(
+        tool_call=tool_call,
+        reasoning=reasoning,
+        request_heartbeat=heartbeat,
+        text="\n".join(t for t in texts if t) or None,
+        usage=parse_usage(message.get("usage") or {}),
+        stop_reason=message.get("stop_reason"),
+        model=message.get("model"),
+        raw=message,
+    )
+
+
+def parse_usage(usage: Mapping[str, Any]) -> Usage:
+    """Anthropic ``usage`` as our usage (``None`` counts are zero)."""
+    return Usage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+        cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+    )
+
+
+def parse_result_line(line: Mapping[str, Any]) -> tuple[str, BatchOutcome]:
+    """One line of a batch's results JSONL as ``(custom_id, outcome)``."""
+    custom_id = str(line.get("custom_id"))
+    result: Mapping[str, Any] = line.get("result") or {}
+    kind = result.get("type")
+    if kind == "succeeded":
+        response = parse_message(result.get("message") or {})
+        return custom_id, BatchOutcome(status=OutcomeStatus.SUCCEEDED, response=response, raw=line)
+    if kind == "canceled":
+        return custom_id, BatchOutcome(status=OutcomeStatus.CANCELED, raw=line)
+    if kind == "expired":
+        return custom_id, BatchOutcome(status=OutcomeStatus.EXPIRED, raw=line)
+    # errored: the error type is error.error.type ({"type": "error", "error": {...}})
+    outer: Mapping[str, Any] = result.get("error") or {}
+    inner: Mapping[str, Any] = outer.get("error") or outer
+    error = ModelError(
+        type=str(inner.get("type") or API_ERROR),
+        message=str(inner.get("message") or f"unexpected batch result {json.dumps(result)[:200]}"),
+    )
+    return custom_id, BatchOutcome(status=OutcomeStatus.ERRORED, error=error, raw=line)
+
+
+_STATES: Final = {
+    "in_progress": BatchState.IN_PROGRESS,
+    "canceling": BatchState.CANCELING,
+    "ended": BatchState.ENDED,
+}
+
+
+def parse_batch(batch: Mapping[str, Any]) -> BatchStatus:
+    """A ``message_batch`` object as JSON as our batch status."""
+    counts: Mapping[str, Any] = batch.get("request_counts") or {}
+    status = str(batch.get("processing_status"))
+    return BatchStatus(
+        id=str(batch["id"]),
+        state=_STATES.get(status, BatchState.IN_PROGRESS),
+        counts=BatchCounts(
+            processing=int(counts.get("processing") or 0),
+            succeeded=int(counts.get("succeeded") or 0),
+            errored=int(counts.get("errored") or 0),
+            canceled=int(counts.get("canceled") or 0),
+            expired=int(counts.get("expired") or 0),
+        ),
+        provider_status=status,
+        created_at=_time(batch["created_at"]),
+        expires_at=_optional_time(batch.get("expires_at")),
+        ended_at=_optional_time(batch.get("ended_at")),
+    )
+
+
+def _time(value: Any) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+
+
+def _optional_time(value: Any) -> datetime | None:
+    return None if value is None else _time(value)

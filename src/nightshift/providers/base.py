@@ -1,0 +1,221 @@
+"""The provider seam: the neutral request and response types and the ``ModelProvider`` protocol.
+
+Everything above ``providers/`` speaks these types only; each provider module maps them to and
+from its wire format. A provider batch moves through::
+
+    submit_batch -> IN_PROGRESS -> ENDED                 (results can be streamed)
+                         |
+                   cancel_batch -> CANCELING -> ENDED    (unprocessed requests come back canceled)
+
+and each request of an ended batch has exactly one outcome: succeeded, errored, canceled or expired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from nightshift.domain.agents import LLMConfig
+from nightshift.domain.messages import Message, ToolCall
+from nightshift.providers.errors import is_retryable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One model call, independent of the provider.
+
+    ``messages`` are the agent's in-context messages after the system message. ``tools`` are
+    ``{"name", "description", "parameters"}`` schemas as stored on our tools; the wire layer adds
+    the ``inner_thoughts`` and ``request_heartbeat`` arguments to each. With ``require_tool_call``
+    the model must call one tool; ``forced_tool`` names the one it must call. ``temperature`` is
+    dropped for Anthropic, whose current API version refuses it.
+    """
+
+    model: str
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    max_tokens: int = 4096
+    temperature: float | None = None
+    require_tool_call: bool = True
+    forced_tool: str | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        config: LLMConfig,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]] = (),
+        require_tool_call: bool = True,
+        forced_tool: str | None = None,
+    ) -> ModelRequest:
+        """Build a request for an agent's LLM config (model name, max_tokens, temperature).
+
+        Args:
+            config: The agent's LLM config.
+            system: The compiled system prompt.
+            messages: The in-context messages after the system message, oldest first.
+            tools: Tool schemas ``{"name", "description", "parameters"}``.
+            require_tool_call: Whether the model must call a tool.
+            forced_tool: The tool the model must call, if one is forced.
+
+        Returns:
+            The request.
+        """
+        return cls(
+            model=config.model,
+            system=system,
+            messages=tuple(messages),
+            tools=tuple(dict(t) for t in tools),
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            require_tool_call=require_tool_call,
+            forced_tool=forced_tool,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Tokens of one call. ``input_tokens`` excludes the cached tokens read or written."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelError:
+    """An error the provider returned for one request: its kind (``rate_limit_error``...) and text."""
+
+    type: str
+    message: str
+
+    @property
+    def retryable(self) -> bool:
+        """Whether sending the same request again later may succeed."""
+        return is_retryable(self.type)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    """What the model answered, provider-neutral.
+
+    ``tool_call`` is the first tool call, its ``arguments`` the JSON text without
+    ``inner_thoughts`` and ``request_heartbeat`` (which are in ``reasoning`` and
+    ``request_heartbeat``). When the model wrote arguments that are not a JSON object, they are
+    kept verbatim so the runtime can report a tool error. ``text`` is visible text the model wrote
+    (the answer, when there is no tool call). ``raw`` is the provider's message as JSON.
+    """
+
+    tool_call: ToolCall | None
+    reasoning: str | None = None
+    request_heartbeat: bool = False
+    text: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+    model: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+class OutcomeStatus(StrEnum):
+    """What became of one request of a batch. Every value is final."""
+
+    SUCCEEDED = "succeeded"  # the model answered; ``response`` holds it
+    ERRORED = "errored"  # the provider refused or failed this request; ``error`` says why
+    CANCELED = "canceled"  # the batch was cancelled before this request was processed
+    EXPIRED = "expired"  # the batch expired before this request was processed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchOutcome:
+    """The result of one request of a batch; ``raw`` is the provider's result line as JSON."""
+
+    status: OutcomeStatus
+    response: ModelResponse | None = None
+    error: ModelError | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+class BatchState(StrEnum):
+    """Where a provider batch is, in the provider-neutral machine of this module's docstring."""
+
+    IN_PROGRESS = "in_progress"  # the provider is working on it; poll again -> canceling | ended
+    CANCELING = "canceling"  # a cancel was sent; the provider is winding down -> ended
+    ENDED = "ended"  # every request has an outcome and the results can be streamed (terminal)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchCounts:
+    """Requests of a batch by outcome; ``processing`` are those without one yet."""
+
+    processing: int = 0
+    succeeded: int = 0
+    errored: int = 0
+    canceled: int = 0
+    expired: int = 0
+
+    @property
+    def total(self) -> int:
+        """Number of requests in the batch."""
+        return self.processing + self.succeeded + self.errored + self.canceled + self.expired
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchStatus:
+    """A provider batch as last seen. ``provider_status`` is the provider's own word for it.
+
+    ``error`` is set when the provider refused the whole batch (OpenAI's ``failed`` after
+    validating the input file); every request then comes back errored.
+    """
+
+    id: str
+    state: BatchState
+    counts: BatchCounts
+    provider_status: str
+    created_at: datetime
+    expires_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: str | None = None
+
+
+class ModelProvider(Protocol):
+    """One model provider, for single calls and for batches.
+
+    Contract:
+      * Every method raises ``ProviderError`` (with ``kind`` and ``retryable``) when the provider
+        cannot be reached or refuses the call; SDK exceptions never escape. A missing API key is a
+        ``ProviderError`` naming the environment variable, raised on first use.
+      * ``submit_batch`` takes ``custom_id -> request``; a custom_id matches
+        ``^[a-zA-Z0-9_-]{1,64}$`` (an agent id does). It returns the provider's batch id.
+      * ``batch_results`` may be called once ``retrieve_batch`` reports ``ENDED``. It yields exactly
+        one ``(custom_id, outcome)`` per submitted request, in no particular order, reading the
+        provider's result file as a stream (memory does not grow with the batch). Close it with
+        ``contextlib.aclosing`` when you may stop early.
+      * Per-request errors inside a batch are outcomes, not exceptions.
+    """
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one request through the normal (non-batch) API and return the answer."""
+        ...
+
+    async def submit_batch(self, requests: Mapping[str, ModelRequest]) -> str:
+        """Submit one batch of ``custom_id -> request`` and return the provider's batch id."""
+        ...
+
+    async def retrieve_batch(self, batch_id: str) -> BatchStatus:
+        """The batch's current state and counts."""
+        ...
+
+    def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
+        """Stream the outcome of every request of an ended batch as ``(custom_id, outcome)``."""
+        ...
+
+    async def cancel_batch(self, batch_id: str) -> BatchStatus:
+        """Ask the provider to cancel the batch; returns its state (usually ``CANCELING``)."""
+        ...

@@ -1,0 +1,134 @@
+"""``ModelProvider`` over OpenAI's Chat Completions and Batch APIs, through the official SDK.
+
+A batch is a JSONL input file uploaded with ``purpose=batch`` and a batch on
+``/v1/chat/completions``. Results are the output and error files, read line by line; requests with
+no line in either (never run, or a batch refused as a whole) are read back from the input file so
+that every submitted custom_id gets an outcome. Translation lives in ``openai_wire``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+import openai
+
+from nightshift.errors import ProviderError
+from nightshift.providers import openai_wire as wire
+from nightshift.providers.base import BatchOutcome, BatchState, BatchStatus, ModelRequest, ModelResponse
+from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
+
+
+class OpenAIProvider:
+    """OpenAI as a ``ModelProvider``. A batch holds requests for a single model (an API rule)."""
+
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        self._client = client
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one request through ``POST /v1/chat/completions``."""
+        body = wire.build_request(request)
+        try:
+            completion = await self._client.chat.completions.create(**body)
+        except openai.OpenAIError as exc:
+            raise provider_error(exc) from exc
+        return wire.parse_completion(completion.to_dict(mode="json", warnings=False))
+
+    async def submit_batch(self, requests: Mapping[str, ModelRequest]) -> str:
+        """Upload the input file and create the batch; returns its ``batch_...`` id."""
+        if not requests:
+            raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
+        models = sorted({request.model for request in requests.values()})
+        if len(models) > 1:
+            raise ProviderError(
+                f"an OpenAI batch takes requests for one model only; got {', '.join(models)}: "
+                "submit one batch per model",
+                kind=INVALID_REQUEST,
+            )
+        data = b"".join(
+            json.dumps(wire.batch_line(custom_id, request), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            for custom_id, request in requests.items()
+        )
+        try:
+            file = await self._client.files.create(
+                file=("nightshift-batch.jsonl", data, "application/jsonl"), purpose="batch"
+            )
+            batch = await self._client.batches.create(
+                input_file_id=file.id, endpoint=wire.ENDPOINT, completion_window="24h"
+            )
+        except openai.OpenAIError as exc:
+            raise provider_error(exc) from exc
+        return batch.id
+
+    async def retrieve_batch(self, batch_id: str) -> BatchStatus:
+        """Retrieve the batch and its request counts."""
+        return wire.parse_batch(await self._batch(batch_id))
+
+    async def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
+        """Stream the output file, then the error file, then the requests that have neither."""
+        batch = await self._batch(batch_id)
+        status = wire.parse_batch(batch)
+        if status.state is not BatchState.ENDED:
+            raise ProviderError(
+                f"batch {batch_id} has no results yet: it is {status.provider_status}", kind=INVALID_REQUEST
+            )
+        seen: set[str] = set()
+        for key in ("output_file_id", "error_file_id"):
+            file_id = batch.get(key)
+            if isinstance(file_id, str) and file_id:
+                async for line in self._lines(file_id):
+                    custom_id, outcome = wire.parse_result_line(json.loads(line))
+                    seen.add(custom_id)
+                    yield custom_id, outcome
+        if status.provider_status == "completed" and len(seen) >= status.counts.total:
+            return
+        missing = wire.missing_outcome(status)
+        async for line in self._lines(str(batch["input_file_id"])):
+            try:
+                custom_id = json.loads(line).get("custom_id")
+            except (ValueError, AttributeError):
+                continue  # a line the provider refused; it has no request to report
+            if isinstance(custom_id, str) and custom_id not in seen:
+                seen.add(custom_id)
+                yield custom_id, missing
+
+    async def cancel_batch(self, batch_id: str) -> BatchStatus:
+        """Ask OpenAI to cancel the batch (it goes to ``cancelling``, then ``cancelled``)."""
+        try:
+            batch = await self._client.batches.cancel(batch_id)
+        except openai.OpenAIError as exc:
+            raise provider_error(exc) from exc
+        return wire.parse_batch(batch.to_dict(mode="json", warnings=False))
+
+    async def _batch(self, batch_id: str) -> dict[str, Any]:
+        try:
+            batch = await self._client.batches.retrieve(batch_id)
+        except openai.OpenAIError as exc:
+            raise provider_error(exc) from exc
+        return batch.to_dict(mode="json", warnings=False)
+
+    async def _lines(self, file_id: str) -> AsyncIterator[str]:
+        try:
+            async with self._client.files.with_streaming_response.content(file_id) as response:
+                async for line in response.iter_lines():
+                    if line.strip():
+                        yield line
+        except openai.OpenAIError as exc:
+            raise provider_error(exc) from exc
+
+
+def provider_error(exc: openai.OpenAIError) -> ProviderError:
+    """An SDK exception as a ``ProviderError``; the kind follows the HTTP status."""
+    if isinstance(exc, openai.APIStatusError):
+        kind = kind_for_status(exc.status_code)
+        body = exc.body if isinstance(exc.body, dict) else {}
+        message = body.get("message") or exc.message
+        return ProviderError(
+            f"OpenAI returned {exc.status_code} {kind}: {message}", kind=kind, retryable=is_retryable(kind)
+        )
+    if isinstance(exc, openai.APITimeoutError):
+        return ProviderError(f"OpenAI did not answer in time: {exc}", kind=TIMEOUT, retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        return ProviderError(f"cannot reach OpenAI: {exc}", kind=CONNECTION, retryable=True)
+    return ProviderError(f"OpenAI client error: {exc}", kind=API_ERROR, retryable=False)

@@ -1,0 +1,263 @@
+"""OpenAI wire format: our requests to Chat Completions bodies and Batch input lines, and back.
+
+Pure functions over plain JSON values. What they guarantee about the request: the system prompt
+is the first message; an assistant message carries its tool calls with the reasoning as the
+``inner_thoughts`` argument; a tool result is a ``role: tool`` message answering a call of the
+assistant message before it (an orphan result becomes user text, a call without a result gets an
+error result, because the API refuses either); one tool call is forced with ``tool_choice`` and
+``parallel_tool_calls: false``.
+
+Batch results: successes are lines of the output file, HTTP-level failures and requests that never
+ran (``batch_expired`` / ``batch_cancelled``) lines of the error file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.providers.agent_arguments import split_agent_arguments, with_agent_arguments, with_reasoning
+from nightshift.providers.base import (
+    BatchCounts,
+    BatchOutcome,
+    BatchState,
+    BatchStatus,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    OutcomeStatus,
+    Usage,
+)
+from nightshift.providers.errors import API_ERROR, INVALID_REQUEST, kind_for_status
+
+ENDPOINT: Final = "/v1/chat/completions"
+MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
+EXPIRED_CODE: Final = "batch_expired"
+CANCELLED_CODE: Final = "batch_cancelled"
+
+
+def build_request(request: ModelRequest) -> dict[str, Any]:
+    """A Chat Completions request body for one request."""
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    messages.extend(to_messages(request.messages))
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages,
+        "max_completion_tokens": request.max_tokens,
+    }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.tools:
+        body["tools"] = to_tools(request.tools)
+        body["tool_choice"] = _tool_choice(request)
+        body["parallel_tool_calls"] = False
+    return body
+
+
+def batch_line(custom_id: str, request: ModelRequest) -> dict[str, Any]:
+    """One line of a Batch input file (``/v1/chat/completions``) for one request."""
+    return {"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": build_request(request)}
+
+
+def to_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Our tool schemas ``{name, description, parameters}`` as OpenAI function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t.get("description") or "",
+                "parameters": with_agent_arguments(t.get("parameters")),
+            },
+        }
+        for t in tools
+    ]
+
+
+def _tool_choice(request: ModelRequest) -> str | dict[str, Any]:
+    if request.forced_tool is not None:
+        return {"type": "function", "function": {"name": request.forced_tool}}
+    return "required" if request.require_tool_call else "auto"
+
+
+def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Our in-context messages (after the system message) as Chat Completions messages."""
+    out: list[dict[str, Any]] = []
+    open_calls: list[str] = []  # calls of the last assistant message still waiting for a result
+    for message in messages:
+        if message.role is Role.TOOL:
+            if message.tool_call_id in open_calls:
+                open_calls.remove(message.tool_call_id)
+                out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text})
+            else:
+                _close(open_calls, out)
+                label = "Tool error" if message.is_error else "Tool result"
+                out.append({"role": "user", "content": f"{label}: {message.text}"})
+            continue
+        _close(open_calls, out)
+        if message.role is Role.ASSISTANT:
+            converted = _assistant(message)
+            if converted is not None:
+                out.append(converted)
+                open_calls = [call.id for call in message.tool_calls]
+        elif message.text:
+            out.append({"role": message.role.value, "content": message.text})
+    _close(open_calls, out)
+    return out
+
+
+def _close(open_calls: list[str], out: list[dict[str, Any]]) -> None:
+    for call_id in open_calls:
+        out.append({"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT})
+    open_calls.clear()
+
+
+def _assistant(message: Message) -> dict[str, Any] | None:
+    calls = [_call(call, message.reasoning) for call in message.tool_calls]
+    content = message.text or (message.reasoning if not calls else None) or None
+    if not calls and content is None:
+        return None
+    converted: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        converted["tool_calls"] = calls
+    return converted
+
+
+def _call(call: ToolCall, reasoning: str | None) -> dict[str, Any]:
+    arguments = with_reasoning(call.arguments, reasoning)
+    text = call.arguments if arguments is None else json.dumps(arguments, ensure_ascii=False)
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": text}}
+
+
+def parse_completion(body: Mapping[str, Any]) -> ModelResponse:
+    """A Chat Completions response body as a neutral response (the first choice, first tool call)."""
+    choices: list[Mapping[str, Any]] = list(body.get("choices") or [])
+    choice: Mapping[str, Any] = choices[0] if choices else {}
+    message: Mapping[str, Any] = choice.get("message") or {}
+    calls: list[Mapping[str, Any]] = list(message.get("tool_calls") or [])
+    tool_call: ToolCall | None = None
+    reasoning: str | None = None
+    heartbeat = False
+    if calls:
+        function: Mapping[str, Any] = calls[0].get("function") or {}
+        raw_arguments = function.get("arguments")
+        split = split_agent_arguments(raw_arguments if isinstance(raw_arguments, str | dict) else "")
+        tool_call = ToolCall(id=str(calls[0].get("id")), name=str(function.get("name")), arguments=split.arguments)
+        reasoning, heartbeat = split.inner_thoughts, split.request_heartbeat
+    return ModelResponse(
+        tool_call=tool_call,
+        reasoning=reasoning,
+        request_heartbeat=heartbeat,
+        text=message.get("content") or message.get("refusal") or None,
+        usage=parse_usage(body.get("usage") or {}),
+        stop_reason=choice.get("finish_reason"),
+        model=body.get("model"),
+        raw=body,
+    )
+
+
+def parse_usage(usage: Mapping[str, Any]) -> Usage:
+    """OpenAI ``usage`` as our usage; cached prompt tokens are taken out of ``input_tokens``."""
+    details: Mapping[str, Any] = usage.get("prompt_tokens_details") or {}
+    cached = int(details.get("cached_tokens") or 0)
+    written = int(details.get("cache_write_tokens") or 0)
+    return Usage(
+        input_tokens=max(int(usage.get("prompt_tokens") or 0) - cached - written, 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        cache_read_tokens=cached,
+        cache_write_tokens=written,
+    )
+
+
+def parse_result_line(line: Mapping[str, Any]) -> tuple[str, BatchOutcome]:
+    """One line of a batch's output or error file as ``(custom_id, outcome)``."""
+    custom_id = str(line.get("custom_id"))
+    response: Mapping[str, Any] | None = line.get("response")
+    if response is not None:
+        status = int(response.get("status_code") or 0)
+        body: Mapping[str, Any] = response.get("body") or {}
+        if status == 200:
+            return custom_id, BatchOutcome(status=OutcomeStatus.SUCCEEDED, response=parse_completion(body), raw=line)
+        detail: Mapping[str, Any] = body.get("error") or {}
+        error = ModelError(type=kind_for_status(status), message=str(detail.get("message") or f"HTTP {status}"))
+        return custom_id, BatchOutcome(status=OutcomeStatus.ERRORED, error=error, raw=line)
+    failure: Mapping[str, Any] = line.get("error") or {}
+    code = failure.get("code")
+    if code == EXPIRED_CODE:
+        return custom_id, BatchOutcome(status=OutcomeStatus.EXPIRED, raw=line)
+    if code == CANCELLED_CODE:
+        return custom_id, BatchOutcome(status=OutcomeStatus.CANCELED, raw=line)
+    error = ModelError(type=API_ERROR, message=str(failure.get("message") or code or "no response"))
+    return custom_id, BatchOutcome(status=OutcomeStatus.ERRORED, error=error, raw=line)
+
+
+def missing_outcome(batch: BatchStatus) -> BatchOutcome:
+    """The outcome of a request of an ended batch that has no line in the output or error file."""
+    if batch.provider_status == "expired":
+        return BatchOutcome(status=OutcomeStatus.EXPIRED)
+    if batch.provider_status == "cancelled":
+        return BatchOutcome(status=OutcomeStatus.CANCELED)
+    if batch.error is not None:
+        return BatchOutcome(status=OutcomeStatus.ERRORED, error=ModelError(type=INVALID_REQUEST, message=batch.error))
+    message = f"the batch ended ({batch.provider_status}) without a result for this request"
+    return BatchOutcome(status=OutcomeStatus.ERRORED, error=ModelError(type=API_ERROR, message=message))
+
+
+_STATES: Final = {
+    "validating": BatchState.IN_PROGRESS,
+    "in_progress": BatchState.IN_PROGRESS,
+    "finalizing": BatchState.IN_PROGRESS,
+    "cancelling": BatchState.CANCELING,
+}
+
+
+def parse_batch(batch: Mapping[str, Any]) -> BatchStatus:
+    """A ``batch`` object as JSON as our batch status.
+
+    While the batch runs, requests without a result are ``processing``; once it ended they are
+    expired (``expired``), canceled (``cancelled``) or errored (``failed``).
+    """
+    status = str(batch.get("status"))
+    state = _STATES.get(status, BatchState.ENDED)
+    raw_counts: Mapping[str, Any] = batch.get("request_counts") or {}
+    total = int(raw_counts.get("total") or 0)
+    completed = int(raw_counts.get("completed") or 0)
+    failed = int(raw_counts.get("failed") or 0)
+    rest = max(total - completed - failed, 0)
+    if state is not BatchState.ENDED:
+        counts = BatchCounts(processing=rest, succeeded=completed, errored=failed)
+    elif status == "expired":
+        counts = BatchCounts(succeeded=completed, errored=failed, expired=rest)
+    elif status == "cancelled":
+        counts = BatchCounts(succeeded=completed, errored=failed, canceled=rest)
+    else:
+        counts = BatchCounts(succeeded=completed, errored=failed + rest)
+    ended = next((batch[k] for k in ("completed_at", "failed_at", "expired_at", "cancelled_at") if batch.get(k)), None)
+    return BatchStatus(
+        id=str(batch["id"]),
+        state=state,
+        counts=counts,
+        provider_status=status,
+        created_at=_time(batch["created_at"]),
+        expires_at=_time(batch["expires_at"]) if batch.get("expires_at") else None,
+        ended_at=_time(ended) if ended is not None and state is BatchState.ENDED else None,
+        error=_batch_error(batch) if status == "failed" else None,
+    )
+
+
+def _batch_error(batch: Mapping[str, Any]) -> str:
+    errors: Mapping[str, Any] = batch.get("errors") or {}
+    parts = []
+    for item in errors.get("data") or []:
+        where = f"line {item['line']}: " if item.get("line") is not None else ""
+        parts.append(f"{where}{item.get('message') or item.get('code')}")
+    return "; ".join(parts) or "the provider refused the batch"
+
+
+def _time(value: Any) -> datetime:
+    return datetime.fromtimestamp(int(value), tz=UTC)

@@ -1,0 +1,41 @@
+"""Writing a step's results: messages, memory edits, passages and context windows, in bulk."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.agents import Agent
+from nightshift.domain.blocks import Block
+from nightshift.runtime.step import TurnResult
+from nightshift.store import agents as agent_store
+from nightshift.store import blocks as block_store
+from nightshift.store import messages as message_store
+from nightshift.store import passages as passage_store
+
+
+async def write_turns(
+    conn: AsyncConnection, agents: Mapping[str, Agent], results: Sequence[TurnResult], now: datetime
+) -> dict[str, Agent]:
+    """Persist every turn's messages, changed blocks and passages; append the messages to the windows.
+
+    An agent with ``message_buffer_autoclear`` that stops keeps only its system message in context
+    (its messages stay in recall memory). Returns the agents as they are now, blocks included.
+    """
+    await message_store.insert_messages(conn, [m for r in results for m in r.messages])
+    changed: dict[str, Block] = {b.id: b for r in results for b in r.changed_blocks}
+    await block_store.update_blocks(conn, list(changed.values()))
+    await passage_store.insert_passages(conn, [p for r in results for p in r.passages])
+    updated: dict[str, Agent] = {}
+    for result in results:
+        agent = agents[result.agent_id]
+        window = (*agent.message_ids, *(m.id for m in result.messages))
+        if not result.continues and agent.message_buffer_autoclear:
+            window = window[:1]
+        blocks = tuple(changed.get(b.id, b) for b in agent.blocks)
+        updated[agent.id] = replace(agent, message_ids=window, blocks=blocks, updated_at=now)
+    await agent_store.set_message_ids(conn, [(a.id, a.message_ids) for a in updated.values()], now)
+    return updated

@@ -1,0 +1,107 @@
+"""Synchronous stepping: one agent through the provider's normal API, with the batch step logic.
+
+For building and debugging agents before running them in batch: the same requests, tools, rules
+and persistence as a batch step, one model call at a time, until the agent stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nightshift.domain.messages import Message
+from nightshift.errors import Conflict, InvalidInput
+from nightshift.providers.base import Usage
+from nightshift.providers.clients import ProviderSet
+from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
+from nightshift.runtime.persist import write_turns
+from nightshift.runtime.search import StoreSearch
+from nightshift.runtime.step import Turn, first_state, take_turns
+from nightshift.services.agents import get_agent
+from nightshift.store import agents as agent_store
+from nightshift.store import batches as batch_store
+from nightshift.tools.sandbox import Sandbox
+
+STOP_REASONS = {"max_steps": "max_steps", "final_text": "end_turn"}
+
+
+@dataclass(slots=True, kw_only=True)
+class SyncResult:
+    """Everything the agent's run wrote, in order, with why it stopped and what it used."""
+
+    messages: list[Message] = field(default_factory=list)
+    stop_reason: str = "end_turn"
+    usage: Usage = field(default_factory=Usage)
+    steps: int = 0
+
+
+async def step_agent(
+    engine: AsyncEngine,
+    providers: ProviderSet,
+    sandbox: Sandbox,
+    org_id: str,
+    agent_id: str,
+    texts: Sequence[str],
+    *,
+    max_steps: int,
+) -> SyncResult:
+    """Send ``texts`` to the agent and step it until it stops or reaches ``max_steps``.
+
+    Raises:
+        InvalidInput: no message text.
+        NotFound: no such agent.
+        Conflict: the agent is in an open step of a batch run.
+        ProviderError: the provider failed (what was written before stays written).
+    """
+    if not any(t.strip() for t in texts):
+        raise InvalidInput("give at least one message with text", field="messages")
+    out = SyncResult()
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        agent = await get_agent(conn, org_id, agent_id)
+        if await batch_store.agents_in_open_steps(conn, [agent_id]):
+            raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
+        inputs = StepInputs()
+        messages = [user_message(agent, t, now) for t in texts if t.strip()]
+        agent = inputs.add(agent, messages)
+        await inputs.write(conn, now)
+    out.messages.extend(messages)
+    state = first_state(agent, max_steps)
+    provider = providers.get(agent.llm_config.provider)
+    while True:
+        async with engine.connect() as conn:
+            request = (await build_requests(conn, [agent], {agent.id: state}))[agent.id]
+        response = await provider.complete(request)
+        out.steps += 1
+        out.usage = Usage(
+            input_tokens=out.usage.input_tokens + response.usage.input_tokens,
+            output_tokens=out.usage.output_tokens + response.usage.output_tokens,
+            cache_read_tokens=out.usage.cache_read_tokens + response.usage.cache_read_tokens,
+            cache_write_tokens=out.usage.cache_write_tokens + response.usage.cache_write_tokens,
+        )
+        async with engine.connect() as conn:
+            (result,) = await take_turns(
+                [Turn(agent=agent, state=state, response=response)],
+                search=StoreSearch(conn),
+                sandbox=sandbox,
+                now=datetime.now(UTC),
+            )
+        now = datetime.now(UTC)
+        async with engine.begin() as conn:
+            fresh = await agent_store.load_agents(conn, org_id, [agent.id])
+            agent = (await write_turns(conn, fresh, [result], now))[agent.id]
+            out.messages.extend(result.messages)
+            if not result.continues:
+                out.stop_reason = STOP_REASONS.get(result.reason, "end_turn")
+                if result.reason.startswith("tool_rules"):
+                    out.stop_reason = "tool_rule"
+                return out
+            inputs = StepInputs()
+            heartbeat = heartbeat_message(agent, now)
+            agent = inputs.add(agent, [heartbeat])
+            await inputs.write(conn, now)
+            out.messages.append(heartbeat)
+        state = result.state

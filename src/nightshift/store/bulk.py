@@ -1,0 +1,24 @@
+"""``column IN (values)`` with ONE bound parameter, so a statement costs the same for 10 or 100,000 ids.
+
+PostgreSQL binds a text array (``= ANY(:ids)``); SQLite binds one JSON text and reads it with
+``json_each``. Both avoid the drivers' limits on the number of parameters (about 32,000).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, String, any_, bindparam, column, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+def in_ids(conn: AsyncConnection, target: Any, values: Iterable[str]) -> ColumnElement[bool]:
+    """A condition ``target IN values`` for the connection's dialect, with a single parameter."""
+    items = list(values)
+    if conn.dialect.name == "postgresql":
+        return target == any_(bindparam(None, items, type_=ARRAY(String)))  # type: ignore[no-any-return]
+    each: Select[Any] = select(column("value")).select_from(func.json_each(bindparam(None, json.dumps(items))))
+    return target.in_(each)  # type: ignore[no-any-return]

@@ -1,0 +1,38 @@
+"""Batch runs through the API, with the emulator as the provider, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+from support.runs import OPENAI_MODEL, Runs
+
+
+async def test_one_step_run_completes_for_every_agent(runs: Runs) -> None:
+    agents = [await runs.agent(f"a{i}") for i in range(3)]
+    run = await runs.start(
+        [{"agent_id": a["id"], "messages": [{"role": "user", "content": "hello there"}]} for a in agents]
+    )
+    assert run["id"].startswith("batch-")
+    assert run["job_type"] == "batch"
+    done = await runs.wait(run["id"])
+    assert done["status"] == "completed", done
+    assert done["progress"]["agents"] == {"running": 0, "finished": 3, "failed": 0, "cancelled": 0}
+    assert done["completed_at"] is not None
+    messages = await runs.messages(run["id"])
+    by_agent: dict[str, list[str]] = {}
+    for message in messages:
+        by_agent.setdefault(message["agent_id"], []).append(message["role"])
+    assert by_agent == {a["id"]: ["user", "assistant", "tool"] for a in agents}
+    assistant = next(m for m in messages if m["role"] == "assistant")
+    assert assistant["tool_calls"][0]["function"]["name"] == "send_message"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"])["message"]
+
+
+async def test_mixed_providers_run(runs: Runs) -> None:
+    one = await runs.agent("anthropic-agent")
+    two = await runs.agent("openai-agent", model=OPENAI_MODEL)
+    run = await runs.start([{"agent_id": a["id"], "input": "hi"} for a in (one, two)])
+    done = await runs.wait(run["id"])
+    assert done["status"] == "completed", done
+    providers = sorted(b["provider"] for b in done["progress"]["provider_batches"])
+    assert providers == ["anthropic", "openai"]

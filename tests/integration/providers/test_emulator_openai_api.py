@@ -1,0 +1,264 @@
+"""The official openai SDK against the emulator: Chat Completions, Files, Batches and their states."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedError, ScriptedReply
+from nightshift.providers.agent_arguments import with_agent_arguments
+
+SEND: Any = {
+    "type": "function",
+    "function": {
+        "name": "send_message",
+        "description": "Send a message.",
+        "parameters": with_agent_arguments(
+            {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
+        ),
+    },
+}
+
+
+def body(text: str = "hello", model: str = "gpt-test", **extra: Any) -> Any:
+    return {"model": model, "messages": [{"role": "user", "content": text}], **extra}
+
+
+def jsonl(lines: list[Any]) -> bytes:
+    return b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
+
+
+def line(custom_id: str, **extra: Any) -> dict[str, Any]:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body(**extra)}
+
+
+async def start(client: openai.AsyncOpenAI, lines: list[Any]) -> str:
+    upload = await client.files.create(file=("in.jsonl", jsonl(lines), "application/jsonl"), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "t"}
+    )
+    assert batch.status == "validating" and batch.metadata == {"run": "t"}
+    return batch.id
+
+
+async def read(client: openai.AsyncOpenAI, file_id: str | None) -> dict[str, dict[str, Any]]:
+    if file_id is None:
+        return {}
+    text = (await client.files.content(file_id)).text
+    assert text.endswith("\n") and "\n\n" not in text
+    return {item["custom_id"]: item for item in map(json.loads, text.splitlines())}
+
+
+async def test_chat_completion_with_a_tool_call(openai_sdk: openai.AsyncOpenAI) -> None:
+    raw = await openai_sdk.chat.completions.with_raw_response.create(
+        **body("hi there"), tools=[SEND], tool_choice="required", parallel_tool_calls=False
+    )
+    completion = raw.parse()
+
+    assert raw.headers["x-request-id"].startswith("req_")
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_")
+    arguments = json.loads(call.function.arguments)
+    assert call.function.name == "send_message"
+    assert "hi there" in arguments["message"] and arguments["request_heartbeat"] is False
+    assert completion.usage is not None and completion.usage.prompt_tokens > 0
+
+
+async def test_prompt_prefix_is_cached(openai_sdk: openai.AsyncOpenAI) -> None:
+    system: Any = {"role": "system", "content": "You are Sam. " * 100}
+    first = await openai_sdk.chat.completions.create(
+        model="gpt-test", messages=[system, {"role": "user", "content": "a"}]
+    )
+    second = await openai_sdk.chat.completions.create(
+        model="gpt-test", messages=[system, {"role": "user", "content": "b"}]
+    )
+
+    assert first.usage is not None and second.usage is not None
+    assert first.usage.prompt_tokens_details is not None and second.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens == 325
+
+
+async def test_chat_errors_have_openai_bodies(emulator: str) -> None:
+    async with httpx.AsyncClient(base_url=f"{emulator}/v1", headers={"authorization": "Bearer k"}) as http:
+        no_model = await http.post("/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+        orphan = await http.post(
+            "/chat/completions", json=body(messages=[{"role": "tool", "tool_call_id": "c", "content": "x"}])
+        )
+        no_key = await http.post("/chat/completions", json=body(), headers={"authorization": ""})
+
+    assert no_model.status_code == 400
+    assert no_model.json() == {
+        "error": {
+            "message": "you must provide a model parameter",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": None,
+        }
+    }
+    assert orphan.status_code == 400 and "role 'tool'" in orphan.json()["error"]["message"]
+    assert no_key.status_code == 401 and no_key.json()["error"]["code"] == "invalid_api_key"
+
+
+async def test_files_create_retrieve_content_delete(openai_sdk: openai.AsyncOpenAI) -> None:
+    data = jsonl([line("a")])
+    created = await openai_sdk.files.create(file=("in.jsonl", data, "application/jsonl"), purpose="batch")
+
+    assert created.id.startswith("file-") and created.purpose == "batch" and created.bytes == len(data)
+    assert (await openai_sdk.files.retrieve(created.id)).filename == "in.jsonl"
+    assert [f.id async for f in openai_sdk.files.list()] == [created.id]
+    assert (await openai_sdk.files.content(created.id)).content == data
+    deleted = await openai_sdk.files.delete(created.id)
+    assert deleted.deleted and deleted.id == created.id
+    with pytest.raises(openai.NotFoundError):
+        await openai_sdk.files.retrieve(created.id)
+    with pytest.raises(openai.BadRequestError, match="jsonl"):
+        await openai_sdk.files.create(file=("in.txt", data, "text/plain"), purpose="batch")
+
+
+async def test_batch_goes_through_every_state(openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin) -> None:
+    await admin.configure(polls_to_end=1, finalizing_polls=1, errors={"limited": "rate_limit_error"})
+    lines = [line("a", tools=[SEND]), line("b"), line("no-model"), line("limited")]
+    del lines[2]["body"]["model"]
+    batch_id = await start(openai_sdk, lines)
+
+    running = await openai_sdk.batches.retrieve(batch_id)
+    assert running.status == "in_progress" and running.in_progress_at is not None
+    assert running.request_counts is not None and running.request_counts.total == 4
+    assert running.request_counts.completed == 2  # half-way: the first two are done
+    finalizing = await openai_sdk.batches.retrieve(batch_id)
+    assert finalizing.status == "finalizing" and finalizing.finalizing_at is not None
+    done = await openai_sdk.batches.retrieve(batch_id)
+    assert done.status == "completed" and done.completed_at is not None
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (2, 2)
+    assert done.model == "gpt-test" and done.usage is not None and done.usage.input_tokens > 0
+
+    output = await read(openai_sdk, done.output_file_id)
+    errors = await read(openai_sdk, done.error_file_id)
+    assert set(output) == {"a", "b"} and set(errors) == {"no-model", "limited"}
+    assert output["a"]["id"].startswith("batch_req_") and output["a"]["error"] is None
+    assert output["a"]["response"]["status_code"] == 200
+    assert output["a"]["response"]["body"]["choices"][0]["finish_reason"] == "tool_calls"
+    assert errors["no-model"]["response"]["status_code"] == 400
+    assert errors["no-model"]["response"]["body"]["error"]["param"] == "model"
+    assert errors["limited"]["response"]["status_code"] == 429
+    assert errors["limited"]["response"]["body"]["error"]["code"] == "rate_limit_exceeded"
+    assert (await openai_sdk.files.retrieve(done.output_file_id or "")).purpose == "batch_output"
+
+
+async def test_expired_batch_returns_finished_work(openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin) -> None:
+    await admin.configure(polls_to_end=3, expire_after_polls=1)
+    batch_id = await start(openai_sdk, [line(f"r{i}") for i in range(4)])
+    await openai_sdk.batches.retrieve(batch_id)
+    expired = await openai_sdk.batches.retrieve(batch_id)
+
+    assert expired.status == "expired" and expired.expired_at is not None
+    assert expired.request_counts is not None and expired.request_counts.completed == 2
+    assert set(await read(openai_sdk, expired.output_file_id)) == {"r0", "r1"}
+    errors = await read(openai_sdk, expired.error_file_id)
+    assert {k: v["error"]["code"] for k, v in errors.items()} == {"r2": "batch_expired", "r3": "batch_expired"}
+    assert errors["r2"]["response"] is None
+
+
+async def test_cancel_is_slow_and_keeps_partial_output(openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin) -> None:
+    await admin.configure(polls_to_end=3, cancel_polls=1)
+    batch_id = await start(openai_sdk, [line(f"r{i}") for i in range(4)])
+    await openai_sdk.batches.retrieve(batch_id)
+
+    cancelling = await openai_sdk.batches.cancel(batch_id)
+    assert cancelling.status == "cancelling" and cancelling.cancelling_at is not None
+    assert (await openai_sdk.batches.retrieve(batch_id)).status == "cancelling"
+    cancelled = await openai_sdk.batches.retrieve(batch_id)
+    assert cancelled.status == "cancelled" and cancelled.cancelled_at is not None
+    assert set(await read(openai_sdk, cancelled.output_file_id)) == {"r0"}
+    errors = await read(openai_sdk, cancelled.error_file_id)
+    assert {v["error"]["code"] for v in errors.values()} == {"batch_cancelled"}
+    with pytest.raises(openai.BadRequestError, match="cancelled"):
+        await openai_sdk.batches.cancel(batch_id)
+
+
+@pytest.mark.parametrize(
+    ("lines", "code", "at_line"),
+    [
+        ([line("a"), line("a")], "duplicate_custom_id", 2),
+        ([line("a"), b"{not json"], "invalid_json_line", 2),
+        ([line("a"), line("b", model="other-model")], "mismatched_model", 2),
+        ([{**line("a"), "url": "/v1/embeddings"}], "invalid_url", 1),
+        ([{"method": "POST", "url": "/v1/chat/completions", "body": body()}], "missing_required_parameter", 1),
+    ],
+)
+async def test_invalid_input_file_fails_the_batch(
+    openai_sdk: openai.AsyncOpenAI, lines: list[Any], code: str, at_line: int
+) -> None:
+    batch_id = await start(openai_sdk, lines)
+    failed = await openai_sdk.batches.retrieve(batch_id)
+
+    assert failed.status == "failed" and failed.failed_at is not None
+    assert failed.errors is not None and failed.errors.data is not None
+    assert (failed.errors.data[0].code, failed.errors.data[0].line) == (code, at_line)
+    assert failed.output_file_id is None
+
+
+async def test_more_than_50000_requests_fail_the_batch(openai_sdk: openai.AsyncOpenAI) -> None:
+    tiny = b'{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{}}'
+    data = b"\n".join(tiny % i for i in range(50_001)) + b"\n"
+    upload = await openai_sdk.files.create(file=("big.jsonl", data, "application/jsonl"), purpose="batch")
+    batch = await openai_sdk.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    failed = await openai_sdk.batches.retrieve(batch.id)
+
+    assert failed.status == "failed"
+    assert failed.errors is not None and failed.errors.data is not None
+    assert failed.errors.data[0].code == "too_many_requests"
+
+
+async def test_batch_creation_is_checked(openai_sdk: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        await openai_sdk.batches.create(
+            input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    upload = await openai_sdk.files.create(file=("in.jsonl", jsonl([line("a")]), "application/jsonl"), purpose="batch")
+    with pytest.raises(openai.BadRequestError, match="endpoint"):
+        await openai_sdk.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="24h")
+
+
+async def test_list_batches_newest_first(openai_sdk: openai.AsyncOpenAI) -> None:
+    ids = [await start(openai_sdk, [line("a")]) for _ in range(3)]
+
+    page = await openai_sdk.batches.list(limit=2)
+    assert [b.id for b in page.data] == ids[::-1][:2] and page.has_more
+    assert [b.id async for b in openai_sdk.batches.list(limit=2)] == ids[::-1]
+
+
+async def test_scripted_error_for_normal_calls_and_retry_through_500(
+    emulator: str, admin: EmulatorAdmin, openai_sdk: openai.AsyncOpenAI
+) -> None:
+    await admin.script("*", ScriptedReply(error=ScriptedError(type="overloaded_error", message="busy")))
+    with pytest.raises(openai.InternalServerError, match="busy") as caught:
+        await openai_sdk.chat.completions.create(**body())
+    assert caught.value.status_code == 503
+
+    await admin.fault(HttpFault(path="/v1/chat/completions", status=500, count=1, retry_after_ms=5))
+    async with openai.AsyncOpenAI(max_retries=1) as client:
+        completion = await client.chat.completions.create(**body())
+    assert completion.choices[0].message.content
+    logged = await admin.requests(path="/v1/chat/completions")
+    assert logged[-1]["headers"]["x-stainless-retry-count"] == "1"
+
+
+async def test_rate_limit_fault_surfaces_without_retries(openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin) -> None:
+    await admin.fault(HttpFault(path="/v1/batches*", method="GET", status=429, retry_after=1))
+    with pytest.raises(openai.RateLimitError) as caught:
+        await openai_sdk.batches.list()
+
+    assert caught.value.response.headers["retry-after"] == "1"
+    assert caught.value.code == "rate_limit_exceeded"
+    assert (await openai_sdk.batches.list()).data == []

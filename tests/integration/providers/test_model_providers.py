@@ -1,0 +1,302 @@
+"""Our provider layer (``ModelProvider``) against the emulator, for Anthropic and OpenAI alike."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from nightshift.domain.agents import Provider
+from nightshift.domain.messages import Message, Role
+from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedReply, ScriptedToolCall
+from nightshift.errors import ProviderError
+from nightshift.providers.base import BatchOutcome, BatchState, ModelProvider, ModelRequest, OutcomeStatus
+from nightshift.providers.clients import ProviderSet
+
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+MODELS = {Provider.ANTHROPIC: "claude-3-5-haiku-20241022", Provider.OPENAI: "gpt-4o-mini"}
+SEND = {
+    "name": "send_message",
+    "description": "Send a message to the user.",
+    "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+}
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather of a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+APPEND = {
+    "name": "core_memory_append",
+    "description": "Append to a memory block.",
+    "parameters": {
+        "type": "object",
+        "properties": {"label": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["label", "content"],
+    },
+}
+
+
+def msg(role: Role, text: str = "", **fields: Any) -> Message:
+    return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
+
+
+def request(provider: Provider, *messages: Message, **fields: Any) -> ModelRequest:
+    defaults: dict[str, Any] = {
+        "model": MODELS[provider],
+        "system": "You are Sam, a helpful agent. " * 20,
+        "messages": messages or (msg(Role.USER, "hello"),),
+        "tools": (SEND, WEATHER, APPEND),
+        "max_tokens": 1024,
+    }
+    return ModelRequest(**{**defaults, **fields})
+
+
+@pytest.fixture(params=[Provider.ANTHROPIC, Provider.OPENAI], ids=["anthropic", "openai"])
+def provider_name(request: pytest.FixtureRequest) -> Provider:
+    name: Provider = request.param
+    return name
+
+
+@pytest.fixture
+async def providers(emulator: str) -> AsyncIterator[ProviderSet]:
+    async with ProviderSet(max_retries=0) as built:
+        yield built
+
+
+@pytest.fixture
+def provider(providers: ProviderSet, provider_name: Provider) -> ModelProvider:
+    return providers.get(provider_name)
+
+
+async def collect(provider: ModelProvider, batch_id: str) -> dict[str, BatchOutcome]:
+    async with aclosing(provider.batch_results(batch_id)) as results:
+        return {custom_id: outcome async for custom_id, outcome in results}
+
+
+async def test_complete_calls_the_named_tool(provider: ModelProvider, provider_name: Provider) -> None:
+    response = await provider.complete(
+        request(provider_name, msg(Role.USER, "Please use get_weather for Paris"), temperature=0.3)
+    )
+
+    assert response.tool_call is not None
+    assert response.tool_call.name == "get_weather"
+    assert json.loads(response.tool_call.arguments) == {"city": "Paris"}
+    assert response.reasoning and "get_weather" in response.reasoning
+    assert response.request_heartbeat is True
+    assert response.stop_reason in ("tool_use", "tool_calls")
+    assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
+
+
+async def test_cache_is_written_then_read(provider: ModelProvider, provider_name: Provider) -> None:
+    first = await provider.complete(request(provider_name, msg(Role.USER, "hi")))
+    second = await provider.complete(request(provider_name, msg(Role.USER, "hi again")))
+
+    assert first.usage.cache_read_tokens == 0
+    assert second.usage.cache_read_tokens > 0
+    if provider_name is Provider.ANTHROPIC:  # OpenAI does not report what it writes
+        assert second.usage.cache_read_tokens == first.usage.cache_write_tokens
+        assert second.usage.cache_write_tokens == 0
+
+
+async def test_anthropic_request_on_the_wire(providers: ProviderSet, admin: EmulatorAdmin) -> None:
+    await providers.get(Provider.ANTHROPIC).complete(request(Provider.ANTHROPIC, temperature=0.9))
+
+    sent = (await admin.requests(path="/v1/messages"))[0]
+    assert sent["headers"]["anthropic-version"] == "2026-10-21"
+    body = sent["body"]
+    assert "temperature" not in body
+    assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+
+
+async def test_a_whole_agent_step_loop(provider: ModelProvider, provider_name: Provider) -> None:
+    history: list[Message] = [msg(Role.USER, '{"type": "user_message", "message": "remember that I like tea"}')]
+    for _ in range(4):
+        response = await provider.complete(request(provider_name, *history))
+        assert response.tool_call is not None
+        history.append(msg(Role.ASSISTANT, reasoning=response.reasoning, tool_calls=(response.tool_call,)))
+        history.append(msg(Role.TOOL, '{"status": "OK", "message": "done"}', tool_call_id=response.tool_call.id))
+        if not response.request_heartbeat:
+            break
+        history.append(msg(Role.USER, '{"type": "heartbeat", "reason": "request_heartbeat=true"}'))
+
+    calls = [m.tool_calls[0].name for m in history if m.role is Role.ASSISTANT]
+    assert calls == ["core_memory_append", "send_message"]
+    first = json.loads(history[1].tool_calls[0].arguments)
+    assert first == {"label": "human", "content": "I like tea"}
+
+
+async def test_batch_outcomes(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
+    await admin.configure(polls_to_end=1, errors={"agent-limited": "rate_limit_error"})
+    await admin.script(
+        "agent-scripted",
+        ScriptedReply(
+            tool_call=ScriptedToolCall(name="send_message", arguments={"message": "Hi!"}, inner_thoughts="Hm")
+        ),
+    )
+    requests = {
+        "agent-plain": request(provider_name),
+        "agent-tool": request(provider_name, msg(Role.USER, "use get_weather for Rome")),
+        "agent-limited": request(provider_name),
+        "agent-scripted": request(provider_name),
+    }
+    batch_id = await provider.submit_batch(requests)
+
+    running = await provider.retrieve_batch(batch_id)
+    assert running.state is BatchState.IN_PROGRESS and running.counts.total == 4
+    ended = await provider.retrieve_batch(batch_id)
+    assert ended.state is BatchState.ENDED and ended.ended_at is not None
+    assert (ended.counts.succeeded, ended.counts.errored) == (3, 1)
+
+    outcomes = await collect(provider, batch_id)
+    assert set(outcomes) == set(requests)
+    tool = outcomes["agent-tool"].response
+    assert tool is not None and tool.tool_call is not None
+    assert (tool.tool_call.name, json.loads(tool.tool_call.arguments)) == ("get_weather", {"city": "Rome"})
+    limited = outcomes["agent-limited"]
+    assert limited.status is OutcomeStatus.ERRORED and limited.error is not None
+    assert limited.error.type == "rate_limit_error" and limited.error.retryable
+    scripted = outcomes["agent-scripted"].response
+    assert scripted is not None and scripted.tool_call is not None
+    assert (scripted.reasoning, scripted.tool_call.arguments, scripted.request_heartbeat) == (
+        "Hm",
+        '{"message": "Hi!"}',
+        False,
+    )
+    assert outcomes["agent-plain"].raw["custom_id"] == "agent-plain"
+
+
+async def test_cancel(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
+    await admin.configure(polls_to_end=3, cancel_polls=1)
+    batch_id = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(4)})
+    await provider.retrieve_batch(batch_id)
+
+    cancelling = await provider.cancel_batch(batch_id)
+    assert cancelling.state is BatchState.CANCELING
+    assert (await provider.retrieve_batch(batch_id)).state is BatchState.CANCELING
+    ended = await provider.retrieve_batch(batch_id)
+    assert ended.state is BatchState.ENDED
+    assert (ended.counts.succeeded, ended.counts.canceled) == (1, 3)
+    statuses = sorted(o.status for o in (await collect(provider, batch_id)).values())
+    assert statuses == [OutcomeStatus.CANCELED] * 3 + [OutcomeStatus.SUCCEEDED]
+
+
+async def test_expired_requests(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
+    await admin.configure(polls_to_end=3, expire_after_polls=0)
+    batch_id = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(4)})
+    ended = await provider.retrieve_batch(batch_id)
+
+    assert ended.state is BatchState.ENDED and ended.counts.expired == 3
+    outcomes = await collect(provider, batch_id)
+    assert sorted(o.status for o in outcomes.values()) == [OutcomeStatus.EXPIRED] * 3 + [OutcomeStatus.SUCCEEDED]
+
+
+async def test_openai_requests_without_a_line_are_read_back_from_the_input(
+    providers: ProviderSet, admin: EmulatorAdmin
+) -> None:
+    await admin.configure(polls_to_end=3, expire_after_polls=0, openai_unrun_lines=False)
+    provider = providers.get(Provider.OPENAI)
+    batch_id = await provider.submit_batch({f"agent-{i}": request(Provider.OPENAI) for i in range(4)})
+    await provider.retrieve_batch(batch_id)
+
+    outcomes = await collect(provider, batch_id)
+    assert sorted(outcomes) == [f"agent-{i}" for i in range(4)]
+    assert sorted(o.status for o in outcomes.values()) == [OutcomeStatus.EXPIRED] * 3 + [OutcomeStatus.SUCCEEDED]
+
+
+async def test_results_before_the_end_are_an_error(
+    provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin
+) -> None:
+    await admin.configure(polls_to_end=5)
+    batch_id = await provider.submit_batch({"agent-1": request(provider_name)})
+
+    with pytest.raises(ProviderError):
+        await collect(provider, batch_id)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "retryable"),
+    [(429, "rate_limit_error", True), (529, "overloaded_error", True), (500, "api_error", True)],
+)
+async def test_http_errors_become_provider_errors(
+    provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin, status: int, kind: str, retryable: bool
+) -> None:
+    await admin.fault(HttpFault(path="/v1/*", status=status))
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(request(provider_name))
+
+    assert (caught.value.kind, caught.value.retryable) == (kind, retryable)
+
+
+async def test_refused_request_is_not_retryable(provider: ModelProvider, provider_name: Provider) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(request(provider_name, forced_tool="not_a_tool"))
+
+    assert caught.value.kind == "invalid_request_error" and not caught.value.retryable
+
+
+async def test_anthropic_sdk_refusal_is_a_provider_error(providers: ProviderSet) -> None:
+    with pytest.raises(ProviderError, match="Streaming is required") as caught:
+        await providers.get(Provider.ANTHROPIC).complete(request(Provider.ANTHROPIC, max_tokens=64_000))
+
+    assert caught.value.kind == "invalid_request_error"
+
+
+async def test_wrong_key_is_an_authentication_error(
+    provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin
+) -> None:
+    await admin.configure(api_key="another-key")
+    with pytest.raises(ProviderError) as caught:
+        await provider.retrieve_batch("batch_missing")
+
+    assert caught.value.kind == "authentication_error" and not caught.value.retryable
+
+
+async def test_unknown_batch_is_not_found(provider: ModelProvider) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await provider.retrieve_batch("msgbatch_unknown")
+
+    assert caught.value.kind == "not_found_error"
+
+
+@pytest.mark.parametrize(
+    ("variable", "provider_name"), [("ANTHROPIC_API_KEY", Provider.ANTHROPIC), ("OPENAI_API_KEY", Provider.OPENAI)]
+)
+async def test_missing_key_names_the_variable(
+    emulator: str, monkeypatch: pytest.MonkeyPatch, variable: str, provider_name: Provider
+) -> None:
+    monkeypatch.delenv(variable)
+    async with ProviderSet() as providers:
+        with pytest.raises(ProviderError, match=variable) as caught:
+            providers.get(provider_name)
+    assert caught.value.kind == "authentication_error"
+
+
+async def test_openai_batch_takes_one_model(providers: ProviderSet) -> None:
+    provider = providers.get(Provider.OPENAI)
+    with pytest.raises(ProviderError, match="one model"):
+        await provider.submit_batch({"a": request(Provider.OPENAI), "b": request(Provider.OPENAI, model="gpt-4o")})
+    with pytest.raises(ProviderError, match="at least one"):
+        await provider.submit_batch({})
+
+
+async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_name: Provider) -> None:
+    started = time.monotonic()
+    small = request(provider_name, tools=(SEND,), system="You are Sam.")
+    batch_id = await provider.submit_batch({f"agent-{i:05d}": small for i in range(10_000)})
+    ended = await provider.retrieve_batch(batch_id)
+    assert ended.state is BatchState.ENDED and ended.counts.succeeded == 10_000
+
+    seen = 0
+    async with aclosing(provider.batch_results(batch_id)) as results:
+        async for custom_id, outcome in results:
+            assert outcome.status is OutcomeStatus.SUCCEEDED and custom_id.startswith("agent-")
+            seen += 1
+    assert seen == 10_000
+    assert time.monotonic() - started < 10

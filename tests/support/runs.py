@@ -1,0 +1,74 @@
+"""Helpers for batch-run tests: drive agents and runs through the HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+ANTHROPIC_MODEL = "anthropic/claude-3-5-haiku-20241022"
+OPENAI_MODEL = "openai/gpt-4o-mini"
+
+LOOKUP_TOOL = '''
+def lookup_order(order_id: str) -> str:
+    """Look up the status of an order.
+
+    Args:
+        order_id: The order's identifier.
+    """
+    return f"order {order_id} shipped"
+'''
+
+
+class Runs:
+    """Drive agents and batch runs through the HTTP API."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def agent(self, name: str, model: str = ANTHROPIC_MODEL, **extra: Any) -> dict[str, Any]:
+        body = {
+            "name": name,
+            "model": model,
+            "memory_blocks": [
+                {"label": "persona", "value": f"I am {name}.", "limit": 500},
+                {"label": "human", "value": "Nothing known yet.", "limit": 500},
+            ],
+            **extra,
+        }
+        response = await self.client.post("/v1/agents/", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()  # type: ignore[no-any-return]
+
+    async def start(self, requests: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        response = await self.client.post("/v1/messages/batches", json={"requests": requests, **extra})
+        assert response.status_code == 200, response.text
+        return response.json()  # type: ignore[no-any-return]
+
+    async def wait(self, run_id: str, *, timeout: float = 30) -> dict[str, Any]:
+        """Poll the run until it is no longer created or running."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            run = (await self.client.get(f"/v1/messages/batches/{run_id}")).json()
+            if run["status"] not in ("created", "running"):
+                return run  # type: ignore[no-any-return]
+            assert asyncio.get_running_loop().time() < deadline, f"run still {run['status']}: {run['progress']}"
+            await asyncio.sleep(0.05)
+
+    async def messages(self, run_id: str, **params: Any) -> list[dict[str, Any]]:
+        """Every message of the run, oldest first, following the pages."""
+        found: list[dict[str, Any]] = []
+        after = None
+        while True:
+            query = {"order": "asc", "limit": 50, **params, **({"after": after} if after else {})}
+            page = (await self.client.get(f"/v1/messages/batches/{run_id}/messages", params=query)).json()["messages"]
+            if not page:
+                return found
+            found.extend(page)
+            after = page[-1]["id"]
+
+    async def context(self, agent_id: str) -> list[dict[str, Any]]:
+        """The agent's stored messages, oldest first (Letta shapes)."""
+        response = await self.client.get(f"/v1/agents/{agent_id}/messages", params={"order": "asc", "limit": 1000})
+        return response.json()  # type: ignore[no-any-return]

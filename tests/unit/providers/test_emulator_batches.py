@@ -1,0 +1,130 @@
+"""The emulated batch state machine and the emulated prompt cache."""
+
+from __future__ import annotations
+
+from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult, Timing
+from nightshift.emulator.tokens import PromptCache, Segment, count_tokens
+
+DAY = 86_400.0
+
+
+def job(total: int = 10, **timing: float | int | None) -> BatchJob:
+    results = [RequestResult(ok=i % 5 != 0, body={}) for i in range(total)]
+    return BatchJob(
+        id="b",
+        created_at=0.0,
+        timing=Timing(expires_at=DAY, **timing),  # type: ignore[arg-type]
+        custom_ids=[f"r{i}" for i in range(total)],
+        results=results,
+    )
+
+
+def phase(batch: BatchJob) -> Phase:
+    return batch.phase  # read through a call: mypy would keep an earlier narrowing
+
+
+def test_ends_at_first_poll_by_default() -> None:
+    batch = job()
+    batch.refresh(0.0, poll=False)
+    assert phase(batch) is Phase.ENDED  # nothing to wait for: even a list sees it ended
+    assert batch.end_kind is EndKind.COMPLETED and batch.processed == 10
+    assert batch.succeeded_count(10) == 8
+
+
+def test_ends_after_n_polls() -> None:
+    batch = job(polls_to_end=2)
+    batch.refresh(0.0, poll=True)
+    batch.refresh(0.0, poll=True)
+    assert phase(batch) is Phase.RUNNING
+    assert batch.done_count(0.0) == 6  # two thirds of the way
+    batch.refresh(0.0, poll=True)
+    assert phase(batch) is Phase.ENDED
+
+
+def test_ends_after_n_seconds() -> None:
+    batch = job(seconds_to_end=10.0)
+    batch.refresh(5.0, poll=True)
+    assert phase(batch) is Phase.RUNNING and batch.done_count(5.0) == 5
+    batch.refresh(10.0, poll=True)
+    assert phase(batch) is Phase.ENDED
+
+
+def test_finalizing_polls_before_completion() -> None:
+    batch = job(finalizing_polls=1)
+    batch.refresh(0.0, poll=True)
+    assert phase(batch) is Phase.RUNNING and batch.finalizing
+    batch.refresh(0.0, poll=True)
+    assert batch.end_kind is EndKind.COMPLETED
+
+
+def test_expiry_keeps_processed_requests() -> None:
+    batch = job(polls_to_end=4, expire_after_polls=1)
+    batch.refresh(0.0, poll=True)
+    assert phase(batch) is Phase.RUNNING
+    batch.refresh(0.0, poll=True)
+    assert batch.end_kind is EndKind.EXPIRED
+    assert batch.processed == 4  # 2 polls of 5
+
+
+def test_expiry_by_time() -> None:
+    batch = job(seconds_to_end=2 * DAY)
+    batch.refresh(DAY, poll=True)
+    assert batch.end_kind is EndKind.EXPIRED and batch.processed == 5
+
+
+def test_slow_cancel() -> None:
+    batch = job(polls_to_end=9, cancel_polls=2)
+    batch.refresh(0.0, poll=True)
+    batch.cancel(0.0)
+    assert phase(batch) is Phase.CANCELING and batch.processed == 1
+    batch.refresh(0.0, poll=True)
+    batch.refresh(0.0, poll=True)
+    assert phase(batch) is Phase.CANCELING
+    batch.refresh(0.0, poll=True)
+    assert batch.end_kind is EndKind.CANCELED and batch.processed == 1
+
+
+def test_cancel_of_an_ended_batch_changes_nothing() -> None:
+    batch = job()
+    batch.refresh(0.0, poll=True)
+    batch.cancel(1.0)
+    assert batch.end_kind is EndKind.COMPLETED
+
+
+def test_refused_batch_fails_at_first_poll() -> None:
+    batch = job()
+    batch.failure = [{"code": "x"}]
+    batch.refresh(0.0, poll=False)
+    assert phase(batch) is Phase.RUNNING
+    batch.refresh(0.0, poll=True)
+    assert batch.end_kind is EndKind.FAILED and batch.processed == 0
+
+
+def test_cache_writes_first_then_reads() -> None:
+    cache = PromptCache()
+    prompt = [Segment(text="tools" * 100, breakpoint=True), Segment(text="system" * 100, breakpoint=True)]
+    first = cache.account("m", [*prompt, Segment(text="hello")])
+    second = cache.account("m", [*prompt, Segment(text="other")])
+
+    prefix = count_tokens("tools" * 100) + count_tokens("system" * 100)
+    assert (first.cache_write_tokens, first.cache_read_tokens) == (prefix, 0)
+    assert (second.cache_write_tokens, second.cache_read_tokens) == (0, prefix)
+    assert first.input_tokens == second.input_tokens == count_tokens("hello")
+
+
+def test_cache_reads_the_tools_when_the_system_changed() -> None:
+    cache = PromptCache()
+    tools = Segment(text="tools" * 100, breakpoint=True)
+    cache.account("m", [tools, Segment(text="old system", breakpoint=True)])
+    usage = cache.account("m", [tools, Segment(text="new system", breakpoint=True)])
+
+    assert usage.cache_read_tokens == count_tokens("tools" * 100)
+    assert usage.cache_write_tokens == count_tokens("new system")
+
+
+def test_cache_min_tokens_and_models() -> None:
+    cache = PromptCache()
+    prompt = [Segment(text="short", breakpoint=True)]
+    assert cache.account("m", prompt, min_tokens=1000).cache_write_tokens == 0
+    cache.account("m", prompt)
+    assert cache.account("other-model", prompt).cache_read_tokens == 0

@@ -1,0 +1,181 @@
+"""The emulator's scripted model and argument generator: deterministic answers that fit the tools."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nightshift.emulator.arguments import generate_arguments
+from nightshift.emulator.model import ModelInput, ToolChoice, ToolSpec, Turn, is_heartbeat, respond, unwrap
+from nightshift.providers.agent_arguments import with_agent_arguments
+
+
+def tool(name: str, properties: dict[str, Any], required: list[str] | None = None) -> ToolSpec:
+    schema = {"type": "object", "properties": properties, "required": required or list(properties)}
+    return ToolSpec(name=name, parameters=with_agent_arguments(schema))
+
+
+SEND = tool("send_message", {"message": {"type": "string"}})
+APPEND = tool("core_memory_append", {"label": {"type": "string"}, "content": {"type": "string"}})
+RETHINK = tool("rethink_memory", {"new_memory": {"type": "string"}, "target_block_label": {"type": "string"}})
+WEATHER = tool(
+    "get_weather",
+    {
+        "city": {"type": "string"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "units": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "detailed": {"type": "boolean"},
+    },
+)
+TOOLS = (SEND, APPEND, WEATHER)
+
+
+def ask(*turns: Turn, tools: tuple[ToolSpec, ...] = TOOLS, choice: ToolChoice | None = None, system: str = "") -> Any:
+    return respond(ModelInput(system=system, turns=turns, tools=tools, tool_choice=choice or ToolChoice(mode="any")))
+
+
+def user(text: str) -> Turn:
+    return Turn(role="user", text=text)
+
+
+def test_named_custom_tool_is_called_with_arguments_from_the_message() -> None:
+    output = ask(user("Please use get_weather for Paris over 3 days"))
+
+    assert output.tool_name == "get_weather"
+    assert output.arguments["city"] == "Paris"
+    assert output.arguments["days"] == 3
+    assert output.arguments["units"] == "celsius"
+    assert output.arguments["detailed"] is True
+    assert output.arguments["request_heartbeat"] is True
+    assert output.arguments["inner_thoughts"]
+    assert next(iter(output.arguments)) == "inner_thoughts"
+
+
+def test_tool_named_with_spaces_is_found_too() -> None:
+    assert ask(user("what does get weather say for Oslo?")).tool_name == "get_weather"
+
+
+def test_explicit_values_win() -> None:
+    output = ask(user("call get_weather with city=Lisbon and days: 12"))
+
+    assert output.arguments["city"] == "Lisbon"
+    assert output.arguments["days"] == 7  # clamped to the schema's maximum
+
+
+def test_after_a_tool_result_it_summarises_with_send_message() -> None:
+    output = ask(
+        user("use get_weather for Paris"),
+        Turn(role="assistant", tool_name="get_weather"),
+        Turn(role="tool", text='{"status": "OK", "message": "Sunny, 21C"}', tool_name="get_weather"),
+        user('{"type": "heartbeat", "reason": "request_heartbeat=true"}'),
+    )
+
+    assert output.tool_name == "send_message"
+    assert "Sunny, 21C" in output.arguments["message"]
+    assert output.arguments["request_heartbeat"] is False
+
+
+def test_failed_tool_is_reported() -> None:
+    output = ask(
+        user("use get_weather"),
+        Turn(role="tool", text="Timeout", tool_name="get_weather", is_error=True),
+    )
+
+    assert output.tool_name == "send_message"
+    assert "failed" in output.arguments["message"]
+
+
+def test_remember_calls_a_memory_tool() -> None:
+    output = ask(user("Please remember that my favourite colour is blue."))
+
+    assert output.tool_name == "core_memory_append"
+    assert output.arguments["label"] == "human"
+    assert output.arguments["content"] == "my favourite colour is blue"
+    assert output.arguments["request_heartbeat"] is True
+
+
+def test_rethink_memory_keeps_the_block_it_finds_in_the_system_prompt() -> None:
+    output = ask(
+        user("remember I live in Rome"),
+        tools=(SEND, RETHINK),
+        system="<human characters='9'>Name: Bob</human>",
+    )
+
+    assert output.tool_name == "rethink_memory"
+    assert output.arguments["target_block_label"] == "human"
+    assert output.arguments["new_memory"] == "Name: Bob\nI live in Rome"
+
+
+def test_plain_message_gets_a_reply() -> None:
+    output = ask(user('{"type": "user_message", "message": "Hello there"}'))
+
+    assert output.tool_name == "send_message"
+    assert "Hello there" in output.arguments["message"]
+    assert output.arguments["request_heartbeat"] is False
+
+
+def test_forced_tool_is_honoured() -> None:
+    output = ask(user("hello"), choice=ToolChoice(mode="tool", name="get_weather"))
+    assert output.tool_name == "get_weather"
+    forced_send = ask(user("use get_weather"), choice=ToolChoice(mode="tool", name="send_message"))
+    assert forced_send.tool_name == "send_message"
+
+
+def test_no_tools_or_choice_none_gives_text() -> None:
+    assert ask(user("hi"), tools=()).text
+    output = ask(user("hi"), choice=ToolChoice(mode="none"))
+    assert output.tool_name is None and output.text
+
+
+def test_required_call_without_send_message_uses_a_tool() -> None:
+    output = ask(user("hi"), tools=(WEATHER,))
+
+    assert output.tool_name == "get_weather"
+
+
+def test_tools_without_agent_arguments_get_reasoning_as_text() -> None:
+    bare = ToolSpec(name="send_message", parameters={"type": "object", "properties": {"message": {"type": "string"}}})
+    output = ask(user("hi"), tools=(bare,))
+
+    assert set(output.arguments) == {"message"}
+    assert output.text
+
+
+def test_deterministic() -> None:
+    turns = (user("use get_weather for Paris"),)
+    assert ask(*turns) == ask(*turns)
+
+
+def test_heartbeats_and_wrapped_messages() -> None:
+    assert is_heartbeat('{"type": "heartbeat"}')
+    assert is_heartbeat("[automated] request_heartbeat=true")
+    assert not is_heartbeat('{"type": "user_message", "message": "heartbeat?"}')
+    assert unwrap('{"type": "user_message", "message": "hi"}') == "hi"
+    assert unwrap("plain") == "plain"
+
+
+def test_argument_generation_covers_schema_types() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "ratio": {"type": "number"},
+            "maybe": {"anyOf": [{"type": "null"}, {"type": "integer"}]},
+            "nested": {"type": "object", "properties": {"flag": {"type": "boolean"}}},
+            "fixed": {"const": "x"},
+            "optional": {"type": "string"},
+        },
+        "required": ["query", "tags", "ratio", "maybe", "nested", "fixed"],
+    }
+    arguments = generate_arguments(schema, "find Alice 2.5 times")
+
+    assert arguments == {
+        "query": "find Alice 2.5 times",
+        "tags": ["find"],  # the second content word for the second property
+        "ratio": 2.5,
+        "maybe": 2,
+        "nested": {"flag": True},
+        "fixed": "x",
+    }
+    json.dumps(arguments)

@@ -1,0 +1,71 @@
+"""Whatever history we translate, the API checks (as the emulator applies them) accept the request."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.emulator import anthropic_api, openai_api
+from nightshift.providers import anthropic_wire, openai_wire
+from nightshift.providers.base import ModelRequest
+
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+TOOL = {"name": "send_message", "description": "Send.", "parameters": {"type": "object", "properties": {}}}
+
+
+def msg(role: Role, text: str = "", **fields: Any) -> Message:
+    return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
+
+
+def call(call_id: str, arguments: str = "{}") -> tuple[ToolCall, ...]:
+    return (ToolCall(id=call_id, name="send_message", arguments=arguments),)
+
+
+HISTORIES = {
+    "empty": [],
+    "assistant first": [msg(Role.ASSISTANT, "Hello, I am Sam."), msg(Role.USER, "hi")],
+    "full step": [
+        msg(Role.USER, "hi"),
+        msg(Role.ASSISTANT, reasoning="greet", tool_calls=call("c1")),
+        msg(Role.TOOL, "ok", tool_call_id="c1"),
+        msg(Role.USER, '{"type": "heartbeat"}'),
+        msg(Role.ASSISTANT, reasoning="done", tool_calls=call("c2", '{"message": "bye"}')),
+        msg(Role.TOOL, "ok", tool_call_id="c2"),
+    ],
+    "orphan result": [msg(Role.TOOL, "stale", tool_call_id="gone"), msg(Role.USER, "hi")],
+    "call without result": [msg(Role.USER, "hi"), msg(Role.ASSISTANT, tool_calls=call("c1")), msg(Role.USER, "?")],
+    "trailing call": [msg(Role.USER, "hi"), msg(Role.ASSISTANT, tool_calls=call("c1"))],
+    "malformed arguments": [
+        msg(Role.USER, "hi"),
+        msg(Role.ASSISTANT, tool_calls=call("c1", "{oops")),
+        msg(Role.TOOL, "error", tool_call_id="c1", is_error=True),
+    ],
+    "wrong result after a call": [
+        msg(Role.USER, "hi"),
+        msg(Role.ASSISTANT, tool_calls=call("c1")),
+        msg(Role.TOOL, "x", tool_call_id="c9"),
+    ],
+    "system in the middle and empty texts": [
+        msg(Role.USER, ""),
+        msg(Role.SYSTEM, "note"),
+        msg(Role.ASSISTANT, ""),
+        msg(Role.USER, "hi"),
+    ],
+}
+
+
+@pytest.mark.parametrize("history", HISTORIES.values(), ids=HISTORIES.keys())
+def test_anthropic_accepts(history: list[Message]) -> None:
+    request = ModelRequest(model="claude", system="S", messages=tuple(history), tools=(TOOL,), temperature=0.5)
+
+    anthropic_api.check_params(anthropic_wire.build_request(request), version=anthropic_api.STRICT_VERSION)
+
+
+@pytest.mark.parametrize("history", HISTORIES.values(), ids=HISTORIES.keys())
+def test_openai_accepts(history: list[Message]) -> None:
+    request = ModelRequest(model="gpt", system="S", messages=tuple(history), tools=(TOOL,), temperature=0.5)
+
+    openai_api.check_body(openai_wire.build_request(request))
