@@ -42,6 +42,36 @@ def serve(
     )
 
 
+@app.command()
+def poll(
+    once: Annotated[bool, typer.Option("--once", help="Do one pass and exit (instead of polling forever)")] = False,
+) -> None:
+    """Advance batch runs: submit, poll, apply results and send callbacks (serve does this too)."""
+    import httpx
+
+    from nightshift.batch.poller import poll_forever, poll_once
+    from nightshift.batch.worker import running_worker
+    from nightshift.store.db import create_engine, upgrade
+
+    settings = Settings()
+
+    async def run() -> int:
+        engine = create_engine(settings.resolved_database_url)
+        try:
+            await upgrade(engine)
+            async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
+                if once:
+                    return await poll_once(worker, http)
+                await poll_forever(worker, http)
+                return 0
+        finally:
+            await engine.dispose()
+
+    handled = asyncio.run(run())
+    if once:
+        console.print(f"handled {handled} provider batches and callbacks")
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] = "head") -> None:
     """Create or migrate the database named by NIGHTSHIFT_DATABASE_URL (default: a SQLite file)."""

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,12 +15,10 @@ from nightshift.api import errors
 from nightshift.api.deps import AppState, organization
 from nightshift.api.routers import agent_messages, agents, batches, blocks, health, tools
 from nightshift.batch.poller import poll_forever
-from nightshift.batch.worker import Worker
+from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
-from nightshift.providers.clients import ProviderSet
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
-from nightshift.tools.sandbox import ProcessSandbox
 
 DESCRIPTION = """\
 Stateful LLM agents stepped through the providers' batch APIs, behind a Letta-compatible API.
@@ -34,48 +29,27 @@ caller to its organization: other organizations' objects answer 404.
 """
 
 
-def worker_id() -> str:
-    """A name for this process in leases: host, pid and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 def create_app(settings: Settings) -> FastAPI:
     """The app. At startup the database is migrated, the tool sandbox started and the poller launched."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = create_engine(settings.resolved_database_url, echo=settings.sql_echo)
-        sandbox = ProcessSandbox(
-            workers=settings.tool_workers,
-            timeout=settings.tool_timeout_seconds,
-            memory_limit_mb=settings.tool_memory_limit_mb,
-        )
-        providers = ProviderSet()
-        http = httpx.AsyncClient()
-        poller: asyncio.Task[None] | None = None
         try:
             await upgrade(engine)
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
-            worker = Worker(
-                engine=engine,
-                providers=providers,
-                sandbox=sandbox,
-                owner=worker_id(),
-                poll_interval=settings.poll_interval_seconds,
-            )
-            app.state.nightshift = AppState(settings=settings, engine=engine, worker=worker)
-            if settings.poller:
-                poller = asyncio.create_task(poll_forever(worker, http), name="nightshift-poller")
-            yield
+            async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
+                app.state.nightshift = AppState(settings=settings, engine=engine, worker=worker)
+                poller = asyncio.create_task(poll_forever(worker, http), name="poller") if settings.poller else None
+                try:
+                    yield
+                finally:
+                    if poller is not None:
+                        poller.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await poller
         finally:
-            if poller is not None:
-                poller.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await poller
-            await http.aclose()
-            await providers.aclose()
-            await sandbox.aclose()
             await engine.dispose()
 
     app = FastAPI(title="nightshift", version=__version__, description=DESCRIPTION, lifespan=lifespan)

@@ -17,7 +17,11 @@ them again); everything in the database happens exactly once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -25,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.outcomes import outcome_row, response_from_json, stored_error
 from nightshift.batch.steps import StepEntry, write_step
+from nightshift.config import Settings
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import (
     BatchItem,
@@ -42,7 +47,7 @@ from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, TurnResult, take_turns
 from nightshift.store import agents as agent_store
 from nightshift.store import batches as batch_store
-from nightshift.tools.sandbox import Sandbox
+from nightshift.tools.sandbox import ProcessSandbox, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +329,32 @@ class Worker:
                 conn, batch.id, ProviderBatchStatus.CANCELLED, now, only_from=(ProviderBatchStatus.CANCELLING,)
             )
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
+
+
+def worker_id() -> str:
+    """A name for this process in leases: host, pid and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@asynccontextmanager
+async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterator[Worker]:
+    """A worker with its tool sandbox and provider clients, all closed when the block ends."""
+    sandbox = ProcessSandbox(
+        workers=settings.tool_workers,
+        timeout=settings.tool_timeout_seconds,
+        memory_limit_mb=settings.tool_memory_limit_mb,
+    )
+    async with ProviderSet() as providers:
+        try:
+            yield Worker(
+                engine=engine,
+                providers=providers,
+                sandbox=sandbox,
+                owner=worker_id(),
+                poll_interval=settings.poll_interval_seconds,
+            )
+        finally:
+            await sandbox.aclose()
 
 
 def _next_step(
