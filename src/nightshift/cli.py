@@ -136,11 +136,28 @@ def emulator(
 
 
 @app.command()
-def demo() -> None:
-    """Start a server in-process on SQLite, create a tool and an agent, and show them."""
-    from nightshift.demo import run_demo
+def demo(
+    provider: Annotated[
+        str | None, typer.Option(help="Run against a real provider: anthropic or openai (needs its API key)")
+    ] = None,
+    agents: Annotated[int, typer.Option(min=1, max=10_000, help="How many agents")] = 50,
+) -> None:
+    """Create fifty agents and step them through one batch run, with live progress.
 
-    run_demo(Settings(), console)
+    Without --provider it runs offline against the built-in emulator. The database is the
+    SQLite file under $NIGHTSHIFT_HOME (or NIGHTSHIFT_DATABASE_URL).
+    """
+    from nightshift.demo import run_demo
+    from nightshift.domain.agents import Provider
+
+    chosen = None
+    if provider is not None:
+        try:
+            chosen = Provider(provider)
+        except ValueError:
+            console.print(f"[red]unknown provider {provider!r}[/]: use anthropic or openai")
+            raise typer.Exit(2) from None
+    raise typer.Exit(run_demo(Settings(), console, provider=chosen, agents=agents))
 
 
 def _safe_url(url: str) -> str:

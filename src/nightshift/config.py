@@ -25,10 +25,14 @@ class Settings(BaseSettings):
     poll_interval_seconds: float = 30.0
     poller: bool = True
     default_max_steps: int = 10
+    callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
     tool_timeout_seconds: float = 10.0
     tool_memory_limit_mb: int = 512
     tool_workers: int = 2
     sql_echo: bool = False
+    # Overrides of the price table, e.g. {"anthropic/claude-3-5-haiku*": {"input": 0.8, "output": 4,
+    # "cache_write": 1, "cache_read": 0.08}} (USD per million tokens, normal-API prices).
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @field_validator("home")
     @classmethod

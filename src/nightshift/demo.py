@@ -1,21 +1,38 @@
-"""``nightshift demo``: a server in-process on SQLite, a custom tool and an agent, shown with rich.
+"""``nightshift demo``: fifty agents, one batch run, several steps, watched live.
 
-The batch-run demo (many agents stepped through the emulator) builds on this.
+The server and (unless ``--provider`` names a real one) the provider emulator run in this
+process; the database is the SQLite file under ``$NIGHTSHIFT_HOME``. Each agent gets a persona,
+memory blocks and a custom tool, and one message that takes it through three steps: it calls the
+tool, saves the result to its memory, then tells the user.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import httpx
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings
+from nightshift.domain.agents import Provider
+from nightshift.emulator.config import EmulatorConfig
+from nightshift.emulator.server import running_emulator
 from nightshift.serving import running_server
 
-DEMO_TOOL = '''
-def roll_dice(sides: int = 6, count: int = 1) -> str:
-    """Roll dice and report the total.
+MODELS = {Provider.ANTHROPIC: "anthropic/claude-3-5-haiku-20241022", Provider.OPENAI: "openai/gpt-4o-mini"}
+KEYS = {Provider.ANTHROPIC: "ANTHROPIC_API_KEY", Provider.OPENAI: "OPENAI_API_KEY"}
+
+DICE_TOOL = '''
+def roll_dice(sides: int = 20, count: int = 1) -> str:
+    """Roll dice for a story, a game or a decision.
 
     Args:
         sides: Number of sides on each die.
@@ -24,44 +41,192 @@ def roll_dice(sides: int = 6, count: int = 1) -> str:
     import random
 
     rolls = [random.randint(1, sides) for _ in range(count)]
-    return f"rolled {rolls}, total {sum(rolls)}"
+    return f"rolled {rolls} (total {sum(rolls)}) on {count}d{sides}"
 '''
 
+NAMES = [
+    "Ada", "Basil", "Cleo", "Dmitri", "Esme", "Farid", "Greta", "Hiro", "Ines", "Jonah",
+    "Kaia", "Luca", "Mira", "Nnamdi", "Odile", "Pavel", "Quinn", "Rosa", "Soren", "Tala",
+    "Umar", "Vera", "Wen", "Xavi", "Yara", "Zeno", "Amara", "Bruno", "Chiara", "Dario",
+    "Elin", "Felix", "Gaia", "Hugo", "Isla", "Joaquin", "Keira", "Leon", "Maya", "Niko",
+    "Olga", "Pia", "Rafa", "Sana", "Theo", "Uma", "Viggo", "Wanda", "Yusuf", "Zoe",
+]  # fmt: skip
+ROLES = [
+    "lighthouse keeper who logs every storm",
+    "botanist cataloguing alpine flowers",
+    "chess coach for stubborn beginners",
+    "night-shift baker who loves sourdough",
+    "retired sea captain full of tall tales",
+    "librarian who recommends one book at a time",
+    "game master running a dungeon crawl",
+    "jazz pianist who improvises answers",
+    "astronomer counting meteors",
+    "beekeeper tracking seven hives",
+]
+MOODS = ["cheerful", "dry-witted", "patient", "curious", "blunt"]
+INTERESTS = ["board games", "hiking", "old maps", "tea", "birdwatching", "cycling", "poetry", "robots"]
 
-def run_demo(settings: Settings, console: Console) -> None:
-    """Start the server, create a tool and an agent through the HTTP API, and print them."""
-    console.print(f"[bold]nightshift demo[/] database: {settings.resolved_database_url}")
-    with running_server(create_app(settings)) as base_url, httpx.Client(base_url=base_url, timeout=30) as http:
-        console.print(f"server on {base_url} (API docs at {base_url}/docs)")
-        tool = http.put("/v1/tools/", json={"source_code": DEMO_TOOL}).raise_for_status().json()
-        agent = (
-            http.post(
-                "/v1/agents/",
-                json={
-                    "name": "demo-dungeon-master",
-                    "model": "anthropic/claude-3-5-haiku-20241022",
-                    "memory_blocks": [
-                        {"label": "persona", "value": "A cheerful dungeon master who narrates dice rolls."},
-                        {"label": "human", "value": "A new player."},
-                    ],
-                    "tool_ids": [tool["id"]],
-                    "tags": ["demo"],
-                },
-            )
-            .raise_for_status()
-            .json()
+
+def personas(count: int) -> list[dict[str, Any]]:
+    """Agent bodies with distinct names, personas and human blocks."""
+    bodies = []
+    for i in range(count):
+        name = NAMES[i % len(NAMES)] + ("" if i < len(NAMES) else f"-{i // len(NAMES)}")
+        role, mood = ROLES[i % len(ROLES)], MOODS[(i // len(ROLES)) % len(MOODS)]
+        bodies.append(
+            {
+                "name": f"demo-{name.lower()}",
+                "memory_blocks": [
+                    {"label": "persona", "value": f"I am {name}, a {mood} {role}.", "limit": 2000},
+                    {
+                        "label": "human",
+                        "value": f"The user likes {INTERESTS[i % len(INTERESTS)]}.",
+                        "limit": 2000,
+                        "description": "What I know about the user",
+                    },
+                ],
+                "tags": ["demo"],
+            }
         )
-        messages = http.get(f"/v1/agents/{agent['id']}/messages", params={"order": "asc"}).raise_for_status().json()
+    return bodies
 
-    table = Table(title=f"agent {agent['name']} ({agent['id']})")
-    table.add_column("field")
-    table.add_column("value")
-    table.add_row("model", agent["model"])
-    table.add_row("tools", ", ".join(t["name"] for t in agent["tools"]))
-    for block in agent["blocks"]:
-        table.add_row(f"block {block['label']}", f"{block['value']} ({len(block['value'])}/{block['limit']})")
-    table.add_row("in-context messages", str(len(agent["message_ids"])))
+
+@contextmanager
+def provider_environment(provider: Provider | None) -> Iterator[str]:
+    """Point the SDKs at an in-process emulator, or check the real provider's key. Yields a label."""
+    if provider is not None:
+        yield f"{provider.value} (real API, batch pricing)"
+        return
+    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")}
+    # Batches end after a few polls, so the steps can be watched.
+    with running_emulator(EmulatorConfig(polls_to_end=3)) as url:
+        os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="emulator")
+        try:
+            yield f"the built-in emulator at {url}"
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+def run_demo(settings: Settings, console: Console, *, provider: Provider | None = None, agents: int = 50) -> int:
+    """Run the demo; returns the exit code (0 when the run completed)."""
+    if provider is not None and not os.environ.get(KEYS[provider]):
+        console.print(
+            f"[red]{KEYS[provider]} is not set.[/] Export it to run the demo against {provider.value}, "
+            "or run `nightshift demo` without --provider to use the built-in emulator."
+        )
+        return 1
+    model = MODELS[provider or Provider.ANTHROPIC]
+    settings = settings.model_copy(update={"poll_interval_seconds": 0.2 if provider is None else 10.0})
+    console.rule("[bold]nightshift demo")
+    with provider_environment(provider) as where:
+        console.print(f"provider: {where}")
+        console.print(f"database: {settings.resolved_database_url}")
+        with running_server(create_app(settings)) as base, httpx.Client(base_url=base, timeout=60) as http:
+            console.print(f"server:   {base} (dashboard at {base}/, API docs at {base}/docs)")
+            run = _start(http, console, model, agents)
+            final = _watch(http, console, run["id"], agents)
+            _summary(http, console, final)
+    console.print(
+        "\n[bold]Next[/]: `nightshift serve` and open http://127.0.0.1:8283/ for the dashboard; "
+        "`nightshift batch list` and `nightshift batch messages <run id>` from the CLI; "
+        "README.md for running against Anthropic or OpenAI."
+    )
+    return 0 if final["status"] == "completed" else 1
+
+
+def _start(http: httpx.Client, console: Console, model: str, count: int) -> dict[str, Any]:
+    tool = http.put("/v1/tools/", json={"source_code": DICE_TOOL}).raise_for_status().json()
+    created = []
+    with console.status(f"creating {count} agents with their memory and the roll_dice tool..."):
+        for body in personas(count):
+            body = {**body, "model": model, "tool_ids": [tool["id"]]}
+            created.append(http.post("/v1/agents/", json=body).raise_for_status().json())
+    console.print(f"created {len(created)} agents, e.g. {created[0]['name']}: {created[0]['blocks'][0]['value']}")
+    requests = [
+        {
+            "agent_id": agent["id"],
+            "messages": [
+                {"role": "user", "content": "Please use roll_dice for tonight's adventure and remember the result."}
+            ],
+        }
+        for agent in created
+    ]
+    run: dict[str, Any] = http.post("/v1/messages/batches", json={"requests": requests}).raise_for_status().json()
+    console.print(f"batch run [bold]{run['id']}[/] submitted: one provider batch per step")
+    return run
+
+
+def _watch(http: httpx.Client, console: Console, run_id: str, total: int) -> dict[str, Any]:
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    task = progress.add_task("agents done", total=total)
+    status = Table.grid(padding=(0, 2))
+    run: dict[str, Any] = {}
+    with Live(Group(progress, status), console=console, refresh_per_second=8) as live:
+        while True:
+            run = http.get(f"/v1/messages/batches/{run_id}").raise_for_status().json()
+            p = run["progress"]
+            agents = p["agents"]
+            progress.update(task, completed=agents["finished"] + agents["failed"] + agents["cancelled"])
+            usage = p["usage"]
+            tokens_in = usage.get("input_tokens", 0) + usage.get("cache_read_tokens", 0)
+            status = Table.grid(padding=(0, 2))
+            status.add_row(
+                f"step {p['step'] + 1}",
+                f"active {agents['running']}",
+                f"finished {agents['finished']}",
+                f"failed {agents['failed']}",
+            )
+            status.add_row(
+                f"tokens {tokens_in:,} in / {usage.get('output_tokens', 0):,} out",
+                f"cost ${p['cost_usd']:.4f}",
+                f"without batch ${p['cost_without_batch_usd']:.4f}",
+                "",
+            )
+            live.update(Group(progress, status))
+            if run["status"] not in ("created", "running"):
+                return run
+            time.sleep(0.2)
+
+
+def _summary(http: httpx.Client, console: Console, run: dict[str, Any]) -> None:
+    p = run["progress"]
+    usage = p["usage"]
+    table = Table(title=f"batch run {run['id']}: {run['status']}")
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("steps (provider batches)", f"{p['step'] + 1} ({len(p['provider_batches'])})")
+    table.add_row("agents finished / failed", f"{p['agents']['finished']} / {p['agents']['failed']}")
+    table.add_row("input tokens (cache read / write)", f"{usage.get('input_tokens', 0):,} "
+                  f"({usage.get('cache_read_tokens', 0):,} / {usage.get('cache_write_tokens', 0):,})")  # fmt: skip
+    table.add_row("output tokens", f"{usage.get('output_tokens', 0):,}")
+    saved = p["cost_without_batch_usd"] - p["cost_usd"]
+    table.add_row("cost with batch", f"${p['cost_usd']:.4f}")
+    table.add_row("same work without batch", f"${p['cost_without_batch_usd']:.4f} (saved ${saved:.4f})")
     console.print(table)
-    console.print("[bold]messages[/]: " + ", ".join(m["message_type"] for m in messages))
-    console.print(f"roll_dice schema: {tool['json_schema']['parameters']}")
-    console.print("next: `nightshift serve`, then open http://127.0.0.1:8283/docs")
+    first = http.get(f"/v1/messages/batches/{run['id']}/messages", params={"order": "asc", "limit": 1})
+    found = first.raise_for_status().json()["messages"]
+    if not found:
+        return
+    agent_id = found[0]["agent_id"]
+    params = {"order": "asc", "limit": 20, "agent_id": agent_id}
+    messages = http.get(f"/v1/messages/batches/{run['id']}/messages", params=params).raise_for_status().json()
+    lines = Table(title="one agent's run, step by step")
+    lines.add_column("role")
+    lines.add_column("what")
+    for message in messages["messages"]:
+        text = " ".join(part.get("text", "") for part in message["content"] if part["type"] == "text")
+        calls = ", ".join(f"{c['function']['name']}({c['function']['arguments']})" for c in message["tool_calls"])
+        lines.add_row(message["role"], (calls or text)[:150])
+    console.print(lines)
+    human = http.get(f"/v1/agents/{agent_id}/core-memory/blocks/human").raise_for_status().json()
+    console.print(f"its human memory block now reads: [italic]{human['value']!r}[/]")

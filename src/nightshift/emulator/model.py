@@ -4,7 +4,9 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
 
 1. a forced tool (``tool_choice`` naming one) is called;
 2. after a tool ran (a tool result follows the last real user message, heartbeats aside) it calls
-   ``send_message`` with a summary of the result, ``request_heartbeat`` false;
+   ``send_message`` with a summary of the result, ``request_heartbeat`` false -- unless the user
+   asked to remember something, a memory writer is there and none has run yet: then it saves the
+   last result with it first (``request_heartbeat`` true);
 3. when the last user message names a custom tool (not send_message nor a memory tool) it calls
    that tool with arguments drawn from the message, ``request_heartbeat`` true;
 4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
@@ -121,10 +123,19 @@ def _plan(
     tools: Mapping[str, ToolSpec], user_text: str, results: list[Turn], model_input: ModelInput
 ) -> ModelOutput | None:
     send = tools.get(SEND_MESSAGE)
+    writer = next((tools[n] for n in MEMORY_WRITERS if n in tools), None)
     if results:
+        last = results[-1]
+        saved = any(r.tool_name in MEMORY_WRITERS for r in results)
+        if writer is not None and not saved and not last.is_error and _REMEMBER.search(user_text):
+            label = _fact(user_text)[1]
+            fact = _snip(unwrap_result(last.text))
+            hints = {"label": label, "target_block_label": label, "content": fact}
+            hints["new_memory"] = "\n".join(p for p in (_block(model_input.system, label), fact) if p)
+            thoughts = f"{last.tool_name or 'The tool'} finished; saving its result to my {label} memory."
+            return _call(writer, _arguments(writer, fact, hints), thoughts, heartbeat=True)
         if send is None:
             return None
-        last = results[-1]
         message = _summary(last)
         thoughts = f"{last.tool_name or 'The tool'} finished; telling the user what came of it."
         return _call(send, _arguments(send, message, {"message": message}), thoughts, heartbeat=False)
@@ -132,7 +143,6 @@ def _plan(
     if custom is not None:
         thoughts = f"The user asked for {custom.name}; calling it with the details from their message."
         return _call(custom, _arguments(custom, user_text), thoughts, heartbeat=True)
-    writer = next((tools[n] for n in MEMORY_WRITERS if n in tools), None)
     if writer is not None and (_REMEMBER.search(user_text) or _MEMORY.search(user_text)):
         fact, label = _fact(user_text)
         hints: dict[str, Any] = {"label": label, "target_block_label": label, "content": fact}
@@ -230,7 +240,11 @@ def _fact(text: str) -> tuple[str, str]:
 def _block(system: str, label: str) -> str:
     """The value of a memory block compiled into the system prompt as ``<label ...>value</label>``."""
     match = re.search(rf"<{re.escape(label)}(?:\s[^>]*)?>\s*(.*?)\s*</{re.escape(label)}>", system, re.S)
-    return match.group(1) if match is not None else ""
+    if match is None:
+        return ""
+    # nightshift compiles a block as <label><description/><metadata/><value>...</value></label>.
+    value = re.search(r"<value>\s*(.*?)\s*</value>", match.group(1), re.S)
+    return value.group(1) if value is not None else match.group(1)
 
 
 def _summary(result: Turn) -> str:

@@ -123,15 +123,21 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     )
     for row in await conn.execute(block_query):
         block_map[row.agent_id].append(to_block(row))
-    tool_map: dict[str, list[Tool]] = defaultdict(list)
-    tool_query = (
-        select(agent_tools.c.agent_id, tools)
-        .join(tools, tools.c.id == agent_tools.c.tool_id)
-        .where(in_ids(conn, agent_tools.c.agent_id, present))
-        .order_by(agent_tools.c.agent_id, agent_tools.c.position)
+    # Agents share tools (every agent has the base tools): load each tool once, then link.
+    links = list(
+        await conn.execute(
+            select(agent_tools.c.agent_id, agent_tools.c.tool_id)
+            .where(in_ids(conn, agent_tools.c.agent_id, present))
+            .order_by(agent_tools.c.agent_id, agent_tools.c.position)
+        )
     )
-    for row in await conn.execute(tool_query):
-        tool_map[row.agent_id].append(to_tool(row))
+    tool_ids = list({row.tool_id for row in links})
+    by_id = {
+        row.id: to_tool(row) for row in await conn.execute(select(tools).where(in_ids(conn, tools.c.id, tool_ids)))
+    }
+    tool_map: dict[str, list[Tool]] = defaultdict(list)
+    for row in links:
+        tool_map[row.agent_id].append(by_id[row.tool_id])
     tag_map: dict[str, list[str]] = defaultdict(list)
     for row in await conn.execute(select(agent_tags).where(in_ids(conn, agent_tags.c.agent_id, present))):
         tag_map[row.agent_id].append(row.tag)

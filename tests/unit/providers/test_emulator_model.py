@@ -179,3 +179,23 @@ def test_argument_generation_covers_schema_types() -> None:
         "fixed": "x",
     }
     json.dumps(arguments)
+
+
+def test_asked_to_remember_a_tool_result_it_saves_it_then_reports() -> None:
+    system = "<human>\n<metadata>chars_current=9 chars_limit=100</metadata>\n<value>\nLikes tea\n</value>\n</human>"
+    asked = user("use get_weather for Paris and remember the result")
+    called = Turn(role="assistant", tool_name="get_weather")
+    result = Turn(role="tool", text='{"status": "OK", "message": "Sunny, 21C"}', tool_name="get_weather")
+    save = ask(asked, called, result, system=system)
+    assert save.tool_name == "core_memory_append"
+    assert save.arguments["label"] == "human"
+    assert save.arguments["content"] == "Sunny, 21C"
+    assert save.arguments["request_heartbeat"] is True
+
+    rethought = ask(asked, called, result, tools=(SEND, RETHINK, WEATHER), system=system)
+    assert rethought.arguments["new_memory"] == "Likes tea\nSunny, 21C"
+
+    saved = Turn(role="tool", text='{"status": "OK", "message": "Appended"}', tool_name="core_memory_append")
+    final = ask(asked, called, result, Turn(role="assistant", tool_name="core_memory_append"), saved, system=system)
+    assert final.tool_name == "send_message"
+    assert final.arguments["request_heartbeat"] is False

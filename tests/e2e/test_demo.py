@@ -1,0 +1,38 @@
+"""``nightshift demo``: the first thing a new user runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nightshift.cli import app
+
+runner = CliRunner()
+
+
+def test_demo_runs_a_multi_step_batch_to_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_HOME", str(tmp_path))
+    monkeypatch.delenv("NIGHTSHIFT_DATABASE_URL", raising=False)
+    result = runner.invoke(app, ["demo", "--agents", "6"])
+    assert result.exit_code == 0, result.output
+    output = result.output
+    assert "created 6 agents" in output
+    assert ": completed" in output
+    assert "agents finished / failed" in output and "6 / 0" in output
+    # The three steps: the custom tool, the memory edit, the final message.
+    assert "roll_dice(" in output and "core_memory_append(" in output and "send_message(" in output
+    assert "same work without batch" in output
+    assert (tmp_path / "nightshift.db").exists()
+
+
+def test_demo_against_a_real_provider_needs_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_HOME", str(tmp_path))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    result = runner.invoke(app, ["demo", "--provider", "openai"])
+    assert result.exit_code == 1
+    assert "OPENAI_API_KEY is not set" in result.output
+    unknown = runner.invoke(app, ["demo", "--provider", "mistral"])
+    assert unknown.exit_code == 2
+    assert "unknown provider" in unknown.output
