@@ -138,12 +138,13 @@ async def test_conversation_search_finds_user_and_send_message_text(agent: Agent
             message(Role.ASSISTANT, "", 2, reasoning="note the parrot", tool_calls=(call,)),
             message(Role.TOOL, "parrot tool output", 3, tool_call_id="call-1", name="send_message"),
             message(Role.USER, "What is the weather?", 4),
+            message(Role.USER, '{"type": "heartbeat", "reason": "parrot"}', 5, extra={"event": "heartbeat"}),
         ],
     )
     ctx = context(agent, conn)
     found = json.loads(await run_base_tool("conversation_search", ctx, {"query": "parrot"}))
     roles = sorted(r["role"] for r in found["results"])
-    assert roles == ["assistant", "user"]  # tool results are not part of the conversation
+    assert roles == ["assistant", "user"]  # tool results and heartbeats are not part of the conversation
     texts = {r["text"] for r in found["results"]}
     assert "My parrot is green and loud." in texts
     # The assistant's turn shows as what the user saw (send_message), found through its reasoning.

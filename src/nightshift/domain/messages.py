@@ -79,6 +79,13 @@ def said_text(message: Message) -> str:
 
 
 def search_text(message: Message) -> str:
-    """The text full-text search indexes: what was said, and the assistant's reasoning."""
+    """The text full-text search indexes: what was said, and the assistant's reasoning.
+
+    System messages, tool results and events (heartbeats, logins) are not part of the
+    conversation that conversation_search looks through; leaving them out also keeps the index
+    small and rewrites of the (long) system message cheap.
+    """
+    if message.role in (Role.SYSTEM, Role.TOOL) or message.extra.get("event"):
+        return ""
     parts = [said_text(message), message.reasoning or ""]
     return "\n".join(p for p in parts if p)

@@ -71,7 +71,8 @@ class ModelRequest:
             model=config.model,
             system=system,
             messages=tuple(messages),
-            tools=tuple(dict(t) for t in tools),
+            # Tool schemas are shared by every agent of a step; they are never mutated, so not copied.
+            tools=tuple(tools),  # type: ignore[arg-type]
             max_tokens=config.max_tokens,
             temperature=config.temperature,
             require_tool_call=require_tool_call,

@@ -23,8 +23,10 @@ from nightshift.store import passages as passage_store
 HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continue where you left off."
 
 
-def user_message(agent: Agent, text: str, now: datetime, *, batch_item_id: str | None = None) -> Message:
-    """A message from the user to ``agent``."""
+def user_message(
+    agent: Agent, text: str, now: datetime, *, batch_item_id: str | None = None, event: str | None = None
+) -> Message:
+    """A message from the user to ``agent`` (or, with ``event``, from the system in the user's turn)."""
     return Message(
         id=new_id("message"),
         organization_id=agent.organization_id,
@@ -33,13 +35,14 @@ def user_message(agent: Agent, text: str, now: datetime, *, batch_item_id: str |
         text=text,
         created_at=now,
         batch_item_id=batch_item_id,
+        extra={"event": event} if event else {},
     )
 
 
 def heartbeat_message(agent: Agent, now: datetime, *, batch_item_id: str | None = None) -> Message:
     """The automatic user turn that gives an agent the next step it asked for."""
     body = {"type": "heartbeat", "reason": HEARTBEAT_REASON, "time": now.isoformat()}
-    return user_message(agent, json.dumps(body), now, batch_item_id=batch_item_id)
+    return user_message(agent, json.dumps(body), now, batch_item_id=batch_item_id, event="heartbeat")
 
 
 class StepInputs:

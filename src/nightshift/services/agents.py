@@ -115,7 +115,7 @@ def _first_messages(agent_id: str, org_id: str, system_text: str, now: datetime)
             tool_call_id=call.id,
             name="send_message",
         ),
-        message(Role.USER, json.dumps(login)),
+        message(Role.USER, json.dumps(login), extra={"event": "login"}),
     ]
 
 

@@ -107,8 +107,6 @@ async def update_system_texts(conn: AsyncConnection, texts: Sequence[tuple[str, 
     if not texts:
         return
     await conn.execute(
-        update(messages)
-        .where(messages.c.id == bindparam("m_id"))
-        .values(text=bindparam("t"), search_text=bindparam("t")),
+        update(messages).where(messages.c.id == bindparam("m_id")).values(text=bindparam("t")),
         [{"m_id": message_id, "t": text} for message_id, text in texts],
     )

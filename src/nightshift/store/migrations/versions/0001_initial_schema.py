@@ -461,11 +461,11 @@ def _create_full_text_search() -> None:
                 "tokenize='porter unicode61')"
             )
             op.execute(
-                f"CREATE TRIGGER {fts}_ai AFTER INSERT ON {table} BEGIN "
+                f"CREATE TRIGGER {fts}_ai AFTER INSERT ON {table} WHEN new.{column} != '' BEGIN "
                 f"INSERT INTO {fts}(rowid, {column}) VALUES (new.rowid, new.{column}); END"
             )
             op.execute(
-                f"CREATE TRIGGER {fts}_ad AFTER DELETE ON {table} BEGIN "
+                f"CREATE TRIGGER {fts}_ad AFTER DELETE ON {table} WHEN old.{column} != '' BEGIN "
                 f"INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.rowid, old.{column}); END"
             )
             op.execute(
