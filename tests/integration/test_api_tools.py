@@ -316,6 +316,19 @@ async def test_delete_then_404_and_gone_from_agents(client: httpx.AsyncClient) -
     assert again["id"] != tool["id"]
 
 
+async def test_a_tool_named_by_a_rule_cannot_be_deleted(client: httpx.AsyncClient) -> None:
+    tool = await create_tool(client, FORECAST)
+    agent = await create_agent(
+        client, tool_ids=[tool["id"]], tool_rules=[{"type": "exit_loop", "tool_name": "forecast"}]
+    )
+    refused = await client.delete(f"/v1/tools/{tool['id']}")
+    assert refused.status_code == 409
+    assert agent["id"] in refused.json()["detail"]
+    assert (await client.get(f"/v1/tools/{tool['id']}")).status_code == 200
+    assert (await client.patch(f"/v1/agents/{agent['id']}", json={"tool_rules": []})).status_code == 200
+    assert (await client.delete(f"/v1/tools/{tool['id']}")).status_code == 200
+
+
 async def test_unknown_tool_ids_are_404(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/tools/tool-nope")).status_code == 404
     assert (await client.patch("/v1/tools/tool-nope", json={"description": "x"})).status_code == 404

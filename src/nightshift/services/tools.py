@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.tool_rules import parse_tool_rules
 from nightshift.domain.tools import Tool, ToolType
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
@@ -162,3 +163,24 @@ async def resolve_tools(
         raise InvalidInput(f"unknown tools: {', '.join(missing_names)}", field="tools")
     ordered = [by_id[i] for i in ids] + [by_name[n] for n in names]
     return list({t.id: t for t in ordered}.values())
+
+
+async def delete_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> None:
+    """Delete a tool, detaching it from every agent.
+
+    Raises:
+        NotFound: no such tool.
+        Conflict: a tool rule of an agent that has the tool names it (change the rules first).
+    """
+    tool = await get_tool(conn, org_id, tool_id)
+    named_by = [
+        agent_id
+        for agent_id, rules in await tool_store.rules_of_agents_using(conn, tool_id)
+        if any(tool.name in rule.named_tools() for rule in parse_tool_rules(rules))
+    ]
+    if named_by:
+        raise Conflict(
+            f"tool {tool.name!r} is named by the tool rules of agents {', '.join(named_by[:10])}; "
+            "remove those rules before deleting the tool"
+        )
+    await tool_store.delete_tool(conn, org_id, tool_id)

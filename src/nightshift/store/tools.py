@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.tools import Tool, ToolType
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import tools
+from nightshift.store.tables import agent_tools, agents, tools
 
 
 def to_tool(row: Row[Any]) -> Tool:
@@ -85,3 +85,13 @@ async def delete_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> bool:
     """Delete a tool (and its attachments); False when there was none."""
     result = await conn.execute(delete(tools).where(tools.c.organization_id == org_id, tools.c.id == tool_id))
     return result.rowcount > 0
+
+
+async def rules_of_agents_using(conn: AsyncConnection, tool_id: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(agent id, stored tool rules) of every agent the tool is attached to."""
+    query = (
+        select(agents.c.id, agents.c.tool_rules)
+        .join(agent_tools, agent_tools.c.agent_id == agents.c.id)
+        .where(agent_tools.c.tool_id == tool_id)
+    )
+    return [(row.id, row.tool_rules) for row in await conn.execute(query)]

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query
 from nightshift.api.deps import Conn, Org
 from nightshift.api.routers.params import PageQuery
 from nightshift.api.schemas import ToolCreate, ToolPublic, ToolUpdate
-from nightshift.errors import NotFound
 from nightshift.services import tools as service
 from nightshift.store import tools as tool_store
 
@@ -85,7 +84,6 @@ async def update_tool(tool_id: str, body: ToolUpdate, conn: Conn, org: Org) -> T
 
 @router.delete("/v1/tools/{tool_id}")
 async def delete_tool(tool_id: str, conn: Conn, org: Org) -> dict[str, str]:
-    """Delete a tool; it is detached from every agent."""
-    if not await tool_store.delete_tool(conn, org, tool_id):
-        raise NotFound(f"tool {tool_id} not found")
+    """Delete a tool; it is detached from every agent. A 409 while an agent's tool rule names it."""
+    await service.delete_tool(conn, org, tool_id)
     return {"message": f"tool {tool_id} deleted"}
