@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from nightshift.cli_commands import agents_app, batch_app
 from nightshift.config import Settings
 
 app = typer.Typer(
@@ -20,6 +21,8 @@ db_app = typer.Typer(help="Manage the database schema.", no_args_is_help=True)
 keys_app = typer.Typer(help="Manage API keys (each maps a caller to one organization).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
+app.add_typer(agents_app, name="agents")
+app.add_typer(batch_app, name="batch")
 console = Console()
 
 

@@ -130,10 +130,8 @@ def _plan(
         if writer is not None and not saved and not last.is_error and _REMEMBER.search(user_text):
             label = _fact(user_text)[1]
             fact = _snip(unwrap_result(last.text))
-            hints = {"label": label, "target_block_label": label, "content": fact}
-            hints["new_memory"] = "\n".join(p for p in (_block(model_input.system, label), fact) if p)
             thoughts = f"{last.tool_name or 'The tool'} finished; saving its result to my {label} memory."
-            return _call(writer, _arguments(writer, fact, hints), thoughts, heartbeat=True)
+            return _remember(writer, fact, label, model_input.system, thoughts, fact)
         if send is None:
             return None
         message = _summary(last)
@@ -145,15 +143,20 @@ def _plan(
         return _call(custom, _arguments(custom, user_text), thoughts, heartbeat=True)
     if writer is not None and (_REMEMBER.search(user_text) or _MEMORY.search(user_text)):
         fact, label = _fact(user_text)
-        hints: dict[str, Any] = {"label": label, "target_block_label": label, "content": fact}
-        hints["new_memory"] = "\n".join(p for p in (_block(model_input.system, label), fact) if p)
         thoughts = f"The user wants me to remember that {fact}; saving it to my {label} memory."
-        return _call(writer, _arguments(writer, user_text, hints), thoughts, heartbeat=True)
+        return _remember(writer, fact, label, model_input.system, thoughts, user_text)
     if send is None:
         return None
     reply = _reply_text(model_input)
     thoughts = "The user wrote to me; answering directly."
     return _call(send, _arguments(send, reply, {"message": reply}), thoughts, heartbeat=False)
+
+
+def _remember(writer: ToolSpec, fact: str, label: str, system: str, thoughts: str, text: str) -> ModelOutput:
+    """Save ``fact`` to the ``label`` block with the memory writer there is (append or rethink)."""
+    hints: dict[str, Any] = {"label": label, "target_block_label": label, "content": fact}
+    hints["new_memory"] = "\n".join(p for p in (_block(system, label), fact) if p)
+    return _call(writer, _arguments(writer, text, hints), thoughts, heartbeat=True)
 
 
 def _call(tool: ToolSpec, arguments: dict[str, Any], thoughts: str, *, heartbeat: bool) -> ModelOutput:

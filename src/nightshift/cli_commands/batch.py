@@ -1,0 +1,253 @@
+"""``nightshift batch``: submit, watch, list, read and cancel batch runs on a running server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from nightshift.cli_commands import views
+from nightshift.cli_commands.client import (
+    DEFAULT_SERVER,
+    ApiKeyOption,
+    CommandFailed,
+    ServerClient,
+    ServerOption,
+    counting,
+    plural,
+    reported_errors,
+    stderr,
+    stdout,
+)
+from nightshift.cli_commands.requests_file import RequestLine, parse_requests
+from nightshift.cli_commands.watch import is_final, watch_run
+from nightshift.domain.batches import RunStatus
+
+batch_app = typer.Typer(
+    help="Submit and follow batch runs on a running nightshift server (--server, NIGHTSHIFT_SERVER).",
+    no_args_is_help=True,
+)
+
+REQUESTS_HELP = """\
+A JSON Lines file ('-' for stdin), one request per line in the API's shape:
+{"agent_id": "agent-...", "messages": [{"role": "user", "content": "..."}]} or
+{"agent_id": "agent-...", "input": "..."}, with an optional "max_steps". Instead of
+"agent_id" a line may give "agent_name": it is looked up with GET /v1/agents/?name=...
+and must match exactly one agent."""
+
+IntervalOption = Annotated[float, typer.Option("--interval", min=0.05, help="Seconds between polls")]
+TimeoutOption = Annotated[
+    float | None, typer.Option("--timeout", min=0, help="Stop watching after this many seconds", show_default=False)
+]
+
+
+@batch_app.command("submit")
+def submit(
+    requests_file: Annotated[str, typer.Argument(metavar="REQUESTS.JSONL", help=REQUESTS_HELP, show_default=False)],
+    callback_url: Annotated[
+        str | None, typer.Option("--callback-url", help="POSTed the run when it ends", show_default=False)
+    ] = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Then watch the run until it is final")] = False,
+    interval: IntervalOption = 1.0,
+    timeout: TimeoutOption = None,
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """Start a batch run from a requests file and print its id.
+
+    Every line is checked and every agent_name resolved before anything is submitted.
+
+    A bad line is reported with its number, and then nothing is submitted.
+
+    With --watch the exit code is 0 when the run completed, 1 when it failed or was cancelled.
+    """
+    with reported_errors():
+        name, text = _read(requests_file)
+        lines = parse_requests(name, text)
+        with ServerClient(server, api_key) as client:
+            requests = _resolve(client, name, lines)
+            body: dict[str, Any] = {"requests": requests}
+            if callback_url:
+                body["callback_url"] = callback_url
+            run = client.post("/v1/messages/batches", body)
+            typer.echo(run["id"])
+            notes = stderr()
+            notes.print(f"started batch run {run['id']} with {plural(len(requests), 'agent')}", markup=False)
+            if not watch:
+                notes.print(f"follow it with: nightshift batch watch {run['id']}", markup=False)
+                return
+            final = _watch(client, run["id"], interval=interval, timeout=timeout)
+    _finish(final)
+
+
+@batch_app.command("watch")
+def watch(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="The batch run's id", show_default=False)],
+    interval: IntervalOption = 1.0,
+    timeout: TimeoutOption = None,
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """Show a run's progress until it is final, then a summary.
+
+    Shown: agents done (finished, failed, cancelled), the step, tokens, and the cost next to the non-batch cost.
+
+    Exit code 0 when the run completed, 1 when it failed or was cancelled. Ctrl-C stops watching, not the run.
+    """
+    with reported_errors(), ServerClient(server, api_key) as client:
+        final = _watch(client, run_id, interval=interval, timeout=timeout)
+    _finish(final)
+
+
+def _watch(client: ServerClient, run_id: str, *, interval: float, timeout: float | None) -> dict[str, Any]:
+    """Watch with the progress on stderr; Ctrl-C stops watching (exit code 130), not the run."""
+    try:
+        return watch_run(client, run_id, console=stderr(), interval=interval, timeout=timeout)
+    except KeyboardInterrupt:
+        stderr().print(f"stopped watching; the run goes on (nightshift batch watch {run_id})", markup=False)
+        raise typer.Exit(130) from None
+
+
+def _finish(run: dict[str, Any]) -> None:
+    """Print the run's summary; exit code 1 unless it completed."""
+    stdout().print(views.run_summary(run))
+    if run["status"] != RunStatus.COMPLETED.value:
+        raise typer.Exit(1)
+
+
+@batch_app.command("list")
+def list_runs(
+    status: Annotated[
+        list[RunStatus] | None,
+        typer.Option("--status", "-s", help="Only runs with this status (repeat for several)", show_default=False),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many runs")] = 20,
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """List batch runs, newest first: status, agents done, failures, step and cost."""
+    with reported_errors(), ServerClient(server, api_key) as client:
+        statuses = [s.value for s in status] if status else None
+        runs = client.get("/v1/messages/batches", status=statuses, limit=limit, order="desc")
+    if not runs:
+        stderr().print("no batch runs" + (f" with status {', '.join(statuses)}" if statuses else ""), markup=False)
+        return
+    stdout().print(views.runs_table(runs))
+
+
+@batch_app.command("messages")
+def messages(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="The batch run's id", show_default=False)],
+    agent: Annotated[
+        str | None, typer.Option("--agent", "-a", help="Only this agent (its id or its name)", show_default=False)
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="The last N messages")] = 100,
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """Show a run's last messages, oldest first: inputs, replies, tool calls and tool results.
+
+    Reasoning is shown dim above each reply; send_message's "Sent message successfully" results are left out.
+    """
+    with reported_errors(), ServerClient(server, api_key) as client:
+        agent_id = _agent_id(client, agent) if agent else None
+        page = client.get(f"/v1/messages/batches/{run_id}/messages", agent_id=agent_id, limit=limit, order="desc")[
+            "messages"
+        ]
+        found = [m for m in reversed(page) if views.message_text(m) is not None]
+        names = _agent_names(client, {m["agent_id"] for m in found})
+    if not found:
+        stderr().print("no messages in this run" + (f" for agent {agent}" if agent else ""), markup=False)
+        return
+    stdout().print(views.messages_table(found, names))
+
+
+@batch_app.command("cancel")
+def cancel(
+    run_id: Annotated[str, typer.Argument(metavar="ID", help="The batch run's id", show_default=False)],
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """Cancel a run: no further steps, and its open provider batches are cancelled.
+
+    Steps already applied stay applied. A run that has already ended is left as it is.
+    """
+    with reported_errors(), ServerClient(server, api_key) as client:
+        before = client.get(f"/v1/messages/batches/{run_id}")
+        if is_final(before):
+            stdout().print(f"run {run_id} had already ended: {before['status']}", markup=False)
+            return
+        run = client.patch(f"/v1/messages/batches/{run_id}/cancel")
+    counts = run["progress"]["agents"]
+    stdout().print(
+        f"run {run_id} is {run['status']} after step {run['progress']['step']}"
+        f" ({views.agent_counts(counts) or 'no agents'})",
+        markup=False,
+    )
+
+
+def _read(requests_file: str) -> tuple[str, str]:
+    if requests_file == "-":
+        return "<stdin>", sys.stdin.read()
+    try:
+        return requests_file, Path(requests_file).read_text(encoding="utf-8")
+    except OSError as error:
+        raise CommandFailed(f"{requests_file}: cannot read it ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise CommandFailed(f"{requests_file}: not a text file (expected UTF-8 JSON Lines)") from None
+
+
+def _resolve(client: ServerClient, name: str, lines: list[RequestLine]) -> list[dict[str, Any]]:
+    """The requests with every agent_name replaced by its agent's id; one request per agent."""
+    names = sorted({line.agent_name for line in lines if line.agent_name is not None})
+    ids: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    with counting("looking up agent names", len(names)) as advance:
+        for agent_name in names:
+            matches = client.get("/v1/agents/", name=agent_name, limit=2)
+            if len(matches) == 1:
+                ids[agent_name] = matches[0]["id"]
+            elif matches:
+                problems[agent_name] = f"several agents are named {agent_name!r}: give 'agent_id' instead"
+            else:
+                problems[agent_name] = f"no agent is named {agent_name!r}"
+            advance()
+    requests: list[dict[str, Any]] = []
+    first_line: dict[str, int] = {}
+    for line in lines:
+        if line.agent_name is not None and line.agent_name in problems:
+            raise CommandFailed(f"{name}:{line.line}: {problems[line.agent_name]}")
+        agent_id = line.agent_id if line.agent_id is not None else ids[str(line.agent_name)]
+        if agent_id in first_line:
+            raise CommandFailed(
+                f"{name}:{line.line}: agent {line.agent_name or agent_id} already has a request on line"
+                f" {first_line[agent_id]} (an agent may appear once per run)"
+            )
+        first_line[agent_id] = line.line
+        requests.append(line.with_agent(agent_id))
+    return requests
+
+
+def _agent_id(client: ServerClient, agent: str) -> str:
+    """``--agent``: an agent id as it is, or the id of the one agent with that name."""
+    if agent.startswith("agent-"):
+        return agent
+    matches = client.get("/v1/agents/", name=agent, limit=2)
+    if len(matches) != 1:
+        raise CommandFailed(
+            f"no agent is named {agent!r}" if not matches else f"several agents are named {agent!r}: give its id"
+        )
+    found: str = matches[0]["id"]
+    return found
+
+
+def _agent_names(client: ServerClient, agent_ids: set[str]) -> dict[str, str]:
+    names = {}
+    for agent_id in sorted(agent_ids):
+        try:
+            names[agent_id] = client.get(f"/v1/agents/{agent_id}")["name"]
+        except CommandFailed:
+            names[agent_id] = agent_id  # deleted since the run: show its id
+    return names

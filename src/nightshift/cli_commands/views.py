@@ -1,0 +1,276 @@
+"""How the client commands show agents, runs and messages: rich tables and one-line texts.
+
+Everything here is pure: it takes the API's JSON bodies and returns renderables or strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from nightshift.domain.batches import RunStatus
+
+STATUS_STYLE = {
+    RunStatus.CREATED: "yellow",
+    RunStatus.RUNNING: "cyan",
+    RunStatus.COMPLETED: "green",
+    RunStatus.FAILED: "red",
+    RunStatus.CANCELLED: "magenta",
+}
+
+
+def agents_table(agents: Sequence[Mapping[str, Any]], *, title: str | None = None) -> Table:
+    """Agents: id, name, model, tags and their custom tools."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("id", no_wrap=True)
+    table.add_column("name", style="bold", overflow="fold")
+    table.add_column("model", overflow="fold")
+    table.add_column("tags", overflow="fold")
+    table.add_column("custom tools", overflow="fold")
+    for agent in agents:
+        custom = [t["name"] for t in agent.get("tools", []) if t.get("tool_type") == "custom"]
+        table.add_row(agent["id"], agent["name"], agent["model"], ", ".join(agent.get("tags", [])), ", ".join(custom))
+    return table
+
+
+def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
+    """Batch runs: id, status, when, agents done, step and cost."""
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    table.add_column("status")
+    table.add_column("created", no_wrap=True)
+    table.add_column("agents done", justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("step", justify="right")
+    table.add_column("cost", justify="right")
+    for run in runs:
+        counts = run["progress"]["agents"]
+        done, total = agents_done(counts)
+        table.add_row(
+            run["id"],
+            status_text(run["status"]),
+            _local(run["created_at"]),
+            f"{done}/{total}",
+            str(counts.get("failed", 0)),
+            str(run["progress"]["step"]),
+            money(run["progress"]["cost_usd"]),
+        )
+    return table
+
+
+def run_summary(run: Mapping[str, Any]) -> RenderableType:
+    """The end of ``batch watch``: what the run did and what it cost, and which agents failed."""
+    progress = run["progress"]
+    counts = progress["agents"]
+    _, total = agents_done(counts)
+    usage = progress.get("usage", {})
+    table = Table(title=f"batch run {run['id']}", title_justify="left", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("status", status_text(run["status"]))
+    table.add_row("agents", f"{total} ({agent_counts(counts)})")
+    table.add_row("steps", str(_steps(run)))
+    table.add_row("provider batches", str(len(progress.get("provider_batches", []))))
+    table.add_row("tokens", tokens(usage) or "none")
+    cost, full = progress["cost_usd"], progress["cost_without_batch_usd"]
+    table.add_row("cost", f"{money(cost)} (without the batch discount: {money(full)}, saved {money(full - cost)})")
+    table.add_row("took", duration(run["created_at"], run.get("completed_at") or run["updated_at"]))
+    failures = progress.get("failures") or []
+    if not failures:
+        return table
+    failed = Table(title="failed agents", title_justify="left")
+    failed.add_column("agent", no_wrap=True)
+    failed.add_column("step", justify="right")
+    failed.add_column("error")
+    for failure in failures[:20]:
+        failed.add_row(failure["agent_id"], str(failure["step_number"]), failure.get("error") or "")
+    rows: list[RenderableType] = [table, failed]
+    if len(failures) > 20:
+        rows.append(Text(f"... and {len(failures) - 20} more"))
+    return Group(*rows)
+
+
+def progress_line(run: Mapping[str, Any]) -> str:
+    """One line of progress, for ``batch watch`` when the output is not a terminal."""
+    progress = run["progress"]
+    done, total = agents_done(progress["agents"])
+    return (
+        f"{run['id']}: {run['status']}, step {progress['step']}, {done}/{total} agents done "
+        f"({agent_counts(progress['agents'])}), cost {money(progress['cost_usd'])}"
+    )
+
+
+def stats_text(run: Mapping[str, Any]) -> Text:
+    """The lines under ``batch watch``'s progress bar: step, provider batches, tokens and cost."""
+    progress = run["progress"]
+    batches = progress.get("provider_batches", [])
+    open_batches = sum(1 for b in batches if b["status"] not in ("applied", "cancelled"))
+    end = run.get("completed_at") or datetime.now(UTC).isoformat()
+    text = Text()
+    text.append(f"step {progress['step']}", style="bold")
+    text.append(f" · provider batches {len(batches)} ({open_batches} open)")
+    text.append(f" · {duration(run['created_at'], end)}\n")
+    text.append(f"tokens {tokens(progress.get('usage', {})) or '0'}\n")
+    text.append(f"cost {money(progress['cost_usd'])}", style="bold green")
+    text.append(f" (without the batch discount {money(progress['cost_without_batch_usd'])})")
+    return text
+
+
+def messages_table(messages: Sequence[Mapping[str, Any]], agent_names: Mapping[str, str]) -> Table:
+    """A run's messages as conversations, one agent after the other (in the order they first appear).
+
+    Each row: time, agent, role, and the text, tool call or tool result.
+    """
+    table = Table()
+    table.add_column("time", no_wrap=True, style="dim")
+    table.add_column("agent", overflow="fold")
+    table.add_column("role", no_wrap=True)
+    table.add_column("message")
+    by_agent: dict[str, list[tuple[Mapping[str, Any], Text]]] = {}
+    for message in messages:
+        shown = message_text(message)
+        if shown is not None:
+            by_agent.setdefault(message["agent_id"], []).append((message, shown))
+    for agent_id, rows in by_agent.items():
+        agent = agent_names.get(agent_id, agent_id)
+        for index, (message, shown) in enumerate(rows):
+            table.add_row(
+                _local(message["created_at"], time_only=True),
+                agent if index == 0 else "",
+                message["role"],
+                shown,
+                end_section=index == len(rows) - 1,
+            )
+    return table
+
+
+def message_text(message: Mapping[str, Any]) -> Text | None:
+    """What a person wants to read of one message; None for the "Sent message" acknowledgements."""
+    role = message["role"]
+    parts = message.get("content") or []
+    texts = [p["text"] for p in parts if p.get("type") == "text"]
+    text = Text()
+    if role == "tool":
+        name = message.get("name") or "tool"
+        status, result = _tool_result("\n".join(texts))
+        if name == "send_message" and status == "OK":
+            return None
+        text.append(f"{name} → ", style="bold")
+        text.append(result, style="red" if status not in ("OK", None) else "")
+        return text
+    if role == "user":
+        event = _event("\n".join(texts))
+        if event is not None:
+            text.append(f"({event})", style="dim")
+        else:
+            text.append("\n".join(texts))
+        return text
+    for part in parts:
+        if part.get("type") == "reasoning" and part.get("reasoning"):
+            text.append(part["reasoning"] + "\n", style="dim italic")
+    if texts:
+        text.append("\n".join(texts) + "\n")
+    for call in message.get("tool_calls") or []:
+        name = call["function"]["name"]
+        arguments = _arguments(call["function"].get("arguments", ""))
+        if name == "send_message" and isinstance(arguments.get("message"), str):
+            text.append(arguments["message"] + "\n", style="bold")
+            continue
+        shown = ", ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False)}"
+            for k, v in arguments.items()
+            if k not in ("inner_thoughts", "request_heartbeat")
+        )
+        text.append(f"calls {name}({shown})\n", style="cyan")
+    text.rstrip()
+    return text
+
+
+def status_text(status: str) -> Text:
+    try:
+        style = STATUS_STYLE[RunStatus(status)]
+    except ValueError:
+        style = ""
+    return Text(status, style=style)
+
+
+def agents_done(counts: Mapping[str, int]) -> tuple[int, int]:
+    """(agents that stopped, all agents of the run) from ``progress.agents``."""
+    done = counts.get("finished", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
+    return done, done + counts.get("running", 0)
+
+
+def agent_counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{counts.get(k, 0)} {k}" for k in ("finished", "failed", "cancelled", "running") if counts.get(k))
+
+
+def tokens(usage: Mapping[str, int]) -> str:
+    labels = {
+        "input_tokens": "in",
+        "output_tokens": "out",
+        "cache_read_tokens": "cache read",
+        "cache_write_tokens": "cache write",
+    }
+    return " · ".join(f"{usage[k]:,} {label}" for k, label in labels.items() if usage.get(k))
+
+
+def money(value: float) -> str:
+    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
+
+
+def duration(start: str, end: str) -> str:
+    seconds = max(0.0, (_parse(end) - _parse(start)).total_seconds())
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def _steps(run: Mapping[str, Any]) -> int:
+    numbers = {b["step_number"] for b in run["progress"].get("provider_batches", [])}
+    return len(numbers)
+
+
+def _tool_result(text: str) -> tuple[str | None, str]:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None, text
+    if isinstance(body, dict) and "message" in body:
+        return str(body.get("status")), str(body["message"])
+    return None, text
+
+
+def _event(text: str) -> str | None:
+    """The type of a system event sent as a user message (a heartbeat, a login), or None."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    kind = body.get("type") if isinstance(body, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {"arguments": raw}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+def _parse(stamp: str) -> datetime:
+    moment = datetime.fromisoformat(stamp)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _local(stamp: str, *, time_only: bool = False) -> str:
+    moment = _parse(stamp).astimezone()
+    return moment.strftime("%H:%M:%S" if time_only else "%Y-%m-%d %H:%M")
