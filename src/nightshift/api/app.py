@@ -12,6 +12,7 @@ from fastapi import Depends, FastAPI
 
 from nightshift import __version__
 from nightshift.api import errors
+from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
 from nightshift.api.routers import agent_messages, agents, batches, blocks, health, tools
 from nightshift.batch.poller import poll_forever
@@ -55,6 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(title="nightshift", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     errors.install(app)
     app.include_router(health.router)
+    app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
     secured = [Depends(organization)]
     for module in (agents, agent_messages, tools, blocks, batches):
         app.include_router(module.router, dependencies=secured)

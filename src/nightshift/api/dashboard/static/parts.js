@@ -1,0 +1,99 @@
+// Pieces both views use: status badges, the agents progress bar, token and cost summaries.
+
+import { formatCompact, formatInt, formatUsd, h } from "./format.js";
+
+export const ACTIVE = new Set(["created", "running"]);
+
+export function isActive(run) {
+  return ACTIVE.has(run.status);
+}
+
+export function badge(status, extra = "") {
+  return h("span", { class: `badge badge-${status} ${extra}`.trim(), dataset: { status } }, status);
+}
+
+export function agentCounts(run) {
+  const agents = run.progress?.agents || {};
+  const counts = {
+    running: agents.running || 0,
+    finished: agents.finished || 0,
+    failed: agents.failed || 0,
+    cancelled: agents.cancelled || 0,
+  };
+  counts.total = counts.running + counts.finished + counts.failed + counts.cancelled;
+  counts.done = counts.finished + counts.failed;
+  counts.percent = counts.total ? Math.round((100 * counts.done) / counts.total) : 0;
+  return counts;
+}
+
+/** Finished, failed and cancelled agents as segments of one bar; what is left is still running. */
+export function progressBar(counts) {
+  const share = (n) => (counts.total ? `${(100 * n) / counts.total}%` : "0%");
+  return h(
+    "div",
+    {
+      class: "bar",
+      role: "progressbar",
+      "aria-valuemin": 0,
+      "aria-valuemax": 100,
+      "aria-valuenow": counts.percent,
+      "aria-label": `${counts.done} of ${counts.total} agents done`,
+    },
+    h("span", { class: "bar-finished", style: `width: ${share(counts.finished)}` }),
+    h("span", { class: "bar-failed", style: `width: ${share(counts.failed)}` }),
+    h("span", { class: "bar-cancelled", style: `width: ${share(counts.cancelled)}` }),
+  );
+}
+
+export function progressLabel(counts) {
+  return h(
+    "div",
+    { class: "progress-label" },
+    h("span", { class: "progress-count" }, `${formatInt(counts.done)} / ${formatInt(counts.total)}`),
+    h("span", { class: "progress-percent" }, `${counts.percent}%`),
+    counts.failed ? h("span", { class: "text-failed" }, `${formatInt(counts.failed)} failed`) : null,
+    counts.cancelled ? h("span", { class: "muted" }, `${formatInt(counts.cancelled)} cancelled`) : null,
+  );
+}
+
+export function usageOf(run) {
+  const usage = run.progress?.usage || {};
+  const input = usage.input_tokens || 0;
+  const output = usage.output_tokens || 0;
+  const cacheRead = usage.cache_read_tokens || 0;
+  const cacheWrite = usage.cache_write_tokens || 0;
+  return { input, output, cacheRead, cacheWrite, total: input + output + cacheRead + cacheWrite };
+}
+
+export function usageTitle(usage) {
+  return (
+    `input ${formatInt(usage.input)} · output ${formatInt(usage.output)} · ` +
+    `cache read ${formatInt(usage.cacheRead)} · cache write ${formatInt(usage.cacheWrite)}`
+  );
+}
+
+export function tokensCell(run) {
+  const usage = usageOf(run);
+  return h(
+    "div",
+    { title: usageTitle(usage) },
+    h("div", {}, `${formatCompact(usage.input + usage.cacheRead + usage.cacheWrite)} in`),
+    h("div", { class: "muted small" }, `${formatCompact(usage.output)} out`),
+  );
+}
+
+export function costCell(run) {
+  const cost = run.progress?.cost_usd || 0;
+  const without = run.progress?.cost_without_batch_usd || 0;
+  return h(
+    "div",
+    { title: `${formatUsd(cost)} through the batch APIs; ${formatUsd(without)} for the same tokens without batch` },
+    h("div", { class: "cost" }, formatUsd(cost)),
+    h("div", { class: "muted small" }, `${formatUsd(without)} without batch`),
+  );
+}
+
+export function stepOf(run) {
+  // The API counts steps from 0; people (and `nightshift demo`) count from 1.
+  return (run.progress?.step || 0) + 1;
+}
