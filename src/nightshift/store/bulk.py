@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, any_, bindparam, column, func, select
+from sqlalchemy import ColumnElement, Select, String, Table, any_, bindparam, column, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -22,3 +22,12 @@ def in_ids(conn: AsyncConnection, target: Any, values: Iterable[str]) -> ColumnE
         return target == any_(bindparam(None, items, type_=ARRAY(String)))  # type: ignore[no-any-return]
     each: Select[Any] = select(column("value")).select_from(func.json_each(bindparam(None, json.dumps(items))))
     return target.in_(each)  # type: ignore[no-any-return]
+
+
+async def count_per_agent(conn: AsyncConnection, table: Table, agent_ids: Iterable[str]) -> dict[str, int]:
+    """Rows of ``table`` per agent (every id present, 0 when none), in one statement."""
+    ids = list(agent_ids)
+    query = select(table.c.agent_id, func.count()).where(in_ids(conn, table.c.agent_id, ids)).group_by(table.c.agent_id)
+    counts = dict.fromkeys(ids, 0)
+    counts.update({row[0]: row[1] for row in await conn.execute(query)})
+    return counts

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, bindparam, func, insert, select, update
+from sqlalchemy import Row, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.messages import Message, Role, ToolCall, search_text
-from nightshift.store.bulk import in_ids
+from nightshift.store.bulk import count_per_agent, in_ids
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
@@ -76,15 +76,7 @@ async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) 
 
 async def count_messages(conn: AsyncConnection, agent_ids: Iterable[str]) -> dict[str, int]:
     """Number of stored messages per agent, in one query."""
-    ids = list(agent_ids)
-    query = (
-        select(messages.c.agent_id, func.count())
-        .where(in_ids(conn, messages.c.agent_id, ids))
-        .group_by(messages.c.agent_id)
-    )
-    counts = dict.fromkeys(ids, 0)
-    counts.update({row[0]: row[1] for row in await conn.execute(query)})
-    return counts
+    return await count_per_agent(conn, messages, agent_ids)
 
 
 async def search_messages(

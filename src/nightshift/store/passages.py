@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, func, insert, select
+from sqlalchemy import Row, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.passages import Passage
-from nightshift.store.bulk import in_ids
+from nightshift.store.bulk import count_per_agent
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import passages
 
@@ -47,15 +47,7 @@ async def insert_passages(conn: AsyncConnection, new: Sequence[Passage]) -> None
 
 async def count_passages(conn: AsyncConnection, agent_ids: Iterable[str]) -> dict[str, int]:
     """Number of passages per agent, in one query."""
-    ids = list(agent_ids)
-    query = (
-        select(passages.c.agent_id, func.count())
-        .where(in_ids(conn, passages.c.agent_id, ids))
-        .group_by(passages.c.agent_id)
-    )
-    counts = dict.fromkeys(ids, 0)
-    counts.update({row[0]: row[1] for row in await conn.execute(query)})
-    return counts
+    return await count_per_agent(conn, passages, agent_ids)
 
 
 async def search_passages(

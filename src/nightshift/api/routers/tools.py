@@ -23,6 +23,10 @@ async def create_tool(body: ToolCreate, conn: Conn, org: Org) -> ToolPublic:
     A 422 says what is wrong with the source (no function, no docstring, an undescribed or
     unsupported argument); a 409 means a tool with that name exists (use PUT to replace it).
     """
+    return await _create(body, conn, org, upsert=False)
+
+
+async def _create(body: ToolCreate, conn: Conn, org: Org, *, upsert: bool) -> ToolPublic:
     tool = await service.create_tool(
         conn,
         org,
@@ -31,6 +35,7 @@ async def create_tool(body: ToolCreate, conn: Conn, org: Org) -> ToolPublic:
         tags=body.tags,
         return_char_limit=body.return_char_limit,
         json_schema=body.json_schema,
+        upsert=upsert,
     )
     return ToolPublic.of(tool)
 
@@ -39,17 +44,7 @@ async def create_tool(body: ToolCreate, conn: Conn, org: Org) -> ToolPublic:
 @router.put("/v1/tools", include_in_schema=False)
 async def upsert_tool(body: ToolCreate, conn: Conn, org: Org) -> ToolPublic:
     """Create a tool, or replace the one with the same function name."""
-    tool = await service.create_tool(
-        conn,
-        org,
-        source_code=body.source_code,
-        description=body.description,
-        tags=body.tags,
-        return_char_limit=body.return_char_limit,
-        json_schema=body.json_schema,
-        upsert=True,
-    )
-    return ToolPublic.of(tool)
+    return await _create(body, conn, org, upsert=True)
 
 
 @router.get("/v1/tools/")
