@@ -30,11 +30,14 @@ def payload(run: BatchRun) -> dict[str, str | None]:
     }
 
 
-async def send_due_callbacks(engine: AsyncEngine, http: httpx.AsyncClient, *, limit: int = 20) -> int:
+async def send_due_callbacks(
+    engine: AsyncEngine, http: httpx.AsyncClient, *, limit: int = 20, base_delay: timedelta = BASE_DELAY
+) -> int:
     """POST the callbacks of ended runs that are due; returns how many were attempted.
 
-    A non-2xx answer or a network error is retried after 2, 4, 8, 16 s; after the fifth failure
-    the run keeps the last error in ``callback_error`` and nothing more is sent.
+    A non-2xx answer or a network error is retried after ``base_delay`` (2 s by default), then
+    twice, four and eight times as long; after the fifth failure the run keeps the last error in
+    ``callback_error`` and nothing more is sent.
     """
     now = datetime.now(UTC)
     async with engine.begin() as conn:
@@ -68,7 +71,7 @@ async def send_due_callbacks(engine: AsyncEngine, http: httpx.AsyncClient, *, li
                 sent_at=datetime.now(UTC) if ok or give_up else None,
                 status_code=code,
                 error=error,
-                next_at=None if ok or give_up else datetime.now(UTC) + BASE_DELAY * 2 ** (attempts - 1),
+                next_at=None if ok or give_up else datetime.now(UTC) + base_delay * 2 ** (attempts - 1),
             )
         if error:
             log.warning("run %s: %s (attempt %d)", run.id, error, attempts)

@@ -24,7 +24,7 @@ async def poll_once(worker: Worker, http: httpx.AsyncClient) -> int:
         handled += claimed
         if claimed == 0:
             break
-    return handled + await send_due_callbacks(worker.engine, http)
+    return handled + await send_due_callbacks(worker.engine, http, base_delay=worker.callback_retry_delay)
 
 
 async def poll_forever(worker: Worker, http: httpx.AsyncClient) -> None:

@@ -41,6 +41,8 @@ MAX_REQUESTS = {Provider.ANTHROPIC: 100_000, Provider.OPENAI: 50_000}
 # Input text per run; the providers cap a batch's size (256 MB Anthropic, 200 MB OpenAI) and the
 # rest of the request (system prompt, tools) must fit too.
 MAX_INPUT_BYTES = 100 * 1024 * 1024
+# Passes over a run's provider batches when cancelling it, should workers move them on meanwhile.
+CANCEL_PASSES = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,12 +203,18 @@ async def write_step(
     return batches
 
 
-async def cancel_run(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun:
+async def cancel_run(
+    conn: AsyncConnection, org_id: str, run_id: str, *, lease: tuple[str, datetime] | None = None
+) -> BatchRun:
     """Cancel a run: no further steps; its open provider batches are cancelled at the provider.
 
     Results already applied stay applied. A provider batch still open when the run is cancelled
     is never applied, even if its results have already arrived: its agents get no messages from
     that step. Cancelling a run that has ended changes nothing.
+
+    ``lease`` (owner, expiry) reserves the batches to cancel at the provider for the caller, who
+    does it at once, so that a poller does not send the same cancel too; should the caller fail
+    to, the poller takes them over when the lease expires.
     """
     run = await batch_store.get_run(conn, org_id, run_id)
     if run is None:
@@ -215,12 +223,30 @@ async def cancel_run(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRu
     moved = await batch_store.set_run_status(
         conn, run_id, RunStatus.CANCELLED, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING)
     )
-    if moved:
+    # A worker may move a batch on while we cancel it (submitted: created -> running; applied,
+    # with the next step written), so a batch whose compare-and-set missed is read again, and so
+    # are the run's batches, until none is left open.
+    for _ in range(CANCEL_PASSES if moved else 0):
+        missed = False
         for batch in await batch_store.provider_batches_of_run(conn, run_id):
-            if batch.status in (ProviderBatchStatus.CREATED, ProviderBatchStatus.RUNNING, ProviderBatchStatus.ENDED):
-                target = ProviderBatchStatus.CANCELLING if batch.provider_batch_id else ProviderBatchStatus.CANCELLED
-                await batch_store.transition(conn, batch.id, target, now, only_from=(batch.status,), next_poll_at=now)
+            if batch.status not in (
+                ProviderBatchStatus.CREATED,
+                ProviderBatchStatus.RUNNING,
+                ProviderBatchStatus.ENDED,
+            ):
+                continue
+            target = ProviderBatchStatus.CANCELLING if batch.provider_batch_id else ProviderBatchStatus.CANCELLED
+            held: dict[str, Any] = {}
+            if lease is not None and target is ProviderBatchStatus.CANCELLING:
+                held = {"lease_owner": lease[0], "lease_expires_at": lease[1]}
+            if await batch_store.transition(
+                conn, batch.id, target, now, only_from=(batch.status,), next_poll_at=now, **held
+            ):
                 await batch_store.cancel_items(conn, batch.id, now)
+            else:
+                missed = True
+        if not missed:
+            break
     found = await batch_store.get_run(conn, org_id, run_id)
     assert found is not None
     return found

@@ -12,17 +12,22 @@ finds it done and changes nothing:
 
 Tool side effects happen at least once (a crash after the tools ran but before the write runs
 them again); everything in the database happens exactly once.
+
+A worker renews the lease of each batch while it works on it, so a lease outlives its owner only
+by ``lease_seconds``: the batches of a worker that died are taken over that soon.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -39,6 +44,7 @@ from nightshift.domain.batches import (
     RunStatus,
 )
 from nightshift.errors import ProviderError
+from nightshift.pricing import PriceTable
 from nightshift.providers.base import BatchState
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import build_requests
@@ -57,6 +63,10 @@ TRANSIENT_RETRIES = 2
 ERROR_BACKOFF = timedelta(seconds=30)
 # Submissions refused for a transient reason are tried this often before the agents fail.
 SUBMIT_ATTEMPTS = 5
+# A lease lasts this many poll intervals (600 s at the default 30 s), and at least MIN_LEASE_SECONDS;
+# it is renewed every third of that while its owner works on the batch.
+LEASE_POLL_INTERVALS = 20
+MIN_LEASE_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +78,10 @@ class Worker:
     sandbox: Sandbox
     owner: str
     poll_interval: float
+    prices: PriceTable = field(default_factory=PriceTable)
     lease_seconds: float = 600.0
+    # The first wait before a failed callback is sent again (see ``batch/callbacks.py``).
+    callback_retry_delay: timedelta = timedelta(seconds=2)
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
@@ -85,7 +98,8 @@ class Worker:
             )
         for batch in claimed:
             try:
-                await self._advance(batch)
+                async with self.holding(batch.id):
+                    await self._advance(batch)
             except Exception:
                 # Never mark anything done on an unexpected error: leave it to be tried again.
                 log.exception("provider batch %s failed to advance; retrying later", batch.id)
@@ -94,7 +108,8 @@ class Worker:
 
     async def _advance(self, batch: ProviderBatch) -> None:
         if batch.status is ProviderBatchStatus.CREATED:
-            batch = await self.submit(batch)
+            await self.submit(batch)  # polled when it is next due
+            return
         if batch.status is ProviderBatchStatus.RUNNING:
             batch = await self.poll(batch)
         if batch.status is ProviderBatchStatus.ENDED:
@@ -102,12 +117,45 @@ class Worker:
         elif batch.status is ProviderBatchStatus.CANCELLING:
             await self.cancel(batch)
 
+    @asynccontextmanager
+    async def holding(self, batch_id: str) -> AsyncIterator[None]:
+        """Renew this worker's lease on a batch while the block runs (a stage may outlast one lease)."""
+
+        done = asyncio.Event()
+
+        async def renew() -> None:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.lease_seconds / 3):
+                        await done.wait()
+                if done.is_set():
+                    return
+                expires = datetime.now(UTC) + timedelta(seconds=self.lease_seconds)
+                try:
+                    async with self.engine.begin() as conn:
+                        if not await batch_store.renew_lease(conn, batch_id, self.owner, expires):
+                            return  # released (or taken over): nothing left to renew
+                except Exception:
+                    log.warning("renewing the lease on %s failed; trying again", batch_id, exc_info=True)
+
+        # Stopped with an event rather than cancelled, so that a renewal is never cut mid-transaction.
+        renewer = asyncio.create_task(renew(), name=f"lease-{batch_id}")
+        try:
+            yield
+        finally:
+            done.set()
+            await renewer
+
     async def _release(self, batch: ProviderBatch, *, delay: timedelta, **values: object) -> None:
         async with self.engine.begin() as conn:
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=datetime.now(UTC) + delay, **values)
 
     async def submit(self, batch: ProviderBatch) -> ProviderBatch:
-        """Send a created provider batch to its provider; returns it as it is now."""
+        """Send a created provider batch to its provider and give up the lease; returns it as it is now.
+
+        A batch the provider refused for good ends at once with every item failed, and is applied
+        (its agents stopped, with the reason) by the next poll.
+        """
         async with self.engine.connect() as conn:
             items = await batch_store.items_of(conn, batch.id)
             agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
@@ -127,6 +175,7 @@ class Worker:
                 return replace(batch, status=ProviderBatchStatus.CREATED)
             return await self._fail_submission(batch, items, exc)
         async with self.engine.begin() as conn:
+            await batch_store.lock_run(conn, batch.batch_run_id)
             moved = await batch_store.transition(
                 conn,
                 batch.id,
@@ -154,9 +203,8 @@ class Worker:
                 )
             current = await batch_store.get_provider_batch(conn, batch.id)
         assert current is not None
-        if current.status is not ProviderBatchStatus.RUNNING:
-            return current
-        await self._release(current, delay=timedelta(seconds=self.poll_interval))
+        running = current.status is ProviderBatchStatus.RUNNING
+        await self._release(current, delay=timedelta(seconds=self.poll_interval if running else 0))
         return current
 
     async def _fail_submission(
@@ -185,6 +233,7 @@ class Worker:
                 error=exc.message,
             ):
                 await batch_store.store_results(conn, rows, now)
+            await batch_store.release(conn, batch.id, self.owner, next_poll_at=now)
             current = await batch_store.get_provider_batch(conn, batch.id)
         assert current is not None
         return current
@@ -283,6 +332,7 @@ class Worker:
         by_agent: dict[str, TurnResult] = {r.agent_id: r for r in results}
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
+            await batch_store.lock_run(conn, batch.batch_run_id)
             if not await batch_store.transition(
                 conn, batch.id, ProviderBatchStatus.APPLIED, now, only_from=(ProviderBatchStatus.ENDED,)
             ):
@@ -293,7 +343,12 @@ class Worker:
             fresh = await agent_store.load_agents(conn, batch.organization_id, list(agents))
             updated = await write_turns(conn, fresh, results, now)
             run_open = run.status in (RunStatus.CREATED, RunStatus.RUNNING)
-            completions, entries = _next_step(items, by_agent, updated, run_open=run_open)
+            # Agents without a result (a failed request to retry) are in ``fresh`` only.
+            completions, entries = _next_step(items, by_agent, {**fresh, **updated}, run_open=run_open)
+            for row, item in zip(completions, items, strict=True):
+                agent = fresh.get(item.agent_id)
+                if item.usage and agent is not None:
+                    row["cost_usd"] = self.prices.cost(agent.llm_config.handle, item.usage, batch=True)
             await batch_store.complete_items(conn, completions, now)
             next_batches = await write_step(conn, run, entries, now, lease=self.lease(now))
             if not next_batches and await batch_store.open_batches_of_run(conn, run.id) == 0:
@@ -309,7 +364,8 @@ class Worker:
         """Submit batches this worker just wrote (and holds the lease of); the poller retries failures."""
         for batch in batches:
             try:
-                await self._advance(await self.submit(batch))
+                async with self.holding(batch.id):
+                    await self.submit(batch)
             except Exception:
                 log.exception("submitting %s failed; the poller will retry", batch.id)
 
@@ -352,6 +408,9 @@ async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterat
                 sandbox=sandbox,
                 owner=worker_id(),
                 poll_interval=settings.poll_interval_seconds,
+                lease_seconds=max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
+                callback_retry_delay=timedelta(seconds=settings.callback_retry_seconds),
+                prices=PriceTable(settings.prices),
             )
         finally:
             await sandbox.aclose()

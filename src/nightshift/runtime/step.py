@@ -62,6 +62,7 @@ class _Pending:
     call: ToolCall | None
     output: str | None = None
     error: str | None = None
+    refused: bool = False  # the call never ran: unknown tool, not allowed, malformed arguments
     context: AgentContext | None = None
     sandbox_index: int | None = None
 
@@ -119,6 +120,9 @@ async def take_turns(
     """Apply each agent's answer; see the module docstring."""
     pending: list[_Pending] = []
     sandbox_calls: list[SandboxCall] = []
+    # Blocks as this step's memory edits left them: agents that share a block each edit the value
+    # the one before left, so no edit is lost.
+    edited: dict[str, Block] = {}
     for turn in turns:
         call = turn.response.tool_call
         item = _Pending(turn=turn, call=call)
@@ -127,7 +131,7 @@ async def take_turns(
             continue
         arguments, error = _check_call(turn, call)
         if error is not None or arguments is None:
-            item.error = error
+            item.error, item.refused = error, True
             continue
         tool = turn.agent.tool(call.name)
         assert tool is not None
@@ -138,12 +142,14 @@ async def take_turns(
             )
             continue
         item.context = AgentContext(
-            agent_id=turn.agent.id, blocks={b.label: b for b in turn.agent.blocks}, search=search
+            agent_id=turn.agent.id, blocks={b.label: edited.get(b.id, b) for b in turn.agent.blocks}, search=search
         )
         try:
             item.output = await run_base_tool(call.name, item.context, arguments)
         except ToolError as exc:
             item.error = exc.message
+        for label in item.context.changed_labels:
+            edited[item.context.blocks[label].id] = item.context.blocks[label]
 
     results = await sandbox.run_many(sandbox_calls) if sandbox_calls else []
     for item in pending:
@@ -172,7 +178,9 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
         continues, reason = decision.continues, "final_text" if not decision.continues else decision.reason
     elif item.error is not None:
         messages.append(_tool_message(turn, call, item.error, is_error=True, now=now))
-        if agent.tool(call.name) is not None:
+        if not item.refused:
+            # A call that ran and failed counts (max_count_per_step, child rules); one that never
+            # ran leaves the rules as they were, so the model gets the same choice again.
             solver = solver.register(call.name, item.error)
         continues, reason = True, "tool_error"
     else:

@@ -127,6 +127,17 @@ async def list_runs(
     return [to_run(r) for r in await conn.execute(paginate(query, batch_runs.c.id, page))]
 
 
+async def lock_run(conn: AsyncConnection, run_id: str) -> None:
+    """Hold the run's row until the transaction ends, so that work on one run is serialised.
+
+    Every transaction that changes a run's provider batches takes this lock first (one lock
+    order, no deadlocks), and the one that applies a run's last open batch then sees the others'
+    work and ends the run. SQLite serialises all writers anyway.
+    """
+    if conn.dialect.name == "postgresql":
+        await conn.execute(select(batch_runs.c.id).where(batch_runs.c.id == run_id).with_for_update())
+
+
 async def set_run_status(
     conn: AsyncConnection, run_id: str, status: RunStatus, now: datetime, *, only_from: Iterable[RunStatus]
 ) -> bool:
@@ -255,6 +266,16 @@ async def claim_due(
         .returning(*provider_batches.c)
     )
     return [to_provider_batch(r) for r in claimed]
+
+
+async def renew_lease(conn: AsyncConnection, batch_id: str, owner: str, expires_at: datetime) -> bool:
+    """Push back the expiry of ``owner``'s lease on a batch; False when ``owner`` no longer holds it."""
+    result = await conn.execute(
+        update(provider_batches)
+        .where(provider_batches.c.id == batch_id, provider_batches.c.lease_owner == owner)
+        .values(lease_expires_at=expires_at)
+    )
+    return result.rowcount > 0
 
 
 async def release(
@@ -391,7 +412,7 @@ async def run_progress(conn: AsyncConnection, run_id: str) -> dict[str, Any]:
         for key, value in (row_usage or {}).items():
             usage[key] = usage.get(key, 0) + int(value)
         cost += float(row_cost or 0.0)
-    return {"items": counts, "step": step, "usage": usage, "cost_usd": round(cost, 6)}
+    return {"items": counts, "step": step, "usage": usage, "cost_usd": cost}
 
 
 async def run_messages(

@@ -1,11 +1,29 @@
-"""Batch-run fixtures: the app with its poller, pointed at the emulator."""
+"""Batch-run fixtures: the app with its poller, pointed at the emulator.
+
+``@pytest.mark.settings(name=value, ...)`` builds the test's app with other settings (a short tool
+timeout, a lower default step limit, fast callback retries).
+"""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
+from nightshift.config import Settings
 from support.runs import Runs
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "settings(**values): build the test's app with these settings")
+
+
+@pytest.fixture
+def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
+    """The suite's settings, with the values of the test's ``settings`` marker, if any."""
+    marker = request.node.get_closest_marker("settings")
+    if marker is None:
+        return settings
+    return Settings.model_validate({**settings.model_dump(), **marker.kwargs})
 
 
 @pytest.fixture

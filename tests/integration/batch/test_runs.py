@@ -18,6 +18,10 @@ async def test_one_step_run_completes_for_every_agent(runs: Runs) -> None:
     assert done["status"] == "completed", done
     assert done["progress"]["agents"] == {"running": 0, "finished": 3, "failed": 0, "cancelled": 0}
     assert done["completed_at"] is not None
+    usage = done["progress"]["usage"]
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert done["progress"]["cost_usd"] > 0
+    assert done["progress"]["cost_without_batch_usd"] == round(done["progress"]["cost_usd"] * 2, 6)
     messages = await runs.messages(run["id"])
     by_agent: dict[str, list[str]] = {}
     for message in messages:

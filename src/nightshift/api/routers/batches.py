@@ -11,8 +11,17 @@ from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 from nightshift.api.deps import Conn, Org, State
 from nightshift.api.routers.params import PageQuery
 from nightshift.batch.steps import RunRequest, cancel_run, create_run
-from nightshift.domain.batches import BatchRun, ProviderBatchStatus, RunStatus
+from nightshift.domain.batches import (
+    BatchItem,
+    BatchRun,
+    ProviderBatch,
+    ProviderBatchStatus,
+    RequestStatus,
+    RunStatus,
+    StepStatus,
+)
 from nightshift.errors import NotFound
+from nightshift.pricing import BATCH_DISCOUNT
 from nightshift.store import batches as batch_store
 from nightshift.store.messages import to_message
 from nightshift.store.pagination import Page
@@ -91,8 +100,11 @@ async def _public(conn: Conn, run: BatchRun) -> BatchRunPublic:
             "failed": items.get("failed", 0),
             "cancelled": items.get("cancelled", 0),
         },
+        "failures": await _failures(conn, batches) if items.get("failed") else [],
         "usage": progress["usage"],
-        "cost_usd": progress["cost_usd"],
+        "cost_usd": round(progress["cost_usd"], 6),
+        # The same tokens through the normal API: batch APIs bill at half price.
+        "cost_without_batch_usd": round(progress["cost_usd"] / BATCH_DISCOUNT, 6),
         "provider_batches": [
             {
                 "id": b.id,
@@ -122,6 +134,29 @@ async def _public(conn: Conn, run: BatchRun) -> BatchRunPublic:
         callback_error=run.callback_error,
         progress=progress_body,
     )
+
+
+async def _failures(conn: Conn, batches: list[ProviderBatch]) -> list[dict[str, Any]]:
+    """The agents this run stopped because of a provider error, with the reason, in step order.
+
+    An agent's last item in the run tells: a failed (or expired) request that was retried has a
+    later item, so only one that was not shows up here.
+    """
+    last: dict[str, BatchItem] = {}
+    for batch in batches:  # in step order
+        for item in await batch_store.items_of(conn, batch.id):
+            last[item.agent_id] = item
+    return [
+        {
+            "agent_id": item.agent_id,
+            "step_number": item.step_state.step_number,
+            "request_status": item.request_status.value,
+            "error": item.error,
+        }
+        for item in last.values()
+        if item.step_status is StepStatus.COMPLETED
+        and item.request_status in (RequestStatus.FAILED, RequestStatus.EXPIRED)
+    ]
 
 
 async def _get(conn: Conn, org: str, run_id: str) -> BatchRun:
@@ -227,7 +262,7 @@ async def cancel_batch(run_id: str, state: State, org: Org) -> BatchRunPublic:
     had already arrived: those agents get no messages from it. A run that has ended is unchanged.
     """
     async with state.engine.begin() as conn:
-        run = await cancel_run(conn, org, run_id)
+        run = await cancel_run(conn, org, run_id, lease=state.worker.lease(datetime.now(UTC)))
         open_batches = [
             b
             for b in await batch_store.provider_batches_of_run(conn, run_id)

@@ -1,0 +1,103 @@
+"""PATCH /v1/messages/batches/{id}/cancel: no further steps, the provider batch cancelled, agents freed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from integration.batch.kit import by_agent, call, calls_of, say, wait_for
+from nightshift.emulator import EmulatorAdmin
+from support.runs import Runs
+
+
+async def _cancel(runs: Runs, run_id: str) -> dict[str, Any]:
+    response = await runs.client.patch(f"/v1/messages/batches/{run_id}/cancel")
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+async def test_cancel_an_open_step(runs: Runs, admin: EmulatorAdmin) -> None:
+    agents = [await runs.agent(f"c{i}") for i in range(2)]
+    await admin.configure(polls_to_end=1000)
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
+    (batch,) = run["progress"]["provider_batches"]
+    assert batch["status"] == "running"
+    # Let the poller look at it at least once.
+    await wait_for(lambda: _polled(runs, run["id"]))
+
+    cancelled = await _cancel(runs, run["id"])
+    assert cancelled["status"] == "cancelled"
+    assert cancelled["completed_at"] is not None
+    assert cancelled["progress"]["agents"] == {"running": 0, "finished": 0, "failed": 0, "cancelled": 2}
+    (after,) = cancelled["progress"]["provider_batches"]
+    assert after["status"] == "cancelled"
+    seen = await admin.requests(path=f"/v1/messages/batches/{batch['provider_batch_id']}/cancel", method="POST")
+    assert len(seen) == 1
+
+    calls = len(await admin.model_calls())
+    await asyncio.sleep(0.4)  # several poller passes
+    later = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()
+    assert later["status"] == "cancelled"
+    assert later["progress"] == cancelled["progress"]
+    assert later["updated_at"] == cancelled["updated_at"]
+    assert len(await admin.model_calls()) == calls
+    # The inputs stay; nothing from the cancelled step is applied.
+    assert by_agent(await runs.messages(run["id"])) == {a["id"]: ["user"] for a in agents}
+
+    # The agents are free again.
+    await admin.configure(polls_to_end=0)
+    again = await runs.start([{"agent_id": a["id"], "input": "hello again"} for a in agents])
+    done = await runs.wait(again["id"])
+    assert done["status"] == "completed", done
+    assert done["progress"]["agents"]["finished"] == 2
+
+
+async def _polled(runs: Runs, run_id: str) -> bool:
+    found = (await runs.client.get(f"/v1/messages/batches/{run_id}")).json()
+    return found["progress"]["provider_batches"][0]["provider_status"] == "in_progress"
+
+
+async def test_cancel_between_steps_keeps_what_was_applied(runs: Runs, admin: EmulatorAdmin) -> None:
+    agent = await runs.agent("two-steps")
+    await admin.script(agent["id"], call("conversation_search", heartbeat=True, query="x"), say("never seen"))
+    run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
+    # The first batch (already submitted) ends at once; the second one stays open.
+    await admin.configure(polls_to_end=1000)
+
+    async def second_step_open() -> bool:
+        found = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()
+        return len(found["progress"]["provider_batches"]) == 2
+
+    await wait_for(second_step_open)
+    cancelled = await _cancel(runs, run["id"])
+    assert cancelled["status"] == "cancelled"
+    # The second batch may still be on its way to the provider: it is cancelled there once it is.
+    assert cancelled["progress"]["provider_batches"][0]["status"] == "applied"
+
+    async def settled() -> bool:
+        found = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()
+        return [b["status"] for b in found["progress"]["provider_batches"]] == ["applied", "cancelled"]
+
+    await wait_for(settled)
+    # Step 0 stays applied; the heartbeat that opened step 1 was written with it; no step 1 answer.
+    assert by_agent(await runs.messages(run["id"])) == {agent["id"]: ["user", "assistant", "tool", "user"]}
+    assert len(await calls_of(admin, agent["id"])) == 2
+    await asyncio.sleep(0.3)
+    assert (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["status"] == "cancelled"
+    assert len(await runs.messages(run["id"])) == 4
+
+
+async def test_cancel_an_ended_run_changes_nothing(runs: Runs) -> None:
+    agent = await runs.agent("finished")
+    run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
+    done = await runs.wait(run["id"])
+    assert done["status"] == "completed"
+    after = await _cancel(runs, run["id"])
+    assert after["status"] == "completed"
+    assert after["completed_at"] == done["completed_at"]
+
+
+async def test_cancel_an_unknown_run(runs: Runs) -> None:
+    response = await runs.client.patch("/v1/messages/batches/batch-nope/cancel")
+    assert response.status_code == 404
+    assert "batch-nope" in response.json()["detail"]

@@ -1,0 +1,117 @@
+"""POST /v1/agents/{id}/messages: the batch step logic, one model call at a time through the normal API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from integration.batch.kit import call, conversation, create_tool, say, tool_names
+from nightshift.emulator import EmulatorAdmin
+from nightshift.emulator.config import ScriptedError, ScriptedReply
+from support.runs import LOOKUP_TOOL, Runs
+
+
+async def _normal_calls(admin: EmulatorAdmin) -> list[dict[str, Any]]:
+    return [c["body"] for c in await admin.model_calls() if c["custom_id"] is None]
+
+
+async def test_sync_step_runs_a_tool_then_answers(runs: Runs, admin: EmulatorAdmin) -> None:
+    await create_tool(runs.client, LOOKUP_TOOL)
+    agent = await runs.agent("sync", tools=["lookup_order"])
+    await admin.script("*", call("lookup_order", heartbeat=True, order_id="A1"), say("Your order A1 shipped."))
+    response = await runs.client.post(
+        f"/v1/agents/{agent['id']}/messages", json={"messages": [{"role": "user", "content": "where is A1?"}]}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["stop_reason"] == {"message_type": "stop_reason", "stop_reason": "end_turn"}
+    usage = body["usage"]
+    assert usage["message_type"] == "usage_statistics"
+    assert usage["step_count"] == 2
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+    kinds = [m["message_type"] for m in body["messages"]]
+    assert kinds == [
+        "user_message",
+        "reasoning_message",
+        "tool_call_message",
+        "tool_return_message",
+        "user_message",
+        "reasoning_message",
+        "assistant_message",
+        "tool_return_message",
+    ]
+    messages = body["messages"]
+    assert messages[0]["content"] == "where is A1?"
+    assert messages[2]["tool_call"]["name"] == "lookup_order"
+    assert json.loads(messages[3]["tool_return"])["message"] == "order A1 shipped"
+    assert messages[3]["status"] == "success"
+    assert json.loads(messages[4]["content"])["type"] == "heartbeat"
+    assert messages[6]["content"] == "Your order A1 shipped."
+    assert all(m["agent_id"] == agent["id"] and m["batch_item_id"] is None for m in messages)
+
+    first, second = await _normal_calls(admin)
+    assert "lookup_order" in tool_names(first)
+    seen = "\n".join(conversation(second))
+    assert "where is A1?" in seen and "order A1 shipped" in seen
+
+    # Everything it returned is stored, in the same order, after the agent's first messages.
+    stored = (await runs.context(agent["id"]))[-len(messages) :]
+    assert [m["id"] for m in stored] == [m["id"] for m in messages]
+
+
+async def test_sync_step_reports_tool_errors_and_limits(runs: Runs, admin: EmulatorAdmin) -> None:
+    agent = await runs.agent("sync-errors")
+    await admin.script("*", call("teleport", heartbeat=False), say("I cannot do that."))
+    response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "go to Mars"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    returns = [m for m in body["messages"] if m["message_type"] == "tool_return_message"]
+    assert returns[0]["status"] == "error"
+    assert "unknown tool 'teleport'" in returns[0]["tool_return"]
+    assert body["usage"]["step_count"] == 2
+
+    await admin.script("*", *[call("conversation_search", heartbeat=True, query="q") for _ in range(5)])
+    response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "loop", "max_steps": 2})
+    assert response.status_code == 200, response.text
+    assert response.json()["stop_reason"]["stop_reason"] == "max_steps"
+    assert response.json()["usage"]["step_count"] == 2
+
+
+async def test_sync_step_refused_while_in_a_batch_step(runs: Runs, admin: EmulatorAdmin) -> None:
+    agent = await runs.agent("busy")
+    await admin.configure(polls_to_end=1000)
+    run = await runs.start([{"agent_id": agent["id"], "input": "batch"}])
+    before = await runs.context(agent["id"])
+    response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "now please"})
+    assert response.status_code == 409, response.text
+    assert agent["id"] in response.json()["detail"]
+    assert await runs.context(agent["id"]) == before
+    assert await _normal_calls(admin) == []
+    await runs.client.patch(f"/v1/messages/batches/{run['id']}/cancel")
+    response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "now please"})
+    assert response.status_code == 200, response.text
+
+
+async def test_sync_step_bad_requests(runs: Runs) -> None:
+    response = await runs.client.post("/v1/agents/agent-nope/messages", json={"input": "hi"})
+    assert response.status_code == 404, response.text
+    assert "agent-nope" in response.json()["detail"]
+    agent = await runs.agent("quiet")
+    before = await runs.context(agent["id"])
+    for body in ({}, {"messages": []}, {"input": "  "}, {"messages": [{"role": "user", "content": ""}]}):
+        response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json=body)
+        assert response.status_code == 422, (body, response.text)
+        assert response.json()["detail"]
+    assert await runs.context(agent["id"]) == before
+
+
+async def test_sync_step_provider_error(runs: Runs, admin: EmulatorAdmin) -> None:
+    agent = await runs.agent("unlucky")
+    await admin.script("*", ScriptedReply(error=ScriptedError(type="invalid_request_error", message="prompt too odd")))
+    response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "hello"})
+    assert response.status_code == 502, response.text
+    assert "prompt too odd" in response.json()["detail"]
+    # What was written before the model call stays written: the user's message.
+    assert (await runs.context(agent["id"]))[-1]["content"] == "hello"
