@@ -40,7 +40,9 @@ async def connection(state: State) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
-Conn = Annotated[AsyncConnection, Depends(connection)]
+# scope="function": the transaction commits before the response is sent, so what a 2xx reports
+# is stored (and visible to the caller's next request), and a failed commit is an error response.
+Conn = Annotated[AsyncConnection, Depends(connection, scope="function")]
 
 
 def _bearer(request: Request) -> str | None:

@@ -11,6 +11,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nightshift.errors import Conflict, InvalidInput, NightshiftError, NotFound, ProviderError, Unauthorized
@@ -52,6 +53,14 @@ async def _http_error(_request: Request, error: Exception) -> JSONResponse:
     return JSONResponse({"detail": error.detail}, status_code=error.status_code, headers=error.headers)
 
 
+async def _integrity_error(_request: Request, error: Exception) -> JSONResponse:
+    # A uniqueness rule the checks before it could not see (a concurrent request won the race).
+    log.info("integrity error mapped to 409: %s", error)
+    return JSONResponse(
+        {"detail": "the request conflicts with data written at the same time; retry it"}, status_code=409
+    )
+
+
 async def _unexpected(_request: Request, error: Exception) -> JSONResponse:
     log.exception("unexpected error", exc_info=error)
     return JSONResponse({"detail": "internal error; see the server log"}, status_code=500)
@@ -62,4 +71,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NightshiftError, _nightshift_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(IntegrityError, _integrity_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -36,11 +36,14 @@ def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
 async def ensure_base_tools(conn: AsyncConnection, org_id: str) -> dict[str, Tool]:
     """The organization's base tools by name, created on first use."""
     existing = {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, BASE_TOOLS)}
+    if len(existing) == len(BASE_TOOLS):
+        return existing
     now = datetime.now(UTC)
-    missing = [_base_tool(org_id, name, now) for name in BASE_TOOLS if name not in existing]
-    await tool_store.insert_tools(conn, missing)
-    existing.update({t.name: t for t in missing})
-    return existing
+    # Another request may be creating them right now: insert what is missing, then read back.
+    await tool_store.insert_tools_if_absent(
+        conn, [_base_tool(org_id, name, now) for name in BASE_TOOLS if name not in existing]
+    )
+    return {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, BASE_TOOLS)}
 
 
 async def create_tool(

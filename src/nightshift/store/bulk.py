@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Select, String, Table, any_, bindparam, column, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
@@ -31,3 +33,9 @@ async def count_per_agent(conn: AsyncConnection, table: Table, agent_ids: Iterab
     counts = dict.fromkeys(ids, 0)
     counts.update({row[0]: row[1] for row in await conn.execute(query)})
     return counts
+
+
+def insert_ignoring_conflicts(conn: AsyncConnection, table: Table) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect (for rows made once)."""
+    statement = pg_insert(table) if conn.dialect.name == "postgresql" else sqlite_insert(table)
+    return statement.on_conflict_do_nothing()

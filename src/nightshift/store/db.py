@@ -7,7 +7,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -67,8 +67,16 @@ def alembic_config() -> Config:
     return config
 
 
+# Any fixed number: the advisory lock that lets one process at a time migrate a PostgreSQL database.
+MIGRATION_LOCK = 8_283_000
+
+
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    """Migrate the database to ``revision`` (creating it when empty)."""
+    """Migrate the database to ``revision`` (creating it when empty).
+
+    Several server processes may start at once: on PostgreSQL they take turns under an advisory
+    lock held until the migration commits, so the later ones find the schema at head.
+    """
 
     def run(connection: Connection) -> None:
         config = alembic_config()
@@ -76,4 +84,6 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         command.upgrade(config, revision)
 
     async with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         await conn.run_sync(run)

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.orgs import DEFAULT_ORG_ID, DEFAULT_ORG_NAME, Organization, User
 from nightshift.ids import new_id
+from nightshift.store.bulk import insert_ignoring_conflicts
 from nightshift.store.tables import organizations, users
 
 
@@ -19,12 +20,13 @@ def hash_api_key(key: str) -> str:
 
 
 async def ensure_default_org(conn: AsyncConnection) -> None:
-    """Create the organization that callers without an API key belong to, once."""
-    found = await conn.scalar(select(organizations.c.id).where(organizations.c.id == DEFAULT_ORG_ID))
-    if found is None:
-        await conn.execute(
-            insert(organizations).values(id=DEFAULT_ORG_ID, name=DEFAULT_ORG_NAME, created_at=datetime.now(UTC))
-        )
+    """Create the organization that callers without an API key belong to, once.
+
+    Several server processes may start at once on a new database: the insert ignores a row
+    that another process has just written.
+    """
+    values = {"id": DEFAULT_ORG_ID, "name": DEFAULT_ORG_NAME, "created_at": datetime.now(UTC)}
+    await conn.execute(insert_ignoring_conflicts(conn, organizations).values(**values))
 
 
 async def get_or_create_org(conn: AsyncConnection, name: str) -> Organization:

@@ -9,6 +9,7 @@ from sqlalchemy import Row, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.tools import Tool, ToolType
+from nightshift.store.bulk import insert_ignoring_conflicts
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_tools, agents, tools
 
@@ -52,6 +53,12 @@ async def insert_tools(conn: AsyncConnection, new: Sequence[Tool]) -> None:
     """Insert tools in one statement."""
     if new:
         await conn.execute(insert(tools), [_values(t) for t in new])
+
+
+async def insert_tools_if_absent(conn: AsyncConnection, new: Sequence[Tool]) -> None:
+    """Insert tools, skipping any whose name the organization already has (a concurrent insert)."""
+    if new:
+        await conn.execute(insert_ignoring_conflicts(conn, tools), [_values(t) for t in new])
 
 
 async def update_tool(conn: AsyncConnection, tool: Tool) -> None:
