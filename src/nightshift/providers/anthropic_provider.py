@@ -47,14 +47,19 @@ class AnthropicProvider:
         """Create a Message Batch with one request per custom_id; returns its ``msgbatch_...`` id."""
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
-        body = [
-            {"custom_id": custom_id, "params": wire.build_request(request, cache_ttl=self._batch_cache_ttl)}
+        # Each request is serialised as soon as it is built (only bytes are kept), and the body goes
+        # out as bytes through the SDK client (auth, retries, errors as usual) instead of
+        # ``batches.create``, which deep-copies every request first and costs as much as everything
+        # else of a submit at 10,000 agents.
+        parts = [
+            json.dumps(
+                {"custom_id": custom_id, "params": wire.build_request(request, cache_ttl=self._batch_cache_ttl)},
+                separators=(",", ":"),
+            ).encode()
             for custom_id, request in requests.items()
         ]
-        # The body is already plain JSON data: send it as bytes through the SDK client (auth, retries,
-        # errors as usual) instead of ``batches.create``, which deep-copies every request first and
-        # costs as much as everything else of a submit at 10,000 agents.
-        content = json.dumps({"requests": body}, separators=(",", ":")).encode()
+        content = b'{"requests":[' + b",".join(parts) + b"]}"
+        del parts
         try:
             batch = await self._client.post(
                 "/v1/messages/batches",
