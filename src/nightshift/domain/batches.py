@@ -165,5 +165,7 @@ class BatchItem:
     usage: dict[str, int] | None = None
     cost_usd: float | None = None
     error: str | None = None
+    # What the applied step did to the agent: continued, retried, finished, failed or cancelled.
+    outcome: str | None = None
     created_at: datetime
     updated_at: datetime

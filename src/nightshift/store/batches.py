@@ -91,6 +91,7 @@ def to_item(row: Row[Any]) -> BatchItem:
         usage=row.usage,
         cost_usd=row.cost_usd,
         error=row.error,
+        outcome=row.outcome,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -462,3 +463,23 @@ async def record_callback(
             callback_next_at=next_at,
         )
     )
+
+
+async def run_agent_items(
+    conn: AsyncConnection, run_id: str, *, after: str | None, limit: int
+) -> dict[str, list[BatchItem]]:
+    """A page of the run's agents (by id) with each one's items, oldest first: two statements."""
+    page = select(batch_items.c.agent_id).where(batch_items.c.batch_run_id == run_id)
+    if after is not None:
+        page = page.where(batch_items.c.agent_id > after)
+    page = page.group_by(batch_items.c.agent_id).order_by(batch_items.c.agent_id).limit(limit)
+    agent_ids = [str(a) for a in await conn.scalars(page)]
+    query = (
+        select(batch_items)
+        .where(batch_items.c.batch_run_id == run_id, in_ids(conn, batch_items.c.agent_id, agent_ids))
+        .order_by(batch_items.c.agent_id, batch_items.c.id)
+    )
+    found: dict[str, list[BatchItem]] = {agent_id: [] for agent_id in agent_ids}
+    for row in await conn.execute(query):
+        found[row.agent_id].append(to_item(row))
+    return found

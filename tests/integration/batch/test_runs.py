@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from support.runs import OPENAI_MODEL, Runs
 
 
@@ -21,7 +23,7 @@ async def test_one_step_run_completes_for_every_agent(runs: Runs) -> None:
     usage = done["progress"]["usage"]
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert done["progress"]["cost_usd"] > 0
-    assert done["progress"]["cost_without_batch_usd"] == round(done["progress"]["cost_usd"] * 2, 6)
+    assert done["progress"]["cost_without_batch_usd"] == pytest.approx(done["progress"]["cost_usd"] * 2, abs=2e-6)
     messages = await runs.messages(run["id"])
     by_agent: dict[str, list[str]] = {}
     for message in messages:

@@ -254,6 +254,43 @@ async def batch_messages(
     return {"messages": out}
 
 
+@router.get("/v1/messages/batches/{run_id}/agents")
+async def batch_agents(
+    run_id: str,
+    conn: Conn,
+    org: Org,
+    after: Annotated[str | None, Query(description="Agents after this agent id")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, list[dict[str, Any]]]:
+    """Each agent of the run (by agent id): its state, steps answered, tokens, cost and last error.
+
+    ``state`` is running, finished, failed or cancelled; ``cost_without_batch_usd`` is what the
+    same tokens cost through the normal API.
+    """
+    await _get(conn, org, run_id)
+    out = []
+    for agent_id, items in (await batch_store.run_agent_items(conn, run_id, after=after, limit=limit)).items():
+        last = items[-1]
+        usage: dict[str, int] = {}
+        for item in items:
+            for key, value in (item.usage or {}).items():
+                usage[key] = usage.get(key, 0) + value
+        cost = sum(item.cost_usd or 0.0 for item in items)
+        state = "running" if last.step_status is StepStatus.PAUSED else (last.outcome or "finished")
+        out.append(
+            {
+                "agent_id": agent_id,
+                "state": state,
+                "steps": sum(1 for i in items if i.request_status is RequestStatus.COMPLETED),
+                "usage": usage,
+                "cost_usd": round(cost, 6),
+                "cost_without_batch_usd": round(cost / BATCH_DISCOUNT, 6),
+                "error": last.error if state == "failed" else None,
+            }
+        )
+    return {"agents": out}
+
+
 @router.patch("/v1/messages/batches/{run_id}/cancel")
 async def cancel_batch(run_id: str, state: State, org: Org) -> BatchRunPublic:
     """Cancel a run: no further steps, and its open provider batches are cancelled at the provider.

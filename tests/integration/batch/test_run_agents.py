@@ -1,0 +1,49 @@
+"""GET /v1/messages/batches/{id}/agents: each agent's state, steps, tokens and cost."""
+
+from __future__ import annotations
+
+import pytest
+
+from integration.batch.kit import call, say
+from nightshift.emulator import EmulatorAdmin
+from support.runs import Runs
+
+
+async def test_each_agent_reports_its_state_tokens_and_cost(runs: Runs, admin: EmulatorAdmin) -> None:
+    bad = await runs.agent("bad")
+    two_steps = await runs.agent("two-steps")
+    one_step = await runs.agent("one-step")
+    await admin.configure(errors={bad["id"]: "invalid_request_error"})
+    await admin.script(two_steps["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
+    await admin.script(one_step["id"], say("hello"))
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, two_steps, one_step)])
+    assert (await runs.wait(run["id"]))["status"] == "completed"
+
+    response = await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")
+    assert response.status_code == 200, response.text
+    agents = {a["agent_id"]: a for a in response.json()["agents"]}
+    assert list(agents) == sorted(agents)
+    assert agents[bad["id"]]["state"] == "failed"
+    assert "invalid_request_error" in agents[bad["id"]]["error"]
+    assert agents[bad["id"]]["steps"] == 0 and agents[bad["id"]]["cost_usd"] == 0
+    assert agents[two_steps["id"]]["state"] == "finished" and agents[two_steps["id"]]["steps"] == 2
+    assert agents[one_step["id"]]["state"] == "finished" and agents[one_step["id"]]["steps"] == 1
+    for agent_id in (two_steps["id"], one_step["id"]):
+        row = agents[agent_id]
+        assert row["usage"]["input_tokens"] > 0 and row["usage"]["output_tokens"] > 0
+        assert row["cost_usd"] > 0
+        assert row["cost_without_batch_usd"] == pytest.approx(row["cost_usd"] * 2, abs=2e-6)  # both rounded
+        assert row["error"] is None
+    # Two steps cost more than one; the per-agent costs add up to the run's.
+    assert agents[two_steps["id"]]["cost_usd"] > agents[one_step["id"]]["cost_usd"]
+    total = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["progress"]["cost_usd"]
+    assert abs(sum(a["cost_usd"] for a in agents.values()) - total) < 1e-5
+
+    first = (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents", params={"limit": 2})).json()["agents"]
+    rest = (
+        await runs.client.get(
+            f"/v1/messages/batches/{run['id']}/agents", params={"limit": 2, "after": first[-1]["agent_id"]}
+        )
+    ).json()["agents"]
+    assert [a["agent_id"] for a in first + rest] == sorted(agents)
+    assert (await runs.client.get("/v1/messages/batches/batch-nope/agents")).status_code == 404
