@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncGenerator, Mapping
 
 import anthropic
+import orjson
 from anthropic.types.messages import MessageBatch
 
 from nightshift.errors import ProviderError
@@ -52,10 +53,9 @@ class AnthropicProvider:
         # ``batches.create``, which deep-copies every request first and costs as much as everything
         # else of a submit at 10,000 agents.
         parts = [
-            json.dumps(
-                {"custom_id": custom_id, "params": wire.build_request(request, cache_ttl=self._batch_cache_ttl)},
-                separators=(",", ":"),
-            ).encode()
+            orjson.dumps(
+                {"custom_id": custom_id, "params": wire.build_request(request, cache_ttl=self._batch_cache_ttl)}
+            )
             for custom_id, request in requests.items()
         ]
         content = b'{"requests":[' + b",".join(parts) + b"]}"

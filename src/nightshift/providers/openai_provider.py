@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import openai
+import orjson
 
 from nightshift.errors import ProviderError
 from nightshift.providers import openai_wire as wire
@@ -47,8 +48,7 @@ class OpenAIProvider:
                 kind=INVALID_REQUEST,
             )
         data = b"".join(
-            json.dumps(wire.batch_line(custom_id, request), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-            for custom_id, request in requests.items()
+            orjson.dumps(wire.batch_line(custom_id, request)) + b"\n" for custom_id, request in requests.items()
         )
         try:
             file = await self._client.files.create(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event, text
@@ -25,7 +26,9 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     """
     url = async_database_url(url)
     parsed = make_url(url)
-    kwargs: dict[str, Any] = {"echo": echo}
+    # JSON columns (agents' configs, message tool calls, batch results) are read and written by
+    # the ten thousand on every step: orjson does it several times faster than the json module.
+    kwargs: dict[str, Any] = {"echo": echo, "json_serializer": _dumps, "json_deserializer": orjson.loads}
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
         if database and database != ":memory:":
@@ -38,6 +41,10 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
