@@ -38,6 +38,10 @@ from nightshift.store import batches as batch_store
 
 # Requests per provider batch, as the providers limit them.
 MAX_REQUESTS = {Provider.ANTHROPIC: 100_000, Provider.OPENAI: 50_000}
+# A step's agents on one provider and model go into provider batches of at most this many, so
+# that submitting or applying one batch holds a bounded working set (and stays well inside the
+# providers' 200-256 MB body limits); a step of up to this many agents is one batch.
+BATCH_SLICE = 10_000
 # Input text per run; the providers cap a batch's size (256 MB Anthropic, 200 MB OpenAI) and the
 # rest of the request (system prompt, tools) must fit too.
 MAX_INPUT_BYTES = 100 * 1024 * 1024
@@ -163,7 +167,7 @@ async def write_step(
     items: list[BatchItem] = []
     inputs = StepInputs()
     for (provider, _model), group in groups.items():
-        limit = MAX_REQUESTS[provider]
+        limit = min(MAX_REQUESTS[provider], BATCH_SLICE)
         for start in range(0, len(group), limit):
             chunk = group[start : start + limit]
             batch = ProviderBatch(
