@@ -76,6 +76,22 @@ def outcome_row(item_id: str, outcome: BatchOutcome) -> dict[str, Any]:
     }
 
 
+def failed_row(item_id: str, reason: str, error: ModelError | None = None) -> dict[str, Any]:
+    """The values ``store_results`` writes for a request that got no answer (``reason`` says why)."""
+    return {
+        "item_id": item_id,
+        "request_status": RequestStatus.FAILED.value,
+        "result": {
+            "status": "errored",
+            "response": None,
+            "error": {"type": error.type, "message": error.message} if error else None,
+            "raw": {},
+        },
+        "usage": None,
+        "error": reason,
+    }
+
+
 def stored_error(result: dict[str, Any] | None) -> ModelError | None:
     """The provider error stored with an item's result, if any."""
     error = (result or {}).get("error")

@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch.outcomes import outcome_row, response_from_json, stored_error
+from nightshift.batch.outcomes import failed_row, outcome_row, response_from_json, stored_error
 from nightshift.batch.steps import StepEntry, write_step
 from nightshift.config import Settings
 from nightshift.domain.agents import Agent
@@ -45,7 +45,7 @@ from nightshift.domain.batches import (
 )
 from nightshift.errors import ProviderError
 from nightshift.pricing import PriceTable
-from nightshift.providers.base import BatchState
+from nightshift.providers.base import BatchState, ModelError
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import build_requests
 from nightshift.runtime.persist import write_turns
@@ -212,17 +212,8 @@ class Worker:
     ) -> ProviderBatch:
         """The provider refused the batch: every agent of it fails this step (resume records why)."""
         now = datetime.now(UTC)
-        error = {"type": exc.kind, "message": exc.message}
-        rows = [
-            {
-                "item_id": item.id,
-                "request_status": RequestStatus.FAILED.value,
-                "result": {"status": "errored", "response": None, "error": error, "raw": {}},
-                "usage": None,
-                "error": f"{exc.kind}: {exc.message}",
-            }
-            for item in items
-        ]
+        error = ModelError(type=exc.kind, message=exc.message)
+        rows = [failed_row(item.id, f"{exc.kind}: {exc.message}", error) for item in items]
         async with self.engine.begin() as conn:
             if await batch_store.transition(
                 conn,
@@ -279,15 +270,7 @@ class Worker:
             await self._release(batch, delay=ERROR_BACKOFF, error=exc.message)
             return batch
         for item in items.values():  # a request the provider never answered
-            rows.append(
-                {
-                    "item_id": item.id,
-                    "request_status": RequestStatus.FAILED.value,
-                    "result": {"status": "errored", "response": None, "error": None, "raw": {}},
-                    "usage": None,
-                    "error": "the provider returned no result for this request",
-                }
-            )
+            rows.append(failed_row(item.id, "the provider returned no result for this request"))
         async with self.engine.begin() as conn:
             if await batch_store.transition(
                 conn,
