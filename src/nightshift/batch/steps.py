@@ -84,7 +84,7 @@ async def create_run(
         InvalidInput: no requests, the same agent twice, empty messages, too much input, or more
             agents for one provider than its batch limit.
         NotFound: an agent that does not exist (or belongs to another organization).
-        Conflict: an agent that is already in an open step of another run.
+        Conflict: an agent that is already in an open step of another run, or in a synchronous step.
     """
     if not requests:
         raise InvalidInput("requests must hold at least one request", field="requests")
@@ -105,10 +105,11 @@ async def create_run(
     if missing:
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     busy = await batch_store.agents_in_open_steps(conn, ids)
+    busy |= await agent_store.agents_stepping(conn, ids, datetime.now(UTC))
     if busy:
         raise Conflict(
-            f"agents already in an open step of another run: {', '.join(sorted(busy)[:10])}; "
-            "wait for that run to finish or cancel it"
+            f"agents already stepping (in an open step of another run, or synchronously): "
+            f"{', '.join(sorted(busy)[:10])}; wait for that to finish or cancel the run"
         )
     per_provider: dict[Provider, int] = defaultdict(int)
     for agent in agents.values():

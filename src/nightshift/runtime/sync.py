@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,6 +26,8 @@ from nightshift.store import batches as batch_store
 from nightshift.tools.sandbox import Sandbox
 
 STOP_REASONS = {"max_steps": "max_steps", "final_text": "end_turn"}
+# How long a synchronous step holds its agent at most (a crashed server's hold expires then).
+SYNC_HOLD = timedelta(minutes=15)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -53,7 +55,7 @@ async def step_agent(
     Raises:
         InvalidInput: no message text.
         NotFound: no such agent.
-        Conflict: the agent is in an open step of a batch run.
+        Conflict: the agent is in an open step of a batch run, or in another synchronous step.
         ProviderError: the provider failed (what was written before stays written).
     """
     if not any(t.strip() for t in texts):
@@ -64,44 +66,51 @@ async def step_agent(
         agent = await get_agent(conn, org_id, agent_id)
         if await batch_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
+        # Hold the agent so that no batch run (or other synchronous step) writes its window meanwhile.
+        if not await agent_store.hold_for_sync_step(conn, agent_id, now, now + SYNC_HOLD):
+            raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
         inputs = StepInputs()
         messages = [user_message(agent, t, now) for t in texts if t.strip()]
         agent = inputs.add(agent, messages)
         await inputs.write(conn, now)
-    out.messages.extend(messages)
-    state = first_state(agent, max_steps)
-    provider = providers.get(agent.llm_config.provider)
-    while True:
-        async with engine.connect() as conn:
-            request = (await build_requests(conn, [agent], {agent.id: state}))[agent.id]
-        response = await provider.complete(request)
-        out.steps += 1
-        out.usage = Usage(
-            input_tokens=out.usage.input_tokens + response.usage.input_tokens,
-            output_tokens=out.usage.output_tokens + response.usage.output_tokens,
-            cache_read_tokens=out.usage.cache_read_tokens + response.usage.cache_read_tokens,
-            cache_write_tokens=out.usage.cache_write_tokens + response.usage.cache_write_tokens,
-        )
-        async with engine.connect() as conn:
-            (result,) = await take_turns(
-                [Turn(agent=agent, state=state, response=response)],
-                search=StoreSearch(conn),
-                sandbox=sandbox,
-                now=datetime.now(UTC),
+    try:
+        out.messages.extend(messages)
+        state = first_state(agent, max_steps)
+        provider = providers.get(agent.llm_config.provider)
+        while True:
+            async with engine.connect() as conn:
+                request = (await build_requests(conn, [agent], {agent.id: state}))[agent.id]
+            response = await provider.complete(request)
+            out.steps += 1
+            out.usage = Usage(
+                input_tokens=out.usage.input_tokens + response.usage.input_tokens,
+                output_tokens=out.usage.output_tokens + response.usage.output_tokens,
+                cache_read_tokens=out.usage.cache_read_tokens + response.usage.cache_read_tokens,
+                cache_write_tokens=out.usage.cache_write_tokens + response.usage.cache_write_tokens,
             )
-        now = datetime.now(UTC)
+            async with engine.connect() as conn:
+                (result,) = await take_turns(
+                    [Turn(agent=agent, state=state, response=response)],
+                    search=StoreSearch(conn),
+                    sandbox=sandbox,
+                    now=datetime.now(UTC),
+                )
+            now = datetime.now(UTC)
+            async with engine.begin() as conn:
+                fresh = await agent_store.load_agents(conn, org_id, [agent.id])
+                agent = (await write_turns(conn, fresh, [result], now))[agent.id]
+                out.messages.extend(result.messages)
+                if not result.continues:
+                    out.stop_reason = STOP_REASONS.get(result.reason, "end_turn")
+                    if result.reason.startswith("tool_rules"):
+                        out.stop_reason = "tool_rule"
+                    return out
+                inputs = StepInputs()
+                heartbeat = heartbeat_message(agent, now)
+                agent = inputs.add(agent, [heartbeat])
+                await inputs.write(conn, now)
+                out.messages.append(heartbeat)
+            state = result.state
+    finally:
         async with engine.begin() as conn:
-            fresh = await agent_store.load_agents(conn, org_id, [agent.id])
-            agent = (await write_turns(conn, fresh, [result], now))[agent.id]
-            out.messages.extend(result.messages)
-            if not result.continues:
-                out.stop_reason = STOP_REASONS.get(result.reason, "end_turn")
-                if result.reason.startswith("tool_rules"):
-                    out.stop_reason = "tool_rule"
-                return out
-            inputs = StepInputs()
-            heartbeat = heartbeat_message(agent, now)
-            agent = inputs.add(agent, [heartbeat])
-            await inputs.write(conn, now)
-            out.messages.append(heartbeat)
-        state = result.state
+            await agent_store.release_sync_step(conn, agent_id)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, delete, func, insert, select, update
+from sqlalchemy import Row, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent, LLMConfig, Provider
@@ -233,3 +233,24 @@ async def set_message_ids(conn: AsyncConnection, windows: Sequence[tuple[str, Se
         .values(message_ids=bindparam("ids"), updated_at=bindparam("now")),
         [{"a_id": agent_id, "ids": list(ids), "now": now} for agent_id, ids in windows],
     )
+
+
+async def hold_for_sync_step(conn: AsyncConnection, agent_id: str, now: datetime, until: datetime) -> bool:
+    """Mark the agent as stepping synchronously until ``until``; False when another step holds it."""
+    result = await conn.execute(
+        update(agents)
+        .where(agents.c.id == agent_id, or_(agents.c.stepping_until.is_(None), agents.c.stepping_until < now))
+        .values(stepping_until=until)
+    )
+    return result.rowcount > 0
+
+
+async def release_sync_step(conn: AsyncConnection, agent_id: str) -> None:
+    """The agent's synchronous step is over."""
+    await conn.execute(update(agents).where(agents.c.id == agent_id).values(stepping_until=None))
+
+
+async def agents_stepping(conn: AsyncConnection, agent_ids: Sequence[str], now: datetime) -> set[str]:
+    """Which of these agents are held by a synchronous step right now."""
+    query = select(agents.c.id).where(in_ids(conn, agents.c.id, agent_ids), agents.c.stepping_until > now)
+    return {str(i) for i in await conn.scalars(query)}

@@ -108,6 +108,7 @@ agents = Table(
     Column("metadata", JSONType, nullable=False),
     Column("message_ids", JSONType, nullable=False, comment="the in-context window, in order"),
     Column("message_buffer_autoclear", Boolean, nullable=False),
+    Column("stepping_until", UTCDateTime(), comment="a synchronous step holds the agent until then"),
     *_times(),
     Index("ix_agents_org_name", "organization_id", "name"),
 )

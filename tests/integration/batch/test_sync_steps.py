@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -115,3 +116,47 @@ async def test_sync_step_provider_error(runs: Runs, admin: EmulatorAdmin) -> Non
     assert "prompt too odd" in response.json()["detail"]
     # What was written before the model call stays written: the user's message.
     assert (await runs.context(agent["id"]))[-1]["content"] == "hello"
+
+
+PAUSING_TOOL = '''
+def pause_a_moment(order_id: str) -> str:
+    """Look up an order, taking a moment.
+
+    Args:
+        order_id: The order's identifier.
+    """
+    import time
+
+    time.sleep(1.5)
+    return f"order {order_id}: packed"
+'''
+
+
+async def test_a_sync_step_holds_its_agent(runs: Runs, admin: EmulatorAdmin) -> None:
+    await create_tool(runs.client, PAUSING_TOOL)
+    agent = await runs.agent("held", tools=["pause_a_moment"])
+    await admin.script("*", call("pause_a_moment", heartbeat=True, order_id="A1"), say("Packed."))
+    stepping = asyncio.create_task(
+        runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "how is A1 doing?"})
+    )
+    # The input and the hold are written in one transaction: once the input shows, the agent is held.
+    deadline = asyncio.get_running_loop().time() + 10
+    while not any(m.get("content") == "how is A1 doing?" for m in await runs.context(agent["id"])):
+        assert asyncio.get_running_loop().time() < deadline and not stepping.done()
+        await asyncio.sleep(0.02)
+
+    batch = await runs.client.post(
+        "/v1/messages/batches", json={"requests": [{"agent_id": agent["id"], "input": "hi"}]}
+    )
+    assert batch.status_code == 409, batch.text
+    assert "synchronously" in batch.json()["detail"]
+    again = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "and now?"})
+    assert again.status_code == 409
+    assert (await runs.client.get("/v1/messages/batches")).json() == []
+
+    finished = await stepping
+    assert finished.status_code == 200, finished.text
+    # Released: the agent takes part in a batch run again.
+    await admin.script("*")
+    run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
+    assert (await runs.wait(run["id"]))["status"] == "completed"

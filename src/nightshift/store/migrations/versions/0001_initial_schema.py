@@ -60,6 +60,12 @@ def upgrade() -> None:
             comment="the in-context window, in order",
         ),
         sa.Column("message_buffer_autoclear", sa.Boolean(), nullable=False),
+        sa.Column(
+            "stepping_until",
+            nightshift.store.tables.UTCDateTime(timezone=True),
+            nullable=True,
+            comment="a synchronous step holds the agent until then",
+        ),
         sa.Column("created_at", nightshift.store.tables.UTCDateTime(timezone=True), nullable=False),
         sa.Column("updated_at", nightshift.store.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
