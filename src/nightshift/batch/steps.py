@@ -104,6 +104,7 @@ async def create_run(
     missing = [i for i in ids if i not in agents]
     if missing:
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
+    await agent_store.lock_agents(conn, ids)
     busy = await batch_store.agents_in_open_steps(conn, ids)
     busy |= await agent_store.agents_stepping(conn, ids, datetime.now(UTC))
     if busy:

@@ -64,11 +64,13 @@ async def step_agent(
     now = datetime.now(UTC)
     async with engine.begin() as conn:
         agent = await get_agent(conn, org_id, agent_id)
-        if await batch_store.agents_in_open_steps(conn, [agent_id]):
-            raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
         # Hold the agent so that no batch run (or other synchronous step) writes its window meanwhile.
+        # The hold is taken first (it locks the agent's row, as creating a run does), then the
+        # batch steps are checked, so a run created at the same moment is seen either way.
         if not await agent_store.hold_for_sync_step(conn, agent_id, now, now + SYNC_HOLD):
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
+        if await batch_store.agents_in_open_steps(conn, [agent_id]):
+            raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
         inputs = StepInputs()
         messages = [user_message(agent, t, now) for t in texts if t.strip()]
         agent = inputs.add(agent, messages)

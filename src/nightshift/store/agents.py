@@ -250,6 +250,16 @@ async def release_sync_step(conn: AsyncConnection, agent_id: str) -> None:
     await conn.execute(update(agents).where(agents.c.id == agent_id).values(stepping_until=None))
 
 
+async def lock_agents(conn: AsyncConnection, agent_ids: Sequence[str]) -> None:
+    """Lock the agents' rows until the transaction ends (PostgreSQL; SQLite serialises writers).
+
+    Starting a step takes this lock before checking whether an agent is already stepping, so two
+    steps that start at once for one agent are serialised and the second sees the first.
+    """
+    if conn.dialect.name == "postgresql":
+        await conn.execute(select(agents.c.id).where(in_ids(conn, agents.c.id, agent_ids)).with_for_update())
+
+
 async def agents_stepping(conn: AsyncConnection, agent_ids: Sequence[str], now: datetime) -> set[str]:
     """Which of these agents are held by a synchronous step right now."""
     query = select(agents.c.id).where(in_ids(conn, agents.c.id, agent_ids), agents.c.stepping_until > now)
