@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -214,17 +215,26 @@ class Worker:
         now = datetime.now(UTC)
         error = ModelError(type=exc.kind, message=exc.message)
         rows = [failed_row(item.id, f"{exc.kind}: {exc.message}", error) for item in items]
+        return await self._end(batch, rows, now, only_from=ProviderBatchStatus.CREATED, release=True, error=exc.message)
+
+    async def _end(
+        self,
+        batch: ProviderBatch,
+        rows: Sequence[dict[str, Any]],
+        now: datetime,
+        *,
+        only_from: ProviderBatchStatus,
+        release: bool = False,
+        **values: Any,
+    ) -> ProviderBatch:
+        """Move a batch to ended and store its items' results, in one transaction (once)."""
         async with self.engine.begin() as conn:
             if await batch_store.transition(
-                conn,
-                batch.id,
-                ProviderBatchStatus.ENDED,
-                now,
-                only_from=(ProviderBatchStatus.CREATED,),
-                error=exc.message,
+                conn, batch.id, ProviderBatchStatus.ENDED, now, only_from=(only_from,), **values
             ):
                 await batch_store.store_results(conn, rows, now)
-            await batch_store.release(conn, batch.id, self.owner, next_poll_at=now)
+            if release:
+                await batch_store.release(conn, batch.id, self.owner, next_poll_at=now)
             current = await batch_store.get_provider_batch(conn, batch.id)
         assert current is not None
         return current
@@ -271,23 +281,18 @@ class Worker:
             return batch
         for item in items.values():  # a request the provider never answered
             rows.append(failed_row(item.id, "the provider returned no result for this request"))
-        async with self.engine.begin() as conn:
-            if await batch_store.transition(
-                conn,
-                batch.id,
-                ProviderBatchStatus.ENDED,
-                now,
-                only_from=(ProviderBatchStatus.RUNNING,),
-                provider_status=status.provider_status,
-                request_counts=counts,
-                polled_at=now,
-                ended_at=now,
-                error=status.error,
-            ):
-                await batch_store.store_results(conn, rows, now)
-            current = await batch_store.get_provider_batch(conn, batch.id)
-        assert current is not None
-        return current
+        # The lease is kept: resume follows at once in this pass.
+        return await self._end(
+            batch,
+            rows,
+            now,
+            only_from=ProviderBatchStatus.RUNNING,
+            provider_status=status.provider_status,
+            request_counts=counts,
+            polled_at=now,
+            ended_at=now,
+            error=status.error,
+        )
 
     async def resume(self, batch: ProviderBatch) -> None:
         """Apply an ended batch's results and write the next step for the agents that continue."""
