@@ -203,11 +203,20 @@ class AgentCreate(_Body):
     tags: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] | None = None
     message_buffer_autoclear: bool = False
+    secrets: dict[str, str] | None = Field(
+        default=None, description="Environment variables of the agent's tool calls; responses never show the values"
+    )
+    tool_exec_environment_variables: dict[str, str] | None = Field(
+        default=None, description="Letta's older name for secrets"
+    )
 
     @field_validator("memory_blocks", "block_ids", "tool_ids", "tools", "tool_rules", "tags", mode="before")
     @classmethod
     def _none_is_empty(cls, value: Any) -> Any:
         return [] if value is None else value
+
+    def given_secrets(self) -> dict[str, str]:
+        return secrets_of(self.secrets, self.tool_exec_environment_variables) or {}
 
 
 class AgentUpdate(_Body):
@@ -226,6 +235,27 @@ class AgentUpdate(_Body):
     tags: list[str] | None = None
     metadata: dict[str, Any] | None = None
     message_buffer_autoclear: bool | None = None
+    secrets: dict[str, str] | None = Field(
+        default=None, description="Replaces the agent's secrets (environment variables of its tool calls)"
+    )
+    tool_exec_environment_variables: dict[str, str] | None = Field(
+        default=None, description="Letta's older name for secrets"
+    )
+
+
+def secrets_of(secrets: dict[str, str] | None, older: dict[str, str] | None) -> dict[str, str] | None:
+    """The secrets a request gives, under Letta's current name or its older one (not both)."""
+    if secrets is not None and older is not None:
+        raise InvalidInput("give secrets or tool_exec_environment_variables, not both", field="secrets")
+    return secrets if secrets is not None else older
+
+
+class AgentSecretPublic(BaseModel):
+    """One of an agent's secrets, as Letta lists them; the value is never sent back (always "")."""
+
+    agent_id: str
+    key: str
+    value: str = ""
 
 
 class LLMConfigPublic(BaseModel):
@@ -260,6 +290,8 @@ class AgentPublic(BaseModel):
     metadata: dict[str, Any]
     message_ids: list[str]
     message_buffer_autoclear: bool
+    secrets: list[AgentSecretPublic]
+    tool_exec_environment_variables: list[AgentSecretPublic]
     created_at: datetime
     updated_at: datetime
 
@@ -267,6 +299,7 @@ class AgentPublic(BaseModel):
     def of(cls, agent: Agent) -> AgentPublic:
         config = agent.llm_config
         blocks = [BlockPublic.of(b) for b in agent.blocks]
+        secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in sorted(agent.secrets)]
         return cls(
             id=agent.id,
             name=agent.name,
@@ -290,6 +323,8 @@ class AgentPublic(BaseModel):
             metadata=agent.metadata,
             message_ids=list(agent.message_ids),
             message_buffer_autoclear=agent.message_buffer_autoclear,
+            secrets=secrets,
+            tool_exec_environment_variables=secrets,
             created_at=agent.created_at,
             updated_at=agent.updated_at,
         )

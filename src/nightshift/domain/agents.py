@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -21,6 +23,9 @@ class Provider(StrEnum):
 
 
 DEFAULT_CONTEXT_WINDOW = 200_000
+MAX_SECRETS = 100
+MAX_SECRET_BYTES = 64 * 1024
+_SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 DEFAULT_MAX_TOKENS = 4096
 
 
@@ -55,12 +60,35 @@ def parse_model_handle(handle: str) -> tuple[Provider, str]:
         raise InvalidInput(f"unknown provider {provider!r}; use one of: {known}", field="model") from None
 
 
+def check_secrets(secrets: Mapping[str, str], *, field_name: str = "secrets") -> dict[str, str]:
+    """An agent's tool secrets as given, or InvalidInput saying what is wrong with them.
+
+    They become environment variables of the agent's tool calls, so names are variable names.
+    """
+    if len(secrets) > MAX_SECRETS:
+        raise InvalidInput(f"at most {MAX_SECRETS} secrets per agent, got {len(secrets)}", field=field_name)
+    for name, value in secrets.items():
+        if not _SECRET_NAME.fullmatch(name):
+            raise InvalidInput(
+                f"secret names are environment variable names (letters, digits, _; not starting with a digit; "
+                f"at most 128 characters), got {name[:130]!r}",
+                field=field_name,
+            )
+        if "\0" in value or len(value.encode("utf-8", "surrogatepass")) > MAX_SECRET_BYTES:
+            raise InvalidInput(
+                f"the value of secret {name!r} holds a NUL character or is over {MAX_SECRET_BYTES} bytes",
+                field=field_name,
+            )
+    return dict(secrets)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Agent:
     """An agent with its blocks and tools loaded.
 
     ``message_ids`` is the in-context window: the ids of the messages the model sees, in order,
-    the compiled system message first.
+    the compiled system message first. ``secrets`` are environment variables for the agent's
+    custom tool calls: they never appear in responses or logs (not even in this object's repr).
     """
 
     id: str
@@ -77,6 +105,7 @@ class Agent:
     metadata: dict[str, Any] = field(default_factory=dict)
     message_ids: tuple[str, ...] = ()
     message_buffer_autoclear: bool = False
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     created_at: datetime
     updated_at: datetime
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.agents import Agent, LLMConfig
+from nightshift.domain.agents import Agent, LLMConfig, check_secrets
 from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block, check_block
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.tool_rules import ToolRule, check_rules_name_known_tools
@@ -57,6 +57,7 @@ class AgentSpec:
     tags: Sequence[str] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     message_buffer_autoclear: bool = False
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 def new_block(org_id: str, spec: NewBlock, now: datetime) -> Block:
@@ -174,6 +175,7 @@ async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[Agen
                 metadata=dict(spec.metadata),
                 message_ids=tuple(m.id for m in messages),
                 message_buffer_autoclear=spec.message_buffer_autoclear,
+                secrets=check_secrets(spec.secrets),
                 created_at=now,
                 updated_at=now,
             )
@@ -224,7 +226,10 @@ async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> None:
 
 async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: dict[str, Any]) -> Agent:
     """Apply ``changes`` (keys among name, description, system, llm_config, embedding, tags, metadata,
-    message_buffer_autoclear, tool_ids, block_ids, tool_rules) to the agent."""
+    message_buffer_autoclear, tool_ids, block_ids, tool_rules, secrets) to the agent.
+
+    ``secrets`` replaces the agent's secrets as a whole.
+    """
     agent = await get_agent(conn, org_id, agent_id)
     fields: dict[str, Any] = {}
     for key in (
@@ -257,6 +262,8 @@ async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, change
         fields["blocks"] = tuple(blocks)
     if "tool_rules" in changes:
         fields["tool_rules"] = tuple(changes["tool_rules"])
+    if "secrets" in changes:
+        fields["secrets"] = check_secrets(changes["secrets"])
     updated = replace(agent, **fields)
     check_rules_name_known_tools(updated.tool_rules, [t.name for t in updated.tools])
     return await save_agent(conn, agent, updated)

@@ -57,6 +57,7 @@ def _row_values(agent: Agent) -> dict[str, Any]:
         "metadata": agent.metadata,
         "message_ids": list(agent.message_ids),
         "message_buffer_autoclear": agent.message_buffer_autoclear,
+        "secrets": dict(agent.secrets),
         "created_at": agent.created_at,
         "updated_at": agent.updated_at,
     }
@@ -78,6 +79,7 @@ def _to_agent(row: Row[Any], blocks_: list[Block], tools_: list[Tool], tags: lis
         metadata=row.metadata,
         message_ids=tuple(row.message_ids),
         message_buffer_autoclear=row.message_buffer_autoclear,
+        secrets=row.secrets,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -179,6 +181,7 @@ async def update_agents(conn: AsyncConnection, changed: Sequence[Agent]) -> None
         "metadata",
         "message_ids",
         "message_buffer_autoclear",
+        "secrets",
         "updated_at",
     ]
     statement = update(agents).where(agents.c.id == bindparam("a_id")).values({c: bindparam(c) for c in columns})

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -108,6 +109,13 @@ agents = Table(
     Column("metadata", JSONType, nullable=False),
     Column("message_ids", JSONType, nullable=False, comment="the in-context window, in order"),
     Column("message_buffer_autoclear", Boolean, nullable=False),
+    Column(
+        "secrets",
+        JSONType,
+        nullable=False,
+        server_default=text("'{}'"),
+        comment="environment variables of the agent's tool calls; never returned by the API",
+    ),
     Column("stepping_until", UTCDateTime(), comment="a synchronous step holds the agent until then"),
     *_times(),
     Index("ix_agents_org_name", "organization_id", "name"),

@@ -17,6 +17,7 @@ from nightshift.api.schemas import (
     BlockUpdate,
     ToolPublic,
     llm_config_from,
+    secrets_of,
 )
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
@@ -53,6 +54,7 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
         tags=body.tags,
         metadata=body.metadata or {},
         message_buffer_autoclear=body.message_buffer_autoclear,
+        secrets=body.given_secrets(),
     )
     (agent,) = await service.create_agents(conn, org, [spec])
     return AgentPublic.of(agent)
@@ -96,6 +98,9 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -
             changes[key] = given[key]
     if body.tool_rules is not None:
         changes["tool_rules"] = body.tool_rules
+    secrets = secrets_of(body.secrets, body.tool_exec_environment_variables)
+    if secrets is not None:
+        changes["secrets"] = secrets
     if body.model or body.llm_config or body.max_tokens:
         current = (await service.get_agent(conn, org, agent_id)).llm_config
         changes["llm_config"] = llm_config_from(
