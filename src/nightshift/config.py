@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from nightshift.tools.launch import SandboxKind, ToolNetwork
+
 
 class Settings(BaseSettings):
     """Everything nightshift reads from its environment.
@@ -26,9 +28,16 @@ class Settings(BaseSettings):
     poller: bool = True
     default_max_steps: int = 10
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
-    tool_timeout_seconds: float = 10.0
-    tool_memory_limit_mb: int = 512
-    tool_workers: int = 2
+    # Custom tools: how they are isolated, what they may reach, and what one call may use.
+    tool_sandbox: SandboxKind = SandboxKind.BUBBLEWRAP
+    tool_bwrap: str = "bwrap"
+    tool_network: ToolNetwork = ToolNetwork.NONE
+    tool_timeout_seconds: float = Field(default=10.0, gt=0)
+    tool_memory_limit_mb: int = Field(default=512, ge=16)
+    tool_max_processes: int = Field(default=32, ge=1)
+    tool_max_open_files: int = Field(default=256, ge=16)
+    tool_max_file_mb: int = Field(default=64, ge=1)
+    tool_workers: int = Field(default=2, ge=1)
     sql_echo: bool = False
     # Overrides of the price table, e.g. {"anthropic/claude-3-5-haiku*": {"input": 0.8, "output": 4,
     # "cache_write": 1, "cache_read": 0.08}} (USD per million tokens, normal-API prices).

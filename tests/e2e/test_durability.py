@@ -27,15 +27,16 @@ import pytest
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault, ScriptedReply, ScriptedToolCall
 from support.processes import (
+    SLOW_TOOL_ENV,
     Server,
     Servers,
+    ToolCallLog,
     assert_messages_once,
     create_agent,
     create_tool,
     server_environment,
     slow_tool_source,
     stored_before,
-    tool_calls,
 )
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
@@ -50,7 +51,7 @@ TOOL_SECONDS = 1.5
 @pytest.fixture
 def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
     """Servers on one fresh database, pointed at the (reset) emulator; stopped at the end."""
-    env = server_environment(db_url, tmp_path / "home", NIGHTSHIFT_TOOL_WORKERS=str(AGENTS))
+    env = server_environment(db_url, tmp_path / "home", NIGHTSHIFT_TOOL_WORKERS=str(AGENTS), **SLOW_TOOL_ENV)
     group = Servers(env, tmp_path)
     yield group
     group.stop_all()
@@ -216,9 +217,8 @@ async def test_killed_while_polling(servers: Servers, emulator_admin: EmulatorAd
         await assert_exactly_once(client, emulator_admin, run["id"], agents, MEMORY_CALL, before)
 
 
-async def test_killed_during_resume(servers: Servers, emulator_admin: EmulatorAdmin, tmp_path: Path) -> None:
+async def test_killed_during_resume(servers: Servers, emulator_admin: EmulatorAdmin, tool_log: ToolCallLog) -> None:
     # One provider, so that one resume runs every agent's tool at once (two would run one after the other).
-    tool_log = tmp_path / "tool-calls.log"
     source = slow_tool_source(tool_log, TOOL_SECONDS)
     # A batch ends at its second retrieve: never inside the POST, always in the poller, which resumes it.
     await emulator_admin.configure(polls_to_end=1)
@@ -233,18 +233,18 @@ async def test_killed_during_resume(servers: Servers, emulator_admin: EmulatorAd
         assert run["status"] == "running", run
 
     async def every_tool_started() -> bool:
-        return sum(tool_calls(tool_log).values()) == AGENTS
+        return sum(tool_log.calls().values()) == AGENTS
 
     await wait_for(every_tool_started, "the slow tools to start")
     await asyncio.sleep(TOOL_SECONDS / 3)
     first.kill()
-    assert tool_calls(tool_log) == {a["name"]: 1 for a in agents}
+    assert tool_log.calls() == {a["name"]: 1 for a in agents}
 
     second = await servers.start("second")
     async with client_of(second) as client:
         await assert_completed(client, run["id"], providers=1)
         # The resume ran again after the restart: the tools ran twice (side effects happen at
         # least once), their results were written once.
-        assert tool_calls(tool_log) == {a["name"]: 2 for a in agents}
+        assert tool_log.calls() == {a["name"]: 2 for a in agents}
         assert len(await batch_creates(emulator_admin)) == 2, "a step was submitted twice"
         await assert_exactly_once(client, emulator_admin, run["id"], agents, SLOW_CALL, before)

@@ -26,15 +26,16 @@ from nightshift.store.db import create_engine
 from nightshift.store.tables import provider_batches
 from support.processes import (
     POLL_INTERVAL,
+    SLOW_TOOL_ENV,
     Server,
     Servers,
+    ToolCallLog,
     assert_messages_once,
     create_agent,
     create_tool,
     server_environment,
     slow_tool_source,
     stored_before,
-    tool_calls,
 )
 from support.runs import ANTHROPIC_MODEL, LOOKUP_TOOL, OPENAI_MODEL, Runs
 
@@ -54,7 +55,7 @@ def steps_of(index: int) -> int:
 
 @pytest.fixture
 def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
-    group = Servers(server_environment(db_url, tmp_path / "home"), tmp_path)
+    group = Servers(server_environment(db_url, tmp_path / "home", **SLOW_TOOL_ENV), tmp_path)
     yield group
     group.stop_all()
 
@@ -188,9 +189,8 @@ async def run_through_both(
 
 
 async def test_a_stage_longer_than_a_lease_is_not_taken_over(
-    servers: Servers, emulator_admin: EmulatorAdmin, tmp_path: Path
+    servers: Servers, emulator_admin: EmulatorAdmin, tool_log: ToolCallLog
 ) -> None:
-    tool_log = tmp_path / "tool-calls.log"
     source = slow_tool_source(tool_log, SLOW_TOOL_SECONDS)
     await emulator_admin.configure(polls_to_end=1)
     first, second = await start_two(servers)
@@ -208,6 +208,6 @@ async def test_a_stage_longer_than_a_lease_is_not_taken_over(
         done = await Runs(through_a).wait(started["id"], timeout=SLOW_TOOL_SECONDS + 10)
         assert done["status"] == "completed", done
         # Whichever server resumed the step kept it: the other did not take over and run the tools again.
-        assert tool_calls(tool_log) == {a["name"]: 1 for a in agents}
+        assert tool_log.calls() == {a["name"]: 1 for a in agents}
         expected = {a["id"]: [f"user:{INPUT}", "call:slow_lookup", "return:slow_lookup:success"] for a in agents}
         await assert_messages_once(through_b, started["id"], expected, before)

@@ -1,20 +1,34 @@
-"""The process sandbox, with real worker processes: results, failures, limits, isolation, recycling."""
+"""The tool sandbox with real zygote processes: results, failures, limits, pooling, cleanup.
+
+Every behaviour here holds for both launchers: inside bubblewrap (the default) and as plain
+processes (``NIGHTSHIFT_TOOL_SANDBOX=process``). What only bubblewrap promises, isolation, is in
+``test_sandbox_isolation.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from collections.abc import AsyncIterator
 
 import pytest
 
+from nightshift.config import Settings
 from nightshift.errors import ToolError
-from nightshift.tools.sandbox import ProcessSandbox, SandboxCall
+from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxKind, SandboxLimits
+from nightshift.tools.sandbox import SandboxCall, ToolSandbox, build_sandbox
+
+ORG = "org-test"
 
 
-def _call(source: str, function_name: str = "tool", **arguments: object) -> SandboxCall:
-    return SandboxCall(source_code=source, function_name=function_name, arguments=arguments)
+def call(
+    source: str, function_name: str = "tool", *, org: str = ORG, env: dict[str, str] | None = None, **arguments: object
+) -> SandboxCall:
+    return SandboxCall(
+        organization_id=org, source_code=source, function_name=function_name, arguments=arguments, env=env or {}
+    )
 
 
 ADD = '''
@@ -23,23 +37,29 @@ def tool(a: int, b: int) -> int:
     return a + b
 '''
 
-PID = '''
-import os
+LEAK = '''
+import sys
 
 def tool() -> int:
-    """The worker's process id."""
-    return os.getpid()
+    """Counts calls in state that would outlive the call if the process did (a module attribute)."""
+    sys.leaked = getattr(sys, "leaked", 0) + 1
+    return sys.leaked
 '''
 
 
-@pytest.fixture
-async def sandbox() -> AsyncIterator[ProcessSandbox]:
-    async with ProcessSandbox(workers=2, timeout=5.0, memory_limit_mb=256) as sandbox:
+def launcher_of(kind: SandboxKind) -> Launcher:
+    return BubblewrapLauncher() if kind is SandboxKind.BUBBLEWRAP else ProcessLauncher()
+
+
+@pytest.fixture(params=list(SandboxKind))
+async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[ToolSandbox]:
+    limits = SandboxLimits(timeout=5.0, memory_mb=256)
+    async with ToolSandbox(launcher_of(request.param), workers=2, limits=limits) as sandbox:
         yield sandbox
 
 
-async def test_returns_the_value(sandbox: ProcessSandbox) -> None:
-    result = await sandbox.run(_call(ADD, a=2, b=3))
+async def test_returns_the_value(sandbox: ToolSandbox) -> None:
+    result = await sandbox.run(call(ADD, a=2, b=3))
 
     assert result.ok
     assert result.value == 5
@@ -47,7 +67,7 @@ async def test_returns_the_value(sandbox: ProcessSandbox) -> None:
     assert result.duration_ms > 0
 
 
-async def test_prints_come_back_without_breaking_the_protocol(sandbox: ProcessSandbox) -> None:
+async def test_prints_come_back_without_breaking_the_protocol(sandbox: ToolSandbox) -> None:
     source = '''
 import os
 import sys
@@ -55,29 +75,28 @@ import sys
 def tool(name: str) -> dict:
     """Chatty."""
     print("hello", name)
-    print('{"id": 999, "ok": true}')  # looks like a protocol line: must stay tool output
+    print('{"ok": true, "value": 999}')  # looks like a protocol line: must stay tool output
     print("warning!", file=sys.stderr)
     os.write(1, b"raw bytes to fd 1\\n")  # below sys.stdout: must not reach the protocol either
     return {"greeting": f"hi {name}", "n": [1, 2.5, None, True]}
 '''
-    result = await sandbox.run(_call(source, name="ada"))
+    result = await sandbox.run(call(source, name="ada"))
 
     assert result.ok, result.error
     assert result.value == {"greeting": "hi ada", "n": [1, 2.5, None, True]}
-    assert result.stdout == 'hello ada\n{"id": 999, "ok": true}\n'
+    assert result.stdout == 'hello ada\n{"ok": true, "value": 999}\n'
     assert result.stderr == "warning!\n"
-    # The worker is still in step for the next call.
-    assert (await sandbox.run(_call(ADD, a=1, b=1))).value == 2
+    assert (await sandbox.run(call(ADD, a=1, b=1))).value == 2
 
 
-async def test_an_exception_becomes_the_error(sandbox: ProcessSandbox) -> None:
+async def test_an_exception_becomes_the_error(sandbox: ToolSandbox) -> None:
     source = '''
 def tool(x: int) -> int:
     """Fails."""
     print("before")
     raise ValueError(f"bad x: {x}")
 '''
-    result = await sandbox.run(_call(source, x=7))
+    result = await sandbox.run(call(source, x=7))
 
     assert not result.ok
     assert result.value is None
@@ -85,12 +104,13 @@ def tool(x: int) -> int:
     assert result.stdout == "before\n"
 
 
-async def test_bad_calls_are_errors_not_crashes(sandbox: ProcessSandbox) -> None:
-    wrong_argument = await sandbox.run(_call(ADD, a=1, c=2))
-    missing_function = await sandbox.run(_call(ADD, "nope"))
-    syntax_error = await sandbox.run(_call("def tool(:\n", a=1))
-    exits = await sandbox.run(_call("import sys\ndef tool():\n    sys.exit(4)\n"))
-    reads_stdin = await sandbox.run(_call("def tool():\n    return input()\n"))
+async def test_bad_calls_are_errors_not_crashes(sandbox: ToolSandbox) -> None:
+    wrong_argument = await sandbox.run(call(ADD, a=1, c=2))
+    missing_function = await sandbox.run(call(ADD, "nope"))
+    syntax_error = await sandbox.run(call("def tool(:\n", a=1))
+    exits = await sandbox.run(call("import sys\ndef tool():\n    sys.exit(4)\n"))
+    reads_stdin = await sandbox.run(call("def tool():\n    return input()\n"))
+    is_async = await sandbox.run(call("async def tool():\n    return 1\n"))
 
     assert wrong_argument.error == "TypeError: tool() got an unexpected keyword argument 'c'"
     assert missing_function.error == "NameError: source_code defines no function 'nope'"
@@ -98,10 +118,11 @@ async def test_bad_calls_are_errors_not_crashes(sandbox: ProcessSandbox) -> None
     assert exits.error == "SystemExit: 4"
     # Tools cannot read the request stream: their stdin is empty.
     assert reads_stdin.error == "EOFError: EOF when reading a line"
-    assert (await sandbox.run(_call(ADD, a=1, b=2))).value == 3
+    assert is_async.error == "TypeError: 'tool' is async: tools must be plain 'def' functions"
+    assert (await sandbox.run(call(ADD, a=1, b=2))).value == 3
 
 
-async def test_values_json_cannot_hold_come_back_as_strings(sandbox: ProcessSandbox) -> None:
+async def test_values_json_cannot_hold_come_back_as_strings(sandbox: ToolSandbox) -> None:
     source = '''
 import datetime
 
@@ -111,105 +132,124 @@ class Point:
 
 def tool():
     """Odd values."""
-    return {"when": datetime.date(2024, 5, 1), "point": Point(), "pair": (1, 2)}
+    return {"when": datetime.date(2024, 5, 1), "point": Point(), "pair": (1, 2), "lone": "\\ud800!"}
 '''
-    result = await sandbox.run(_call(source))
+    result = await sandbox.run(call(source))
 
-    assert result.value == {"when": "2024-05-01", "point": "Point(1, 2)", "pair": [1, 2]}
+    assert result.value == {"when": "2024-05-01", "point": "Point(1, 2)", "pair": [1, 2], "lone": "?!"}
 
 
-async def test_timeout_kills_the_worker_and_the_pool_goes_on(sandbox: ProcessSandbox) -> None:
+async def test_arguments_json_cannot_hold_fail_the_call(sandbox: ToolSandbox) -> None:
+    result = await sandbox.run(call(ADD, a=object(), b=1))
+
+    assert not result.ok
+    assert result.error is not None and result.error.startswith("arguments are not JSON-serializable")
+
+
+async def test_timeout_fails_the_call_and_the_sandbox_goes_on(sandbox: ToolSandbox) -> None:
     sleeper = "import time\ndef tool():\n    time.sleep(30)\n"
-    before = {(await sandbox.run(_call(PID))).value for _ in range(4)}
 
-    result = await sandbox.run(_call(sleeper), timeout=0.3)
+    result = await sandbox.run(call(sleeper), timeout=0.3)
 
     assert not result.ok
     assert result.error == "timed out after 0.3 s"
     assert 300 <= result.duration_ms < 3000
-    after = [await sandbox.run(_call(PID)) for _ in range(4)]
-    assert all(r.ok for r in after)
-    assert {r.value for r in after} != before  # one of the two workers is new
+    assert all(r.ok for r in await sandbox.run_many([call(ADD, a=1, b=2) for _ in range(4)]))
 
 
-async def test_a_worker_that_exits_is_replaced(sandbox: ProcessSandbox) -> None:
-    result = await sandbox.run(_call("import os\ndef tool():\n    os._exit(3)\n"))
+async def test_each_call_runs_under_its_limits(sandbox: ToolSandbox) -> None:
+    source = """
+import resource
 
-    assert not result.ok
-    assert result.error == "worker died (exit code 3)"
-    results = await sandbox.run_many([_call(ADD, a=i, b=i) for i in range(10)])
+def tool() -> dict:
+    names = ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CORE")
+    return {name: list(resource.getrlimit(getattr(resource, name))) for name in names}
+"""
+    result = await sandbox.run(call(source), timeout=2.5)
+
+    mib = 1024 * 1024
+    assert result.value == {
+        "RLIMIT_CPU": [4, 4],  # the timeout, rounded up, and a second more
+        "RLIMIT_AS": [256 * mib, 256 * mib],
+        "RLIMIT_NPROC": [34, 34],  # 32, and the zygote and the call's own process
+        "RLIMIT_NOFILE": [256, 256],
+        "RLIMIT_FSIZE": [64 * mib, 64 * mib],
+        "RLIMIT_CORE": [0, 0],
+    }
+
+
+async def test_a_call_that_exits_or_crashes_fails_alone(sandbox: ToolSandbox) -> None:
+    exits = await sandbox.run(call("import os\ndef tool():\n    os._exit(3)\n"))
+    crashes = await sandbox.run(call("import os, signal\ndef tool():\n    os.kill(os.getpid(), signal.SIGSEGV)\n"))
+
+    assert exits.error == "the tool's process ended before answering (exit code 3)"
+    assert crashes.error == "the tool's process ended before answering (SIGSEGV)"
+    results = await sandbox.run_many([call(ADD, a=i, b=i) for i in range(10)])
     assert [r.value for r in results] == [2 * i for i in range(10)]
 
 
-async def test_a_worker_killed_by_a_signal_is_replaced(sandbox: ProcessSandbox) -> None:
-    source = "import os, signal\ndef tool():\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
-
-    result = await sandbox.run(_call(source))
-
-    assert result.error == "worker died (exit code -11)"
-    assert "Segmentation fault" in result.stderr  # faulthandler's report from the dead worker
-    assert (await sandbox.run(_call(ADD, a=2, b=2))).value == 4
-
-
-async def test_a_worker_that_dies_while_idle_is_replaced_before_the_next_call() -> None:
-    async with ProcessSandbox(workers=1) as sandbox:
-        pid = (await sandbox.run(_call(PID))).value
-        os.kill(pid, signal.SIGKILL)  # as the OOM killer would
-        while _running(pid):
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # for the event loop to learn of the exit, as it would while idle
-
-        result = await sandbox.run(_call(PID))
-
-    assert result.ok, result.error
-    assert result.value != pid
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-async def test_memory_limit(sandbox: ProcessSandbox) -> None:
+async def test_memory_limit(sandbox: ToolSandbox) -> None:
     source = '''
 def tool() -> int:
     """Allocates 1 GB."""
     block = bytearray(1024 * 1024 * 1024)
     return len(block)
 '''
-    result = await sandbox.run(_call(source))
+    result = await sandbox.run(call(source))
 
     assert not result.ok
     assert result.error == "MemoryError"
-    assert (await sandbox.run(_call(ADD, a=1, b=2))).value == 3
+    assert (await sandbox.run(call(ADD, a=1, b=2))).value == 3
 
 
-async def test_no_server_secrets_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
-    monkeypatch.setenv("NIGHTSHIFT_SERVER_PASSWORD", "hunter2-password")
-    source = '''
-import os
-
-def tool() -> dict:
-    """The environment and working directory the tool sees."""
-    return {"env": dict(os.environ), "cwd": os.getcwd()}
+async def test_file_size_and_open_files_are_limited() -> None:
+    write = '''
+def tool() -> str:
+    """Writes 3 MB to a file."""
+    with open("big", "wb") as file:
+        file.write(b"x" * (3 * 1024 * 1024))
+    return "written"
 '''
-    async with ProcessSandbox(workers=1) as sandbox:
-        result = await sandbox.run(_call(source))
+    many_files = '''
+def tool() -> int:
+    """Opens files until it cannot."""
+    files = []
+    try:
+        while True:
+            files.append(open("/dev/null"))
+    except OSError:
+        return len(files)
+'''
+    limits = SandboxLimits(timeout=5.0, file_mb=2, open_files=40)
+    async with ToolSandbox(BubblewrapLauncher(), limits=limits) as sandbox:
+        too_big = await sandbox.run(call(write))
+        opened = await sandbox.run(call(many_files))
 
-    assert result.ok, result.error
-    seen = str(result.value)
-    for leaked in ("ANTHROPIC_API_KEY", "sk-secret", "NIGHTSHIFT_SERVER_PASSWORD", "hunter2-password"):
-        assert leaked not in seen
-    env = result.value["env"]
-    assert set(env) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_CTYPE"}
-    assert result.value["cwd"] == env["HOME"] != os.getcwd()
+    assert too_big.error == "OSError: [Errno 27] File too large"
+    assert opened.ok and opened.value < 40
 
 
-async def test_run_many_keeps_input_order(sandbox: ProcessSandbox) -> None:
+async def test_state_dies_with_the_call(sandbox: ToolSandbox) -> None:
+    remembers = "import os\ndef tool():\n    old = os.listdir('.')\n    open('note', 'w').write('x')\n    return old\n"
+
+    counts = [(await sandbox.run(call(LEAK))).value for _ in range(5)]
+    files = [(await sandbox.run(call(remembers))).value for _ in range(3)]
+
+    assert counts == [1, 1, 1, 1, 1]
+    assert files == [[], [], []]  # the scratch directory is wiped after every call
+
+
+async def test_secrets_reach_their_call_only(sandbox: ToolSandbox) -> None:
+    source = "import os\ndef tool():\n    return os.environ.get('WEATHER_KEY')\n"
+
+    first = await sandbox.run(call(source, env={"WEATHER_KEY": "k-123"}))
+    second = await sandbox.run(call(source))
+
+    assert first.value == "k-123"
+    assert second.value is None
+
+
+async def test_run_many_keeps_input_order(sandbox: ToolSandbox) -> None:
     source = '''
 import time
 
@@ -219,16 +259,16 @@ def tool(i: int) -> int:
         time.sleep(0.002)
     return i * i
 '''
-    results = await sandbox.run_many([_call(source, i=i) for i in range(500)])
+    results = await sandbox.run_many([call(source, i=i) for i in range(100)])
 
-    assert [r.value for r in results] == [i * i for i in range(500)]
+    assert [r.value for r in results] == [i * i for i in range(100)]
     assert all(r.ok for r in results)
 
 
-async def test_run_many_mixes_failures_into_their_places(sandbox: ProcessSandbox) -> None:
+async def test_run_many_mixes_failures_into_their_places(sandbox: ToolSandbox) -> None:
     source = "def tool(i: int) -> int:\n    return 10 // i\n"
 
-    results = await sandbox.run_many([_call(source, i=i) for i in (1, 0, 2)])
+    results = await sandbox.run_many([call(source, i=i) for i in (1, 0, 2)])
 
     assert [(r.ok, r.value, r.error) for r in results] == [
         (True, 10, None),
@@ -237,21 +277,30 @@ async def test_run_many_mixes_failures_into_their_places(sandbox: ProcessSandbox
     ]
 
 
-async def test_workers_are_recycled_after_max_calls() -> None:
-    leak = '''
-import sys
+async def test_organizations_never_share_a_zygote() -> None:
+    zygote = "import os\ndef tool():\n    return os.getppid()\n"
+    async with ToolSandbox(ProcessLauncher(), workers=1) as sandbox:
+        first = await sandbox.run(call(zygote, org="org-a"))
+        again = await sandbox.run(call(zygote, org="org-a"))
+        other = await sandbox.run(call(zygote, org="org-b"))
+        back = await sandbox.run(call(zygote, org="org-a"))
 
-def tool() -> int:
-    """Counts calls in state that outlives the call (a module attribute)."""
-    sys.leaked = getattr(sys, "leaked", 0) + 1
-    return sys.leaked
-'''
-    async with ProcessSandbox(workers=1, max_calls_per_worker=3) as sandbox:
-        counts = [(await sandbox.run(_call(leak))).value for _ in range(7)]
-        pids = [(await sandbox.run(_call(PID))).value for _ in range(3)]
+    assert first.value == again.value  # warm: the organization's zygote serves its next call
+    assert other.value != first.value  # one slot: org-a's idle zygote made room for org-b's
+    assert back.value not in (first.value, other.value)
 
-    assert counts == [1, 2, 3, 1, 2, 3, 1]
-    assert len(set(pids)) == 2  # the 9th call ended a worker's life, the 10th ran on a fresh one
+
+async def test_a_zygote_that_dies_while_idle_is_replaced() -> None:
+    zygote = "import os\ndef tool():\n    return os.getppid()\n"
+    async with ToolSandbox(ProcessLauncher(), workers=1) as sandbox:
+        pid = (await sandbox.run(call(zygote))).value
+        os.kill(pid, signal.SIGKILL)  # as the OOM killer would
+        await asyncio.sleep(0.2)  # for the event loop to learn of the exit, as it would while idle
+
+        result = await sandbox.run(call(zygote))
+
+    assert result.ok, result.error
+    assert result.value != pid
 
 
 async def test_aclose_leaves_no_processes() -> None:
@@ -259,30 +308,57 @@ async def test_aclose_leaves_no_processes() -> None:
 import os, subprocess, sys
 
 def tool() -> list:
-    """Starts a long-lived child, so closing must end it too."""
+    """Starts a long-lived child and does not wait for it."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    return [os.getpid(), child.pid]
+    return [os.getppid(), child.pid]
 '''
-    sandbox = ProcessSandbox(workers=2)
-    results = await sandbox.run_many([_call(source), _call(source)])
-    pids = [pid for result in results for pid in result.value]
+    sandbox = ToolSandbox(ProcessLauncher(), workers=2)
+    await sandbox.start()
+    results = await sandbox.run_many([call(source), call(source)])
+    zygotes = {result.value[0] for result in results}
+    children = [result.value[1] for result in results]
     await sandbox.aclose()
     await sandbox.aclose()  # twice is fine
 
-    for pid in pids[::2]:  # the workers are reaped, not zombies
+    for pid in zygotes:  # reaped, not zombies
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    for pid in pids[1::2]:  # the tools' children were killed with their worker's process group
+    for pid in children:  # killed with their call's process group, as the call ended
         assert await _ends(pid)
     with pytest.raises(ToolError, match="the tool sandbox is closed"):
-        await sandbox.run(_call(ADD, a=1, b=2))
+        await sandbox.run(call(ADD, a=1, b=2))
+
+
+async def test_a_missing_bubblewrap_refuses_custom_tools_and_says_what_to_do(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="nightshift.tools.sandbox"):
+        async with ToolSandbox(BubblewrapLauncher(binary="bwrap-not-installed")) as sandbox:
+            result = await sandbox.run(call(ADD, a=1, b=2))
+
+    assert not result.ok
+    assert result.error == (
+        "custom tools cannot run on this server: the tool sandbox needs bubblewrap, and 'bwrap-not-installed' "
+        "was not found (install it: apt-get install bubblewrap)"
+    )
+    assert sandbox.unavailable is not None
+    assert "custom tools will not run: the tool sandbox needs bubblewrap" in caplog.text
+
+
+async def test_process_mode_is_an_opt_in_that_warns(tmp_path: object, caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings(tool_sandbox=SandboxKind.PROCESS, tool_bwrap="bwrap-not-installed")
+    with caplog.at_level(logging.WARNING, logger="nightshift.tools.sandbox"):
+        async with build_sandbox(settings) as sandbox:
+            result = await sandbox.run(call(ADD, a=1, b=2))
+
+    assert result.value == 3
+    assert sandbox.kind is SandboxKind.PROCESS
+    assert "NIGHTSHIFT_TOOL_SANDBOX=process: custom tools run as plain processes" in caplog.text
+    assert "no isolation" in caplog.text
 
 
 async def _ends(pid: int) -> bool:
-    """Whether ``pid`` is gone or a zombie within a second.
-
-    The tool's child was reparented to init (or a subreaper), which reaps it in its own time.
-    """
+    """Whether ``pid`` is gone or a zombie within a second (init reaps it in its own time)."""
     for _ in range(100):
         try:
             with open(f"/proc/{pid}/stat") as stat:

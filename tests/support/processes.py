@@ -8,11 +8,12 @@ tails of the logs are printed when a test's servers are stopped, so a failing te
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -148,24 +149,58 @@ def slow_lookup(order_id: str) -> str:
     Args:
         order_id: The order's identifier.
     """
-    import time
+    import socket, time
 
-    with open(LOG_PATH, "a") as log:
-        log.write(order_id + "\\n")
+    with socket.create_connection(("127.0.0.1", PORT)) as log:
+        log.sendall(order_id.encode() + b"\\n")
     time.sleep(SECONDS)
     return "order " + order_id + " shipped"
 '''
 
 
-def slow_tool_source(log_path: Path, seconds: float) -> str:
-    """A custom tool ``slow_lookup(order_id)`` that writes ``order_id`` to ``log_path`` as it
-    starts, then sleeps ``seconds``: how many times a tool ran, and while it runs."""
-    return _SLOW_TOOL.replace("LOG_PATH", json.dumps(str(log_path))).replace("SECONDS", repr(seconds))
+class ToolCallLog:
+    """Where ``slow_lookup`` reports each start: a listener on the host's loopback.
+
+    A sandboxed tool writes no file of the host; it reaches this through the network, so the
+    servers that run it need ``NIGHTSHIFT_TOOL_NETWORK=outbound`` (``SLOW_TOOL_ENV``).
+    """
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._server.getsockname()[1]
+        self._calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, name="tool-call-log", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            with connection, connection.makefile("rb") as lines:
+                for line in lines:
+                    with self._lock:
+                        self._calls[line.decode().strip()] += 1
+
+    def calls(self) -> Counter[str]:
+        """How many times ``slow_lookup`` started, by ``order_id``."""
+        with self._lock:
+            return Counter(self._calls)
+
+    def close(self) -> None:
+        self._server.close()
+        self._thread.join(timeout=5)
 
 
-def tool_calls(log_path: Path) -> Counter[str]:
-    """How many times ``slow_lookup`` started, by ``order_id``."""
-    return Counter(log_path.read_text().split()) if log_path.exists() else Counter()
+SLOW_TOOL_ENV = {"NIGHTSHIFT_TOOL_NETWORK": "outbound"}
+
+
+def slow_tool_source(log: ToolCallLog, seconds: float) -> str:
+    """A custom tool ``slow_lookup(order_id)`` that reports ``order_id`` to ``log`` as it starts,
+    then sleeps ``seconds``: how many times a tool ran, and while it runs."""
+    return _SLOW_TOOL.replace("PORT", str(log.port)).replace("SECONDS", repr(seconds))
 
 
 async def create_agent(client: httpx.AsyncClient, name: str, model: str, **extra: Any) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, TurnResult, take_turns
 from nightshift.store import agents as agent_store
 from nightshift.store import batches as batch_store
-from nightshift.tools.sandbox import ProcessSandbox, Sandbox
+from nightshift.tools.sandbox import Sandbox, build_sandbox
 
 log = logging.getLogger(__name__)
 
@@ -383,25 +383,17 @@ def worker_id() -> str:
 @asynccontextmanager
 async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterator[Worker]:
     """A worker with its tool sandbox and provider clients, all closed when the block ends."""
-    sandbox = ProcessSandbox(
-        workers=settings.tool_workers,
-        timeout=settings.tool_timeout_seconds,
-        memory_limit_mb=settings.tool_memory_limit_mb,
-    )
-    async with ProviderSet() as providers:
-        try:
-            yield Worker(
-                engine=engine,
-                providers=providers,
-                sandbox=sandbox,
-                owner=worker_id(),
-                poll_interval=settings.poll_interval_seconds,
-                lease_seconds=max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
-                callback_retry_delay=timedelta(seconds=settings.callback_retry_seconds),
-                prices=PriceTable(settings.prices),
-            )
-        finally:
-            await sandbox.aclose()
+    async with build_sandbox(settings) as sandbox, ProviderSet() as providers:
+        yield Worker(
+            engine=engine,
+            providers=providers,
+            sandbox=sandbox,
+            owner=worker_id(),
+            poll_interval=settings.poll_interval_seconds,
+            lease_seconds=max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
+            callback_retry_delay=timedelta(seconds=settings.callback_retry_seconds),
+            prices=PriceTable(settings.prices),
+        )
 
 
 def _next_step(

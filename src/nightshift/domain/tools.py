@@ -11,7 +11,7 @@ from typing import Any
 class ToolType(StrEnum):
     """Where a tool runs."""
 
-    CUSTOM = "custom"  # user source code, run in the subprocess sandbox
+    CUSTOM = "custom"  # user source code, run in the tool sandbox
     BASE = "letta_core"  # send_message, conversation_search, archival memory: in-process
     MEMORY = "letta_memory_core"  # core_memory_append / replace, rethink_memory: in-process
 

@@ -138,7 +138,13 @@ async def take_turns(
         if tool.tool_type is ToolType.CUSTOM:
             item.sandbox_index = len(sandbox_calls)
             sandbox_calls.append(
-                SandboxCall(source_code=tool.source_code or "", function_name=tool.name, arguments=arguments)
+                SandboxCall(
+                    organization_id=turn.agent.organization_id,
+                    source_code=tool.source_code or "",
+                    function_name=tool.name,
+                    arguments=arguments,
+                    env=turn.agent.secrets,
+                )
             )
             continue
         item.context = AgentContext(

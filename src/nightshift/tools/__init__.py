@@ -1,1 +1,1 @@
-"""Tools: JSON schemas from Python source, and the subprocess sandbox that runs custom tools."""
+"""Tools: JSON schemas from Python source, base tools, and the sandbox that runs custom tools."""

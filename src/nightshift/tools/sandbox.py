@@ -1,60 +1,74 @@
-"""The sandbox that runs custom tool code: the :class:`Sandbox` seam and its process-pool implementation.
+"""The sandbox that runs custom tool code: the :class:`Sandbox` seam and its pool of zygotes.
 
-:class:`ProcessSandbox` keeps a few WARM worker processes (``_worker.py`` run as a script with
-``python -I``) and talks to each over newline-delimited JSON on its stdin/stdout, one call at a
-time. Each worker starts from a minimal environment built from scratch (no server secrets), in its
-own temporary home directory, process group and address-space limit.
+:class:`ToolSandbox` keeps warm zygote processes (``_zygote.py``), each serving ONE organization
+and started by a :class:`~nightshift.tools.launch.Launcher` (inside bubblewrap by default). A
+zygote runs one call at a time, each in a fresh child process that dies with the call, so
+nothing a tool does reaches the next call, and no organization's call runs where another's did.
 
-A worker slot's life::
+The pool holds at most ``workers`` zygotes, which is also how many calls run at once. A call
+takes an idle zygote of its organization, or else the spare (a zygote started ahead, bound to no
+organization until then, so an organization's first call does not wait for one to start), or
+starts one; when the pool is full, the zygote of another organization that has been idle longest
+makes room::
 
-    empty --spawn--> starting --ready line--> idle <--call--> busy
-      ^                 |                                      |
-      |            start failed                timed out / died / recycled
-      +-----------------+--------------------------------------+   (killed; a fresh worker is
-                                                                    spawned in the background)
+    (none) --start--> spare --first call of an org--+
+    (none) --start----------------------------------+--> busy[org] <--call--> idle[org]
+                                                          |                      |
+                         died / pool closed --> killed <--+--another org needs the room
 
-Everything that waits on a worker is a coroutine; nothing blocks the event loop (temporary
-directories are made and removed in a thread).
+Everything that waits on a zygote is a coroutine; nothing blocks the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
+import logging
 import shutil
-import signal
-import sys
-import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from nightshift.errors import ToolError
+import orjson
+from sqlalchemy.engine import make_url
 
-_WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
-# The longest response line accepted from a worker; a tool returning more is failed and its worker
-# replaced (the model could not use such a result anyway).
-_LINE_LIMIT = 64 * 1024 * 1024
+from nightshift.config import Settings
+from nightshift.errors import ToolError
+from nightshift.tools.launch import (
+    BubblewrapLauncher,
+    Launcher,
+    ProcessLauncher,
+    SandboxKind,
+    SandboxLimits,
+    Started,
+)
+
+log = logging.getLogger(__name__)
+
 _STDERR_TAIL_BYTES = 64 * 1024
 _STARTUP_TIMEOUT = 30.0
-# How long to wait for a killed worker's pipes to close. Only a tool that escaped the worker's
-# process group (setsid in a child) can make this run out.
-_REAP_TIMEOUT = 5.0
-_WORKER_PATH_ENV = "/usr/local/bin:/usr/bin:/bin"
+# How much longer than a call's timeout the server waits for its zygote's answer before it
+# gives the zygote up (the zygote enforces the timeout itself; this catches a zygote that hangs).
+_ANSWER_GRACE = 5.0
+# How long a zygote told to stop may take before it is killed.
+_EXIT_GRACE = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SandboxCall:
-    """One call of a tool function defined in ``source_code``, with JSON-serializable arguments."""
+    """One call of a tool function defined in ``source_code``, with JSON-serializable arguments.
 
+    ``env`` is added to the call's environment: the agent's secrets, seen by this call only.
+    """
+
+    organization_id: str
     source_code: str
     function_name: str
     arguments: dict[str, Any]
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,14 +76,15 @@ class SandboxResult:
     """What a call produced.
 
     Attributes:
-        ok: True when the function returned; False when it raised, timed out or killed its worker.
+        ok: True when the function returned; False when it raised, timed out, went over a limit,
+            or could not run.
         value: The JSON-decoded return value when ``ok`` (values JSON cannot hold come back as their
             ``str()``); None otherwise.
-        error: ``"TypeError: ..."`` for an exception in the tool, ``"timed out after 2.0 s"``,
-            ``"worker died (exit code -9)"`` and the like when not ``ok``; None when ``ok``.
+        error: ``"TypeError: ..."`` for an exception in the tool, ``"timed out after 2.0 s"`` and
+            the like when not ``ok``; None when ``ok``.
         stdout: What the tool printed.
-        stderr: What the tool wrote to ``sys.stderr`` (for a dead worker: the worker's last stderr).
-        duration_ms: Time from sending the call to a worker to its answer (queueing excluded).
+        stderr: What the tool wrote to ``sys.stderr``.
+        duration_ms: Time from sending the call to a zygote to its answer (queueing excluded).
     """
 
     ok: bool
@@ -85,12 +100,12 @@ class Sandbox(Protocol):
 
     Contract:
         * ``run`` never raises for anything the tool does: exceptions, timeouts, crashes and
-          memory exhaustion come back as ``SandboxResult(ok=False, error=...)``. It raises
+          limits come back as ``SandboxResult(ok=False, error=...)``; so does a sandbox that
+          cannot run tools on this machine (the error says what is missing). It raises
           :class:`~nightshift.errors.ToolError` only when used after ``aclose``.
-        * The tool sees none of the server's environment variables, files or memory.
-        * ``timeout`` (seconds) overrides the sandbox's default for the calls it is given. It is a
-          parameter rather than the caller's ``asyncio.timeout`` because running out must kill
-          the worker and still produce a result the model can see.
+        * A call sees none of the server's environment, files, processes or memory, and nothing
+          of another call: not another organization's, not an earlier one of its own.
+        * ``timeout`` (seconds) overrides the sandbox's default for the calls it is given.
         * ``run_many`` runs the calls concurrently, as far as the sandbox's capacity allows, and
           returns one result per call, in input order.
         * ``aclose`` ends every process the sandbox started; it is safe to call twice.
@@ -114,52 +129,48 @@ class Sandbox(Protocol):
         ...
 
 
-class ProcessSandbox:
-    """A :class:`Sandbox` backed by a pool of warm worker processes.
+class ToolSandbox:
+    """A :class:`Sandbox` backed by a pool of per-organization zygotes.
 
-    Use it as ``async with ProcessSandbox(...) as sandbox:``, or call :meth:`start` (optional:
-    workers otherwise start on first use) and :meth:`aclose`.
+    Use it as ``async with ToolSandbox(launcher) as sandbox:``, or call :meth:`start` and
+    :meth:`aclose`.
     """
 
-    def __init__(
-        self,
-        *,
-        workers: int = 2,
-        timeout: float = 10.0,
-        memory_limit_mb: int = 512,
-        max_calls_per_worker: int = 1000,
-    ) -> None:
+    def __init__(self, launcher: Launcher, *, workers: int = 2, limits: SandboxLimits | None = None) -> None:
         """Configure the pool; no process starts here.
 
         Args:
-            workers: How many calls may run at once (one worker process each).
-            timeout: Default per-call timeout in seconds.
-            memory_limit_mb: Address-space limit of each worker (``RLIMIT_AS``); 0 for none.
-            max_calls_per_worker: A worker is replaced after this many calls, so state a tool
-                leaks (imported modules, globals of its modules) does not build up forever.
+            launcher: How zygotes are started (bubblewrap, or plain processes).
+            workers: How many zygotes the pool holds, and so how many calls run at once.
+            limits: What one call may use (the default timeout among them).
         """
-        if workers < 1 or timeout <= 0 or memory_limit_mb < 0 or max_calls_per_worker < 1:
-            raise ValueError(
-                "ProcessSandbox needs workers >= 1, timeout > 0, memory_limit_mb >= 0 and max_calls_per_worker >= 1"
-            )
-        self._workers = workers
-        self._timeout = timeout
-        self._memory_limit_mb = memory_limit_mb
-        self._max_calls_per_worker = max_calls_per_worker
-        self._slots = [_Slot() for _ in range(workers)]
-        self._idle: asyncio.Queue[_Slot] = asyncio.Queue()
-        for slot in self._slots:
-            self._idle.put_nowait(slot)
-        self._live: set[_Worker] = set()
+        limits = limits or SandboxLimits()
+        if workers < 1 or limits.timeout <= 0 or limits.memory_mb < 0 or limits.processes < 1:
+            raise ValueError("ToolSandbox needs workers >= 1, timeout > 0, memory_mb >= 0 and processes >= 1")
+        self.launcher = launcher
+        self.limits = limits
+        self._capacity = workers
+        self._turns = asyncio.Semaphore(workers)
+        self._idle: dict[str, list[_Zygote]] = {}
+        self._live: set[_Zygote] = set()
+        self._count = 0  # zygotes alive or starting, the spare included
+        self._spare: asyncio.Task[_Zygote] | None = None
         self._reaping: set[asyncio.Task[None]] = set()
+        self._missing: str | None = None
         self._closed = False
 
+    @property
+    def kind(self) -> SandboxKind:
+        """How this sandbox isolates tools."""
+        return self.launcher.kind
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why custom tools cannot run here (checked by :meth:`start`), or None."""
+        return self._missing
+
     async def __aenter__(self) -> Self:
-        try:
-            await self.start()
-        except BaseException:
-            await self.aclose()  # __aexit__ will not run: do not leave the workers that did start
-            raise
+        await self.start()
         return self
 
     async def __aexit__(
@@ -171,36 +182,50 @@ class ProcessSandbox:
         await self.aclose()
 
     async def start(self) -> None:
-        """Start every worker now rather than on first use.
-
-        Raises:
-            ToolError: A worker could not start (the message says why).
-        """
+        """Check that zygotes can start here, say so in the log, and start the spare in the background."""
         self._check_open()
-        try:
-            await asyncio.gather(*(self._ready_worker(slot) for slot in self._slots))
-        except _WorkerStartError as exc:
-            raise ToolError(f"the tool sandbox could not start a worker: {exc}") from exc
+        self._missing = self.launcher.missing()
+        if self._missing is not None:
+            log.error("custom tools will not run: %s", self._missing)
+            return
+        if self.launcher.kind is SandboxKind.PROCESS:
+            log.warning(
+                "NIGHTSHIFT_TOOL_SANDBOX=process: custom tools run as plain processes of this server's user, "
+                "with no isolation (they can read its files and reach its network); use only with trusted tools"
+            )
+        self._refill()
 
     async def run(self, call: SandboxCall, *, timeout: float | None = None) -> SandboxResult:  # noqa: ASYNC109
-        """Run one call on the next free worker. See :class:`Sandbox` for the contract."""
+        """Run one call on a zygote of its organization. See :class:`Sandbox` for the contract."""
         self._check_open()
-        limit = self._timeout if timeout is None else timeout
+        started = time.perf_counter()
+        if self._missing is not None:
+            return _failure(f"custom tools cannot run on this server: {self._missing}", started=started)
+        limit = self.limits.timeout if timeout is None else timeout
         try:
-            payload = json.dumps(
+            payload = orjson.dumps(
                 {
-                    "source_code": call.source_code,
-                    "function_name": call.function_name,
-                    "arguments": call.arguments,
+                    "timeout": limit,
+                    "env": dict(call.env),
+                    "call": {
+                        "source_code": call.source_code,
+                        "function_name": call.function_name,
+                        "arguments": call.arguments,
+                    },
                 }
-            ).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            return _failure(f"arguments are not JSON-serializable: {exc}", started=time.perf_counter())
-        slot = await self._idle.get()
-        try:
-            return await self._run_in(slot, payload, limit)
-        finally:
-            self._idle.put_nowait(slot)
+            )
+        except TypeError as exc:
+            return _failure(f"arguments are not JSON-serializable: {exc}", started=started)
+        async with self._turns:
+            try:
+                zygote = await self._checkout(call.organization_id)
+            except _StartError as exc:
+                return _failure(f"the tool sandbox could not start: {exc}", started=started)
+            try:
+                result = await zygote.call(payload, limit + _ANSWER_GRACE)
+            finally:
+                self._checkin(zygote)
+        return result
 
     async def run_many(
         self,
@@ -213,32 +238,29 @@ class ProcessSandbox:
         results: list[SandboxResult | None] = [None] * len(calls)
         pending = iter(enumerate(calls))
 
-        # One lane per worker pulls the next call as soon as its previous one is done, so the pool
+        # One lane per zygote pulls the next call as soon as its previous one is done, so the pool
         # stays busy without a task per call.
         async def lane() -> None:
             for index, call in pending:
                 results[index] = await self.run(call, timeout=timeout)
 
         async with asyncio.TaskGroup() as group:
-            for _ in range(min(self._workers, len(calls))):
+            for _ in range(min(self._capacity, len(calls))):
                 group.create_task(lane())
         return [result for result in results if result is not None]
 
     async def aclose(self) -> None:
-        """Kill every worker (and anything they started), wait for them, remove their files."""
+        """Kill every zygote (and everything in its sandbox), wait for them, remove their files."""
         if self._closed:
             return
         self._closed = True
-        # Workers still starting are awaited, not cancelled: callers waiting on them then get a
-        # "closed" failure instead of a CancelledError they did not ask for.
-        starting = [slot.starting for slot in self._slots if slot.starting is not None]
-        started = await asyncio.gather(*starting, return_exceptions=True)
-        workers = [*self._live, *(worker for worker in started if isinstance(worker, _Worker))]
-        for slot in self._slots:
-            slot.worker = None
-            slot.starting = None
+        if self._spare is not None:
+            # Awaited, not cancelled: a zygote that is starting is then closed like the others.
+            await asyncio.gather(self._spare, return_exceptions=True)
+        zygotes = list(self._live)
+        self._idle.clear()
         self._live.clear()
-        await asyncio.gather(*(worker.close() for worker in workers))
+        await asyncio.gather(*(z.close(self.launcher) for z in zygotes))
         while self._reaping:
             await asyncio.gather(*self._reaping)
 
@@ -246,209 +268,215 @@ class ProcessSandbox:
         if self._closed:
             raise ToolError("the tool sandbox is closed")
 
-    async def _run_in(self, slot: _Slot, payload: bytes, limit: float) -> SandboxResult:
-        started = time.perf_counter()
+    async def _checkout(self, org_id: str) -> _Zygote:
+        """A zygote of ``org_id`` for the caller alone; the caller holds one of the pool's turns."""
+        idle = self._idle.get(org_id, [])
+        while idle:
+            zygote = idle.pop()
+            if zygote.alive:
+                return zygote
+            self._retire(zygote)
+        spare = await self._claim_spare()
+        if spare is not None:
+            zygote = spare
+        else:
+            if self._count >= self._capacity:
+                # Every turn but ours may hold a zygote, so at least one other organization's is idle.
+                org, zygotes = min(
+                    ((o, zs) for o, zs in self._idle.items() if zs), key=lambda entry: entry[1][0].idle_since
+                )
+                self._retire(zygotes.pop(0))
+                if not zygotes:
+                    del self._idle[org]
+            zygote = await self._start_zygote()
+        zygote.org_id = org_id
         if self._closed:
-            return _failure("the tool sandbox was closed before the tool ran", started=started)
-        try:
-            worker = await self._ready_worker(slot)
-            if worker.process.returncode is not None:
-                # It died while idle (the OOM killer, say): not this call's fault, so use a new one.
-                self._replace(slot, worker)
-                worker = await self._ready_worker(slot)
-        except _WorkerStartError as exc:
-            return _failure(f"sandbox worker failed to start: {exc}", started=started)
-        try:
-            result = await worker.call(payload, limit)
-        finally:
-            if not worker.alive or worker.calls >= self._max_calls_per_worker:
-                self._replace(slot, worker)
-        if self._closed and not worker.alive:
-            return _failure("the tool sandbox was closed while the tool ran", started=started)
-        return result
+            self._retire(zygote)
+            raise _StartError("the tool sandbox was closed")
+        self._refill()
+        return zygote
 
-    async def _ready_worker(self, slot: _Slot) -> _Worker:
-        if slot.worker is not None:
-            return slot.worker
-        if slot.starting is None:
-            slot.starting = self._spawn()
-        task = slot.starting
+    async def _start_zygote(self) -> _Zygote:
+        """Start a zygote that counts in the pool (bound to no organization yet)."""
+        self._count += 1
         try:
-            # Shielded: a caller that gives up must not kill a worker the next caller can use.
-            worker = await asyncio.shield(task)
-        except _WorkerStartError:
-            if slot.starting is task:
-                slot.starting = None
+            zygote = await _Zygote.start(self.launcher, self.limits)
+        except BaseException:
+            self._count -= 1
             raise
-        if slot.starting is task:
-            slot.starting = None
-        if self._closed:
-            await worker.close()
-            raise _WorkerStartError("the tool sandbox is closed")
-        if slot.worker is None:
-            slot.worker = worker
-            self._live.add(worker)
-        return slot.worker
+        self._live.add(zygote)
+        return zygote
 
-    def _spawn(self) -> asyncio.Task[_Worker]:
-        return asyncio.create_task(_Worker.spawn(memory_limit_mb=self._memory_limit_mb))
+    async def _claim_spare(self) -> _Zygote | None:
+        """The spare, once started; None when there is none or it failed to start."""
+        task, self._spare = self._spare, None
+        if task is None:
+            return None
+        try:
+            zygote = await task
+        except _StartError as exc:
+            log.warning("the spare tool sandbox did not start: %s", exc)
+            return None
+        if not zygote.alive:
+            self._retire(zygote)
+            return None
+        return zygote
 
-    def _replace(self, slot: _Slot, worker: _Worker) -> None:
-        """Retire ``worker`` in the background and start its successor right away."""
-        slot.worker = None
-        self._live.discard(worker)
-        reap = worker.close()
+    def _refill(self) -> None:
+        """Start a spare while the pool has room for one."""
+        if self._closed or self._missing is not None or self._spare is not None or self._count >= self._capacity:
+            return
+        self._spare = asyncio.create_task(self._start_zygote(), name="tool-sandbox-spare")
+
+    def _checkin(self, zygote: _Zygote) -> None:
+        if zygote.alive and not self._closed:
+            zygote.idle_since = time.monotonic()
+            self._idle.setdefault(zygote.org_id, []).append(zygote)
+        else:
+            self._retire(zygote)
+
+    def _retire(self, zygote: _Zygote) -> None:
+        """Kill a zygote in the background; its room in the pool is free at once."""
+        if zygote not in self._live:
+            return
+        self._live.discard(zygote)
+        self._count -= 1
+        reap = asyncio.ensure_future(zygote.close(self.launcher))
         self._reaping.add(reap)
         reap.add_done_callback(self._reaping.discard)
-        if not self._closed and slot.starting is None:
-            slot.starting = self._spawn()
+        self._refill()
 
 
-class _Slot:
-    """A place for one worker in the pool; only the caller holding the slot changes it."""
+def build_sandbox(settings: Settings) -> ToolSandbox:
+    """The sandbox the settings ask for (``NIGHTSHIFT_TOOL_*``); nothing starts here."""
+    launcher: Launcher
+    if settings.tool_sandbox is SandboxKind.BUBBLEWRAP:
+        hidden = [settings.home]
+        database = make_url(settings.resolved_database_url)
+        if database.get_backend_name() == "sqlite" and database.database:
+            hidden.append(Path(database.database).parent)
+        launcher = BubblewrapLauncher(binary=settings.tool_bwrap, network=settings.tool_network, hidden=hidden)
+    else:
+        launcher = ProcessLauncher()
+    limits = SandboxLimits(
+        timeout=settings.tool_timeout_seconds,
+        memory_mb=settings.tool_memory_limit_mb,
+        processes=settings.tool_max_processes,
+        open_files=settings.tool_max_open_files,
+        file_mb=settings.tool_max_file_mb,
+    )
+    return ToolSandbox(launcher, workers=settings.tool_workers, limits=limits)
 
-    __slots__ = ("starting", "worker")
 
-    def __init__(self) -> None:
-        self.worker: _Worker | None = None
-        self.starting: asyncio.Task[_Worker] | None = None
+class _StartError(Exception):
+    """A zygote did not come up; the message says why."""
 
 
-class _WorkerStartError(Exception):
-    """A worker process did not come up; the message says why."""
+class _Zygote:
+    """One zygote process of one organization, and the pipes to it."""
 
-
-class _Worker:
-    """One worker process, the pipes to it and its temporary home directory."""
-
-    def __init__(self, process: asyncio.subprocess.Process, home: str) -> None:
-        self.process = process
-        self.home = home
+    def __init__(self, started: Started) -> None:
+        self.started = started
+        self.process = started.process
+        self.org_id = ""  # set when an organization first takes it; never changed after
+        self.idle_since = time.monotonic()
         self.calls = 0
-        self.alive = True
-        self._next_id = 0
+        self._failed = False
         self._stderr_tail = bytearray()
         self._stderr_task = asyncio.create_task(self._drain_stderr())
         self._close_task: asyncio.Task[None] | None = None
 
+    @property
+    def alive(self) -> bool:
+        return not self._failed and self.process.returncode is None
+
     @classmethod
-    async def spawn(cls, *, memory_limit_mb: int) -> _Worker:
-        """Start a worker and wait for its ready line.
+    async def start(cls, launcher: Launcher, limits: SandboxLimits) -> _Zygote:
+        """Start a zygote and wait for its ready line.
 
         Raises:
-            _WorkerStartError: The process could not start or did not report ready.
+            _StartError: It could not start or did not report ready.
         """
-        home = await asyncio.to_thread(tempfile.mkdtemp, prefix="nightshift-tool-")
-        # Built from scratch, never copied from os.environ: the server's secrets stay out.
-        env = {"PATH": _WORKER_PATH_ENV, "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8"}
         try:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-I",
-                str(_WORKER_SCRIPT),
-                "--memory-limit-mb",
-                str(memory_limit_mb),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=home,
-                env=env,
-                # Its own process group, so killing it also kills whatever the tool started.
-                start_new_session=True,
-                limit=_LINE_LIMIT,
-            )
+            started = await launcher.start(limits)
         except OSError as exc:
-            await asyncio.to_thread(shutil.rmtree, home, ignore_errors=True)
-            raise _WorkerStartError(f"{type(exc).__name__}: {exc}") from exc
-        worker = cls(process, home)
+            raise _StartError(f"{type(exc).__name__}: {exc}") from exc
+        zygote = cls(started)
         try:
-            assert process.stdout is not None
+            assert zygote.process.stdout is not None
             async with asyncio.timeout(_STARTUP_TIMEOUT):
-                line = await process.stdout.readline()
-            if json.loads(line or b"null") != {"ready": True}:
-                code = await worker._wait_exit()
-                stderr = worker._stderr_text().strip()
-                raise _WorkerStartError(f"worker exited with code {code}" + (f": {stderr}" if stderr else ""))
+                line = await zygote.process.stdout.readline()
+            if line.strip() != b'{"ready": true}':
+                await zygote.close(launcher)
+                stderr = zygote.stderr_text().strip()
+                raise _StartError(
+                    f"it exited with code {zygote.process.returncode}" + (f": {stderr[-2000:]}" if stderr else "")
+                )
         except TimeoutError as exc:
-            await worker.close()
-            raise _WorkerStartError(f"no ready line within {_STARTUP_TIMEOUT} s") from exc
-        except ValueError as exc:
-            await worker.close()
-            raise _WorkerStartError(f"bad ready line: {exc}") from exc
+            await zygote.close(launcher)
+            raise _StartError(f"no ready line within {_STARTUP_TIMEOUT} s") from exc
         except BaseException:
-            await worker.close()
+            await zygote.close(launcher)
             raise
-        return worker
+        return zygote
 
     async def call(self, payload: bytes, limit: float) -> SandboxResult:
-        """Send one call and wait for its answer; a worker that failed is left dead (``alive`` False)."""
+        """Send one call and wait for its answer; a zygote that failed is marked dead."""
         assert self.process.stdin is not None and self.process.stdout is not None
         self.calls += 1
-        self._next_id += 1
-        request_id = self._next_id
-        self._stderr_tail.clear()
         started = time.perf_counter()
         try:
             async with asyncio.timeout(limit):
-                self.process.stdin.write(b'{"id": %d, "call": %b}\n' % (request_id, payload))
+                self.process.stdin.write(payload + b"\n")
                 await self.process.stdin.drain()
                 line = await self.process.stdout.readline()
         except TimeoutError:
-            self.kill()
-            await self._wait_exit()
-            return _failure(f"timed out after {float(limit)} s", started=started)
-        except ConnectionError:  # the worker was gone before it read the call
+            self._failed = True
+            return _failure(f"timed out after {limit - _ANSWER_GRACE} s (the sandbox did not answer)", started=started)
+        except (ConnectionError, ValueError):  # gone before it read the call; a line over the limit
             line = b""
-        except ValueError:  # the line was longer than _LINE_LIMIT
-            self.kill()
-            await self._wait_exit()
-            return _failure(f"the tool's answer is longer than {_LINE_LIMIT} bytes", started=started)
-        except BaseException:  # cancelled: the worker's state is unknown, so it must not be reused
-            self.kill()
+        except BaseException:  # cancelled: its state is unknown, so it must not be reused
+            self._failed = True
             raise
         if not line.endswith(b"\n"):
-            code = await self._wait_exit()
-            return _failure(f"worker died (exit code {code})", started=started, stderr=self._stderr_text())
-        return self._decode(line, request_id, started)
+            self._failed = True
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self.process.wait()
+            return _failure(
+                f"the tool sandbox died (exit code {self.process.returncode})",
+                started=started,
+                stderr=self.stderr_text(),
+            )
+        return _decode(line, started)
 
-    def kill(self) -> None:
-        """SIGKILL the worker's process group (the worker and anything its tools started)."""
-        self.alive = False
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-
-    def close(self) -> asyncio.Task[None]:
-        """Kill the worker and clean up after it; every caller shares one cleanup task."""
+    def close(self, launcher: Launcher) -> asyncio.Task[None]:
+        """Kill the zygote and clean up after it; every caller shares one cleanup task."""
         if self._close_task is None:
-            self._close_task = asyncio.create_task(self._close())
+            self._close_task = asyncio.create_task(self._close(launcher))
         return self._close_task
 
-    async def _close(self) -> None:
-        self.kill()
-        await self._wait_exit()
-        if not self._stderr_task.done():  # only when a process outside the group holds the pipe
+    async def _close(self, launcher: Launcher) -> None:
+        self._failed = True
+        # The end of its request stream tells the zygote to end the call it runs and exit, with
+        # everything it started; killing it is for a zygote that does not.
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_EXIT_GRACE):
+                await self.process.wait()
+        launcher.kill(self.started)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await self.process.wait()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await asyncio.shield(self._stderr_task)
+        if not self._stderr_task.done():  # only when an escaped process holds the pipe (process mode)
             self._stderr_task.cancel()
         await asyncio.gather(self._stderr_task, return_exceptions=True)
-        await asyncio.to_thread(shutil.rmtree, self.home, ignore_errors=True)
-
-    async def _wait_exit(self) -> int | None:
-        """Wait for the worker to exit (killing it if it lingers) and for its pipes to close."""
-        self.alive = False
-        try:
-            async with asyncio.timeout(1.0):
-                code = await self.process.wait()
-        except TimeoutError:
-            return await self._kill_and_wait()
-        # The pipes are closed once wait() returns; let the drain task take the last stderr bytes.
-        await asyncio.wait([self._stderr_task], timeout=1.0)
-        return code
-
-    async def _kill_and_wait(self) -> int | None:
-        self.kill()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_REAP_TIMEOUT):
-                await self.process.wait()
-        return self.process.returncode
+        if self.started.scratch is not None:
+            await asyncio.to_thread(shutil.rmtree, self.started.scratch, ignore_errors=True)
 
     async def _drain_stderr(self) -> None:
         # Keeps only the tail: enough to explain a crash, bounded however much a tool writes.
@@ -457,35 +485,33 @@ class _Worker:
             self._stderr_tail += chunk
             del self._stderr_tail[:-_STDERR_TAIL_BYTES]
 
-    def _stderr_text(self) -> str:
+    def stderr_text(self) -> str:
         return self._stderr_tail.decode("utf-8", "replace")
 
-    def _decode(self, line: bytes, request_id: int, started: float) -> SandboxResult:
-        try:
-            response = json.loads(line)
-            ok, error = response["ok"], response["error"]
-            stdout, stderr = response["stdout"], response["stderr"]
-            if (
-                response["id"] != request_id
-                or not isinstance(ok, bool)
-                or not isinstance(stdout, str)
-                or not isinstance(stderr, str)
-                or not (error is None or isinstance(error, str))
-            ):
-                raise ValueError("unexpected fields")
-        except (ValueError, KeyError, TypeError):
-            # Only a tool that wrote to the protocol descriptor itself gets here; its worker
-            # cannot be trusted to be in step any more.
-            self.kill()
-            return _failure("worker sent an invalid response", started=started)
-        return SandboxResult(
-            ok=ok,
-            value=response.get("value") if ok else None,
-            error=None if ok else (error or "unknown error"),
-            stdout=stdout,
-            stderr=stderr,
-            duration_ms=(time.perf_counter() - started) * 1000,
-        )
+
+def _decode(line: bytes, started: float) -> SandboxResult:
+    try:
+        answer = orjson.loads(line)
+        ok, error = answer["ok"], answer["error"]
+        stdout, stderr = answer["stdout"], answer["stderr"]
+        if (
+            not isinstance(ok, bool)
+            or not isinstance(stdout, str)
+            or not isinstance(stderr, str)
+            or not (error is None or isinstance(error, str))
+        ):
+            raise ValueError("unexpected fields")
+    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
+        # Only a tool that wrote into its own answer channel gets here: its call fails.
+        return _failure("the tool's answer could not be read", started=started)
+    return SandboxResult(
+        ok=ok,
+        value=answer.get("value") if ok else None,
+        error=None if ok else (error or "unknown error"),
+        stdout=stdout,
+        stderr=stderr,
+        duration_ms=(time.perf_counter() - started) * 1000,
+    )
 
 
 def _failure(error: str, *, started: float, stdout: str = "", stderr: str = "") -> SandboxResult:
