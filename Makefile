@@ -5,6 +5,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint format bench clean
 
+# Debian packages by the command that shows they are there: bubblewrap isolates custom tools
+# (the demo runs one), Chromium drives the dashboard's browser test.
+DEMO_PACKAGES := bwrap=bubblewrap
+TEST_PACKAGES := bwrap=bubblewrap chromium=chromium
+
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -12,9 +17,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	@scripts/system-packages $(DEMO_PACKAGES)
 	$(BIN)/nightshift demo
 
 test: $(STAMP)
+	@scripts/system-packages $(TEST_PACKAGES)
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
@@ -27,6 +34,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests
 
 bench: $(STAMP)
+	@scripts/system-packages $(DEMO_PACKAGES)
 	$(BIN)/python -m nightshift.bench
 
 clean:

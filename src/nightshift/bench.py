@@ -1,10 +1,12 @@
-"""``make bench``: server time, SQL statements and memory of one batch step over many agents.
+"""``make bench``: server time, SQL statements and memory of batch steps over many agents.
 
 Runs against a fresh SQLite file (or ``--database-url``) and the provider emulator in a separate
 process, so the figures are nightshift's own: creating the run and submitting its first step,
 then polling, storing the results and applying them (tools, memory edits, messages) and writing
-the next step. Each agent calls a memory tool with a heartbeat on step 1 and send_message on
-step 2, so a step applies real tool calls.
+the next step. Two runs side by side: in one each agent calls a memory tool on step 1, in the
+other a custom tool, which runs in the tool sandbox (a fresh process per call, inside bubblewrap);
+both call send_message on step 2. The sandbox's own CPU (its zygotes and their call processes)
+is counted apart from the server's.
 """
 
 from __future__ import annotations
@@ -35,11 +37,29 @@ from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig, Provider
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
+from nightshift.services.tools import create_tool
 from nightshift.serving import free_port
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
 
-console = Console()
+console = Console(width=160)
+
+
+LOOKUP_TOOL = '''
+def lookup_order(order_id: str) -> str:
+    """Look up an order's status.
+
+    Args:
+        order_id: The order's identifier.
+    """
+    return f"order {order_id} shipped on {len(order_id) % 28 + 1} May"
+'''
+# What each agent is asked, by the tool it calls on step 1: the emulator's scripted model
+# remembers with core_memory_append, and calls a custom tool the message names.
+ASKS = {
+    "memory": "Please remember that my favourite colour is teal.",
+    "custom": "Please use lookup_order for order 4711.",
+}
 
 
 @dataclass
@@ -47,6 +67,7 @@ class Phase:
     name: str
     seconds: float
     cpu_seconds: float
+    sandbox_cpu_seconds: float
     statements: int
 
 
@@ -62,8 +83,8 @@ class StatementCounter:
 
 
 @contextmanager
-def emulator_process() -> Iterator[str]:
-    """``nightshift emulator`` in its own process, so its CPU time is not counted as ours."""
+def emulator_process() -> Iterator[tuple[str, int]]:
+    """``nightshift emulator`` in its own process, so its CPU time is not counted as ours: (URL, pid)."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "nightshift", "emulator", "--port", str(port)],
@@ -81,13 +102,42 @@ def emulator_process() -> Iterator[str]:
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError("the emulator did not start") from None
                 time.sleep(0.1)
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-async def bench(agents: int, database_url: str, provider: Provider) -> list[Phase]:
+def sandbox_cpu_seconds(*, besides: int) -> float:
+    """CPU time of every process below this one but ``besides`` (the emulator): the tool sandbox."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    pending = [pid for pid in _children(os.getpid()) if pid != besides]
+    while pending:
+        pid = pending.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime, stime, and cutime, cstime: what it used and what its reaped children did.
+        total += sum(int(f) for f in fields[11:15])
+        pending += _children(pid)
+    return total / ticks
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                found += [int(c) for c in children.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+async def bench(agents: int, database_url: str, provider: Provider, tool: str, emulator_pid: int) -> list[Phase]:
     settings = Settings(database_url=database_url, poll_interval_seconds=0.0, poller=False, tool_workers=2)
     engine = create_engine(settings.resolved_database_url)
     await upgrade(engine)
@@ -96,6 +146,9 @@ async def bench(agents: int, database_url: str, provider: Provider) -> list[Phas
     )
     async with engine.begin() as conn:
         await ensure_default_org(conn)
+        tool_ids: list[str] = []
+        if tool == "custom":
+            tool_ids = [(await create_tool(conn, DEFAULT_ORG_ID, source_code=LOOKUP_TOOL)).id]
         specs = [
             AgentSpec(
                 name=f"bench-{i}",
@@ -104,23 +157,30 @@ async def bench(agents: int, database_url: str, provider: Provider) -> list[Phas
                     NewBlock(label="persona", value=f"I am bench agent {i}.", limit=2000),
                     NewBlock(label="human", value="Nothing known yet.", limit=2000),
                 ],
+                tool_ids=tool_ids,
             )
             for i in range(agents)
         ]
         agent_ids = [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
     del specs  # the run is measured with only the ids in hand, as a client would have them
-    requests = [
-        RunRequest(agent_id=agent_id, messages=("Please remember that my favourite colour is teal.",))
-        for agent_id in agent_ids
-    ]
+    requests = [RunRequest(agent_id=agent_id, messages=(ASKS[tool],)) for agent_id in agent_ids]
     counter = StatementCounter(engine)
     phases: list[Phase] = []
     async with running_worker(settings, engine) as worker:
 
         async def measure(name: str, work: Any) -> Any:
             before, start, cpu = counter.count, time.perf_counter(), time.process_time()
+            sandbox = sandbox_cpu_seconds(besides=emulator_pid)
             result = await work
-            phases.append(Phase(name, time.perf_counter() - start, time.process_time() - cpu, counter.count - before))
+            phases.append(
+                Phase(
+                    name,
+                    time.perf_counter() - start,
+                    time.process_time() - cpu,
+                    sandbox_cpu_seconds(besides=emulator_pid) - sandbox,
+                    counter.count - before,
+                )
+            )
             return result
 
         async def submit() -> None:
@@ -138,7 +198,7 @@ async def bench(agents: int, database_url: str, provider: Provider) -> list[Phas
 
         await measure("create run + submit step 1", submit())
         # A step of more than BATCH_SLICE agents is several provider batches, one claim each.
-        await measure("poll + resume step 1 + submit step 2", worker.run_once(limit=1_000))
+        await measure(f"poll + resume step 1 ({tool} tool) + submit step 2", worker.run_once(limit=1_000))
         await measure("poll + resume step 2 (run ends)", worker.run_once(limit=1_000))
     await engine.dispose()
     return phases
@@ -151,40 +211,48 @@ def time_now() -> Any:
 
 
 def main(
-    agents: Annotated[int, typer.Option(help="Agents in the run")] = 10_000,
-    database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file)")] = None,
+    agents: Annotated[int, typer.Option(help="Agents in each run")] = 10_000,
+    database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file per run)")] = None,
     provider: Annotated[Provider, typer.Option(help="Provider the agents use")] = Provider.ANTHROPIC,
+    tools: Annotated[str, typer.Option(help="Which runs: memory, custom, or both (memory,custom)")] = "memory,custom",
 ) -> None:
-    """Measure one batch run of AGENTS agents, two steps each, and print the figures."""
-    with tempfile.TemporaryDirectory() as tmp, emulator_process() as url:
+    """Measure batch runs of AGENTS agents, two steps each, and print the figures."""
+    kinds = [t.strip() for t in tools.split(",") if t.strip()]
+    unknown = sorted(set(kinds) - set(ASKS))
+    if unknown or not kinds:
+        raise typer.BadParameter(f"unknown {unknown}; use memory, custom or both", param_hint="--tools")
+    table = Table(title=f"batch runs of {agents:,} agents, {provider.value}")
+    for column in ("phase", "wall s", "server CPU s", "server CPU ms per agent", "sandbox CPU ms per agent"):
+        table.add_column(column, justify="left" if column == "phase" else "right")
+    table.add_column("SQL statements", justify="right")
+    with emulator_process() as (url, emulator_pid):
         os.environ.update(
             ANTHROPIC_BASE_URL=url,
             ANTHROPIC_API_KEY="bench",
             OPENAI_BASE_URL=f"{url}/v1",
             OPENAI_API_KEY="bench",
         )
-        db = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
-        phases = asyncio.run(bench(agents, db, provider))
-    table = Table(title=f"one batch run, {agents:,} agents, {provider.value}, {db.split(':')[0]}")
-    table.add_column("phase")
-    table.add_column("wall s", justify="right")
-    table.add_column("server CPU s", justify="right")
-    table.add_column("CPU ms per agent", justify="right")
-    table.add_column("SQL statements", justify="right")
-    for phase in phases:
-        table.add_row(
-            phase.name,
-            f"{phase.seconds:.2f}",
-            f"{phase.cpu_seconds:.2f}",
-            f"{phase.cpu_seconds * 1000 / agents:.3f}",
-            str(phase.statements),
-        )
+        for kind in kinds:
+            with tempfile.TemporaryDirectory() as tmp:
+                db = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
+                for phase in asyncio.run(bench(agents, db, provider, kind, emulator_pid)):
+                    table.add_row(
+                        phase.name,
+                        f"{phase.seconds:.2f}",
+                        f"{phase.cpu_seconds:.2f}",
+                        f"{phase.cpu_seconds * 1000 / agents:.3f}",
+                        f"{phase.sandbox_cpu_seconds * 1000 / agents:.3f}",
+                        str(phase.statements),
+                    )
+            table.add_section()
     console.print(table)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    console.print(f"database: {(database_url or 'sqlite (a new file per run)').split(':')[0]}")
     console.print(f"peak memory (RSS) of the server process: {peak:,.0f} MiB")
     console.print(
         "wall time includes waiting for the emulator (another process); server CPU is this process's own "
-        "time, SQLite's included (aiosqlite runs it on a thread of this process)"
+        "time, SQLite's included (aiosqlite runs it on a thread of this process); sandbox CPU is the tool "
+        "sandbox's processes (bubblewrap, the zygotes and one process per custom tool call)"
     )
 
 
