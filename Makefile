@@ -35,7 +35,7 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
-	$(BIN)/python -m nightshift.bench
+	$(BIN)/python -m nightshift.bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
