@@ -192,6 +192,7 @@ async def bench(agents: int, database_url: str, provider: Provider, tool: str, e
                     callback_url=None,
                     default_max_steps=10,
                     lease=worker.lease(time_now()),
+                    endpoints=worker.providers.endpoints(),
                 )
             for batch in batches:
                 await worker.submit(batch)

@@ -9,8 +9,8 @@ crash in between only delays the submission.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -77,6 +77,7 @@ async def create_run(
     default_max_steps: int,
     metadata: dict[str, Any] | None = None,
     lease: tuple[str, datetime] | None = None,
+    endpoints: Mapping[Provider, str],
 ) -> tuple[BatchRun, list[ProviderBatch]]:
     """Validate the requests and write the run with its first step; nothing is written on error.
 
@@ -89,7 +90,7 @@ async def create_run(
     if not requests:
         raise InvalidInput("requests must hold at least one request", field="requests")
     ids = [r.agent_id for r in requests]
-    repeated = sorted({i for i in ids if ids.count(i) > 1}) if len(set(ids)) != len(ids) else []
+    repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
     if repeated:
         raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
     size = sum(len(text.encode()) for r in requests for text in r.messages)
@@ -142,7 +143,7 @@ async def create_run(
         )
         for r in requests
     ]
-    batches = await write_step(conn, run, entries, now, lease=lease)
+    batches = await write_step(conn, run, entries, now, lease=lease, endpoints=endpoints)
     return run, batches
 
 
@@ -153,11 +154,13 @@ async def write_step(
     now: datetime,
     *,
     lease: tuple[str, datetime] | None = None,
+    endpoints: Mapping[Provider, str],
 ) -> list[ProviderBatch]:
     """Write one step for ``entries``: provider batches, items, input messages, context windows.
 
     ``lease`` (owner, expiry) reserves the new provider batches for the caller, who submits them
-    at once; should it fail to, the poller takes them over when the lease expires.
+    at once; should it fail to, the poller takes them over when the lease expires. ``endpoints``
+    are the provider base URLs they go to: only a worker that reaches the same takes them.
     """
     if not entries:
         return []
@@ -177,6 +180,7 @@ async def write_step(
                 organization_id=run.organization_id,
                 batch_run_id=run.id,
                 provider=provider,
+                endpoint=endpoints.get(provider),
                 step_number=max(e.state.step_number for e in chunk),
                 status=ProviderBatchStatus.CREATED,
                 created_at=now,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.outcomes import failed_row, outcome_row, response_from_json, stored_error
 from nightshift.batch.steps import StepEntry, write_step
@@ -46,7 +46,7 @@ from nightshift.domain.batches import (
 )
 from nightshift.errors import ProviderError
 from nightshift.pricing import PriceTable
-from nightshift.providers.base import BatchState, ModelError
+from nightshift.providers.base import BatchState, ModelError, ModelProvider
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import build_requests
 from nightshift.runtime.persist import write_turns
@@ -60,10 +60,18 @@ log = logging.getLogger(__name__)
 
 # Transient per-request errors (rate limits, overload) are retried in the next step this often.
 TRANSIENT_RETRIES = 2
-# How long to wait before trying again after the provider could not be reached.
-ERROR_BACKOFF = timedelta(seconds=30)
+# A failed stage is tried again after ``Worker.error_backoff``, doubled with each failure up to this.
+MAX_BACKOFF = timedelta(minutes=15)
 # Submissions refused for a transient reason are tried this often before the agents fail.
 SUBMIT_ATTEMPTS = 5
+# A stage that fails this many times in a row is given up (the batch's agents fail with the
+# reason): an error that will not go away (a bug, a refusal) after MAX_FAILURES, one that may
+# (the provider unreachable or overloaded) after MAX_TRANSIENT_FAILURES, about a day of backoff.
+MAX_FAILURES = 5
+MAX_TRANSIENT_FAILURES = 100
+# How long before its recorded intent a batch the provider accepted may seem to have been created
+# (the provider's clock and ours differ).
+ADOPT_WINDOW = timedelta(minutes=5)
 # A lease lasts this many poll intervals (600 s at the default 30 s), and at least MIN_LEASE_SECONDS;
 # it is renewed every third of that while its owner works on the batch.
 LEASE_POLL_INTERVALS = 20
@@ -83,6 +91,8 @@ class Worker:
     lease_seconds: float = 600.0
     # The first wait before a failed callback is sent again (see ``batch/callbacks.py``).
     callback_retry_delay: timedelta = timedelta(seconds=2)
+    # The first wait before a failed stage (the provider unreachable, say) is tried again.
+    error_backoff: timedelta = timedelta(seconds=30)
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
@@ -95,16 +105,21 @@ class Worker:
         """
         async with self.engine.begin() as conn:
             claimed = await batch_store.claim_due(
-                conn, self.owner, datetime.now(UTC), lease_seconds=self.lease_seconds, limit=limit
+                conn,
+                self.owner,
+                datetime.now(UTC),
+                lease_seconds=self.lease_seconds,
+                limit=limit,
+                endpoints=self.providers.endpoints(),
             )
         for batch in claimed:
             try:
                 async with self.holding(batch.id):
                     await self._advance(batch)
-            except Exception:
-                # Never mark anything done on an unexpected error: leave it to be tried again.
-                log.exception("provider batch %s failed to advance; retrying later", batch.id)
-                await self._release(batch, delay=ERROR_BACKOFF)
+            except Exception as exc:
+                # Never mark anything done on an unexpected error: try again, and give up in the end.
+                log.exception("provider batch %s failed to advance", batch.id)
+                await self._stage_failed(batch, f"{type(exc).__name__}: {exc}", retryable=False)
         return len(claimed)
 
     async def _advance(self, batch: ProviderBatch) -> None:
@@ -151,30 +166,134 @@ class Worker:
         async with self.engine.begin() as conn:
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=datetime.now(UTC) + delay, **values)
 
-    async def submit(self, batch: ProviderBatch) -> ProviderBatch:
-        """Send a created provider batch to its provider and give up the lease; returns it as it is now.
+    async def _stage_failed(self, batch: ProviderBatch, reason: str, *, retryable: bool) -> None:
+        """Count a failure of the batch's current stage: try it again later, or give it up."""
+        async with self.engine.connect() as conn:
+            current = await batch_store.get_provider_batch(conn, batch.id)
+        if current is None:
+            return
+        failures = current.failures + 1
+        if failures < (MAX_TRANSIENT_FAILURES if retryable else MAX_FAILURES):
+            delay = min(self.error_backoff * 2 ** (failures - 1), MAX_BACKOFF)
+            await self._release(current, delay=delay, failures=failures, error=reason)
+            return
+        log.error("provider batch %s failed %d times in a row; giving it up: %s", batch.id, failures, reason)
+        await self._give_up(current, f"gave up after {failures} failures in a row: {reason}")
 
-        A batch the provider refused for good ends at once with every item failed, and is applied
-        (its agents stopped, with the reason) by the next poll.
+    async def _give_up(self, batch: ProviderBatch, reason: str) -> None:
+        """End a batch whose stage keeps failing: its agents fail with ``reason``, the run goes on."""
+        now = datetime.now(UTC)
+        if batch.status is ProviderBatchStatus.CANCELLING:
+            async with self.engine.begin() as conn:
+                await batch_store.transition(
+                    conn, batch.id, ProviderBatchStatus.CANCELLED, now, only_from=(batch.status,), error=reason
+                )
+                await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
+            return
+        if batch.status is ProviderBatchStatus.RUNNING and batch.provider_batch_id is not None:
+            with contextlib.suppress(ProviderError):  # best effort: nothing more of it will be read
+                await self.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
+        if batch.status in (ProviderBatchStatus.CREATED, ProviderBatchStatus.RUNNING):
+            async with self.engine.connect() as conn:
+                items = await batch_store.items_of(conn, batch.id)
+            rows = [failed_row(item.id, reason) for item in items]
+            await self._end(batch, rows, now, only_from=batch.status, release=True, error=reason)
+            return
+        if batch.status is ProviderBatchStatus.ENDED:
+            async with self.engine.begin() as conn:
+                await batch_store.lock_run(conn, batch.batch_run_id)
+                if await batch_store.transition(
+                    conn, batch.id, ProviderBatchStatus.APPLIED, now, only_from=(batch.status,), error=reason
+                ):
+                    items = await batch_store.items_of(conn, batch.id)
+                    rows = [{"item_id": i.id, "outcome": "failed", "error": reason, "cost_usd": None} for i in items]
+                    await batch_store.complete_items(conn, rows, now)
+                    await _end_run_if_done(conn, batch.batch_run_id, now)
+                await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
+
+    async def submit(self, batch: ProviderBatch) -> ProviderBatch:
+        """Send a created provider batch to its provider, once, and give up the lease; returns it as it is now.
+
+        The intent is recorded before the call. When an earlier attempt recorded it (and may have
+        reached the provider before a crash), the batch is first looked for at the provider and
+        adopted if it is there. An agent whose request cannot be built fails alone. A batch the
+        provider refused for good ends at once with every item failed, and is applied (its agents
+        stopped, with the reason) by the next poll.
         """
         async with self.engine.connect() as conn:
             items = await batch_store.items_of(conn, batch.id)
             agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
             present = [i for i in items if i.agent_id in agents]
-            requests = await build_requests(
+            requests, problems = await build_requests(
                 conn, [agents[i.agent_id] for i in present], {i.agent_id: i.step_state for i in present}
             )
+        refused = [
+            failed_row(i.id, f"the request could not be built: {problems[i.agent_id]}")
+            for i in present
+            if i.agent_id in problems
+        ]
         now = datetime.now(UTC)
+        if not requests:
+            error = "no request of this batch could be built"
+            return await self._end(
+                batch, refused, now, only_from=ProviderBatchStatus.CREATED, release=True, error=error
+            )
         try:
-            provider_batch_id = await self.providers.get(batch.provider).submit_batch(requests)
+            provider = self.providers.get(batch.provider)
+            provider_batch_id = await self._adopt(batch, provider, len(requests))
+            if provider_batch_id is None:
+                async with self.engine.begin() as conn:
+                    if not await batch_store.record_submit_intent(conn, batch.id, self.owner, now):
+                        current = await batch_store.get_provider_batch(conn, batch.id)
+                        assert current is not None
+                        return current  # moved on (cancelled) or taken over meanwhile
+                provider_batch_id = await provider.submit_batch(requests, tag=batch.id)
         except ProviderError as exc:
-            attempts = int(batch.request_counts.get("submit_attempts", 0)) + 1
+            attempts = batch.failures + 1
             if exc.retryable and attempts < SUBMIT_ATTEMPTS:
                 log.warning("submitting %s failed (%s); retrying", batch.id, exc.message)
-                counts = {**batch.request_counts, "submit_attempts": attempts}
-                await self._release(batch, delay=ERROR_BACKOFF * attempts, error=exc.message, request_counts=counts)
+                await self._release(batch, delay=self.error_backoff * attempts, error=exc.message, failures=attempts)
                 return replace(batch, status=ProviderBatchStatus.CREATED)
             return await self._fail_submission(batch, items, exc)
+        return await self._submitted(batch, provider_batch_id, refused)
+
+    async def _adopt(self, batch: ProviderBatch, provider: ModelProvider, requests: int) -> str | None:
+        """The provider's id of this batch if an earlier attempt got it there; None to submit it.
+
+        Copies beyond the first (a submission whose answer was lost, then another) are cancelled
+        at once and recorded on the batch.
+        """
+        if batch.submit_started_at is None:
+            return None  # never sent
+        found = await provider.find_batches(
+            batch.id, created_after=batch.submit_started_at - ADOPT_WINDOW, requests=requests
+        )
+        async with self.engine.connect() as conn:
+            known = await batch_store.known_provider_ids(conn, batch.provider, found.ids)
+        candidates = [provider_id for provider_id in found.ids if provider_id not in known]
+        if not candidates:
+            return None
+        adopted, *copies = candidates if found.tagged else candidates[:1]
+        log.warning(
+            "provider batch %s was accepted by %s before a crash: adopting %s", batch.id, batch.provider, adopted
+        )
+        await self._cancel_copies(batch, provider, copies)
+        return adopted
+
+    async def _cancel_copies(self, batch: ProviderBatch, provider: ModelProvider, copies: Sequence[str]) -> None:
+        for copy in copies:
+            log.warning("cancelling %s, a second copy of provider batch %s", copy, batch.id)
+            with contextlib.suppress(ProviderError):  # it is recorded either way; a finished copy cannot be
+                await provider.cancel_batch(copy)
+        async with self.engine.begin() as conn:
+            await batch_store.add_duplicates(conn, batch.id, copies)
+
+    async def _submitted(
+        self, batch: ProviderBatch, provider_batch_id: str, refused: Sequence[dict[str, Any]]
+    ) -> ProviderBatch:
+        """Record that the provider holds the batch; the agents that could not go in fail."""
+        now = datetime.now(UTC)
+        duplicate = False
         async with self.engine.begin() as conn:
             await batch_store.lock_run(conn, batch.batch_run_id)
             moved = await batch_store.transition(
@@ -187,12 +306,15 @@ class Worker:
                 error=None,
                 next_poll_at=now + timedelta(seconds=self.poll_interval),
             )
+            current = await batch_store.get_provider_batch(conn, batch.id)
+            assert current is not None
             if moved:
+                await batch_store.store_results(conn, refused, now)
                 await batch_store.set_items_request_status(conn, batch.id, RequestStatus.RUNNING, now)
                 await batch_store.set_run_status(
                     conn, batch.batch_run_id, RunStatus.RUNNING, now, only_from=(RunStatus.CREATED,)
                 )
-            else:
+            elif current.status is ProviderBatchStatus.CANCELLED and current.provider_batch_id is None:
                 # The run was cancelled while we submitted: remember the id so it is cancelled there too.
                 await batch_store.transition(
                     conn,
@@ -202,8 +324,12 @@ class Worker:
                     only_from=(ProviderBatchStatus.CANCELLED,),
                     provider_batch_id=provider_batch_id,
                 )
-            current = await batch_store.get_provider_batch(conn, batch.id)
-        assert current is not None
+                current = replace(current, status=ProviderBatchStatus.CANCELLING)
+            else:
+                duplicate = current.provider_batch_id != provider_batch_id
+        if duplicate:
+            # Another worker submitted (or adopted) it meanwhile: ours is a second copy.
+            await self._cancel_copies(batch, self.providers.get(batch.provider), [provider_batch_id])
         running = current.status is ProviderBatchStatus.RUNNING
         await self._release(current, delay=timedelta(seconds=self.poll_interval if running else 0))
         return current
@@ -246,8 +372,8 @@ class Worker:
         try:
             status = await provider.retrieve_batch(batch.provider_batch_id)
         except ProviderError as exc:
-            log.warning("polling %s failed (%s); polling again later", batch.id, exc.message)
-            await self._release(batch, delay=ERROR_BACKOFF, error=exc.message)
+            log.warning("polling %s failed (%s)", batch.id, exc.message)
+            await self._stage_failed(batch, exc.message, retryable=exc.retryable)
             return replace(batch, status=ProviderBatchStatus.RUNNING)
         now = datetime.now(UTC)
         counts = {
@@ -265,10 +391,16 @@ class Worker:
                 request_counts=counts,
                 polled_at=now,
                 error=None,
+                failures=0,
             )
             return batch
         async with self.engine.connect() as conn:
-            items = {i.agent_id: i for i in await batch_store.items_of(conn, batch.id)}
+            # Items that failed before they went in (their request could not be built) keep that result.
+            items = {
+                i.agent_id: i
+                for i in await batch_store.items_of(conn, batch.id)
+                if i.request_status is not RequestStatus.FAILED
+            }
         rows = []
         try:
             async for custom_id, outcome in provider.batch_results(batch.provider_batch_id):
@@ -276,8 +408,8 @@ class Worker:
                 if item is not None:
                     rows.append(outcome_row(item.id, outcome))
         except ProviderError as exc:
-            log.warning("reading the results of %s failed (%s); reading again later", batch.id, exc.message)
-            await self._release(batch, delay=ERROR_BACKOFF, error=exc.message)
+            log.warning("reading the results of %s failed (%s)", batch.id, exc.message)
+            await self._stage_failed(batch, exc.message, retryable=exc.retryable)
             return batch
         for item in items.values():  # a request the provider never answered
             rows.append(failed_row(item.id, "the provider returned no result for this request"))
@@ -338,13 +470,11 @@ class Worker:
                 if item.usage and agent is not None:
                     row["cost_usd"] = self.prices.cost(agent.llm_config.handle, item.usage, batch=True)
             await batch_store.complete_items(conn, completions, now)
-            next_batches = await write_step(conn, run, entries, now, lease=self.lease(now))
-            if not next_batches and await batch_store.open_batches_of_run(conn, run.id) == 0:
-                progress = await batch_store.run_progress(conn, run.id)
-                final = RunStatus.COMPLETED if progress["items"].get("finished", 0) else RunStatus.FAILED
-                await batch_store.set_run_status(
-                    conn, run.id, final, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING)
-                )
+            next_batches = await write_step(
+                conn, run, entries, now, lease=self.lease(now), endpoints=self.providers.endpoints()
+            )
+            if not next_batches:
+                await _end_run_if_done(conn, run.id, now)
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
         await self.submit_new(next_batches)
 
@@ -364,7 +494,7 @@ class Worker:
                 await self.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
             except ProviderError as exc:
                 if exc.retryable:
-                    await self._release(batch, delay=ERROR_BACKOFF, error=exc.message)
+                    await self._stage_failed(batch, exc.message, retryable=True)
                     return
                 log.warning("cancelling %s at the provider failed: %s", batch.id, exc.message)
         now = datetime.now(UTC)
@@ -373,6 +503,15 @@ class Worker:
                 conn, batch.id, ProviderBatchStatus.CANCELLED, now, only_from=(ProviderBatchStatus.CANCELLING,)
             )
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
+
+
+async def _end_run_if_done(conn: AsyncConnection, run_id: str, now: datetime) -> None:
+    """End the run when none of its provider batches is open: completed if any agent finished."""
+    if await batch_store.open_batches_of_run(conn, run_id) > 0:
+        return
+    progress = await batch_store.run_progress(conn, run_id)
+    final = RunStatus.COMPLETED if progress["items"].get("finished", 0) else RunStatus.FAILED
+    await batch_store.set_run_status(conn, run_id, final, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING))
 
 
 def worker_id() -> str:
@@ -392,6 +531,7 @@ async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterat
             poll_interval=settings.poll_interval_seconds,
             lease_seconds=max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
             callback_retry_delay=timedelta(seconds=settings.callback_retry_seconds),
+            error_backoff=timedelta(seconds=settings.error_backoff_seconds),
             prices=PriceTable(settings.prices),
         )
 
@@ -409,6 +549,9 @@ def _next_step(
     for item in items:
         agent = agents.get(item.agent_id)
         result = results.get(item.agent_id)
+        if result is not None and result.failure is not None:
+            completions.append({"item_id": item.id, "outcome": "failed", "error": result.failure, "cost_usd": None})
+            continue
         if result is not None:
             outcome = "continued" if result.continues and run_open else "finished"
             completions.append({"item_id": item.id, "outcome": outcome, "error": result.tool_error, "cost_usd": None})

@@ -125,13 +125,22 @@ class BatchRun:
     callback_error: str | None = None
     callback_attempts: int = 0
     completed_at: datetime | None = None
+    idempotency_key: str | None = None
+    request_hash: str | None = None
     created_at: datetime
     updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderBatch:
-    """One batch at one provider, for one step of some agents of a run."""
+    """One batch at one provider, for one step of some agents of a run.
+
+    ``endpoint`` is the provider's base URL it goes to: only a worker that reaches the same one
+    takes it. ``submit_started_at`` is set before each call that submits it, so after a crash a
+    worker knows the provider may have it and looks for it before submitting again;
+    ``duplicates`` are the provider ids of copies found that way, and cancelled. ``failures``
+    counts consecutive failures of its current stage; past a limit the batch is given up.
+    """
 
     id: str
     organization_id: str
@@ -139,10 +148,15 @@ class ProviderBatch:
     provider: Provider
     step_number: int
     status: ProviderBatchStatus
+    endpoint: str | None = None
     provider_batch_id: str | None = None
     provider_status: str | None = None
     request_counts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    submit_started_at: datetime | None = None
+    submit_attempts: int = 0
+    failures: int = 0
+    duplicates: tuple[str, ...] = ()
     created_at: datetime
     updated_at: datetime
     polled_at: datetime | None = None

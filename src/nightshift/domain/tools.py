@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+# Both providers' rule for a tool's name.
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
 class ToolType(StrEnum):
@@ -32,3 +37,30 @@ class Tool:
     metadata: dict[str, Any] = field(default_factory=dict)
     created_at: datetime
     updated_at: datetime
+
+
+def schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """What makes a tool's ``json_schema`` unusable in a provider request, or None.
+
+    A shape check only (the API checks more when a tool is created): enough that one tool stored
+    before that check, or changed under it, fails its agents with a reason instead of failing the
+    request of every agent of a step.
+    """
+    name = schema.get("name")
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        return f"its name {name!r} is not 1-64 letters, digits, '_' or '-'"
+    if not isinstance(schema.get("description", ""), str):
+        return "its description is not a string"
+    parameters = schema.get("parameters")
+    if parameters is None:
+        return None
+    if not isinstance(parameters, Mapping):
+        return "its parameters are not a JSON object schema"
+    if parameters.get("type", "object") != "object":
+        return "its parameters are not of type object"
+    if not isinstance(parameters.get("properties", {}), Mapping):
+        return "its parameters' properties are not an object"
+    required = parameters.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        return "its parameters' required is not a list of names"
+    return None

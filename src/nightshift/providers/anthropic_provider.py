@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Mapping
+from datetime import datetime
 
 import anthropic
 import orjson
@@ -15,7 +16,7 @@ from anthropic.types.messages import MessageBatch
 
 from nightshift.errors import ProviderError
 from nightshift.providers import anthropic_wire as wire
-from nightshift.providers.base import BatchOutcome, BatchStatus, ModelRequest, ModelResponse
+from nightshift.providers.base import BatchOutcome, BatchStatus, FoundBatches, ModelRequest, ModelResponse
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
 
 
@@ -44,8 +45,11 @@ class AnthropicProvider:
             raise ProviderError(f"Anthropic client refused the request: {exc}", kind=INVALID_REQUEST) from exc
         return wire.parse_message(message.to_dict(mode="json", warnings=False))
 
-    async def submit_batch(self, requests: Mapping[str, ModelRequest]) -> str:
-        """Create a Message Batch with one request per custom_id; returns its ``msgbatch_...`` id."""
+    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+        """Create a Message Batch with one request per custom_id; returns its ``msgbatch_...`` id.
+
+        Message Batches keep no metadata: ``tag`` is not sent (``find_batches`` matches by count).
+        """
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
         # Each request is serialised as soon as it is built (only bytes are kept), and the body goes
@@ -70,6 +74,25 @@ class AnthropicProvider:
         except anthropic.AnthropicError as exc:
             raise provider_error(exc) from exc
         return batch.id
+
+    async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
+        """The batches created since ``created_after`` holding ``requests`` requests, oldest first.
+
+        Anthropic keeps no metadata on a batch, so the count (and the time) is all there is to go
+        by; the caller leaves out batches it already knows.
+        """
+        found: list[str] = []
+        try:
+            async for batch in self._client.messages.batches.list(limit=100):
+                if batch.created_at < created_after:
+                    break  # newest first: the rest are older
+                counts = batch.request_counts
+                total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
+                if total == requests:
+                    found.append(batch.id)
+        except anthropic.AnthropicError as exc:
+            raise provider_error(exc) from exc
+        return FoundBatches(ids=tuple(reversed(found)), tagged=False)
 
     async def retrieve_batch(self, batch_id: str) -> BatchStatus:
         """Retrieve the batch and its request counts."""

@@ -185,15 +185,43 @@ class BatchStatus:
     error: str | None = None
 
 
-class ModelProvider(Protocol):
-    """One model provider, for single calls and for batches.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FoundBatches:
+    """Provider batches that may be one submitted earlier, oldest first.
+
+    ``tagged``: found by the tag the batch carries, so every one is a copy of it (all but the first
+    are duplicates to cancel); otherwise found by request count only, so only the first is taken.
+    """
+
+    ids: tuple[str, ...] = ()
+    tagged: bool = False
+
+
+class ChatProvider(Protocol):
+    """A provider's normal API.
+
+    Contract: ``complete`` raises ``ProviderError`` (with ``kind`` and ``retryable``) when the
+    provider cannot be reached or refuses the call; SDK exceptions never escape. A missing API key
+    is a ``ProviderError`` naming the environment variable, raised on first use.
+    """
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one request through the normal (non-batch) API and return the answer."""
+        ...
+
+
+class BatchProvider(Protocol):
+    """A provider's batch API.
 
     Contract:
-      * Every method raises ``ProviderError`` (with ``kind`` and ``retryable``) when the provider
-        cannot be reached or refuses the call; SDK exceptions never escape. A missing API key is a
-        ``ProviderError`` naming the environment variable, raised on first use.
+      * Every method raises ``ProviderError`` as ``ChatProvider.complete`` does.
       * ``submit_batch`` takes ``custom_id -> request``; a custom_id matches
-        ``^[a-zA-Z0-9_-]{1,64}$`` (an agent id does). It returns the provider's batch id.
+        ``^[a-zA-Z0-9_-]{1,64}$`` (an agent id does). It returns the provider's batch id. ``tag``
+        (our id of the batch) goes with it where the provider keeps metadata.
+      * ``find_batches`` lists the provider's batches created at or after ``created_after`` that
+        may be the one submitted with ``tag`` and ``requests`` requests (by the tag where the
+        provider keeps it, else by the count; see ``FoundBatches``): after a crash between the
+        provider accepting a batch and our recording it, the batch is adopted, not sent again.
       * ``batch_results`` may be called once ``retrieve_batch`` reports ``ENDED``. It yields exactly
         one ``(custom_id, outcome)`` per submitted request, in no particular order, reading the
         provider's result file as a stream (memory does not grow with the batch). Close it with
@@ -201,12 +229,12 @@ class ModelProvider(Protocol):
       * Per-request errors inside a batch are outcomes, not exceptions.
     """
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Run one request through the normal (non-batch) API and return the answer."""
+    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+        """Submit one batch of ``custom_id -> request`` and return the provider's batch id."""
         ...
 
-    async def submit_batch(self, requests: Mapping[str, ModelRequest]) -> str:
-        """Submit one batch of ``custom_id -> request`` and return the provider's batch id."""
+    async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
+        """The batches that may be the one submitted with ``tag``."""
         ...
 
     async def retrieve_batch(self, batch_id: str) -> BatchStatus:
@@ -220,3 +248,7 @@ class ModelProvider(Protocol):
     async def cancel_batch(self, batch_id: str) -> BatchStatus:
         """Ask the provider to cancel the batch; returns its state (usually ``CANCELING``)."""
         ...
+
+
+class ModelProvider(ChatProvider, BatchProvider, Protocol):
+    """One model provider, for single calls and for batches."""

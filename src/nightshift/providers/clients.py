@@ -23,6 +23,11 @@ from nightshift.providers.errors import AUTHENTICATION
 from nightshift.providers.openai_provider import OpenAIProvider
 
 DEFAULT_MAX_RETRIES = 2
+# Where each provider's SDK sends requests: its base-URL variable, else the real API.
+BASE_URLS = {
+    Provider.ANTHROPIC: ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+    Provider.OPENAI: ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+}
 
 
 def _key(variable: str, provider: str, base_url_variable: str) -> str:
@@ -72,6 +77,15 @@ class ProviderSet:
         self._max_retries = max_retries
         self._providers: dict[Provider, ModelProvider] = dict(overrides or {})
         self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    def endpoint(self, provider: Provider) -> str:
+        """The base URL requests to ``provider`` go to (as its SDK reads it from the environment)."""
+        variable, default = BASE_URLS[provider]
+        return (os.environ.get(variable) or default).rstrip("/")
+
+    def endpoints(self) -> dict[Provider, str]:
+        """Every provider's base URL: a provider batch is only taken by a worker that reaches its own."""
+        return {provider: self.endpoint(provider) for provider in BASE_URLS}
 
     def get(self, provider: Provider) -> ModelProvider:
         """The provider for ``provider``, building its SDK client the first time.

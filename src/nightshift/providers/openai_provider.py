@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import openai
@@ -17,8 +18,18 @@ import orjson
 
 from nightshift.errors import ProviderError
 from nightshift.providers import openai_wire as wire
-from nightshift.providers.base import BatchOutcome, BatchState, BatchStatus, ModelRequest, ModelResponse
+from nightshift.providers.base import (
+    BatchOutcome,
+    BatchState,
+    BatchStatus,
+    FoundBatches,
+    ModelRequest,
+    ModelResponse,
+)
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
+
+# The metadata key that carries our id of a provider batch, to find it again after a crash.
+TAG_KEY = "nightshift_batch"
 
 
 class OpenAIProvider:
@@ -36,8 +47,8 @@ class OpenAIProvider:
             raise provider_error(exc) from exc
         return wire.parse_completion(completion.to_dict(mode="json", warnings=False))
 
-    async def submit_batch(self, requests: Mapping[str, ModelRequest]) -> str:
-        """Upload the input file and create the batch; returns its ``batch_...`` id."""
+    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+        """Upload the input file and create the batch, ``tag`` in its metadata; returns its ``batch_...`` id."""
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
         models = sorted({request.model for request in requests.values()})
@@ -55,11 +66,25 @@ class OpenAIProvider:
                 file=("nightshift-batch.jsonl", data, "application/jsonl"), purpose="batch"
             )
             batch = await self._client.batches.create(
-                input_file_id=file.id, endpoint=wire.ENDPOINT, completion_window="24h"
+                input_file_id=file.id, endpoint=wire.ENDPOINT, completion_window="24h", metadata={TAG_KEY: tag}
             )
         except openai.OpenAIError as exc:
             raise provider_error(exc) from exc
         return batch.id
+
+    async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
+        """The batches created since ``created_after`` whose metadata carries ``tag``, oldest first."""
+        found: list[str] = []
+        since = created_after.timestamp()
+        try:
+            async for batch in self._client.batches.list(limit=100):
+                if batch.created_at < since:
+                    break  # newest first: the rest are older
+                if (batch.metadata or {}).get(TAG_KEY) == tag:
+                    found.append(batch.id)
+        except openai.OpenAIError as exc:
+            raise provider_error(exc) from exc
+        return FoundBatches(ids=tuple(reversed(found)), tagged=True)
 
     async def retrieve_batch(self, batch_id: str) -> BatchStatus:
         """Retrieve the batch and its request counts."""

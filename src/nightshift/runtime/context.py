@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.messages import Message, Role
-from nightshift.errors import NightshiftError
+from nightshift.domain.tools import schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.runtime.memory import compile_system_message, memory_changed
@@ -98,21 +98,30 @@ async def refresh_system_messages(conn: AsyncConnection, agents: Sequence[Agent]
 
 async def build_requests(
     conn: AsyncConnection, agents: Sequence[Agent], states: Mapping[str, StepState]
-) -> dict[str, ModelRequest]:
+) -> tuple[dict[str, ModelRequest], dict[str, str]]:
     """One request per agent from its in-context window, with the tools its step allows.
 
-    The messages of all agents are loaded in one statement.
+    Returns the requests and, for each agent whose request cannot be built (no system message
+    in its window, a tool with an unusable schema), why; those agents have no request. The
+    messages of all agents are loaded in one statement.
     """
     ids = [message_id for agent in agents for message_id in agent.message_ids]
     stored = await message_store.get_messages(conn, ids)
     requests: dict[str, ModelRequest] = {}
+    problems: dict[str, str] = {}
     for agent in agents:
         window = [stored[i] for i in agent.message_ids if i in stored]
         if not window or window[0].role is not Role.SYSTEM:
-            raise NightshiftError(f"agent {agent.id} has no system message in its context window")
+            problems[agent.id] = "the agent has no system message in its context window"
+            continue
         allowed = set(states[agent.id].allowed_tools)
-        tools = [t.json_schema for t in agent.tools if not allowed or t.name in allowed]
+        offered = [t for t in agent.tools if not allowed or t.name in allowed]
+        broken = next(((t, p) for t in offered if (p := schema_problem(t.json_schema)) is not None), None)
+        if broken is not None:
+            tool, problem = broken
+            problems[agent.id] = f"its tool {tool.name!r} cannot be offered to the model: {problem}"
+            continue
         requests[agent.id] = ModelRequest.from_config(
-            agent.llm_config, system=window[0].text, messages=window[1:], tools=tools
+            agent.llm_config, system=window[0].text, messages=window[1:], tools=[t.json_schema for t in offered]
         )
-    return requests
+    return requests, problems

@@ -24,7 +24,9 @@ async def write_turns(
 
     An agent with ``message_buffer_autoclear`` that stops keeps only its system message in context
     (its messages stay in recall memory). Returns the agents as they are now, blocks included.
+    Turns of agents that are not in ``agents`` (deleted meanwhile) are left out.
     """
+    results = [r for r in results if r.agent_id in agents]
     await message_store.insert_messages(conn, [m for r in results for m in r.messages])
     changed: dict[str, Block] = {b.id: b for r in results for b in r.changed_blocks}
     await block_store.update_blocks(conn, list(changed.values()))

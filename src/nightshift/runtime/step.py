@@ -7,12 +7,15 @@ writes them all in a few bulk statements. Base tools run in-process; custom tool
 go to the sandbox together.
 
 A failing tool (unknown, not allowed by the rules, malformed arguments, an exception, a timeout)
-becomes a tool message with the error, and the agent gets another step to react to it.
+becomes a tool message with the error, and the agent gets another step to react to it. Whatever
+else goes wrong with one agent's turn (a bug its answer runs into) fails that agent alone: its
+result says why (``failure``) and the other agents' turns go on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +34,8 @@ from nightshift.providers.base import ModelResponse
 from nightshift.tools.base import AgentContext, MemorySearch, run_base_tool
 from nightshift.tools.sandbox import Sandbox, SandboxCall
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Turn:
@@ -44,7 +49,10 @@ class Turn:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnResult:
-    """What one turn produced. ``state`` is the next step's state when ``continues``."""
+    """What one turn produced. ``state`` is the next step's state when ``continues``.
+
+    ``failure`` says why the turn could not be taken at all (then nothing else is set).
+    """
 
     agent_id: str
     messages: tuple[Message, ...]
@@ -54,6 +62,7 @@ class TurnResult:
     changed_blocks: tuple[Block, ...] = ()
     passages: tuple[Passage, ...] = ()
     tool_error: str | None = None
+    failure: str | None = None
 
 
 @dataclass(slots=True)
@@ -154,6 +163,9 @@ async def take_turns(
             item.output = await run_base_tool(call.name, item.context, arguments)
         except ToolError as exc:
             item.error = exc.message
+        except Exception as exc:  # a bug this call runs into: the model sees it as the tool's failure
+            log.exception("base tool %s failed for agent %s", call.name, turn.agent.id)
+            item.error = f"the tool failed: {type(exc).__name__}: {exc}"
         for label in item.context.changed_labels:
             edited[item.context.blocks[label].id] = item.context.blocks[label]
 
@@ -167,7 +179,22 @@ async def take_turns(
             item.output = value if isinstance(value, str) else json.dumps(value, default=str)
         else:
             item.error = result.error or "the tool failed"
-    return [_finish(item, now) for item in pending]
+    return [_finish_alone(item, now) for item in pending]
+
+
+def _finish_alone(item: _Pending, now: datetime) -> TurnResult:
+    try:
+        return _finish(item, now)
+    except Exception as exc:
+        log.exception("the turn of agent %s failed", item.turn.agent.id)
+        return TurnResult(
+            agent_id=item.turn.agent.id,
+            messages=(),
+            continues=False,
+            reason="error",
+            state=item.turn.state,
+            failure=f"the agent's turn could not be applied: {type(exc).__name__}: {exc}",
+        )
 
 
 def _finish(item: _Pending, now: datetime) -> TurnResult:

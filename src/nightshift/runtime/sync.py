@@ -25,7 +25,7 @@ from nightshift.store import agents as agent_store
 from nightshift.store import batches as batch_store
 from nightshift.tools.sandbox import Sandbox
 
-STOP_REASONS = {"max_steps": "max_steps", "final_text": "end_turn"}
+STOP_REASONS = {"max_steps": "max_steps", "final_text": "end_turn", "error": "error"}
 # How long a synchronous step holds its agent at most (a crashed server's hold expires then).
 SYNC_HOLD = timedelta(minutes=15)
 
@@ -81,7 +81,10 @@ async def step_agent(
         provider = providers.get(agent.llm_config.provider)
         while True:
             async with engine.connect() as conn:
-                request = (await build_requests(conn, [agent], {agent.id: state}))[agent.id]
+                requests, problems = await build_requests(conn, [agent], {agent.id: state})
+            if agent.id in problems:
+                raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
+            request = requests[agent.id]
             response = await provider.complete(request)
             out.steps += 1
             out.usage = Usage(

@@ -6,7 +6,7 @@ the caller checks the returned count, so a second process that lost a race chang
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -51,6 +51,8 @@ def to_run(row: Row[Any]) -> BatchRun:
         callback_error=row.callback_error,
         callback_attempts=row.callback_attempts,
         completed_at=row.completed_at,
+        idempotency_key=row.idempotency_key,
+        request_hash=row.request_hash,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -65,10 +67,15 @@ def to_provider_batch(row: Row[Any]) -> ProviderBatch:
         provider=Provider(row.provider),
         step_number=row.step_number,
         status=ProviderBatchStatus(row.status),
+        endpoint=row.endpoint,
         provider_batch_id=row.provider_batch_id,
         provider_status=row.provider_status,
         request_counts=row.request_counts,
         error=row.error,
+        submit_started_at=row.submit_started_at,
+        submit_attempts=row.submit_attempts,
+        failures=row.failures,
+        duplicates=tuple(row.duplicates),
         created_at=row.created_at,
         updated_at=row.updated_at,
         polled_at=row.polled_at,
@@ -107,6 +114,8 @@ async def insert_run(conn: AsyncConnection, run: BatchRun) -> None:
             max_steps=run.max_steps,
             callback_url=run.callback_url,
             callback_attempts=0,
+            idempotency_key=run.idempotency_key,
+            request_hash=run.request_hash,
             created_at=run.created_at,
             updated_at=run.updated_at,
         )
@@ -169,6 +178,7 @@ async def insert_provider_batches(
                 "organization_id": b.organization_id,
                 "batch_run_id": b.batch_run_id,
                 "provider": b.provider.value,
+                "endpoint": b.endpoint,
                 "provider_batch_id": b.provider_batch_id,
                 "step_number": b.step_number,
                 "status": b.status.value,
@@ -236,21 +246,36 @@ async def agents_in_open_steps(conn: AsyncConnection, agent_ids: Sequence[str]) 
 
 
 async def claim_due(
-    conn: AsyncConnection, owner: str, now: datetime, *, lease_seconds: float, limit: int
+    conn: AsyncConnection,
+    owner: str,
+    now: datetime,
+    *,
+    lease_seconds: float,
+    limit: int,
+    endpoints: Mapping[Provider, str],
 ) -> list[ProviderBatch]:
-    """Lease up to ``limit`` provider batches that are due and free (or whose lease expired).
+    """Lease up to ``limit`` provider batches that are due, free (or whose lease expired) and go to
+    one of ``endpoints`` (the provider base URLs this worker reaches).
 
     On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so that concurrent
     pollers pick different batches; on both databases the update re-checks the lease, so a batch
     is never held by two owners.
     """
     free = or_(provider_batches.c.lease_owner.is_(None), provider_batches.c.lease_expires_at < now)
+    reachable = or_(
+        provider_batches.c.endpoint.is_(None),  # written before endpoints were recorded
+        *(
+            and_(provider_batches.c.provider == provider.value, provider_batches.c.endpoint == endpoint)
+            for provider, endpoint in endpoints.items()
+        ),
+    )
     candidates = (
         select(provider_batches.c.id)
         .where(
             provider_batches.c.status.in_(CLAIMABLE),
             provider_batches.c.next_poll_at <= now,
             free,
+            reachable,
         )
         .order_by(provider_batches.c.next_poll_at)
         .limit(limit)
@@ -267,6 +292,43 @@ async def claim_due(
         .returning(*provider_batches.c)
     )
     return [to_provider_batch(r) for r in claimed]
+
+
+async def record_submit_intent(conn: AsyncConnection, batch_id: str, owner: str, now: datetime) -> bool:
+    """Note that ``owner`` is about to submit a created batch; False when it no longer may.
+
+    Written (and committed) before the provider is called: from then on the provider may hold the
+    batch, and whoever submits it next looks for it there first.
+    """
+    result = await conn.execute(
+        update(provider_batches)
+        .where(
+            provider_batches.c.id == batch_id,
+            provider_batches.c.status == ProviderBatchStatus.CREATED.value,
+            provider_batches.c.lease_owner == owner,
+        )
+        .values(submit_started_at=now, submit_attempts=provider_batches.c.submit_attempts + 1)
+    )
+    return result.rowcount > 0
+
+
+async def known_provider_ids(conn: AsyncConnection, provider: Provider, ids: Sequence[str]) -> set[str]:
+    """Which of these provider batch ids some provider batch of ours already holds."""
+    if not ids:
+        return set()
+    query = select(provider_batches.c.provider_batch_id).where(
+        provider_batches.c.provider == provider.value, in_ids(conn, provider_batches.c.provider_batch_id, ids)
+    )
+    return {str(i) for i in await conn.scalars(query)}
+
+
+async def add_duplicates(conn: AsyncConnection, batch_id: str, duplicates: Sequence[str]) -> None:
+    """Record provider ids of copies of this batch that were found and cancelled."""
+    if not duplicates:
+        return
+    current = await conn.scalar(select(provider_batches.c.duplicates).where(provider_batches.c.id == batch_id))
+    merged = list(dict.fromkeys([*(current or []), *duplicates]))
+    await conn.execute(update(provider_batches).where(provider_batches.c.id == batch_id).values(duplicates=merged))
 
 
 async def renew_lease(conn: AsyncConnection, batch_id: str, owner: str, expires_at: datetime) -> bool:
@@ -299,11 +361,14 @@ async def transition(
     only_from: Iterable[ProviderBatchStatus],
     **values: Any,
 ) -> bool:
-    """Move a provider batch to ``to`` if it is in ``only_from`` (compare-and-set); True when it moved."""
+    """Move a provider batch to ``to`` if it is in ``only_from`` (compare-and-set); True when it moved.
+
+    A stage that moved its batch on succeeded: the count of its failures starts again.
+    """
     result = await conn.execute(
         update(provider_batches)
         .where(provider_batches.c.id == batch_id, provider_batches.c.status.in_([s.value for s in only_from]))
-        .values(status=to.value, updated_at=now, **values)
+        .values(status=to.value, updated_at=now, failures=0, **values)
     )
     return result.rowcount > 0
 

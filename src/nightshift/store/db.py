@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from nightshift.config import async_database_url
+from nightshift.store.clean import dumps
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -28,7 +29,7 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     parsed = make_url(url)
     # JSON columns (agents' configs, message tool calls, batch results) are read and written by
     # the ten thousand on every step: orjson does it several times faster than the json module.
-    kwargs: dict[str, Any] = {"echo": echo, "json_serializer": _dumps, "json_deserializer": orjson.loads}
+    kwargs: dict[str, Any] = {"echo": echo, "json_serializer": dumps, "json_deserializer": orjson.loads}
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
         if database and database != ":memory:":
@@ -41,10 +42,6 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
-
-
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

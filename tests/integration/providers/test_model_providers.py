@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -146,7 +146,7 @@ async def test_batch_outcomes(provider: ModelProvider, provider_name: Provider, 
         "agent-limited": request(provider_name),
         "agent-scripted": request(provider_name),
     }
-    batch_id = await provider.submit_batch(requests)
+    batch_id = await provider.submit_batch(requests, tag="llm_batch-test")
 
     running = await provider.retrieve_batch(batch_id)
     assert running.state is BatchState.IN_PROGRESS and running.counts.total == 4
@@ -174,7 +174,9 @@ async def test_batch_outcomes(provider: ModelProvider, provider_name: Provider, 
 
 async def test_cancel(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=3, cancel_polls=1)
-    batch_id = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(4)})
+    batch_id = await provider.submit_batch(
+        {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
+    )
     await provider.retrieve_batch(batch_id)
 
     cancelling = await provider.cancel_batch(batch_id)
@@ -189,7 +191,9 @@ async def test_cancel(provider: ModelProvider, provider_name: Provider, admin: E
 
 async def test_expired_requests(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=3, expire_after_polls=0)
-    batch_id = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(4)})
+    batch_id = await provider.submit_batch(
+        {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
+    )
     ended = await provider.retrieve_batch(batch_id)
 
     assert ended.state is BatchState.ENDED and ended.counts.expired == 3
@@ -202,7 +206,9 @@ async def test_openai_requests_without_a_line_are_read_back_from_the_input(
 ) -> None:
     await admin.configure(polls_to_end=3, expire_after_polls=0, openai_unrun_lines=False)
     provider = providers.get(Provider.OPENAI)
-    batch_id = await provider.submit_batch({f"agent-{i}": request(Provider.OPENAI) for i in range(4)})
+    batch_id = await provider.submit_batch(
+        {f"agent-{i}": request(Provider.OPENAI) for i in range(4)}, tag="llm_batch-test"
+    )
     await provider.retrieve_batch(batch_id)
 
     outcomes = await collect(provider, batch_id)
@@ -214,7 +220,7 @@ async def test_results_before_the_end_are_an_error(
     provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin
 ) -> None:
     await admin.configure(polls_to_end=5)
-    batch_id = await provider.submit_batch({"agent-1": request(provider_name)})
+    batch_id = await provider.submit_batch({"agent-1": request(provider_name)}, tag="llm_batch-test")
 
     with pytest.raises(ProviderError):
         await collect(provider, batch_id)
@@ -281,15 +287,17 @@ async def test_missing_key_names_the_variable(
 async def test_openai_batch_takes_one_model(providers: ProviderSet) -> None:
     provider = providers.get(Provider.OPENAI)
     with pytest.raises(ProviderError, match="one model"):
-        await provider.submit_batch({"a": request(Provider.OPENAI), "b": request(Provider.OPENAI, model="gpt-4o")})
+        await provider.submit_batch(
+            {"a": request(Provider.OPENAI), "b": request(Provider.OPENAI, model="gpt-4o")}, tag="llm_batch-test"
+        )
     with pytest.raises(ProviderError, match="at least one"):
-        await provider.submit_batch({})
+        await provider.submit_batch({}, tag="llm_batch-test")
 
 
 async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_name: Provider) -> None:
     started = time.monotonic()
     small = request(provider_name, tools=(SEND,), system="You are Sam.")
-    batch_id = await provider.submit_batch({f"agent-{i:05d}": small for i in range(10_000)})
+    batch_id = await provider.submit_batch({f"agent-{i:05d}": small for i in range(10_000)}, tag="llm_batch-test")
     ended = await provider.retrieve_batch(batch_id)
     assert ended.state is BatchState.ENDED and ended.counts.succeeded == 10_000
 
@@ -300,3 +308,21 @@ async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_
             seen += 1
     assert seen == 10_000
     assert time.monotonic() - started < 10
+
+
+async def test_find_batches_after_a_lost_answer(provider: ModelProvider, provider_name: Provider) -> None:
+    # The provider accepted these, and our record of them was lost (a crash): they can be found again.
+    before = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    ours = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(3)}, tag="llm_batch-ours")
+    again = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(3)}, tag="llm_batch-ours")
+    other = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(2)}, tag="llm_batch-other")
+
+    found = await provider.find_batches("llm_batch-ours", created_after=before, requests=3)
+    later = await provider.find_batches(
+        "llm_batch-ours", created_after=datetime.now(UTC) + timedelta(hours=1), requests=3
+    )
+
+    assert found.ids == (ours, again)  # oldest first; never the batch of another size or tag
+    assert other not in found.ids
+    assert found.tagged is (provider_name is Provider.OPENAI)  # Anthropic's batches carry no metadata
+    assert later.ids == ()

@@ -113,8 +113,9 @@ async def _public(conn: Conn, run: BatchRun) -> BatchRunPublic:
                 "step_number": b.step_number,
                 "status": b.status.value,
                 "provider_status": b.provider_status,
-                "request_counts": {k: v for k, v in b.request_counts.items() if k != "submit_attempts"},
+                "request_counts": b.request_counts,
                 "error": b.error,
+                "duplicates": list(b.duplicates),
                 "created_at": b.created_at,
                 "ended_at": b.ended_at,
             }
@@ -137,10 +138,11 @@ async def _public(conn: Conn, run: BatchRun) -> BatchRunPublic:
 
 
 async def _failures(conn: Conn, batches: list[ProviderBatch]) -> list[dict[str, Any]]:
-    """The agents this run stopped because of a provider error, with the reason, in step order.
+    """The agents this run failed, with the step and the reason, in step order.
 
     An agent's last item in the run tells: a failed (or expired) request that was retried has a
-    later item, so only one that was not shows up here.
+    later item, so only one that was not shows up here. Whatever failed it counts: the provider's
+    error, a batch the provider cancelled or expired, a request that could not be built.
     """
     last: dict[str, BatchItem] = {}
     for batch in batches:  # in step order
@@ -154,8 +156,7 @@ async def _failures(conn: Conn, batches: list[ProviderBatch]) -> list[dict[str, 
             "error": item.error,
         }
         for item in last.values()
-        if item.step_status is StepStatus.COMPLETED
-        and item.request_status in (RequestStatus.FAILED, RequestStatus.EXPIRED)
+        if item.step_status is StepStatus.COMPLETED and item.outcome == "failed"
     ]
 
 
@@ -188,6 +189,7 @@ async def create_batch(body: BatchCreate, state: State, org: Org) -> BatchRunPub
             default_max_steps=state.settings.default_max_steps,
             metadata=body.metadata,
             lease=worker.lease(datetime.now(UTC)),
+            endpoints=worker.providers.endpoints(),
         )
     await worker.submit_new(batches)
     async with state.engine.connect() as conn:

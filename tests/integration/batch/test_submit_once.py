@@ -1,0 +1,82 @@
+"""A provider batch is submitted once: after a crash it is found at the provider and adopted.
+
+The crash is simulated in the only place it matters: the intent to submit is recorded, the
+provider accepts the batch, and the answer never reaches us. The test submits that batch
+itself (as the lost attempt did) and lets the poller try again.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+
+from nightshift.domain.agents import Provider
+from nightshift.emulator import EmulatorAdmin
+from nightshift.emulator.config import HttpFault
+from nightshift.providers.base import ModelRequest
+from nightshift.providers.clients import ProviderSet
+from nightshift.store.db import create_engine
+from nightshift.store.tables import provider_batches
+from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
+
+MODELS = {Provider.ANTHROPIC: ANTHROPIC_MODEL, Provider.OPENAI: OPENAI_MODEL}
+CREATE = {Provider.ANTHROPIC: "/v1/messages/batches", Provider.OPENAI: "/v1/batches"}
+
+
+async def _provider_batches(db_url: str) -> list[Any]:
+    engine = create_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            return list(await conn.execute(select(provider_batches)))
+    finally:
+        await engine.dispose()
+
+
+async def _due_now(db_url: str, batch_id: str) -> None:
+    """What the passing of the retry delay would do."""
+    engine = create_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                update(provider_batches).where(provider_batches.c.id == batch_id).values(next_poll_at=datetime.now(UTC))
+            )
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.settings(error_backoff_seconds=600)
+@pytest.mark.parametrize("provider", list(Provider))
+async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
+    runs: Runs, admin: EmulatorAdmin, db_url: str, provider: Provider
+) -> None:
+    agents = [await runs.agent(f"once-{i}", model=MODELS[provider]) for i in range(3)]
+    # The first submission fails (as a crash would end it): the intent is recorded, then nothing.
+    await admin.fault(HttpFault(path=CREATE[provider], method="POST", status=500, should_retry=False))
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
+    assert run["status"] == "created", run
+    ours = run["progress"]["provider_batches"][0]["id"]
+    (row,) = await _provider_batches(db_url)
+    assert row.submit_started_at is not None and row.submit_attempts == 1
+
+    # What the lost attempt got to the provider (twice, for a tag to tell the copies apart).
+    copies = 2 if provider is Provider.OPENAI else 1
+    async with ProviderSet() as providers:
+        requests = {
+            a["id"]: ModelRequest(model=MODELS[provider].split("/")[1], system="s", messages=()) for a in agents
+        }
+        sent = [await providers.get(provider).submit_batch(requests, tag=ours) for _ in range(copies)]
+    creates_before = len(await admin.requests(path=CREATE[provider], method="POST"))
+    await _due_now(db_url, ours)
+
+    done = await runs.wait(run["id"])
+
+    assert done["status"] == "completed", done
+    (batch,) = done["progress"]["provider_batches"][:1]
+    assert batch["provider_batch_id"] == sent[0]  # adopted, not sent again
+    assert batch["duplicates"] == sent[1:]  # a second copy is cancelled at once
+    assert len(await admin.requests(path=CREATE[provider], method="POST")) == creates_before  # nothing sent again
+    (row,) = await _provider_batches(db_url)
+    assert row.submit_attempts == 1
