@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Annotated
+from collections.abc import Coroutine
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from nightshift.cli_commands import agents_app, batch_app
 from nightshift.config import Settings
+from nightshift.errors import DatabaseUnavailable
+
+T = TypeVar("T")
 
 app = typer.Typer(
     help="nightshift: run thousands of stateful LLM agents through the providers' batch APIs, at half price.",
@@ -26,6 +30,25 @@ app.add_typer(batch_app, name="batch")
 console = Console()
 
 
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run``, with a database that cannot be reached reported in one line (exit code 1)."""
+    try:
+        return asyncio.run(work)
+    except DatabaseUnavailable as exc:
+        console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+async def _migrate(url: str) -> None:
+    from nightshift.store.db import create_engine, upgrade
+
+    engine = create_engine(url)
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Interface to listen on [default: 127.0.0.1]")] = None,
@@ -37,6 +60,7 @@ def serve(
     from nightshift.api.app import create_app
 
     settings = Settings()
+    _run(_migrate(settings.resolved_database_url))  # a database it cannot reach stops it here, in one line
     uvicorn.run(
         create_app(settings),
         host=host or settings.host,
@@ -70,7 +94,7 @@ def poll(
         finally:
             await engine.dispose()
 
-    handled = asyncio.run(run())
+    handled = _run(run())
     if once:
         console.print(f"handled {handled} provider batches and callbacks")
 
@@ -89,7 +113,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] 
         finally:
             await engine.dispose()
 
-    asyncio.run(run())
+    _run(run())
     console.print(f"database at [bold]{_safe_url(settings.resolved_database_url)}[/] is at {revision}")
 
 
@@ -117,7 +141,7 @@ def keys_create(
         finally:
             await engine.dispose()
 
-    org_id = asyncio.run(run())
+    org_id = _run(run())
     console.print(f"organization [bold]{org}[/] ({org_id})")
     console.print("API key (shown once, store it now):")
     typer.echo(key)
@@ -144,13 +168,17 @@ def demo(
         str | None, typer.Option(help="Run against a real provider: anthropic or openai (needs its API key)")
     ] = None,
     agents: Annotated[int, typer.Option(min=1, max=10_000, help="How many agents")] = 50,
+    database_url: Annotated[
+        str | None,
+        typer.Option(help="Database to use [default: a fresh SQLite file, $NIGHTSHIFT_HOME/demo.db]"),
+    ] = None,
 ) -> None:
     """Create fifty agents and step them through one batch run, with live progress.
 
-    Without --provider it runs offline against the built-in emulator. The database is the
-    SQLite file under $NIGHTSHIFT_HOME (or NIGHTSHIFT_DATABASE_URL).
+    Without --provider it runs offline against the built-in emulator. It has a database of its
+    own (made afresh each time), not the server's, unless --database-url names one.
     """
-    from nightshift.demo import run_demo
+    from nightshift.demo import fresh_demo_database, run_demo
     from nightshift.domain.agents import Provider
 
     chosen = None
@@ -160,7 +188,10 @@ def demo(
         except ValueError:
             console.print(f"[red]unknown provider {provider!r}[/]: use anthropic or openai")
             raise typer.Exit(2) from None
-    raise typer.Exit(run_demo(Settings(), console, provider=chosen, agents=agents))
+    settings = Settings()
+    settings = settings.model_copy(update={"database_url": database_url or fresh_demo_database(settings.home)})
+    _run(_migrate(settings.resolved_database_url))
+    raise typer.Exit(run_demo(settings, console, provider=chosen, agents=agents))
 
 
 def _safe_url(url: str) -> str:

@@ -28,6 +28,7 @@ class Settings(BaseSettings):
     poller: bool = True
     default_max_steps: int = 10
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
+    callback_allow_private: bool = False  # callbacks may go to loopback and private addresses
     # First wait before a failed batch stage (provider unreachable, say) is tried again; doubles.
     error_backoff_seconds: float = Field(default=30.0, gt=0)
     # Custom tools: how they are isolated, what they may reach, and what one call may use.

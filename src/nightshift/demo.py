@@ -1,17 +1,20 @@
 """``nightshift demo``: fifty agents, one batch run, several steps, watched live.
 
 The server and (unless ``--provider`` names a real one) the provider emulator run in this
-process; the database is the SQLite file under ``$NIGHTSHIFT_HOME``. Each agent gets a persona,
-memory blocks and a custom tool, and one message that takes it through three steps: it calls the
-tool, saves the result to its memory, then tells the user.
+process; the database is a SQLite file of the demo's own, ``$NIGHTSHIFT_HOME/demo.db``, made
+afresh each time (the server's database is left alone). Each agent gets a persona, memory blocks
+and a custom tool, and one message that takes it through three steps: it calls the tool, saves
+the result to its memory, then tells the user.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -65,6 +68,14 @@ ROLES = [
 ]
 MOODS = ["cheerful", "dry-witted", "patient", "curious", "blunt"]
 INTERESTS = ["board games", "hiking", "old maps", "tea", "birdwatching", "cycling", "poetry", "robots"]
+
+
+def fresh_demo_database(home: Path) -> str:
+    """The URL of the demo's own SQLite file under ``home``, emptied of an earlier demo."""
+    path = home / "demo.db"
+    for leftover in (path, path.with_name("demo.db-wal"), path.with_name("demo.db-shm")):
+        leftover.unlink(missing_ok=True)
+    return f"sqlite:///{path}"
 
 
 def personas(count: int) -> list[dict[str, Any]]:
@@ -130,10 +141,15 @@ def run_demo(settings: Settings, console: Console, *, provider: Provider | None 
             run = _start(http, console, model, agents)
             final = _watch(http, console, run["id"], agents)
             _summary(http, console, final)
+    console.print("\n[bold]Next[/]: to look at this run in the dashboard, serve the demo's database")
     console.print(
-        "\n[bold]Next[/]: `nightshift serve` and open http://127.0.0.1:8283/ for the dashboard; "
-        "`nightshift batch list` and `nightshift batch messages <run id>` from the CLI; "
-        "README.md for running against Anthropic or OpenAI."
+        f"  NIGHTSHIFT_DATABASE_URL={shlex.quote(str(settings.database_url))} nightshift serve",
+        soft_wrap=True,
+        highlight=False,
+    )
+    console.print(
+        "and open http://127.0.0.1:8283/ (or `nightshift batch list` and `nightshift batch messages <run id>` "
+        "against it); README.md tells how to run against Anthropic or OpenAI."
     )
     return 0 if final["status"] == "completed" else 1
 

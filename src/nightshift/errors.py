@@ -31,6 +31,10 @@ class Unauthorized(NightshiftError):
     """Missing or wrong credentials."""
 
 
+class DatabaseUnavailable(NightshiftError):
+    """The database cannot be reached or opened; the message says what to check or run."""
+
+
 class ProviderError(NightshiftError):
     """A model provider failed or refused; ``retryable`` says whether trying later may help."""
 

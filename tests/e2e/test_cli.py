@@ -41,6 +41,40 @@ def test_db_upgrade_rejects_an_unknown_database(monkeypatch: pytest.MonkeyPatch)
     assert "unsupported database" in str(result.exception) or "unsupported database" in result.output
 
 
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (
+            "postgresql://postgres@127.0.0.1:5432/nightshift_never_created",
+            "error: the database 'nightshift_never_created' does not exist on PostgreSQL at 127.0.0.1:5432: "
+            "create it with `createdb -h 127.0.0.1 -p 5432 -U postgres nightshift_never_created`, then run this again",
+        ),
+        (
+            f"postgresql://postgres@127.0.0.1:{free_port()}/test",
+            "error: cannot connect to PostgreSQL at 127.0.0.1:",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["db", "upgrade"], ["keys", "create"], ["poll", "--once"], ["demo"]])
+def test_a_database_out_of_reach_is_one_line(
+    command: list[str], url: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", url)
+    result = runner.invoke(app, [*command, *(["--database-url", url] if command == ["demo"] else [])])
+    assert result.exit_code == 1, result.output
+    assert result.output.count("\n") == 1, result.output  # one line, no traceback
+    assert result.output.startswith(expected), result.output
+
+
+def test_serve_with_a_database_out_of_reach_says_so_in_one_line(tmp_path: Path) -> None:
+    url = "postgresql://postgres@127.0.0.1:5432/nightshift_never_created"
+    process = _serve(tmp_path, url, free_port())
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1
+    lines = output.decode().strip().splitlines()
+    assert len(lines) == 1 and "createdb -h 127.0.0.1 -p 5432 -U postgres nightshift_never_created" in lines[0]
+
+
 def _serve(tmp_path: Path, db_url: str, port: int, **env: str) -> subprocess.Popen[bytes]:
     environment = {
         **os.environ,

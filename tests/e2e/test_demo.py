@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ runner = CliRunner()
 
 def test_demo_runs_a_multi_step_batch_to_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NIGHTSHIFT_HOME", str(tmp_path))
-    monkeypatch.delenv("NIGHTSHIFT_DATABASE_URL", raising=False)
+    # The user's server database: the demo must leave it alone.
+    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", f"sqlite:///{tmp_path / 'server.db'}")
     result = runner.invoke(app, ["demo", "--agents", "6"])
     assert result.exit_code == 0, result.output
     output = result.output
@@ -24,7 +26,20 @@ def test_demo_runs_a_multi_step_batch_to_completion(tmp_path: Path, monkeypatch:
     # The three steps: the custom tool, the memory edit, the final message.
     assert "roll_dice(" in output and "core_memory_append(" in output and "send_message(" in output
     assert "same work without batch" in output
-    assert (tmp_path / "nightshift.db").exists()
+    demo_db = tmp_path / "demo.db"
+    assert demo_db.exists() and not (tmp_path / "server.db").exists()
+    assert f"  NIGHTSHIFT_DATABASE_URL=sqlite:///{demo_db} nightshift serve\n" in output
+
+    # Each demo starts afresh: its database holds this run's agents only.
+    again = runner.invoke(app, ["demo", "--agents", "3"])
+    assert again.exit_code == 0, again.output
+    assert _agents_in(demo_db) == 3
+
+
+def _agents_in(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        (count,) = conn.execute("SELECT count(*) FROM agents").fetchone()
+    return int(count)
 
 
 def test_demo_against_a_real_provider_needs_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

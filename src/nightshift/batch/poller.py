@@ -24,7 +24,9 @@ async def poll_once(worker: Worker, http: httpx.AsyncClient) -> int:
         handled += claimed
         if claimed == 0:
             break
-    return handled + await send_due_callbacks(worker.engine, http, base_delay=worker.callback_retry_delay)
+    return handled + await send_due_callbacks(
+        worker.engine, http, base_delay=worker.callback_retry_delay, allow_private=worker.callback_allow_private
+    )
 
 
 async def poll_forever(worker: Worker, http: httpx.AsyncClient) -> None:

@@ -78,8 +78,13 @@ async def create_run(
     metadata: dict[str, Any] | None = None,
     lease: tuple[str, datetime] | None = None,
     endpoints: Mapping[Provider, str],
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
 ) -> tuple[BatchRun, list[ProviderBatch]]:
     """Validate the requests and write the run with its first step; nothing is written on error.
+
+    ``idempotency_key`` and ``request_hash`` are stored with the run, so that a retry of the same
+    request finds it (see ``run_by_idempotency_key``).
 
     Raises:
         InvalidInput: no requests, the same agent twice, empty messages, too much input, or more
@@ -131,6 +136,8 @@ async def create_run(
         metadata=metadata or {},
         max_steps=default_max_steps,
         callback_url=callback_url,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
         created_at=now,
         updated_at=now,
     )

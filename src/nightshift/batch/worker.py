@@ -91,12 +91,22 @@ class Worker:
     lease_seconds: float = 600.0
     # The first wait before a failed callback is sent again (see ``batch/callbacks.py``).
     callback_retry_delay: timedelta = timedelta(seconds=2)
+    # Whether callbacks may go to loopback and private addresses (see ``batch/callbacks.py``).
+    callback_allow_private: bool = False
     # The first wait before a failed stage (the provider unreachable, say) is tried again.
     error_backoff: timedelta = timedelta(seconds=30)
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
         return self.owner, now + timedelta(seconds=self.lease_seconds)
+
+    def own_lease(self, now: datetime) -> tuple[str, datetime]:
+        """A lease of a name no one else uses, for work done outside the poller (an API request).
+
+        The poller of this process holds its batches under ``owner``: a batch the request takes
+        over while the poller works on it must not be released by the poller's next release.
+        """
+        return f"{self.owner}:{uuid.uuid4().hex[:8]}", now + timedelta(seconds=self.lease_seconds)
 
     async def run_once(self, *, limit: int = 50) -> int:
         """Claim the provider batches that are due and take each one stage further (or to the end).
@@ -487,22 +497,26 @@ class Worker:
             except Exception:
                 log.exception("submitting %s failed; the poller will retry", batch.id)
 
-    async def cancel(self, batch: ProviderBatch) -> None:
-        """Tell the provider to cancel a batch of a cancelled run; its results are never applied."""
+    async def cancel(self, batch: ProviderBatch, *, owner: str | None = None) -> None:
+        """Tell the provider to cancel a batch of a cancelled run; its results are never applied.
+
+        ``owner`` is the lease it is held under, when not this worker's own (see ``own_lease``).
+        """
         if batch.provider_batch_id is not None:
             try:
                 await self.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
             except ProviderError as exc:
                 if exc.retryable:
-                    await self._stage_failed(batch, exc.message, retryable=True)
-                    return
+                    if owner is None:
+                        await self._stage_failed(batch, exc.message, retryable=True)
+                    return  # else the poller takes it over when the request's lease expires
                 log.warning("cancelling %s at the provider failed: %s", batch.id, exc.message)
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
             await batch_store.transition(
                 conn, batch.id, ProviderBatchStatus.CANCELLED, now, only_from=(ProviderBatchStatus.CANCELLING,)
             )
-            await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
+            await batch_store.release(conn, batch.id, owner or self.owner, next_poll_at=None)
 
 
 async def _end_run_if_done(conn: AsyncConnection, run_id: str, now: datetime) -> None:
@@ -531,6 +545,7 @@ async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterat
             poll_interval=settings.poll_interval_seconds,
             lease_seconds=max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
             callback_retry_delay=timedelta(seconds=settings.callback_retry_seconds),
+            callback_allow_private=settings.callback_allow_private,
             error_backoff=timedelta(seconds=settings.error_backoff_seconds),
             prices=PriceTable(settings.prices),
         )

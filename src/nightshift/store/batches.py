@@ -128,6 +128,13 @@ async def get_run(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun |
     return to_run(row) if row is not None else None
 
 
+async def run_by_idempotency_key(conn: AsyncConnection, org_id: str, key: str) -> BatchRun | None:
+    """The organization's run created with this Idempotency-Key, if any."""
+    query = select(batch_runs).where(batch_runs.c.organization_id == org_id, batch_runs.c.idempotency_key == key)
+    row = (await conn.execute(query)).first()
+    return to_run(row) if row is not None else None
+
+
 async def list_runs(
     conn: AsyncConnection, org_id: str, page: Page, *, statuses: Sequence[RunStatus] = ()
 ) -> list[BatchRun]:

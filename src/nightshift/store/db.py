@@ -8,12 +8,14 @@ from typing import Any
 import orjson
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, event, text
+from sqlalchemy import URL, Connection, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from nightshift.config import async_database_url
+from nightshift.errors import DatabaseUnavailable
 from nightshift.store.clean import dumps
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -27,14 +29,16 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     """
     url = async_database_url(url)
     parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        try:
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseUnavailable(_describe(parsed, exc)) from exc
     # JSON columns (agents' configs, message tool calls, batch results) are read and written by
     # the ten thousand on every step: orjson does it several times faster than the json module.
     kwargs: dict[str, Any] = {"echo": echo, "json_serializer": dumps, "json_deserializer": orjson.loads}
     if parsed.get_backend_name() == "sqlite":
-        database = parsed.database or ""
-        if database and database != ":memory:":
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        else:
+        if not parsed.database or parsed.database == ":memory:":
             kwargs["poolclass"] = NullPool
     else:
         kwargs.update(pool_size=10, max_overflow=10, pool_pre_ping=True)
@@ -87,7 +91,60 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
 
+    await check_reachable(engine)
     async with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         await conn.run_sync(run)
+
+
+async def check_reachable(engine: AsyncEngine) -> None:
+    """Connect once; a database that cannot be reached raises ``DatabaseUnavailable`` in one line.
+
+    Raises:
+        DatabaseUnavailable: The server is down or elsewhere, the database or the user does not
+            exist, or the SQLite file cannot be opened; the message says what to run or check.
+    """
+    try:
+        async with engine.connect():
+            pass
+    except (DBAPIError, OSError) as exc:
+        raise DatabaseUnavailable(_describe(engine.url, exc)) from exc
+
+
+def _describe(url: URL, exc: BaseException) -> str:
+    if url.get_backend_name() == "sqlite":
+        return f"cannot open the SQLite database {url.database}: {_reason(exc)}; check NIGHTSHIFT_DATABASE_URL"
+    host, port, user, database = url.host or "localhost", url.port or 5432, url.username or "postgres", url.database
+    where = f"PostgreSQL at {host}:{port}"
+    state = _sqlstate(exc)
+    if state == "3D000":
+        return (
+            f"the database {database!r} does not exist on {where}: create it with "
+            f"`createdb -h {host} -p {port} -U {user} {database}`, then run this again"
+        )
+    if state in ("28000", "28P01"):
+        return f"{where} refused user {user!r} ({_reason(exc)}): check the user and password in NIGHTSHIFT_DATABASE_URL"
+    if state is None and isinstance(exc, OSError):
+        return (
+            f"cannot connect to {where} ({_reason(exc)}): is PostgreSQL running, and are the host and port "
+            "of NIGHTSHIFT_DATABASE_URL right?"
+        )
+    return f"cannot use {where}, database {database!r}: {_reason(exc)}"
+
+
+def _sqlstate(exc: BaseException | None) -> str | None:
+    """The SQLSTATE of the driver's error under SQLAlchemy's wrapping, if it has one."""
+    while exc is not None:
+        state = getattr(exc, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+        exc = exc.__cause__ or getattr(exc, "orig", None)
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    while isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text.removeprefix("(sqlalchemy.dialects.postgresql.asyncpg.Error) ")

@@ -19,11 +19,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
-    """The suite's settings, with the values of the test's ``settings`` marker, if any."""
-    marker = request.node.get_closest_marker("settings")
-    if marker is None:
+    """The suite's settings, with the values of the test's ``settings`` markers (module and test), if any."""
+    values: dict[str, object] = {}
+    for marker in reversed(list(request.node.iter_markers("settings"))):  # the test's own win
+        values.update(marker.kwargs)
+    if not values:
         return settings
-    return Settings.model_validate({**settings.model_dump(), **marker.kwargs})
+    return Settings.model_validate({**settings.model_dump(), **values})
 
 
 @pytest.fixture

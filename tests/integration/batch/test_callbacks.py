@@ -19,6 +19,8 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.serving import free_port, running_server
 from support.runs import Runs
 
+# The receivers listen on loopback, which callbacks may only reach when the operator allows it.
+pytestmark = pytest.mark.settings(callback_allow_private=True)
 # Short retry delays keep the retry tests fast: 0.05, 0.1, 0.2, 0.4 s.
 FAST_RETRIES = pytest.mark.settings(callback_retry_seconds=0.05)
 

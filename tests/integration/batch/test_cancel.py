@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
+from fastapi import FastAPI
+from sqlalchemy import select, update
+
 from integration.batch.kit import by_agent, call, calls_of, say, wait_for
+from nightshift.batch.steps import cancel_run
+from nightshift.batch.worker import Worker
+from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
+from nightshift.store import batches as batch_store
+from nightshift.store.tables import provider_batches
 from support.runs import Runs
 
 
@@ -101,3 +110,24 @@ async def test_cancel_an_unknown_run(runs: Runs) -> None:
     response = await runs.client.patch("/v1/messages/batches/batch-nope/cancel")
     assert response.status_code == 404
     assert "batch-nope" in response.json()["detail"]
+
+
+async def test_a_cancel_racing_the_poller_is_sent_once(runs: Runs, admin: EmulatorAdmin, app: FastAPI) -> None:
+    # The interleaving that sent two cancels: the poller holds the batch (mid-poll) when a request
+    # cancels the run; then the poller releases what it holds, and takes the batch up again.
+    worker: Worker = app.state.nightshift.worker
+    agent = await runs.agent("raced")
+    await admin.configure(polls_to_end=1000)
+    run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
+    (batch,) = run["progress"]["provider_batches"]
+    await wait_for(lambda: _polled(runs, run["id"]))
+    async with worker.engine.begin() as conn:
+        await conn.execute(update(provider_batches).values(lease_owner=worker.owner))  # the poller holds it
+
+        cancelled = await cancel_run(conn, DEFAULT_ORG_ID, run["id"], lease=worker.own_lease(datetime.now(UTC)))
+        await batch_store.release(conn, batch["id"], worker.owner, next_poll_at=datetime.now(UTC))
+        held_by = await conn.scalar(select(provider_batches.c.lease_owner))
+
+    assert cancelled.status.value == "cancelled"
+    # The poller's release did not free it: the request, which holds it, is the one that cancels it.
+    assert held_by is not None and held_by != worker.owner and held_by.startswith(worker.owner)

@@ -7,6 +7,7 @@ itself (as the lost attempt did) and lets the poller try again.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,3 +81,36 @@ async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
     assert len(await admin.requests(path=CREATE[provider], method="POST")) == creates_before  # nothing sent again
     (row,) = await _provider_batches(db_url)
     assert row.submit_attempts == 1
+
+
+@pytest.mark.settings(error_backoff_seconds=600)
+async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
+    runs: Runs, admin: EmulatorAdmin, db_url: str, emulator: str
+) -> None:
+    agent = await runs.agent("elsewhere")
+    await admin.fault(HttpFault(path=CREATE[Provider.ANTHROPIC], method="POST", status=500, should_retry=False))
+    run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
+    batch_id = run["progress"]["provider_batches"][0]["id"]
+    # As if another server, talking to another Anthropic endpoint, had written this step.
+    engine = create_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            (endpoint,) = await conn.scalars(select(provider_batches.c.endpoint))
+            assert endpoint == emulator
+            await conn.execute(
+                update(provider_batches)
+                .where(provider_batches.c.id == batch_id)
+                .values(endpoint="https://anthropic.example", next_poll_at=datetime.now(UTC))
+            )
+        for _ in range(10):  # the poller passes every 0.05 s
+            await asyncio.sleep(0.05)
+            assert (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["status"] == "created"
+        assert await admin.requests(path=CREATE[Provider.ANTHROPIC], method="POST") == []
+
+        async with engine.begin() as conn:
+            await conn.execute(update(provider_batches).values(endpoint=emulator))
+    finally:
+        await engine.dispose()
+    await _due_now(db_url, batch_id)
+    done = await runs.wait(run["id"])
+    assert done["status"] == "completed", done

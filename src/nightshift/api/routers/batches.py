@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+import orjson
+from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from sqlalchemy.exc import IntegrityError
 
 from nightshift.api.deps import Conn, Org, State
 from nightshift.api.routers.params import PageQuery
+from nightshift.batch.callbacks import check_callback_url
 from nightshift.batch.steps import RunRequest, cancel_run, create_run
 from nightshift.domain.batches import (
     BatchItem,
@@ -20,7 +24,7 @@ from nightshift.domain.batches import (
     RunStatus,
     StepStatus,
 )
-from nightshift.errors import NotFound
+from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.pricing import BATCH_DISCOUNT
 from nightshift.store import batches as batch_store
 from nightshift.store.messages import to_message
@@ -167,8 +171,20 @@ async def _get(conn: Conn, org: str, run_id: str) -> BatchRun:
     return run
 
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="Makes creating a run safe to retry: the same key and body give the same run back",
+    ),
+]
+
+
 @router.post("/v1/messages/batches")
-async def create_batch(body: BatchCreate, state: State, org: Org) -> BatchRunPublic:
+async def create_batch(
+    body: BatchCreate, state: State, org: Org, idempotency_key: IdempotencyKey = None
+) -> BatchRunPublic:
     """Start a batch run: each agent gets its messages and is stepped until it stops.
 
     One provider batch is submitted per provider per step (custom_id = agent id). After each
@@ -177,23 +193,60 @@ async def create_batch(body: BatchCreate, state: State, org: Org) -> BatchRunPub
     A request for an agent already in an open step of another run is refused with 409. Bad
     input is a 4xx and nothing is written. Per-request provider errors stop that agent only;
     rate_limit_error and overloaded_error are retried in the next step, twice at most.
+
+    With an ``Idempotency-Key`` header, a retry (after a lost response, say) gets the run the
+    first request created; the same key with another body is a 422. A ``callback_url`` on a
+    loopback or private address is refused unless ``NIGHTSHIFT_CALLBACK_ALLOW_PRIVATE`` is set.
     """
     worker = state.worker
+    digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)).hexdigest()
+    if idempotency_key is not None:
+        async with state.engine.connect() as conn:
+            earlier = await _same_request(conn, org, idempotency_key, digest)
+        if earlier is not None:
+            return earlier
+    callback_url = str(body.callback_url) if body.callback_url else None
+    if callback_url is not None:
+        await check_callback_url(callback_url, allow_private=state.settings.callback_allow_private)
     requests = [RunRequest(agent_id=r.agent_id, messages=r.texts(), max_steps=r.max_steps) for r in body.requests]
-    async with state.engine.begin() as conn:
-        run, batches = await create_run(
-            conn,
-            org,
-            requests,
-            callback_url=str(body.callback_url) if body.callback_url else None,
-            default_max_steps=state.settings.default_max_steps,
-            metadata=body.metadata,
-            lease=worker.lease(datetime.now(UTC)),
-            endpoints=worker.providers.endpoints(),
-        )
+    try:
+        async with state.engine.begin() as conn:
+            run, batches = await create_run(
+                conn,
+                org,
+                requests,
+                callback_url=callback_url,
+                default_max_steps=state.settings.default_max_steps,
+                metadata=body.metadata,
+                lease=worker.lease(datetime.now(UTC)),
+                endpoints=worker.providers.endpoints(),
+                idempotency_key=idempotency_key,
+                request_hash=digest,
+            )
+    except (Conflict, IntegrityError):
+        # The same request, sent twice at once: the first one made the run (and holds its agents).
+        if idempotency_key is not None:
+            async with state.engine.connect() as conn:
+                earlier = await _same_request(conn, org, idempotency_key, digest)
+            if earlier is not None:
+                return earlier
+        raise
     await worker.submit_new(batches)
     async with state.engine.connect() as conn:
         return await _public(conn, await _get(conn, org, run.id))
+
+
+async def _same_request(conn: Conn, org: str, key: str, digest: str) -> BatchRunPublic | None:
+    """The run an earlier request with this Idempotency-Key created, if it was this same request."""
+    earlier = await batch_store.run_by_idempotency_key(conn, org, key)
+    if earlier is None:
+        return None
+    if earlier.request_hash != digest:
+        raise InvalidInput(
+            f"Idempotency-Key {key!r} was used for another request (run {earlier.id}); use a new key",
+            field="Idempotency-Key",
+        )
+    return await _public(conn, earlier)
 
 
 @router.get("/v1/messages/batches")
@@ -300,14 +353,17 @@ async def cancel_batch(run_id: str, state: State, org: Org) -> BatchRunPublic:
     Steps already applied stay applied. A step still open is never applied, even if its results
     had already arrived: those agents get no messages from it. A run that has ended is unchanged.
     """
+    # Held under a name of this request's own: the poller may be working on these batches, and
+    # its release must not free them while this request cancels them (one cancel, not two).
+    lease = state.worker.own_lease(datetime.now(UTC))
     async with state.engine.begin() as conn:
-        run = await cancel_run(conn, org, run_id, lease=state.worker.lease(datetime.now(UTC)))
+        run = await cancel_run(conn, org, run_id, lease=lease)
         open_batches = [
             b
             for b in await batch_store.provider_batches_of_run(conn, run_id)
             if b.status is ProviderBatchStatus.CANCELLING
         ]
     for batch in open_batches:
-        await state.worker.cancel(batch)
+        await state.worker.cancel(batch, owner=lease[0])
     async with state.engine.connect() as conn:
         return await _public(conn, await _get(conn, org, run.id))
