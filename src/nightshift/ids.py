@@ -1,7 +1,8 @@
 """Identifiers: a type prefix and a time-ordered UUID (version 7 layout).
 
 Ids sort in creation order, so cursor pagination (``before`` / ``after``) compares ids alone and
-bulk inserts made in one step keep their order without a sequence column.
+bulk inserts made in one step keep their order without a sequence column. Tool-call ids are the
+exception in shape: they are sent to the providers, which limit them (see ``new_tool_call_id``).
 """
 
 from __future__ import annotations
@@ -41,3 +42,12 @@ def _uuid7() -> uuid.UUID:
 def new_id(prefix: str) -> str:
     """Return a new id such as ``agent-0192f0c4-...``."""
     return f"{prefix}-{_uuid7()}"
+
+
+def new_tool_call_id() -> str:
+    """Return a new id for a tool call nightshift writes itself, such as ``call-0192f0c4...``.
+
+    ``call-`` and the UUID's 32 hex digits, 37 characters: OpenAI refuses tool-call ids over 40
+    characters and Anthropic ids outside ``^[a-zA-Z0-9_-]+$``, so both take it as it is.
+    """
+    return f"call-{_uuid7().hex}"

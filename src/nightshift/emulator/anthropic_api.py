@@ -1,154 +1,24 @@
-"""The Anthropic side of the emulator, apart from HTTP: checking params, answering, batch objects.
+"""The Anthropic side of the emulator, apart from HTTP: answering Messages requests, batch objects.
 
-Params are checked as the Messages API checks them (model, max_tokens, messages, roles, tool_use
-and tool_result pairing, tools and tool_choice; ``temperature`` / ``top_p`` / ``top_k`` refused
-from API version 2026-10-21 on). In a batch, the request list and custom_ids are checked when the
-batch is created (400) and each request's params when it is processed (an ``errored`` result).
+Params are checked first by ``anthropic_checks`` (what the API refuses); a refused request is a
+400, or in a batch an ``errored`` result with ``invalid_request_error``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from nightshift.emulator.anthropic_checks import check_params, content_blocks
 from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult
 from nightshift.emulator.config import ScriptedError
-from nightshift.emulator.errors import ApiError, invalid, status_for
+from nightshift.emulator.errors import ApiError, status_for
 from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn
 from nightshift.emulator.state import EmulatorState
 from nightshift.emulator.tokens import Segment, count_tokens
-
-STRICT_VERSION: Final = "2026-10-21"  # from this version on, sampling parameters are refused
-SAMPLING: Final = ("temperature", "top_p", "top_k")
-CUSTOM_ID: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-MAX_REQUESTS: Final = 100_000
-_TOOL_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
-
-
-def check_params(params: Any, *, version: str | None) -> Mapping[str, Any]:
-    """Refuse params the Messages API would refuse; returns them typed as a mapping.
-
-    Raises:
-        ApiError: 400 ``invalid_request_error`` naming the field.
-    """
-    if not isinstance(params, Mapping):
-        raise invalid("params: Input should be an object")
-    model = params.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid("model: Field required")
-    max_tokens = params.get("max_tokens")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-        raise invalid("max_tokens: Field required")
-    if max_tokens < 0:
-        raise invalid("max_tokens: Input should be greater than or equal to 0")
-    if params.get("stream"):
-        raise invalid("stream: streaming is not supported by the nightshift emulator")
-    if version is not None and version >= STRICT_VERSION:
-        for name in SAMPLING:
-            if name in params:
-                raise invalid(f"{name}: this parameter is not supported with anthropic-version {version}")
-    temperature = params.get("temperature")
-    if temperature is not None and not (isinstance(temperature, int | float) and 0 <= temperature <= 1):
-        raise invalid("temperature: Input should be between 0 and 1")
-    tools = _check_tools(params.get("tools"))
-    _check_tool_choice(params.get("tool_choice"), tools)
-    _check_system(params.get("system"))
-    _check_messages(params.get("messages"))
-    return params
-
-
-def _check_tools(tools: Any) -> set[str]:
-    if tools is None:
-        return set()
-    if not isinstance(tools, list):
-        raise invalid("tools: Input should be a valid list")
-    names: set[str] = set()
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
-            raise invalid(f"tools.{i}.name: Field required")
-        if not _TOOL_NAME.match(tool["name"]):
-            raise invalid(f"tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,128}}$'")
-        schema = tool.get("input_schema")
-        if not isinstance(schema, Mapping) or schema.get("type") != "object":
-            raise invalid(f"tools.{i}.input_schema: should be a JSON schema of type object")
-        if tool["name"] in names:
-            raise invalid("tools: Tool names must be unique.")
-        names.add(tool["name"])
-    return names
-
-
-def _check_tool_choice(choice: Any, tools: set[str]) -> None:
-    if choice is None:
-        return
-    if not isinstance(choice, Mapping) or choice.get("type") not in ("auto", "any", "tool", "none"):
-        raise invalid("tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', 'tool', 'none'")
-    if choice["type"] == "tool" and choice.get("name") not in tools:
-        raise invalid(f"tool_choice.name: tool {choice.get('name')!r} is not among the tools of the request")
-
-
-def _check_system(system: Any) -> None:
-    if system is None or isinstance(system, str):
-        return
-    if not isinstance(system, list) or not all(isinstance(b, Mapping) and b.get("type") == "text" for b in system):
-        raise invalid("system: Input should be a string or a list of text blocks")
-
-
-def _check_messages(messages: Any) -> None:
-    if not isinstance(messages, list):
-        raise invalid("messages: Field required")
-    if not messages:
-        raise invalid("messages: at least one message is required")
-    turns: list[tuple[str, list[Mapping[str, Any]]]] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant"):
-            raise invalid(f"messages.{i}.role: Input should be 'user' or 'assistant'")
-        blocks = _blocks(message.get("content"), f"messages.{i}.content")
-        # Consecutive turns of one role are combined, as the API does.
-        if turns and turns[-1][0] == message["role"]:
-            turns[-1][1].extend(blocks)
-        else:
-            turns.append((message["role"], list(blocks)))
-    if turns[0][0] != "user":
-        raise invalid("messages: the first message must use the user role")
-    for index, (role, blocks) in enumerate(turns):
-        calls = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
-        results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]
-        if role == "user" and results:
-            previous = turns[index - 1][1] if index > 0 else []
-            asked = {b.get("id") for b in previous if b.get("type") == "tool_use"}
-            stray = [r for r in results if r not in asked]
-            if stray:
-                raise invalid(
-                    f"messages.{index}.content: unexpected `tool_use_id` found in `tool_result` blocks: {stray[0]}. "
-                    "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
-                )
-        if role == "assistant" and calls:
-            following = turns[index + 1][1] if index + 1 < len(turns) else []
-            answered = {b.get("tool_use_id") for b in following if b.get("type") == "tool_result"}
-            open_calls = [c for c in calls if c not in answered]
-            if open_calls:
-                raise invalid(
-                    f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks immediately "
-                    f"after: {', '.join(map(str, open_calls))}. Each `tool_use` block must have a corresponding "
-                    "`tool_result` block in the next message."
-                )
-
-
-def _blocks(content: Any, where: str) -> list[Mapping[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    if not isinstance(content, list):
-        raise invalid(f"{where}: Input should be a string or a list of content blocks")
-    for j, block in enumerate(content):
-        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
-            raise invalid(f"{where}.{j}.type: Field required")
-        if block["type"] == "text" and not block.get("text"):
-            raise invalid(f"{where}.{j}.text: text content blocks must be non-empty")
-    return list(content)
 
 
 def model_input(params: Mapping[str, Any]) -> ModelInput:
@@ -160,7 +30,7 @@ def model_input(params: Mapping[str, Any]) -> ModelInput:
     names: dict[str, str] = {}
     turns: list[Turn] = []
     for message in params["messages"]:
-        for block in _blocks(message.get("content"), "content"):
+        for block in content_blocks(message.get("content"), "content"):
             kind = block["type"]
             if kind == "text":
                 turns.append(Turn(role=message["role"], text=str(block.get("text") or "")))
@@ -297,37 +167,6 @@ def _message(params: Mapping[str, Any], output: ModelOutput, *, seed: str, tier:
             "service_tier": tier,
         },
     }
-
-
-def check_batch(body: Any) -> list[tuple[str, Any]]:
-    """The ``(custom_id, params)`` of a batch create body, refusing what the API refuses at once.
-
-    Raises:
-        ApiError: 400 for a missing or empty request list, too many requests, a custom_id that
-            does not match ``^[a-zA-Z0-9_-]{1,64}$`` or appears twice.
-    """
-    requests = body.get("requests") if isinstance(body, Mapping) else None
-    if not isinstance(requests, list):
-        raise invalid("requests: Field required")
-    if not requests:
-        raise invalid("requests: List should have at least 1 item after validation, not 0")
-    if len(requests) > MAX_REQUESTS:
-        raise invalid(f"requests: List should have at most {MAX_REQUESTS} items after validation, not {len(requests)}")
-    seen: set[str] = set()
-    out: list[tuple[str, Any]] = []
-    for i, request in enumerate(requests):
-        custom_id = request.get("custom_id") if isinstance(request, Mapping) else None
-        if not isinstance(custom_id, str):
-            raise invalid(f"requests.{i}.custom_id: Field required")
-        if not CUSTOM_ID.match(custom_id):
-            raise invalid(f"requests.{i}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
-        if custom_id in seen:
-            raise invalid(f"requests.{i}.custom_id: Duplicate custom_id {custom_id!r}; custom_ids must be unique")
-        if "params" not in request:
-            raise invalid(f"requests.{i}.params: Field required")
-        seen.add(custom_id)
-        out.append((custom_id, request["params"]))
-    return out
 
 
 def rfc3339(timestamp: float | None) -> str | None:

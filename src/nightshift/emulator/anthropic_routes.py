@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from nightshift.emulator import anthropic_api as api
+from nightshift.emulator.anthropic_checks import check_batch
 from nightshift.emulator.batches import BatchJob, Phase
 from nightshift.emulator.bodies import read_json
 from nightshift.emulator.errors import ApiError, invalid, not_found
@@ -43,7 +44,7 @@ def build_router(state: EmulatorState) -> APIRouter:
     @router.post("/v1/messages/batches")
     async def create_batch(request: Request) -> JSONResponse:
         body = await read_json(request, state)
-        requests = api.check_batch(body)
+        requests = check_batch(body)
         version = request.headers.get("anthropic-version")
         now = time.time()
         batch_id = state.next_id("msgbatch_")

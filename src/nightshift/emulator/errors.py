@@ -44,19 +44,22 @@ _BY_STATUS: Final = {
 
 
 class ApiError(Exception):
-    """A refusal a route answers with: HTTP status, Anthropic error type, message, OpenAI param."""
+    """A refusal a route answers with: HTTP status, Anthropic error type, message, OpenAI param and code."""
 
-    def __init__(self, status: int, type: str, message: str, *, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, type: str, message: str, *, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type
         self.message = message
         self.param = param
+        self.code = code
 
 
-def invalid(message: str, *, param: str | None = None) -> ApiError:
-    """A 400 ``invalid_request_error``."""
-    return ApiError(400, "invalid_request_error", message, param=param)
+def invalid(message: str, *, param: str | None = None, code: str | None = None) -> ApiError:
+    """A 400 ``invalid_request_error`` (``param`` and ``code`` show in OpenAI bodies only)."""
+    return ApiError(400, "invalid_request_error", message, param=param, code=code)
 
 
 def not_found(message: str) -> ApiError:
@@ -80,10 +83,10 @@ def anthropic_error(kind: str, message: str, request_id: str | None = None) -> d
     return {"type": "error", "error": {"type": kind, "message": message}, "request_id": request_id}
 
 
-def openai_error(kind: str, message: str, *, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error body ``{"error": {"message", "type", "param", "code"}}``."""
-    openai_type, code = _OPENAI_SHAPE.get(kind, (kind, None))
-    return {"error": {"message": message, "type": openai_type, "param": param, "code": code}}
+def openai_error(kind: str, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body ``{"error": {"message", "type", "param", "code"}}``; ``code`` overrides the kind's."""
+    openai_type, kind_code = _OPENAI_SHAPE.get(kind, (kind, None))
+    return {"error": {"message": message, "type": openai_type, "param": param, "code": code or kind_code}}
 
 
 def error_response(
@@ -93,5 +96,5 @@ def error_response(
     if api == "anthropic":
         body = anthropic_error(error.type, error.message, request_id)
     else:
-        body = openai_error(error.type, error.message, param=error.param)
+        body = openai_error(error.type, error.message, param=error.param, code=error.code)
     return JSONResponse(body, status_code=error.status, headers=dict(headers or {}))

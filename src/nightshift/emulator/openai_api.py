@@ -1,11 +1,9 @@
-"""The OpenAI side of the emulator, apart from HTTP: chat completions, batch input files, batch objects.
+"""The OpenAI side of the emulator, apart from HTTP: answering chat completions, batch objects, files.
 
-A chat body is checked as the API checks it (model, messages, tool messages answering the
-assistant's tool_calls, tools, tool_choice). A batch input file is validated when the batch is
-created: a line that is not JSON, lacks a custom_id, repeats one, is not ``POST`` to the batch's
-endpoint, or names another model than the first line, and more than 50,000 lines, make the batch
-``failed`` (seen at the first retrieve, after ``validating``). Each line's body is then answered
-like ``/v1/chat/completions`` would; a refusal becomes an error-file line with its status code.
+Bodies are checked first by ``openai_checks`` (what the API refuses). A batch whose input file
+``openai_checks.parse_input_file`` refuses is ``failed`` (seen at the first retrieve, after
+``validating``); otherwise each line's body is answered like ``/v1/chat/completions`` would, and a
+refusal becomes an error-file line with its status code.
 """
 
 from __future__ import annotations
@@ -14,108 +12,15 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
 from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult
 from nightshift.emulator.config import ScriptedError
-from nightshift.emulator.errors import ApiError, invalid, openai_error, status_for
+from nightshift.emulator.errors import ApiError, openai_error, status_for
 from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn
+from nightshift.emulator.openai_checks import check_body
 from nightshift.emulator.state import EmulatorState
 from nightshift.emulator.tokens import Segment, count_tokens
-
-ENDPOINT: Final = "/v1/chat/completions"
-MAX_REQUESTS: Final = 50_000
-_ROLES: Final = ("system", "developer", "user", "assistant", "tool")
-
-
-def check_body(body: Any) -> Mapping[str, Any]:
-    """Refuse a chat body the API would refuse; returns it typed as a mapping.
-
-    Raises:
-        ApiError: 400 ``invalid_request_error`` with the parameter.
-    """
-    if not isinstance(body, Mapping):
-        raise invalid("The request body must be a JSON object")
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        raise invalid("you must provide a model parameter", param="model")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise invalid("Invalid 'messages': empty array. Expected an array with minimum length 1.", param="messages")
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = body.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise invalid(f"Invalid '{name}': integer below minimum value 1.", param=name)
-    if body.get("stream"):
-        raise invalid("stream: streaming is not supported by the nightshift emulator", param="stream")
-    tools = _check_tools(body.get("tools"))
-    if not tools and body.get("tool_choice") is not None:
-        raise invalid(
-            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
-            param="tool_choice",
-        )
-    if not tools and body.get("parallel_tool_calls") is not None:
-        raise invalid(
-            "Invalid value for 'parallel_tool_calls': only allowed when 'tools' are specified.",
-            param="parallel_tool_calls",
-        )
-    _check_tool_choice(body.get("tool_choice"), tools)
-    _check_messages(messages)
-    return body
-
-
-def _check_tools(tools: Any) -> set[str]:
-    if tools is None:
-        return set()
-    if not isinstance(tools, list):
-        raise invalid("Invalid type for 'tools': expected an array.", param="tools")
-    names: set[str] = set()
-    for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, Mapping) else None
-        if not isinstance(tool, Mapping) or tool.get("type") != "function" or not isinstance(function, Mapping):
-            raise invalid(f"Missing required parameter: 'tools[{i}].function'.", param=f"tools[{i}].function")
-        if not isinstance(function.get("name"), str) or not function["name"]:
-            raise invalid(f"Missing required parameter: 'tools[{i}].function.name'.", param=f"tools[{i}].function.name")
-        names.add(function["name"])
-    return names
-
-
-def _check_tool_choice(choice: Any, tools: set[str]) -> None:
-    if choice is None or choice in ("none", "auto", "required"):
-        return
-    function = choice.get("function") if isinstance(choice, Mapping) else None
-    if not isinstance(function, Mapping) or function.get("name") not in tools:
-        raise invalid("Invalid value for 'tool_choice': no tool of the request has that name.", param="tool_choice")
-
-
-def _check_messages(messages: list[Any]) -> None:
-    open_calls: list[str] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") not in _ROLES:
-            raise invalid(f"Invalid value for 'messages[{i}].role'.", param=f"messages[{i}].role")
-        role = message["role"]
-        if role == "tool":
-            if message.get("tool_call_id") not in open_calls:
-                raise invalid(
-                    "Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
-                    "with 'tool_calls'.",
-                    param=f"messages.[{i}].role",
-                )
-            open_calls.remove(message["tool_call_id"])
-            continue
-        if open_calls:
-            raise invalid(
-                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(open_calls)}",
-                param=f"messages.[{i}].role",
-            )
-        if role == "assistant":
-            open_calls = [str(c.get("id")) for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
-    if open_calls:
-        raise invalid(
-            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(open_calls)}",
-            param="messages",
-        )
 
 
 def model_input(body: Mapping[str, Any]) -> ModelInput:
@@ -184,7 +89,9 @@ def run(state: EmulatorState, body: Any, *, custom_id: str | None = None, batch_
         checked = check_body(body)
     except ApiError as error:
         return RequestResult(
-            ok=False, status=error.status, body=openai_error(error.type, error.message, param=error.param)
+            ok=False,
+            status=error.status,
+            body=openai_error(error.type, error.message, param=error.param, code=error.code),
         )
     answer = state.answer(model_input(checked), api="openai", body=checked, custom_id=custom_id, batch_id=batch_id)
     if isinstance(answer, ScriptedError):
@@ -240,70 +147,6 @@ def _completion(model: str, output: ModelOutput, *, seed: str, limit: int | None
         "service_tier": "default",
         "system_fingerprint": None,
     }
-
-
-def parse_input_file(data: bytes, endpoint: str) -> tuple[list[tuple[str, Any]], list[dict[str, Any]]]:
-    """The ``(custom_id, body)`` of each line of a batch input file, or the validation errors.
-
-    Returns:
-        The requests, and the errors ``{"code", "message", "param", "line"}`` (empty when valid).
-    """
-    requests: list[tuple[str, Any]] = []
-    errors: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    model: str | None = None
-
-    def fail(line: int, code: str, message: str, param: str | None = None) -> None:
-        if len(errors) < 100:
-            errors.append({"code": code, "message": message, "param": param, "line": line})
-
-    lines = [line for line in data.split(b"\n") if line.strip()]
-    if not lines:
-        fail(1, "empty_file", "The batch input file is empty.")
-    if len(lines) > MAX_REQUESTS:
-        fail(MAX_REQUESTS + 1, "too_many_requests", f"A batch can hold at most {MAX_REQUESTS} requests.")
-    for number, raw in enumerate(lines, start=1):
-        try:
-            item = json.loads(raw)
-        except ValueError:
-            fail(number, "invalid_json_line", "This line is not parseable as valid JSON.")
-            continue
-        if not isinstance(item, dict):
-            fail(number, "invalid_json_line", "This line is not a JSON object.")
-            continue
-        custom_id = item.get("custom_id")
-        if not isinstance(custom_id, str) or not custom_id:
-            fail(number, "missing_required_parameter", "Missing required parameter: 'custom_id'.", "custom_id")
-            continue
-        if custom_id in seen:
-            fail(
-                number,
-                "duplicate_custom_id",
-                "The custom_id for this request is a duplicate of another request. "
-                "The custom_id parameter must be unique for each request in a batch.",
-                "custom_id",
-            )
-            continue
-        seen.add(custom_id)
-        if item.get("method") != "POST":
-            fail(number, "invalid_method", "The method must be POST.", "method")
-        elif item.get("url") != endpoint:
-            fail(number, "invalid_url", f"The url must be {endpoint}, the endpoint of the batch.", "url")
-        elif not isinstance(item.get("body"), dict):
-            fail(number, "missing_required_parameter", "Missing required parameter: 'body'.", "body")
-        else:
-            line_model = item["body"].get("model")
-            model = model if model is not None else line_model if isinstance(line_model, str) else None
-            if isinstance(line_model, str) and line_model != model:
-                fail(
-                    number,
-                    "mismatched_model",
-                    "The provided model for this request does not match the models for other requests in the "
-                    "batch. All requests in a batch must use the same model.",
-                    "body.model",
-                )
-            requests.append((custom_id, item["body"]))
-    return requests, errors
 
 
 def status(job: BatchJob) -> str:

@@ -14,10 +14,11 @@ from nightshift.emulator.batches import BatchJob, Phase
 from nightshift.emulator.bodies import read_json
 from nightshift.emulator.errors import ApiError, invalid, not_found
 from nightshift.emulator.multipart import parse_form
+from nightshift.emulator.openai_checks import ENDPOINT, parse_input_file
 from nightshift.emulator.state import EmulatorState, StoredFile
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
-MAX_BATCH_FILE_BYTES = 200 * 1024 * 1024
+MAX_FILE_BYTES = 512 * 1024 * 1024  # any upload; a batch input file is limited to 200 MB when validated
 
 
 def build_router(state: EmulatorState) -> APIRouter:
@@ -58,11 +59,10 @@ def build_router(state: EmulatorState) -> APIRouter:
         if purpose_text not in PURPOSES:
             raise invalid(f"Invalid value for 'purpose': {purpose_text!r}.", param="purpose")
         filename = upload.filename or "upload"
-        if purpose_text == "batch":
-            if not filename.endswith(".jsonl"):
-                raise invalid("Invalid file format for Batch API. Must be .jsonl", param="file")
-            if len(upload.data) > MAX_BATCH_FILE_BYTES:
-                raise ApiError(413, "request_too_large", "Batch input files are limited to 200 MB.")
+        if purpose_text == "batch" and not filename.endswith(".jsonl"):
+            raise invalid("Invalid file format for Batch API. Must be .jsonl", param="file")
+        if len(upload.data) > MAX_FILE_BYTES:
+            raise ApiError(413, "request_too_large", "File is too large: files are limited to 512 MB.")
         stored = StoredFile(
             id=state.next_id("file-"),
             filename=filename,
@@ -104,9 +104,9 @@ def build_router(state: EmulatorState) -> APIRouter:
         stored = find_file(str(body.get("input_file_id")))
         if stored.purpose != "batch":
             raise invalid(f"File {stored.id} was not uploaded with purpose 'batch'.", param="input_file_id")
-        if endpoint != api.ENDPOINT:
+        if endpoint != ENDPOINT:
             raise invalid(
-                f"Invalid value for 'endpoint': {endpoint!r}; the emulator serves {api.ENDPOINT} only.",
+                f"Invalid value for 'endpoint': {endpoint!r}; the emulator serves {ENDPOINT} only.",
                 param="endpoint",
             )
         if window != "24h":
@@ -114,7 +114,7 @@ def build_router(state: EmulatorState) -> APIRouter:
         _check_metadata(metadata)
         now = time.time()
         batch_id = state.next_id("batch_")
-        requests, errors = api.parse_input_file(b"".join(stored.chunks), endpoint)
+        requests, errors = parse_input_file(b"".join(stored.chunks), endpoint)
         if errors:
             requests = []
         results = [api.run(state, line, custom_id=custom_id, batch_id=batch_id) for custom_id, line in requests]

@@ -9,6 +9,8 @@ tested without a network or the SDK. What they guarantee about the request:
   user turn (first in it), a history that starts with the assistant gets a first user turn;
 * tool results whose call is not in the preceding assistant turn become plain text, and calls
   without a result get an error result, because the API refuses either;
+* tool-use ids match ``^[a-zA-Z0-9_-]+$``: a stored id that does not (one another provider made)
+  gets a stable stand-in, the same in the call and in its result (``tool_call_ids``);
 * ``temperature`` is never sent: API version 2026-10-21 (anthropic 2.x) refuses it.
 """
 
@@ -33,6 +35,7 @@ from nightshift.providers.base import (
     Usage,
 )
 from nightshift.providers.errors import API_ERROR
+from nightshift.providers.tool_call_ids import anthropic_tool_use_id
 
 FIRST_USER_TURN: Final = "(The conversation so far follows.)"
 MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
@@ -108,7 +111,7 @@ def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 def _blocks(message: Message) -> tuple[str, list[Block]]:
     if message.role is Role.TOOL:
-        result: Block = {"type": "tool_result", "tool_use_id": message.tool_call_id or ""}
+        result: Block = {"type": "tool_result", "tool_use_id": anthropic_tool_use_id(message.tool_call_id or "")}
         if message.text:
             result["content"] = message.text
         if message.is_error:
@@ -119,7 +122,8 @@ def _blocks(message: Message) -> tuple[str, list[Block]]:
         if message.text:
             blocks.append({"type": "text", "text": message.text})
         for call in message.tool_calls:
-            blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call, message)})
+            wire_id = anthropic_tool_use_id(call.id)
+            blocks.append({"type": "tool_use", "id": wire_id, "name": call.name, "input": _input(call, message)})
         if not blocks and message.reasoning:
             blocks.append({"type": "text", "text": message.reasoning})
         return "assistant", blocks

@@ -4,8 +4,10 @@ Pure functions over plain JSON values. What they guarantee about the request: th
 is the first message; an assistant message carries its tool calls with the reasoning as the
 ``inner_thoughts`` argument; a tool result is a ``role: tool`` message answering a call of the
 assistant message before it (an orphan result becomes user text, a call without a result gets an
-error result, because the API refuses either); one tool call is forced with ``tool_choice`` and
-``parallel_tool_calls: false``.
+error result, because the API refuses either); tool-call ids are at most 40 characters (longer
+stored ids, such as other providers' or old greetings', get a stable stand-in: ``tool_call_ids``);
+a tool description is cut to the API's 1,024 characters; one tool call is forced with
+``tool_choice`` and ``parallel_tool_calls: false``.
 
 Batch results: successes are lines of the output file, HTTP-level failures and requests that never
 ran (``batch_expired`` / ``batch_cancelled``) lines of the error file.
@@ -32,11 +34,13 @@ from nightshift.providers.base import (
     Usage,
 )
 from nightshift.providers.errors import API_ERROR, INVALID_REQUEST, kind_for_status
+from nightshift.providers.tool_call_ids import openai_tool_call_id
 
 ENDPOINT: Final = "/v1/chat/completions"
 MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
 EXPIRED_CODE: Final = "batch_expired"
 CANCELLED_CODE: Final = "batch_cancelled"
+MAX_DESCRIPTION: Final = 1024  # the API refuses a longer function description
 
 
 def build_request(request: ModelRequest) -> dict[str, Any]:
@@ -65,13 +69,17 @@ def batch_line(custom_id: str, request: ModelRequest) -> dict[str, Any]:
 
 
 def to_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Our tool schemas ``{name, description, parameters}`` as OpenAI function tools."""
+    """Our tool schemas ``{name, description, parameters}`` as OpenAI function tools.
+
+    A description longer than the API's 1,024 characters is cut there (the model reads its start)
+    rather than having every request of the agent refused.
+    """
     return [
         {
             "type": "function",
             "function": {
                 "name": t["name"],
-                "description": t.get("description") or "",
+                "description": (t.get("description") or "")[:MAX_DESCRIPTION],
                 "parameters": with_agent_arguments(t.get("parameters")),
             },
         }
@@ -93,7 +101,9 @@ def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
         if message.role is Role.TOOL:
             if message.tool_call_id in open_calls:
                 open_calls.remove(message.tool_call_id)
-                out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text})
+                out.append(
+                    {"role": "tool", "tool_call_id": openai_tool_call_id(message.tool_call_id), "content": message.text}
+                )
             else:
                 _close(open_calls, out)
                 label = "Tool error" if message.is_error else "Tool result"
@@ -113,7 +123,7 @@ def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 def _close(open_calls: list[str], out: list[dict[str, Any]]) -> None:
     for call_id in open_calls:
-        out.append({"role": "tool", "tool_call_id": call_id, "content": MISSING_TOOL_RESULT})
+        out.append({"role": "tool", "tool_call_id": openai_tool_call_id(call_id), "content": MISSING_TOOL_RESULT})
     open_calls.clear()
 
 
@@ -131,7 +141,7 @@ def _assistant(message: Message) -> dict[str, Any] | None:
 def _call(call: ToolCall, reasoning: str | None) -> dict[str, Any]:
     arguments = with_reasoning(call.arguments, reasoning)
     text = call.arguments if arguments is None else json.dumps(arguments, ensure_ascii=False)
-    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": text}}
+    return {"id": openai_tool_call_id(call.id), "type": "function", "function": {"name": call.name, "arguments": text}}
 
 
 def parse_completion(body: Mapping[str, Any]) -> ModelResponse:

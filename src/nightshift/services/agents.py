@@ -16,7 +16,7 @@ from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.tool_rules import ToolRule, check_rules_name_known_tools
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput, NotFound
-from nightshift.ids import new_id
+from nightshift.ids import new_id, new_tool_call_id
 from nightshift.runtime.context import refresh_system_messages
 from nightshift.runtime.memory import compile_system_message
 from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_MESSAGE
@@ -88,7 +88,8 @@ def _check_unique_labels(blocks: Sequence[Block]) -> None:
 
 def _first_messages(agent_id: str, org_id: str, system_text: str, now: datetime) -> list[Message]:
     """The four messages an agent starts with: system, a greeting through send_message, its result, a login."""
-    call = ToolCall(id=new_id("call"), name="send_message", arguments=json.dumps({"message": FIRST_ASSISTANT_MESSAGE}))
+    greeting = json.dumps({"message": FIRST_ASSISTANT_MESSAGE})
+    call = ToolCall(id=new_tool_call_id(), name="send_message", arguments=greeting)
     login = {"type": "login", "last_login": "Never (first login)", "time": now.isoformat()}
 
     def message(role: Role, text: str, **extra: Any) -> Message:

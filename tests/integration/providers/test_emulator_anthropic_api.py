@@ -354,3 +354,101 @@ async def test_faults_without_retries(emulator: str, admin: EmulatorAdmin) -> No
             await client.messages.create(**params())  # x-should-retry: false wins over max_retries
         assert failed.value.status_code == 500
         assert (await client.messages.create(**params())).type == "message"
+
+
+def exchange(call_id: str, answer_id: str | None = None, name: str = "get_weather") -> list[dict[str, Any]]:
+    """An assistant turn calling one tool and the user turn with its result (by ``answer_id``)."""
+    use = {"type": "tool_use", "id": call_id, "name": name, "input": {"city": "Oslo"}}
+    result = {"type": "tool_result", "tool_use_id": answer_id or call_id, "content": "sunny"}
+    return [{"role": "assistant", "content": [use]}, {"role": "user", "content": [result]}]
+
+
+def asked(*turns: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "weather in Oslo?"}, *turns]
+
+
+@pytest.mark.parametrize(
+    ("request_params", "message"),
+    [
+        (
+            {"tools": [{**TOOLS[0], "name": "send.message"}]},
+            "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+        ),
+        (
+            {"tools": [{**TOOLS[0], "input_schema": {"type": "string"}}]},
+            "tools.0.custom.input_schema.type: Input should be 'object'",
+        ),
+        (
+            {"tools": [{**TOOLS[0], "input_schema": {"type": "object", "properties": {"message": "text"}}}]},
+            "tools.0.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft 2020-12",
+        ),
+        ({"extra_body": {"reasoning": {"effort": "low"}}}, "reasoning: Extra inputs are not permitted"),
+        (
+            {"messages": asked(*exchange("call.1"))},
+            "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
+        (
+            {"messages": asked(*exchange("toolu_1", "toolu:1"))},
+            "messages.2.content.0.tool_result.tool_use_id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
+        (
+            {"messages": asked(*exchange("toolu_1")[:1], {"role": "user", "content": "and?"})},
+            "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_1. "
+            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+        ),
+        (
+            {"messages": exchange("toolu_1", "toolu_2")[1:]},
+            "messages.0.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_2. "
+            "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+        ),
+        (
+            {"messages": asked(*exchange("toolu_1"), *exchange("toolu_1"))},
+            "messages.3.content.0: `tool_use` ids must be unique",
+        ),
+    ],
+    ids=[
+        "tool name",
+        "schema not an object",
+        "invalid schema",
+        "unknown field",
+        "tool_use id",
+        "tool_use_id",
+        "unanswered call",
+        "stray result",
+        "repeated id",
+    ],
+)
+async def test_messages_the_api_refuses(
+    anthropic_sdk: anthropic.AsyncAnthropic, request_params: dict[str, Any], message: str
+) -> None:
+    arguments: Any = {**params(), "tools": TOOLS, **request_params}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        await anthropic_sdk.messages.create(**arguments)
+
+    assert caught.value.status_code == 400
+    body: Any = caught.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].startswith(message)
+
+
+async def test_one_refused_request_is_an_errored_result_of_a_valid_batch(
+    anthropic_sdk: anthropic.AsyncAnthropic,
+) -> None:
+    requests: Any = [
+        {"custom_id": "ok", "params": params(tools=TOOLS, messages=asked(*exchange("toolu_1")))},
+        {"custom_id": "bad-id", "params": params(tools=TOOLS, messages=asked(*exchange("call.1")))},
+        {"custom_id": "extra", "params": {**params(), "reasoning": {"effort": "low"}}},
+    ]
+    batch = await anthropic_sdk.messages.batches.create(requests=requests)
+    ended = await anthropic_sdk.messages.batches.retrieve(batch.id)
+    results = {r.custom_id: r.result async for r in await anthropic_sdk.messages.batches.results(batch.id)}
+
+    assert (ended.request_counts.succeeded, ended.request_counts.errored) == (1, 2)
+    assert results["ok"].type == "succeeded"
+    for custom_id, message in (
+        ("bad-id", "messages.1.content.0.tool_use.id: String should match pattern"),
+        ("extra", "reasoning: Extra inputs are not permitted"),
+    ):
+        result = results[custom_id]
+        assert result.type == "errored" and result.error.error.type == "invalid_request_error"
+        assert result.error.error.message.startswith(message)

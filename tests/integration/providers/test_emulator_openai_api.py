@@ -32,6 +32,15 @@ def jsonl(lines: list[Any]) -> bytes:
     return b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
 
 
+def answered_call(call_id: str, name: str = "send_message") -> list[dict[str, Any]]:
+    """An assistant message calling one tool, and the tool's answer."""
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "ok"},
+    ]
+
+
 def line(custom_id: str, **extra: Any) -> dict[str, Any]:
     return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body(**extra)}
 
@@ -106,6 +115,96 @@ async def test_chat_errors_have_openai_bodies(emulator: str) -> None:
     assert no_key.status_code == 401 and no_key.json()["error"]["code"] == "invalid_api_key"
 
 
+def function(name: str = "send_message", **fields: Any) -> Any:
+    return {"type": "function", "function": {**SEND["function"], "name": name, **fields}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message", "param", "code"),
+    [
+        (
+            {"messages": [{"role": "user", "content": "x"}, *answered_call("call-" + "0" * 36)]},
+            "Invalid 'messages[1].tool_calls[0].id': string too long. Expected a string with maximum length 40, "
+            "but got a string with length 41 instead.",
+            "messages[1].tool_calls[0].id",
+            "string_above_max_length",
+        ),
+        (
+            {"tools": [function("send message")]},
+            "Invalid 'tools[0].function.name': string does not match pattern. "
+            "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+            "tools[0].function.name",
+            "invalid_value",
+        ),
+        (
+            {"tools": [function("s" * 65)]},
+            "Invalid 'tools[0].function.name': string too long. Expected a string with maximum length 64, "
+            "but got a string with length 65 instead.",
+            "tools[0].function.name",
+            "string_above_max_length",
+        ),
+        (
+            {"tools": [function(description="d" * 1025)]},
+            "Invalid 'tools[0].function.description': string too long. Expected a string with maximum length 1024, "
+            "but got a string with length 1025 instead.",
+            "tools[0].function.description",
+            "string_above_max_length",
+        ),
+        (
+            {"tools": [function(parameters={"type": "object", "properties": {"message": []}})]},
+            "Invalid schema for function 'send_message': [] is not of type 'object', 'boolean'.",
+            "tools[0].function.parameters",
+            "invalid_function_parameters",
+        ),
+        (
+            {"extra_body": {"thinking": {"type": "enabled"}}},
+            "Unrecognized request argument supplied: thinking",
+            None,
+            None,
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x", "id": "m1"}]},
+            "Unknown parameter: 'messages[0].id'.",
+            "messages[0].id",
+            "unknown_parameter",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}, *answered_call("call_1")[:1]]},
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            "'tool_call_id'. The following tool_call_ids did not have response messages: call_1",
+            "messages",
+            None,
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}, *answered_call("call_1")[1:]]},
+            "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+            "'tool_calls'.",
+            "messages.[1].role",
+            None,
+        ),
+    ],
+    ids=[
+        "tool call id",
+        "function name",
+        "function name length",
+        "description",
+        "schema",
+        "unknown argument",
+        "unknown message field",
+        "unanswered call",
+        "orphan result",
+    ],
+)
+async def test_chat_bodies_the_api_refuses(
+    openai_sdk: openai.AsyncOpenAI, extra: dict[str, Any], message: str, param: str | None, code: str | None
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await openai_sdk.chat.completions.create(**{**body(), "tools": [SEND], **extra})
+
+    assert caught.value.status_code == 400
+    assert caught.value.body == {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+
+
 async def test_files_create_retrieve_content_delete(openai_sdk: openai.AsyncOpenAI) -> None:
     data = jsonl([line("a")])
     created = await openai_sdk.files.create(file=("in.jsonl", data, "application/jsonl"), purpose="batch")
@@ -124,8 +223,9 @@ async def test_files_create_retrieve_content_delete(openai_sdk: openai.AsyncOpen
 
 async def test_batch_goes_through_every_state(openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=1, finalizing_polls=1, errors={"limited": "rate_limit_error"})
-    lines = [line("a", tools=[SEND]), line("b"), line("no-model"), line("limited")]
-    del lines[2]["body"]["model"]
+    # A line whose body the API refuses is an error-file line; the rest of the batch runs.
+    long_id = [{"role": "user", "content": "x"}, *answered_call("c" * 41)]
+    lines = [line("a", tools=[SEND]), line("b"), line("long-id", messages=long_id), line("limited")]
     batch_id = await start(openai_sdk, lines)
 
     running = await openai_sdk.batches.retrieve(batch_id)
@@ -142,12 +242,13 @@ async def test_batch_goes_through_every_state(openai_sdk: openai.AsyncOpenAI, ad
 
     output = await read(openai_sdk, done.output_file_id)
     errors = await read(openai_sdk, done.error_file_id)
-    assert set(output) == {"a", "b"} and set(errors) == {"no-model", "limited"}
+    assert set(output) == {"a", "b"} and set(errors) == {"long-id", "limited"}
     assert output["a"]["id"].startswith("batch_req_") and output["a"]["error"] is None
     assert output["a"]["response"]["status_code"] == 200
     assert output["a"]["response"]["body"]["choices"][0]["finish_reason"] == "tool_calls"
-    assert errors["no-model"]["response"]["status_code"] == 400
-    assert errors["no-model"]["response"]["body"]["error"]["param"] == "model"
+    assert errors["long-id"]["response"]["status_code"] == 400
+    assert errors["long-id"]["response"]["body"]["error"]["param"] == "messages[1].tool_calls[0].id"
+    assert errors["long-id"]["response"]["body"]["error"]["code"] == "string_above_max_length"
     assert errors["limited"]["response"]["status_code"] == 429
     assert errors["limited"]["response"]["body"]["error"]["code"] == "rate_limit_exceeded"
     assert (await openai_sdk.files.retrieve(done.output_file_id or "")).purpose == "batch_output"
@@ -192,6 +293,10 @@ async def test_cancel_is_slow_and_keeps_partial_output(openai_sdk: openai.AsyncO
         ([line("a"), line("b", model="other-model")], "mismatched_model", 2),
         ([{**line("a"), "url": "/v1/embeddings"}], "invalid_url", 1),
         ([{"method": "POST", "url": "/v1/chat/completions", "body": body()}], "missing_required_parameter", 1),
+        ([line("a"), {**line("b"), "method": None}], "missing_required_parameter", 2),
+        ([{**line("a"), "body": None}], "missing_required_parameter", 1),
+        ([line("a"), line("b", model=None)], "invalid_request", 2),
+        ([line("a", stream=True)], "streaming_unsupported", 1),
     ],
 )
 async def test_invalid_input_file_fails_the_batch(
@@ -204,6 +309,52 @@ async def test_invalid_input_file_fails_the_batch(
     assert failed.errors is not None and failed.errors.data is not None
     assert (failed.errors.data[0].code, failed.errors.data[0].line) == (code, at_line)
     assert failed.output_file_id is None
+
+
+async def test_validation_errors_read_as_the_api_writes_them(openai_sdk: openai.AsyncOpenAI) -> None:
+    lines = [line("a"), {**line("b"), "url": "/v1/embeddings"}, line("c", model=None), line("d", stream=True)]
+    failed = await openai_sdk.batches.retrieve(await start(openai_sdk, lines))
+
+    assert failed.status == "failed" and failed.errors is not None and failed.errors.data is not None
+    assert [e.model_dump() for e in failed.errors.data] == [
+        {
+            "code": "invalid_url",
+            "line": 2,
+            "message": "The URL provided for this request does not match the batch endpoint.",
+            "param": "url",
+        },
+        {"code": "invalid_request", "line": 3, "message": "Model parameter is required.", "param": "body.model"},
+        {
+            "code": "streaming_unsupported",
+            "line": 4,
+            "message": "Chat Completions: Streaming is not supported in the Batch API.",
+            "param": "body.stream",
+        },
+    ]
+
+
+async def test_refused_bodies_of_a_valid_file_are_400_lines_of_the_error_file(openai_sdk: openai.AsyncOpenAI) -> None:
+    lines = [
+        line("ok", tools=[SEND]),
+        line("unknown", tools=[SEND], cache_control={"type": "ephemeral"}),
+        line("schema", tools=[function(parameters={"type": "object", "required": "message"})]),
+        line("name", tools=[function("send.message")]),
+    ]
+    done = await openai_sdk.batches.retrieve(await start(openai_sdk, lines))
+    errors = await read(openai_sdk, done.error_file_id)
+
+    assert done.status == "completed" and set(await read(openai_sdk, done.output_file_id)) == {"ok"}
+    refused = {k: v["response"]["body"]["error"] for k, v in errors.items()}
+    assert all(v["response"]["status_code"] == 400 and v["error"] is None for v in errors.values())
+    assert refused["unknown"]["message"] == "Unrecognized request argument supplied: cache_control"
+    assert (
+        refused["schema"]["message"] == "Invalid schema for function 'send_message': 'message' is not of type 'array'."
+    )
+    assert (refused["schema"]["param"], refused["schema"]["code"]) == (
+        "tools[0].function.parameters",
+        "invalid_function_parameters",
+    )
+    assert (refused["name"]["param"], refused["name"]["code"]) == ("tools[0].function.name", "invalid_value")
 
 
 async def test_more_than_50000_requests_fail_the_batch(openai_sdk: openai.AsyncOpenAI) -> None:

@@ -1,4 +1,8 @@
-"""Whatever history we translate, the API checks (as the emulator applies them) accept the request."""
+"""Whatever history we translate, the API checks (as the emulator applies them) accept the request.
+
+The histories include tool-call ids made by the other provider, by old nightshift versions (41
+characters) and by other clients: the wire layer must make each acceptable to each provider.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 import pytest
 
 from nightshift.domain.messages import Message, Role, ToolCall
-from nightshift.emulator import anthropic_api, openai_api
+from nightshift.emulator import anthropic_checks, openai_checks
 from nightshift.providers import anthropic_wire, openai_wire
 from nightshift.providers.base import ModelRequest
 
@@ -48,6 +52,24 @@ HISTORIES = {
         msg(Role.ASSISTANT, tool_calls=call("c1")),
         msg(Role.TOOL, "x", tool_call_id="c9"),
     ],
+    "the old 41-character greeting id": [
+        msg(Role.ASSISTANT, tool_calls=call("call-0192f0c4-1a2b-7c3d-8e4f-a5b6c7d8e9f0")),
+        msg(Role.TOOL, "ok", tool_call_id="call-0192f0c4-1a2b-7c3d-8e4f-a5b6c7d8e9f0"),
+        msg(Role.USER, "hi"),
+    ],
+    "ids another provider made": [
+        msg(Role.USER, "hi"),
+        msg(Role.ASSISTANT, tool_calls=call("toolu_01AbmHJypDhKqBF7NKdRPJ6d")),
+        msg(Role.TOOL, "ok", tool_call_id="toolu_01AbmHJypDhKqBF7NKdRPJ6d"),
+        msg(Role.ASSISTANT, tool_calls=call("call_sS3HejVTEiGEJGwTW7bxHKh8")),
+        msg(Role.TOOL, "ok", tool_call_id="call_sS3HejVTEiGEJGwTW7bxHKh8"),
+    ],
+    "ids with characters Anthropic refuses": [
+        msg(Role.USER, "hi"),
+        msg(Role.ASSISTANT, tool_calls=call("call_a|fc_b")),
+        msg(Role.TOOL, "ok", tool_call_id="call_a|fc_b"),
+        msg(Role.ASSISTANT, tool_calls=call("x" * 80)),
+    ],
     "system in the middle and empty texts": [
         msg(Role.USER, ""),
         msg(Role.SYSTEM, "note"),
@@ -61,11 +83,11 @@ HISTORIES = {
 def test_anthropic_accepts(history: list[Message]) -> None:
     request = ModelRequest(model="claude", system="S", messages=tuple(history), tools=(TOOL,), temperature=0.5)
 
-    anthropic_api.check_params(anthropic_wire.build_request(request), version=anthropic_api.STRICT_VERSION)
+    anthropic_checks.check_params(anthropic_wire.build_request(request), version=anthropic_checks.STRICT_VERSION)
 
 
 @pytest.mark.parametrize("history", HISTORIES.values(), ids=HISTORIES.keys())
 def test_openai_accepts(history: list[Message]) -> None:
     request = ModelRequest(model="gpt", system="S", messages=tuple(history), tools=(TOOL,), temperature=0.5)
 
-    openai_api.check_body(openai_wire.build_request(request))
+    openai_checks.check_body(openai_wire.build_request(request))

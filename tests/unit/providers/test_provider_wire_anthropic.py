@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -167,6 +168,28 @@ def test_orphan_result_becomes_text_and_open_call_gets_an_error_result() -> None
     assert messages[-1]["content"] == [
         {"type": "tool_result", "tool_use_id": "t1", "content": wire.MISSING_TOOL_RESULT, "is_error": True}
     ]
+
+
+def test_an_id_anthropic_refuses_is_the_same_stand_in_in_the_call_and_its_result() -> None:
+    stored = "call_abc|fc_def"  # shaped like another client's ids: '|' is outside ^[a-zA-Z0-9_-]+$
+    call = ToolCall(id=stored, name="get_weather", arguments="{}")
+    messages = wire.to_messages(
+        [msg(Role.USER, "go"), msg(Role.ASSISTANT, tool_calls=(call,)), msg(Role.TOOL, "sunny", tool_call_id=stored)]
+    )
+
+    sent = messages[1]["content"][0]["id"]
+    assert sent != stored and re.fullmatch(r"[a-zA-Z0-9_-]+", sent)
+    assert messages[2]["content"][0] == {"type": "tool_result", "tool_use_id": sent, "content": "sunny"}
+
+
+def test_openai_ids_and_the_old_greeting_id_are_replayed_to_anthropic_as_they_are() -> None:
+    for stored in ("call_sS3HejVTEiGEJGwTW7bxHKh8", "call-0192f0c4-1a2b-7c3d-8e4f-a5b6c7d8e9f0"):
+        call = ToolCall(id=stored, name="get_weather", arguments="{}")
+        messages = wire.to_messages(
+            [msg(Role.USER, "go"), msg(Role.ASSISTANT, tool_calls=(call,)), msg(Role.TOOL, "x", tool_call_id=stored)]
+        )
+
+        assert messages[1]["content"][0]["id"] == messages[2]["content"][0]["tool_use_id"] == stored
 
 
 def test_malformed_past_arguments_are_kept_as_text() -> None:

@@ -103,6 +103,39 @@ def test_malformed_past_arguments_are_sent_verbatim() -> None:
     assert messages[0]["tool_calls"][0]["function"]["arguments"] == "{oops"
 
 
+def test_a_too_long_stored_id_is_the_same_short_id_in_the_call_and_its_result() -> None:
+    old_greeting = "call-0192f0c4-1a2b-7c3d-8e4f-a5b6c7d8e9f0"  # 41 characters, refused by OpenAI
+    call = ToolCall(id=old_greeting, name="send_message", arguments='{"message": "Hi"}')
+    messages = wire.to_messages(
+        [
+            msg(Role.ASSISTANT, tool_calls=(call,)),
+            msg(Role.TOOL, "Sent.", tool_call_id=old_greeting),
+            msg(Role.ASSISTANT, tool_calls=(call,)),  # a call left without a result gets one too
+        ]
+    )
+
+    sent = messages[0]["tool_calls"][0]["id"]
+    assert len(sent) <= 40 and sent != old_greeting
+    assert messages[1] == {"role": "tool", "tool_call_id": sent, "content": "Sent."}
+    assert messages[2]["tool_calls"][0]["id"] == sent
+    assert messages[3] == {"role": "tool", "tool_call_id": sent, "content": wire.MISSING_TOOL_RESULT}
+
+
+def test_an_anthropic_id_is_replayed_to_openai_as_it_is() -> None:
+    call = ToolCall(id="toolu_01AbmHJypDhKqBF7NKdRPJ6d", name="send_message", arguments="{}")
+    messages = wire.to_messages([msg(Role.ASSISTANT, tool_calls=(call,)), msg(Role.TOOL, "x", tool_call_id=call.id)])
+
+    assert messages[0]["tool_calls"][0]["id"] == messages[1]["tool_call_id"] == call.id
+
+
+def test_a_description_over_1024_characters_is_cut() -> None:
+    long = {**SEND, "description": "d" * 1500}
+    body = wire.build_request(ModelRequest(model="gpt-4o-mini", system="S", messages=(), tools=(long, SEND)))
+
+    assert body["tools"][0]["function"]["description"] == "d" * 1024
+    assert body["tools"][1]["function"]["description"] == "Send a message."
+
+
 def test_batch_line_targets_chat_completions() -> None:
     line = wire.batch_line("agent-1", request(msg(Role.USER, "hi")))
 
