@@ -39,6 +39,16 @@ def _run(work: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(1) from None
 
 
+async def _check_database(url: str) -> None:
+    from nightshift.store.db import check_reachable, create_engine
+
+    engine = create_engine(url)
+    try:
+        await check_reachable(engine)
+    finally:
+        await engine.dispose()
+
+
 async def _migrate(url: str) -> None:
     from nightshift.store.db import create_engine, upgrade
 
@@ -60,7 +70,7 @@ def serve(
     from nightshift.api.app import create_app
 
     settings = Settings()
-    _run(_migrate(settings.resolved_database_url))  # a database it cannot reach stops it here, in one line
+    _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
     uvicorn.run(
         create_app(settings),
         host=host or settings.host,

@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     port: int = 8283
     poll_interval_seconds: float = 30.0
     poller: bool = True
+    # How long a provider batch a process works on stays its own (renewed while it works): after a
+    # crash, how soon another process takes over. Default: 20 poll intervals, at least 5 s.
+    lease_seconds: float | None = Field(default=None, gt=0)
     default_max_steps: int = 10
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
     callback_allow_private: bool = False  # callbacks may go to loopback and private addresses

@@ -47,7 +47,7 @@ from nightshift.domain.batches import (
 from nightshift.errors import ProviderError
 from nightshift.pricing import PriceTable
 from nightshift.providers.base import BatchState, ModelError, ModelProvider
-from nightshift.providers.clients import ProviderSet
+from nightshift.providers.clients import ProviderSet, preload
 from nightshift.runtime.context import build_requests
 from nightshift.runtime.persist import write_turns
 from nightshift.runtime.search import StoreSearch
@@ -250,7 +250,11 @@ class Worker:
             )
         try:
             provider = self.providers.get(batch.provider)
-            provider_batch_id = await self._adopt(batch, provider, len(requests))
+            adopted = await self._adopt(batch, provider, set(requests))
+            if isinstance(adopted, _Wait):
+                await self._release(batch, delay=timedelta(seconds=self.poll_interval))
+                return batch
+            provider_batch_id = adopted
             if provider_batch_id is None:
                 async with self.engine.begin() as conn:
                     if not await batch_store.record_submit_intent(conn, batch.id, self.owner, now):
@@ -267,27 +271,38 @@ class Worker:
             return await self._fail_submission(batch, items, exc)
         return await self._submitted(batch, provider_batch_id, refused)
 
-    async def _adopt(self, batch: ProviderBatch, provider: ModelProvider, requests: int) -> str | None:
-        """The provider's id of this batch if an earlier attempt got it there; None to submit it.
+    async def _adopt(self, batch: ProviderBatch, provider: ModelProvider, custom_ids: set[str]) -> str | _Wait | None:
+        """The provider's id of this batch if an earlier attempt got it there; None to submit it;
+        ``WAIT`` when that cannot be told yet.
 
-        Copies beyond the first (a submission whose answer was lost, then another) are cancelled
-        at once and recorded on the batch.
+        Found by tag, every candidate is a copy of this batch: the first is adopted, the others
+        (a submission whose answer was lost, then another) are cancelled at once and recorded on
+        the batch. Found by request count only, a candidate may be another batch of the same
+        size (of another run, in flight at the same moment): it is adopted only once it has
+        ended and its custom ids are this batch's. Until every candidate has ended the batch
+        waits; when none of them is it, it is submitted.
         """
         if batch.submit_started_at is None:
             return None  # never sent
         found = await provider.find_batches(
-            batch.id, created_after=batch.submit_started_at - ADOPT_WINDOW, requests=requests
+            batch.id, created_after=batch.submit_started_at - ADOPT_WINDOW, requests=len(custom_ids)
         )
         async with self.engine.connect() as conn:
             known = await batch_store.known_provider_ids(conn, batch.provider, found.ids)
         candidates = [provider_id for provider_id in found.ids if provider_id not in known]
         if not candidates:
             return None
-        adopted, *copies = candidates if found.tagged else candidates[:1]
+        if found.tagged:
+            adopted, *copies = candidates
+            await self._cancel_copies(batch, provider, copies)
+        else:
+            ended = await _ended_with(provider, candidates, custom_ids)
+            if not isinstance(ended, str):
+                return ended
+            adopted = ended
         log.warning(
             "provider batch %s was accepted by %s before a crash: adopting %s", batch.id, batch.provider, adopted
         )
-        await self._cancel_copies(batch, provider, copies)
         return adopted
 
     async def _cancel_copies(self, batch: ProviderBatch, provider: ModelProvider, copies: Sequence[str]) -> None:
@@ -519,6 +534,28 @@ class Worker:
             await batch_store.release(conn, batch.id, owner or self.owner, next_poll_at=None)
 
 
+class _Wait:
+    """Whether an earlier attempt got a batch to the provider cannot be told yet."""
+
+
+WAIT = _Wait()
+
+
+async def _ended_with(provider: ModelProvider, candidates: Sequence[str], custom_ids: set[str]) -> str | _Wait | None:
+    """The first candidate that has ended with exactly these custom ids; ``WAIT`` while one of
+    them is still running (it may be the one); None when none of them is."""
+    running = False
+    for candidate in candidates:
+        if (await provider.retrieve_batch(candidate)).state is not BatchState.ENDED:
+            running = True
+            continue
+        async with contextlib.aclosing(provider.batch_results(candidate)) as results:
+            seen = {custom_id async for custom_id, _ in results}
+        if seen == custom_ids:
+            return candidate
+    return WAIT if running else None
+
+
 async def _end_run_if_done(conn: AsyncConnection, run_id: str, now: datetime) -> None:
     """End the run when none of its provider batches is open: completed if any agent finished."""
     if await batch_store.open_batches_of_run(conn, run_id) > 0:
@@ -537,18 +574,22 @@ def worker_id() -> str:
 async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterator[Worker]:
     """A worker with its tool sandbox and provider clients, all closed when the block ends."""
     async with build_sandbox(settings) as sandbox, ProviderSet() as providers:
+        # The SDKs take seconds to import: in a thread, while the server already answers.
+        preloading = asyncio.create_task(asyncio.to_thread(preload), name="preload-providers")
         yield Worker(
             engine=engine,
             providers=providers,
             sandbox=sandbox,
             owner=worker_id(),
             poll_interval=settings.poll_interval_seconds,
-            lease_seconds=max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
+            lease_seconds=settings.lease_seconds
+            or max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
             callback_retry_delay=timedelta(seconds=settings.callback_retry_seconds),
             callback_allow_private=settings.callback_allow_private,
             error_backoff=timedelta(seconds=settings.error_backoff_seconds),
             prices=PriceTable(settings.prices),
         )
+        await preloading
 
 
 def _next_step(

@@ -6,6 +6,7 @@ Any ``anthropic-version`` and either auth header are accepted (auth is checked b
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -60,6 +61,7 @@ def build_router(state: EmulatorState) -> APIRouter:
             results=results,
         )
         state.anthropic_batches[batch_id] = job
+        await asyncio.sleep(state.config.create_answer_delay)
         return JSONResponse(api.batch_json(job))
 
     @router.get("/v1/messages/batches")

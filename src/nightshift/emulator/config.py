@@ -85,6 +85,9 @@ class EmulatorConfig(_Frozen):
     cancel_polls: int = Field(default=0, ge=0)  # retrieves that still see canceling / cancelling
     expire_after_polls: int | None = Field(default=None, ge=0)  # a batch expires after N polls...
     expire_after_seconds: float | None = Field(default=None, ge=0)  # ...or N seconds (default 24 h)
+    # A batch create answers this long after the batch exists: a window in which a client that
+    # dies has had its batch accepted without hearing so (what durability tests kill into).
+    create_answer_delay: float = Field(default=0.0, ge=0)
 
     errors: dict[str, str] = Field(default_factory=dict)  # custom_id -> error type, in batches
     error_fraction: float = Field(default=0.0, ge=0, le=1)  # share of batch requests that fail...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -129,6 +130,7 @@ def build_router(state: EmulatorState) -> APIRouter:
             extra={"endpoint": endpoint, "input_file_id": stored.id, "metadata": metadata, "model": model},
         )
         state.openai_batches[batch_id] = job
+        await asyncio.sleep(state.config.create_answer_delay)
         return JSONResponse(api.batch_json(job, now))
 
     @router.get("/v1/batches")

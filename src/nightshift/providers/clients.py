@@ -3,24 +3,27 @@
 Keys and base URLs are the SDKs' own variables (``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``,
 ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``). A client is built when a provider is first needed, so a
 missing key fails that call with a ``ProviderError`` naming the variable, never the import or the
-startup of a server that does not use that provider.
+startup of a server that does not use that provider. The SDKs themselves are imported then too
+(they take seconds to import): ``preload`` imports them ahead, off the event loop, so a server is
+up before they are and its first step does not wait for them.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-
-import anthropic
-import openai
+from typing import TYPE_CHECKING
 
 from nightshift.domain.agents import Provider
 from nightshift.errors import ProviderError
-from nightshift.providers.anthropic_provider import AnthropicProvider
 from nightshift.providers.base import ModelProvider
 from nightshift.providers.errors import AUTHENTICATION
-from nightshift.providers.openai_provider import OpenAIProvider
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
 
 DEFAULT_MAX_RETRIES = 2
 # Where each provider's SDK sends requests: its base-URL variable, else the real API.
@@ -47,6 +50,8 @@ def anthropic_client(*, max_retries: int = DEFAULT_MAX_RETRIES) -> anthropic.Asy
     Raises:
         ProviderError: ``ANTHROPIC_API_KEY`` is not set.
     """
+    import anthropic
+
     key = _key("ANTHROPIC_API_KEY", "Anthropic", "ANTHROPIC_BASE_URL")
     return anthropic.AsyncAnthropic(api_key=key, max_retries=max_retries)
 
@@ -57,8 +62,19 @@ def openai_client(*, max_retries: int = DEFAULT_MAX_RETRIES) -> openai.AsyncOpen
     Raises:
         ProviderError: ``OPENAI_API_KEY`` is not set.
     """
+    import openai
+
     key = _key("OPENAI_API_KEY", "OpenAI", "OPENAI_BASE_URL")
     return openai.AsyncOpenAI(api_key=key, max_retries=max_retries)
+
+
+_MODULES = ("nightshift.providers.anthropic_provider", "nightshift.providers.openai_provider")
+
+
+def preload() -> None:
+    """Import the providers' modules and SDKs now (blocking: run it in a thread)."""
+    for name in _MODULES:
+        importlib.import_module(name)
 
 
 class ProviderSet:
@@ -98,10 +114,14 @@ class ProviderSet:
             return found
         built: ModelProvider
         if provider is Provider.ANTHROPIC:
+            from nightshift.providers.anthropic_provider import AnthropicProvider
+
             anthropic_sdk = anthropic_client(max_retries=self._max_retries)
             self._closers.append(anthropic_sdk.close)
             built = AnthropicProvider(anthropic_sdk)
         else:
+            from nightshift.providers.openai_provider import OpenAIProvider
+
             openai_sdk = openai_client(max_retries=self._max_retries)
             self._closers.append(openai_sdk.close)
             built = OpenAIProvider(openai_sdk)

@@ -114,3 +114,27 @@ async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
     await _due_now(db_url, batch_id)
     done = await runs.wait(run["id"])
     assert done["status"] == "completed", done
+
+
+@pytest.mark.settings(error_backoff_seconds=600)
+async def test_a_batch_of_the_same_size_is_not_taken_for_ours(runs: Runs, admin: EmulatorAdmin, db_url: str) -> None:
+    # Anthropic's batches carry no tag: another batch of the same size, in flight when ours was
+    # lost, looks like ours until its custom ids can be read (once it has ended).
+    agents = [await runs.agent(f"mine-{i}") for i in range(3)]
+    await admin.fault(HttpFault(path=CREATE[Provider.ANTHROPIC], method="POST", status=500, should_retry=False))
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
+    ours = run["progress"]["provider_batches"][0]["id"]
+    await admin.configure(polls_to_end=3)
+    async with ProviderSet() as providers:
+        request = ModelRequest(model="claude-3-5-haiku-20241022", system="s", messages=())
+        decoy = await providers.get(Provider.ANTHROPIC).submit_batch(
+            {f"someone-else-{i}": request for i in range(3)}, tag="llm_batch-another"
+        )
+    await _due_now(db_url, ours)
+
+    done = await runs.wait(run["id"])
+
+    assert done["status"] == "completed", done
+    assert done["progress"]["agents"]["finished"] == 3
+    (batch,) = done["progress"]["provider_batches"]
+    assert batch["provider_batch_id"] not in (None, decoy)  # it waited for the decoy to end, then sent its own
