@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
 from nightshift.tools.launch import SandboxKind, ToolNetwork
 
 
@@ -26,8 +27,10 @@ class Settings(BaseSettings):
     port: int = 8283
     poll_interval_seconds: float = 30.0
     poller: bool = True
-    default_max_steps: int = 10
+    default_max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
+    # The largest request body, checked before it is parsed (batch runs take more: see api/app.py).
+    max_request_mb: int = Field(default=DEFAULT_MAX_REQUEST_MB, ge=1, le=1024 * 1024)
     # Custom tools: how they are isolated, what they may reach, and what one call may use.
     tool_sandbox: SandboxKind = SandboxKind.BUBBLEWRAP
     tool_bwrap: str = "bwrap"

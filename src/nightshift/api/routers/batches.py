@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
 from nightshift.api.deps import Conn, Org, State
+from nightshift.api.input import Body
 from nightshift.api.routers.params import PageQuery
 from nightshift.batch.steps import RunRequest, cancel_run, create_run
 from nightshift.domain.batches import (
@@ -63,8 +64,7 @@ class BatchRequestBody(BaseModel):
         return tuple(found)
 
 
-class BatchCreate(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class BatchCreate(Body):
     requests: list[BatchRequestBody]
     callback_url: HttpUrl | None = None
     metadata: dict[str, Any] | None = None
