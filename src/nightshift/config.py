@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
 from nightshift.tools.launch import SandboxKind, ToolNetwork
 
 
@@ -29,11 +30,13 @@ class Settings(BaseSettings):
     # How long a provider batch a process works on stays its own (renewed while it works): after a
     # crash, how soon another process takes over. Default: 20 poll intervals, at least 5 s.
     lease_seconds: float | None = Field(default=None, gt=0)
-    default_max_steps: int = 10
+    default_max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
     callback_allow_private: bool = False  # callbacks may go to loopback and private addresses
     # First wait before a failed batch stage (provider unreachable, say) is tried again; doubles.
     error_backoff_seconds: float = Field(default=30.0, gt=0)
+    # The largest request body, checked before it is parsed (batch runs take more: see api/app.py).
+    max_request_mb: int = Field(default=DEFAULT_MAX_REQUEST_MB, ge=1, le=1024 * 1024)
     # Custom tools: how they are isolated, what they may reach, and what one call may use.
     tool_sandbox: SandboxKind = SandboxKind.BUBBLEWRAP
     tool_bwrap: str = "bwrap"

@@ -12,12 +12,16 @@ from fastapi import Depends, FastAPI
 
 from nightshift import __version__
 from nightshift.api import errors
+from nightshift.api.body_limit import MEGABYTE, BodyLimit
 from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
+from nightshift.api.errors import ERROR_RESPONSES, PROVIDER_ERROR_RESPONSES
+from nightshift.api.input import storable_url
 from nightshift.api.routers import agent_messages, agents, batches, blocks, health, tools
 from nightshift.batch.poller import poll_forever
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
+from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
 
@@ -55,9 +59,19 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="nightshift", version=__version__, description=DESCRIPTION, lifespan=lifespan)
     errors.install(app)
+    # A batch run's messages may hold MAX_INPUT_BYTES (100 MB) of text: its body may be larger.
+    app.add_middleware(
+        BodyLimit,
+        default=settings.max_request_mb * MEGABYTE,
+        by_path={"/v1/messages/batches": max(MAX_BATCH_REQUEST_MB, settings.max_request_mb) * MEGABYTE},
+    )
     app.include_router(health.router)
     app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
-    secured = [Depends(organization)]
-    for module in (agents, agent_messages, tools, blocks, batches):
-        app.include_router(module.router, dependencies=secured)
+    secured = [Depends(organization), Depends(storable_url)]
+    for module in (agents, tools, blocks):
+        app.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
+    app.include_router(
+        agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES
+    )
+    app.include_router(batches.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES)
     return app

@@ -54,6 +54,16 @@ def _bearer(request: Request) -> str | None:
     return request.headers.get("x-api-key") or request.headers.get("user-id-token") or None
 
 
+def _same_secret(token: str, password: str) -> bool:
+    """Whether the header's token is the password, in constant time.
+
+    Header values reach us decoded as Latin-1, so encoding the token back gives the bytes the
+    client sent; the password is compared as UTF-8. (``hmac.compare_digest`` refuses non-ASCII
+    text, so comparing the strings would fail on a token like "pässword".)
+    """
+    return hmac.compare_digest(token.encode("latin-1", "replace"), password.encode("utf-8", "replace"))
+
+
 async def organization(request: Request, state: State) -> str:
     """The caller's organization id.
 
@@ -64,7 +74,7 @@ async def organization(request: Request, state: State) -> str:
     token = _bearer(request)
     password = state.settings.server_password
     if token is not None:
-        if password is not None and hmac.compare_digest(token, password.get_secret_value()):
+        if password is not None and _same_secret(token, password.get_secret_value()):
             return DEFAULT_ORG_ID
         async with state.engine.connect() as conn:
             org_id = await org_for_api_key(conn, token)

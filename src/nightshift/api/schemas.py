@@ -7,10 +7,11 @@ These are the wire layer only: routers turn them into domain calls and domain ob
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
+from nightshift.api.input import Body, Name, Tags, Text
 from nightshift.domain.agents import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_MAX_TOKENS,
@@ -20,34 +21,48 @@ from nightshift.domain.agents import (
     parse_model_handle,
 )
 from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block
-from nightshift.domain.tool_rules import ToolRule, dump_tool_rules
+from nightshift.domain.limits import (
+    MAX_BLOCK_LIMIT,
+    MAX_CONTEXT_WINDOW,
+    MAX_LIST_ITEMS,
+    MAX_NAME_CHARS,
+    MAX_OUTPUT_TOKENS,
+    MAX_RETURN_CHARS,
+    MAX_SOURCE_CHARS,
+)
+from nightshift.domain.tool_rules import ToolRule, dedupe_tool_rules, dump_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput
 from nightshift.services.agents import NewBlock
 
+Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
+ContextWindow = Annotated[int, Field(ge=1, le=MAX_CONTEXT_WINDOW)]
+MaxTokens = Annotated[int, Field(ge=1, le=MAX_OUTPUT_TOKENS)]
+BlockLimit = Annotated[int, Field(ge=1, le=MAX_BLOCK_LIMIT)]
+ReturnCharLimit = Annotated[int, Field(ge=1, le=MAX_RETURN_CHARS)]
+SourceCode = Annotated[str, Field(min_length=1, max_length=MAX_SOURCE_CHARS)]
+Label = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+ToolRules = Annotated[list[ToolRule], Field(max_length=MAX_LIST_ITEMS)]
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
 
-
-class LLMConfigBody(_Body):
+class LLMConfigBody(Body):
     """Letta's llm_config: the model and its limits."""
 
-    model: str
-    model_endpoint_type: str | None = None
-    context_window: int = Field(default=DEFAULT_CONTEXT_WINDOW, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
+    model: Name
+    model_endpoint_type: Name | None = None
+    context_window: ContextWindow = DEFAULT_CONTEXT_WINDOW
+    max_tokens: MaxTokens | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
-    handle: str | None = None
+    handle: Name | None = None
 
 
-class BlockCreate(_Body):
+class BlockCreate(Body):
     """A block of core memory to create (standalone or inside an agent)."""
 
-    label: str = Field(min_length=1)
-    value: str
-    limit: int = Field(default=DEFAULT_BLOCK_LIMIT, ge=1)
-    description: str | None = None
+    label: Label
+    value: Text
+    limit: BlockLimit = DEFAULT_BLOCK_LIMIT
+    description: Text | None = None
     read_only: bool = False
     metadata: dict[str, Any] | None = None
 
@@ -62,13 +77,13 @@ class BlockCreate(_Body):
         )
 
 
-class BlockUpdate(_Body):
+class BlockUpdate(Body):
     """Fields of a block to change; absent fields stay as they are."""
 
-    value: str | None = None
-    limit: int | None = Field(default=None, ge=1)
-    label: str | None = Field(default=None, min_length=1)
-    description: str | None = None
+    value: Text | None = None
+    limit: BlockLimit | None = None
+    label: Label | None = None
+    description: Text | None = None
     read_only: bool | None = None
     metadata: dict[str, Any] | None = None
 
@@ -100,22 +115,25 @@ class BlockPublic(BaseModel):
         )
 
 
-class ToolCreate(_Body):
+class ToolCreate(Body):
     """A custom tool: Python source whose function signature and docstring give the schema."""
 
-    source_code: str = Field(min_length=1)
-    description: str | None = None
-    tags: list[str] = Field(default_factory=list)
-    return_char_limit: int = Field(default=50_000, ge=1)
+    source_code: SourceCode
+    description: Text | None = None
+    tags: Tags = Field(default_factory=list)
+    return_char_limit: ReturnCharLimit = 50_000
     source_type: Literal["python"] = "python"
-    json_schema: dict[str, Any] | None = None
+    json_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="Replaces the schema made from the source: {name, description, parameters (an object schema)}",
+    )
 
 
-class ToolUpdate(_Body):
-    source_code: str | None = Field(default=None, min_length=1)
-    description: str | None = None
-    tags: list[str] | None = None
-    return_char_limit: int | None = Field(default=None, ge=1)
+class ToolUpdate(Body):
+    source_code: SourceCode | None = None
+    description: Text | None = None
+    tags: Tags | None = None
+    return_char_limit: ReturnCharLimit | None = None
 
 
 class ToolPublic(BaseModel):
@@ -183,24 +201,24 @@ def llm_config_from(
     )
 
 
-class AgentCreate(_Body):
+class AgentCreate(Body):
     """Letta's CreateAgentRequest, the parts nightshift uses."""
 
-    name: str | None = None
-    system: str | None = None
-    description: str | None = None
-    model: str | None = None
+    name: Name | None = None
+    system: Text | None = None
+    description: Text | None = None
+    model: Name | None = None
     llm_config: LLMConfigBody | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    context_window_limit: int | None = Field(default=None, ge=1)
-    embedding: str | None = None
-    memory_blocks: list[BlockCreate] = Field(default_factory=list)
-    block_ids: list[str] = Field(default_factory=list)
-    tool_ids: list[str] = Field(default_factory=list)
-    tools: list[str] = Field(default_factory=list)
+    max_tokens: MaxTokens | None = None
+    context_window_limit: ContextWindow | None = None
+    embedding: Name | None = None
+    memory_blocks: Annotated[list[BlockCreate], Field(max_length=MAX_LIST_ITEMS)] = Field(default_factory=list)
+    block_ids: Ids = Field(default_factory=list)
+    tool_ids: Ids = Field(default_factory=list)
+    tools: Ids = Field(default_factory=list)
     include_base_tools: bool = True
-    tool_rules: list[ToolRule] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
+    tool_rules: ToolRules = Field(default_factory=list)
+    tags: Tags = Field(default_factory=list)
     metadata: dict[str, Any] | None = None
     message_buffer_autoclear: bool = False
     secrets: dict[str, str] | None = Field(
@@ -215,24 +233,29 @@ class AgentCreate(_Body):
     def _none_is_empty(cls, value: Any) -> Any:
         return [] if value is None else value
 
+    @field_validator("tool_rules")
+    @classmethod
+    def _drop_repeated_rules(cls, rules: list[ToolRule]) -> list[ToolRule]:
+        return dedupe_tool_rules(rules)
+
     def given_secrets(self) -> dict[str, str]:
         return secrets_of(self.secrets, self.tool_exec_environment_variables) or {}
 
 
-class AgentUpdate(_Body):
+class AgentUpdate(Body):
     """Letta's UpdateAgent: every field optional; absent fields stay as they are."""
 
-    name: str | None = None
-    system: str | None = None
-    description: str | None = None
-    model: str | None = None
+    name: Name | None = None
+    system: Text | None = None
+    description: Text | None = None
+    model: Name | None = None
     llm_config: LLMConfigBody | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    embedding: str | None = None
-    block_ids: list[str] | None = None
-    tool_ids: list[str] | None = None
-    tool_rules: list[ToolRule] | None = None
-    tags: list[str] | None = None
+    max_tokens: MaxTokens | None = None
+    embedding: Name | None = None
+    block_ids: Ids | None = None
+    tool_ids: Ids | None = None
+    tool_rules: ToolRules | None = None
+    tags: Tags | None = None
     metadata: dict[str, Any] | None = None
     message_buffer_autoclear: bool | None = None
     secrets: dict[str, str] | None = Field(
@@ -241,6 +264,11 @@ class AgentUpdate(_Body):
     tool_exec_environment_variables: dict[str, str] | None = Field(
         default=None, description="Letta's older name for secrets"
     )
+
+    @field_validator("tool_rules")
+    @classmethod
+    def _drop_repeated_rules(cls, rules: list[ToolRule] | None) -> list[ToolRule] | None:
+        return None if rules is None else dedupe_tool_rules(rules)
 
 
 def secrets_of(secrets: dict[str, str] | None, older: dict[str, str] | None) -> dict[str, str] | None:

@@ -6,11 +6,13 @@ them lives in ``domain/solver.py``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from nightshift.domain.limits import MAX_STEPS
 from nightshift.errors import InvalidInput
 
 
@@ -123,9 +125,83 @@ def dump_tool_rules(rules: Sequence[ToolRule]) -> list[dict[str, Any]]:
     return [rule.model_dump(exclude_none=True) for rule in rules]
 
 
-def check_rules_name_known_tools(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> None:
-    """Raise ``InvalidInput`` when a rule names a tool the agent does not have."""
-    known = set(tool_names)
+def dedupe_tool_rules(rules: Sequence[ToolRule]) -> list[ToolRule]:
+    """The rules in order without repeats: a rule identical to an earlier one is dropped, as Letta does."""
+    seen: set[str] = set()
+    kept: list[ToolRule] = []
+    for rule in rules:
+        key = json.dumps(rule.model_dump(mode="json"), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            kept.append(rule)
+    return kept
+
+
+def check_tool_rules(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> None:
+    """Raise ``InvalidInput`` (field ``tool_rules``) when the rules cannot hold for an agent with these tools.
+
+    Refused, each with the reason:
+
+    - a rule naming a tool the agent does not have;
+    - a ``max_count_per_step`` limit over ``MAX_STEPS`` (a run never takes more steps);
+    - ``constrain_child_tools`` or ``parent_last_tool`` with no children, ``conditional`` with
+      neither ``child_output_mapping`` nor ``default_child``;
+    - one tool that is both ``exit_loop`` and ``continue_loop``;
+    - ``run_first`` on more than one tool (repeats of one rule are fine: see ``dedupe_tool_rules``);
+    - a ``required_before_exit`` tool that no run can reach (see :func:`reachable_tools`).
+    """
+    tools = list(dict.fromkeys(tool_names))
+    _check_names(rules, tools)
+    for index, rule in enumerate(rules):
+        if isinstance(rule, ChildToolRule | ParentToolRule) and not rule.children:
+            raise InvalidInput(
+                f"tool rule {index} ({rule.type} on {rule.tool_name}) has no children: name at least one tool",
+                field="tool_rules",
+            )
+        if isinstance(rule, ConditionalToolRule) and not rule.child_output_mapping and not rule.default_child:
+            raise InvalidInput(
+                f"tool rule {index} (conditional on {rule.tool_name}) names no child: give child_output_mapping "
+                "or default_child",
+                field="tool_rules",
+            )
+        if isinstance(rule, MaxCountPerStepToolRule) and rule.max_count_limit > MAX_STEPS:
+            raise InvalidInput(
+                f"tool rule {index} (max_count_per_step on {rule.tool_name}): max_count_limit must be at most "
+                f"{MAX_STEPS}, the most steps a run takes",
+                field="tool_rules",
+            )
+    ending = {r.tool_name for r in rules if isinstance(r, TerminalToolRule)}
+    both = sorted(ending & {r.tool_name for r in rules if isinstance(r, ContinueToolRule)})
+    if both:
+        raise InvalidInput(
+            f"{', '.join(both)}: a tool cannot be both exit_loop (calling it ends the loop) and continue_loop "
+            "(calling it continues the loop); keep one of the two rules",
+            field="tool_rules",
+        )
+    first = list(dict.fromkeys(r.tool_name for r in rules if isinstance(r, InitToolRule)))
+    if len(first) > 1:
+        raise InvalidInput(
+            f"run_first names {len(first)} tools ({', '.join(first)}): only one tool can run first",
+            field="tool_rules",
+        )
+    required = list(dict.fromkeys(r.tool_name for r in rules if isinstance(r, RequiredBeforeExitToolRule)))
+    reachable = reachable_tools(rules, tools)
+    unreachable = [name for name in required if name not in reachable]
+    if unreachable:
+        raise InvalidInput(
+            f"required_before_exit names {', '.join(unreachable)}, which the other rules never let the agent "
+            f"call (the tools it can reach: {', '.join(sorted(reachable)) or 'none'}); the loop could never end "
+            "before max_steps",
+            field="tool_rules",
+        )
+
+
+# services/agents.py checks an agent's rules (on create, update and tool detach) by this name.
+check_rules_name_known_tools = check_tool_rules
+
+
+def _check_names(rules: Sequence[ToolRule], tools: Sequence[str]) -> None:
+    known = set(tools)
     for index, rule in enumerate(rules):
         missing = [name for name in rule.named_tools() if name not in known]
         if missing:
@@ -134,3 +210,65 @@ def check_rules_name_known_tools(rules: Sequence[ToolRule], tool_names: Iterable
                 f"{', '.join(sorted(set(missing)))}",
                 field="tool_rules",
             )
+
+
+def reachable_tools(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> set[str]:
+    """Every tool of ``tool_names`` that some run of an agent with these rules might call.
+
+    "Might" is meant generously (an over-approximation), so that a tool left out can certainly
+    never be called. It follows ``ToolRulesSolver.allowed_tools``, whose answer depends on the last
+    tool called, with these generalisations: a conditional rule may map the output to any one of
+    its children (or to no constraint at all, without a default and without
+    ``require_output_mapping``), and two conditional rules on one tool may allow anything;
+    ``max_count_per_step`` only takes tools away, except that a choice made only of limited tools
+    may run empty; and an empty choice makes the solver allow every tool. A run is assumed to go on
+    as long as needed (a ``required_before_exit`` tool holds the loop open until its step limit).
+    A call the rules refused is not a call (the runtime does not register it), so only allowed
+    calls move a run on.
+    """
+    tools = list(dict.fromkeys(tool_names))
+    everything = set(tools)
+    first = {r.tool_name for r in rules if isinstance(r, InitToolRule)}
+    limited = {r.tool_name for r in rules if isinstance(r, MaxCountPerStepToolRule)}
+    parents: dict[str, set[str]] = {}
+    for rule in rules:
+        if isinstance(rule, ParentToolRule):
+            for child in rule.children:
+                parents.setdefault(child, set()).add(rule.tool_name)
+
+    def choice_after(last: str | None) -> set[str]:
+        """Every tool the solver might allow right after ``last`` (``None``: the first call)."""
+        base = set(everything)
+        if last is None and first:
+            base &= first
+        conditionals: list[ConditionalToolRule] = []
+        for rule in rules:
+            if rule.tool_name == last and isinstance(rule, ChildToolRule):
+                base &= set(rule.children)
+            elif rule.tool_name == last and isinstance(rule, ConditionalToolRule):
+                conditionals.append(rule)
+        base -= {child for child, gates in parents.items() if last not in gates}
+        if len(conditionals) > 1:
+            return everything  # their children may differ: an empty choice, so the fallback
+        # The choices an output may lead to: each mapped child alone, or no constraint at all.
+        choices = [base]
+        if conditionals:
+            rule = conditionals[0]
+            children = {*rule.child_output_mapping.values(), *([rule.default_child] if rule.default_child else [])}
+            open_ended = not rule.default_child and not rule.require_output_mapping
+            choices = [base & {child} for child in children] + ([base] if open_ended else [])
+        found: set[str] = set()
+        for allowed in choices:
+            # An empty choice makes the solver allow every tool, and a choice made only of tools
+            # with a max_count_per_step rule may run empty once their counts are used up.
+            found |= everything if not allowed or allowed <= limited else allowed
+        return found
+
+    reached: set[str] = set()
+    pending: list[str | None] = [None]
+    while pending:
+        for name in choice_after(pending.pop()):
+            if name not in reached:
+                reached.add(name)
+                pending.append(name)
+    return reached

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.limits import TOOL_NAME, TOOL_NAME_PATTERN
 from nightshift.domain.tool_rules import parse_tool_rules
 from nightshift.domain.tools import Tool, ToolType
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.store import tools as tool_store
 from nightshift.tools.base import BASE_TOOLS
-from nightshift.tools.schema import schema_from_function, schema_from_source
+from nightshift.tools.schema import ToolSchema, schema_from_function, schema_from_source
 
 
 def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
@@ -46,6 +50,64 @@ async def ensure_base_tools(conn: AsyncConnection, org_id: str) -> dict[str, Too
     return {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, BASE_TOOLS)}
 
 
+async def _schema_of(source_code: str) -> ToolSchema:
+    # Parsing a large source takes a while (about 2 s per MB): off the event loop.
+    return await asyncio.to_thread(schema_from_source, source_code)
+
+
+def client_json_schema(given: Mapping[str, Any], function_name: str) -> dict[str, Any]:
+    """A ``json_schema`` the client gave instead of the one made from the source, once checked.
+
+    It must be an object whose ``name`` (when given) is the function's name, whose
+    ``description`` (when given) is text, and whose ``parameters`` is a valid JSON Schema (draft
+    2020-12) of type object, since the providers get it as the tool's input schema.
+
+    Raises:
+        InvalidInput: (field ``json_schema...``) what is wrong with it.
+    """
+    name = given.get("name", function_name)
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise InvalidInput(
+            f"json_schema.name must be a tool name matching {TOOL_NAME_PATTERN}, got {_shown(name)}",
+            field="json_schema.name",
+        )
+    if name != function_name:
+        raise InvalidInput(
+            f"json_schema.name is {name!r} but the function is {function_name!r}: the model calls a tool by its "
+            "function's name",
+            field="json_schema.name",
+        )
+    description = given.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidInput(
+            f"json_schema.description must be text, got {_shown(description)}", field="json_schema.description"
+        )
+    parameters = given.get("parameters")
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise InvalidInput(
+            'json_schema.parameters must be a JSON Schema of type object ({"type": "object", "properties": '
+            f"{{...}}}}): a tool takes named arguments; got {_shown(parameters)}",
+            field="json_schema.parameters",
+        )
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as exc:
+        where = ".".join(str(part) for part in exc.path)
+        raise InvalidInput(
+            f"json_schema.parameters is not a valid JSON Schema: at {where or 'its top'}: {_shorter(exc.message)}",
+            field="json_schema.parameters",
+        ) from None
+    return {**given, "name": name, "parameters": parameters}
+
+
+def _shown(value: object) -> str:
+    return _shorter(repr(value))
+
+
+def _shorter(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 async def create_tool(
     conn: AsyncConnection,
     org_id: str,
@@ -63,12 +125,12 @@ async def create_tool(
         InvalidInput: the source does not give a usable function.
         Conflict: a tool with that name exists (unless ``upsert``, which replaces it).
     """
-    schema = schema_from_source(source_code)
+    schema = await _schema_of(source_code)
     name = schema.name
     if name in BASE_TOOLS:
         raise Conflict(f"{name!r} is a base tool name; pick another function name")
-    final_schema = dict(json_schema) if json_schema else dict(schema.json_schema)
-    final_description = description or schema.description
+    final_schema = client_json_schema(json_schema, name) if json_schema else dict(schema.json_schema)
+    final_description = description or final_schema.get("description") or schema.description
     final_schema["description"] = final_description
     final_schema["name"] = name  # the model calls the tool by the function's name
     now = datetime.now(UTC)
@@ -128,7 +190,7 @@ async def update_tool(
         raise InvalidInput(f"{tool.name!r} is a base tool; its source cannot change", field="source_code")
     changes: dict[str, Any] = {"updated_at": datetime.now(UTC)}
     if source_code is not None:
-        schema = schema_from_source(source_code)
+        schema = await _schema_of(source_code)
         if schema.name != tool.name:
             raise InvalidInput(
                 f"the function is named {schema.name!r} but the tool is {tool.name!r}; create a new tool to rename",

@@ -22,9 +22,11 @@ from typing import Any
 
 import docstring_parser
 
+from nightshift.domain.limits import MAX_SOURCE_CHARS, TOOL_NAME, TOOL_NAME_PATTERN, storage_problem
 from nightshift.errors import InvalidInput
 
 _FIELD = "source_code"
+_TOO_COMPLEX = "source_code is nested too deeply to read (an expression of thousands of levels); simplify it"
 _SUPPORTED = "use str, int, float, bool, list, dict, Optional or Literal"
 # Letta injects the agent's state into a tool that declares it; the model never supplies it.
 _INJECTED_PARAMETERS = frozenset({"agent_state"})
@@ -71,12 +73,20 @@ def schema_from_source(source_code: str, *, name: str | None = None) -> ToolSche
         InvalidInput: (field ``source_code``) the source does not parse, defines no such function,
             or the function's signature or docstring cannot be described as a JSON schema.
     """
+    if len(source_code) > MAX_SOURCE_CHARS:
+        raise InvalidInput(
+            f"source_code holds {len(source_code)} characters; a tool's source takes at most {MAX_SOURCE_CHARS}",
+            field=_FIELD,
+        )
     try:
         module = ast.parse(source_code)
     except SyntaxError as exc:
         raise InvalidInput(f"source_code does not parse: line {exc.lineno}: {exc.msg}", field=_FIELD) from exc
     except ValueError as exc:  # e.g. NUL bytes in the source
         raise InvalidInput(f"source_code does not parse: {exc}", field=_FIELD) from exc
+    except (RecursionError, MemoryError) as exc:
+        # CPython's parser gives up on very deep nesting (e.g. 100,000 minus signs in a row).
+        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
 
     functions = [node for node in module.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
     if name is not None:
@@ -86,7 +96,11 @@ def schema_from_source(source_code: str, *, name: str | None = None) -> ToolSche
     elif not functions:
         raise InvalidInput("source_code defines no function", field=_FIELD)
     # The last definition wins, as it would when the module runs.
-    return _build(_signature_from_ast(functions[-1]))
+    try:
+        return _build(_signature_from_ast(functions[-1]))
+    except (RecursionError, MemoryError) as exc:
+        # Reading a deeply nested annotation or default (ast.unparse, literal_eval) recurses too.
+        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
 
 
 def schema_from_function(fn: Callable[..., Any]) -> ToolSchema:
@@ -326,6 +340,12 @@ def _type_text(tp: Any) -> str:
 
 def _build(signature: _Signature) -> ToolSchema:
     fn = signature.name
+    if not TOOL_NAME.fullmatch(fn):
+        raise InvalidInput(
+            f"the function is named {fn[:80]!r}: tool names are 1 to 64 ASCII letters, digits, _ or - "
+            f"({TOOL_NAME_PATTERN}), as the providers require",
+            field=_FIELD,
+        )
     if signature.is_async:
         raise InvalidInput(f"function {fn!r} is async: tools must be plain 'def' functions", field=_FIELD)
     if not signature.docstring or not signature.docstring.strip():
@@ -375,6 +395,9 @@ def _build(signature: _Signature) -> ToolSchema:
         "description": description,
         "parameters": {"type": "object", "properties": properties, "required": required},
     }
+    problem = storage_problem(json_schema)
+    if problem is not None:  # e.g. list[list[list[...]]] two hundred levels deep
+        raise InvalidInput(f"the schema of {fn!r} at {problem.where} {problem.reason}", field=_FIELD)
     return ToolSchema(name=fn, description=description, json_schema=json_schema)
 
 

@@ -5,23 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from nightshift.api.deps import Org, State
+from nightshift.api.input import Body
 from nightshift.api.letta_messages import to_letta_messages
 from nightshift.api.routers.batches import InputMessage, TextPart
+from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
+from nightshift.errors import InvalidInput
 from nightshift.runtime.sync import step_agent
 
 router = APIRouter(tags=["agents"])
 
 
-class SendMessages(BaseModel):
+class SendMessages(Body):
     """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, and a step limit."""
 
-    model_config = ConfigDict(extra="ignore")
-    messages: list[InputMessage] | None = None
+    messages: list[InputMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     input: str | list[TextPart] | None = None
-    max_steps: int | None = Field(default=None, ge=1, le=1000)
+    max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
 
 
 @router.post("/v1/agents/{agent_id}/messages")
@@ -34,6 +36,11 @@ async def send_messages(agent_id: str, body: SendMessages, state: State, org: Or
     texts = [m.as_text() for m in body.messages or ()]
     if body.input is not None:
         texts.append(body.input if isinstance(body.input, str) else "\n".join(p.text for p in body.input))
+    size = sum(len(text) for text in texts)
+    if size > MAX_MESSAGE_CHARS:
+        raise InvalidInput(
+            f"the messages hold {size} characters; one request takes at most {MAX_MESSAGE_CHARS}", field="messages"
+        )
     worker = state.worker
     result = await step_agent(
         state.engine,

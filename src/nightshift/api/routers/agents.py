@@ -19,6 +19,7 @@ from nightshift.api.schemas import (
     llm_config_from,
     secrets_of,
 )
+from nightshift.domain.limits import MAX_TAGS
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
 from nightshift.services.agents import AgentSpec
@@ -67,7 +68,7 @@ async def list_agents(
     org: Org,
     page: PageQuery,
     name: Annotated[str | None, Query(description="Exact name")] = None,
-    tags: Annotated[list[str] | None, Query(description="Agents with any of these tags")] = None,
+    tags: Annotated[list[str] | None, Query(description="Agents with any of these tags", max_length=MAX_TAGS)] = None,
     match_all_tags: Annotated[bool, Query(description="Require every tag instead of any")] = False,
 ) -> list[AgentPublic]:
     """A page of agents, oldest first (``order=desc`` for newest first)."""

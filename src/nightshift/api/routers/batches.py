@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 from sqlalchemy.exc import IntegrityError
 
 from nightshift.api.deps import Conn, Org, State
+from nightshift.api.input import Body
 from nightshift.api.routers.params import PageQuery
 from nightshift.batch.callbacks import check_callback_url
 from nightshift.batch.steps import RunRequest, cancel_run, create_run
@@ -67,8 +68,7 @@ class BatchRequestBody(BaseModel):
         return tuple(found)
 
 
-class BatchCreate(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class BatchCreate(Body):
     requests: list[BatchRequestBody]
     callback_url: HttpUrl | None = None
     metadata: dict[str, Any] | None = None
