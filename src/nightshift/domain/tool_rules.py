@@ -196,10 +196,6 @@ def check_tool_rules(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> No
         )
 
 
-# services/agents.py checks an agent's rules (on create, update and tool detach) by this name.
-check_rules_name_known_tools = check_tool_rules
-
-
 def _check_names(rules: Sequence[ToolRule], tools: Sequence[str]) -> None:
     known = set(tools)
     for index, rule in enumerate(rules):

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.agents import Agent, LLMConfig, check_secrets
 from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block, check_block
 from nightshift.domain.messages import Message, Role, ToolCall
-from nightshift.domain.tool_rules import ToolRule, check_rules_name_known_tools
+from nightshift.domain.tool_rules import ToolRule, check_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput, NotFound
 from nightshift.ids import new_id, new_tool_call_id
@@ -153,7 +153,7 @@ async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[Agen
         if spec.include_base_tools:
             tools += list(base_tools.values())
         tools = list({t.id: t for t in tools}.values())
-        check_rules_name_known_tools(spec.tool_rules, [t.name for t in tools])
+        check_tool_rules(spec.tool_rules, [t.name for t in tools])
         agent_id = new_id("agent")
         system = spec.system if spec.system and spec.system.strip() else DEFAULT_SYSTEM_PROMPT
         system_text = compile_system_message(system, blocks, now=now, recall_count=0, archival_count=0)
@@ -266,7 +266,7 @@ async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, change
     if "secrets" in changes:
         fields["secrets"] = check_secrets(changes["secrets"])
     updated = replace(agent, **fields)
-    check_rules_name_known_tools(updated.tool_rules, [t.name for t in updated.tools])
+    check_tool_rules(updated.tool_rules, [t.name for t in updated.tools])
     return await save_agent(conn, agent, updated)
 
 
@@ -293,7 +293,7 @@ async def detach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id
     if not any(t.id == tool_id for t in agent.tools):
         raise NotFound(f"tool {tool_id} is not attached to agent {agent_id}")
     updated = replace(agent, tools=tuple(t for t in agent.tools if t.id != tool_id))
-    check_rules_name_known_tools(updated.tool_rules, [t.name for t in updated.tools])
+    check_tool_rules(updated.tool_rules, [t.name for t in updated.tools])
     return await save_agent(conn, agent, updated)
 
 
