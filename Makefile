@@ -22,7 +22,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
