@@ -12,7 +12,7 @@ from rich.console import Console
 
 from nightshift.cli_commands import agents_app, batch_app
 from nightshift.config import Settings
-from nightshift.errors import DatabaseUnavailable
+from nightshift.errors import DatabaseUnavailable, InvalidInput
 
 T = TypeVar("T")
 
@@ -189,14 +189,14 @@ def demo(
     own (made afresh each time), not the server's, unless --database-url names one.
     """
     from nightshift.demo import fresh_demo_database, run_demo
-    from nightshift.domain.agents import Provider
+    from nightshift.providers.registry import ProviderInfo, provider_info
 
-    chosen = None
+    chosen: ProviderInfo | None = None
     if provider is not None:
         try:
-            chosen = Provider(provider)
-        except ValueError:
-            console.print(f"[red]unknown provider {provider!r}[/]: use anthropic or openai")
+            chosen = provider_info(provider)
+        except InvalidInput as exc:
+            console.print(f"[red]error:[/] {exc.message}")
             raise typer.Exit(2) from None
     settings = Settings()
     settings = settings.model_copy(update={"database_url": database_url or fresh_demo_database(settings.home)})

@@ -25,13 +25,10 @@ from rich.table import Table
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings
-from nightshift.domain.agents import Provider
 from nightshift.emulator.config import EmulatorConfig
 from nightshift.emulator.server import running_emulator
+from nightshift.providers.registry import ProviderInfo, providers
 from nightshift.serving import running_server
-
-MODELS = {Provider.ANTHROPIC: "anthropic/claude-3-5-haiku-20241022", Provider.OPENAI: "openai/gpt-4o-mini"}
-KEYS = {Provider.ANTHROPIC: "ANTHROPIC_API_KEY", Provider.OPENAI: "OPENAI_API_KEY"}
 
 DICE_TOOL = '''
 def roll_dice(sides: int = 20, count: int = 1) -> str:
@@ -103,10 +100,10 @@ def personas(count: int) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def provider_environment(provider: Provider | None) -> Iterator[str]:
+def provider_environment(provider: ProviderInfo | None) -> Iterator[str]:
     """Point the SDKs at an in-process emulator, or check the real provider's key. Yields a label."""
     if provider is not None:
-        yield f"{provider.value} (real API, batch pricing)"
+        yield f"{provider.name} (real API, batch pricing)"
         return
     saved = {k: os.environ.get(k) for k in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")}
     # Batches end after a few polls, so the steps can be watched.
@@ -122,15 +119,15 @@ def provider_environment(provider: Provider | None) -> Iterator[str]:
                     os.environ[key] = value
 
 
-def run_demo(settings: Settings, console: Console, *, provider: Provider | None = None, agents: int = 50) -> int:
+def run_demo(settings: Settings, console: Console, *, provider: ProviderInfo | None = None, agents: int = 50) -> int:
     """Run the demo; returns the exit code (0 when the run completed)."""
-    if provider is not None and not os.environ.get(KEYS[provider]):
+    if provider is not None and not os.environ.get(provider.key_variable):
         console.print(
-            f"[red]{KEYS[provider]} is not set.[/] Export it to run the demo against {provider.value}, "
+            f"[red]{provider.key_variable} is not set.[/] Export it to run the demo against {provider.name}, "
             "or run `nightshift demo` without --provider to use the built-in emulator."
         )
         return 1
-    model = MODELS[provider or Provider.ANTHROPIC]
+    model = (provider or providers()[0]).example_handle
     settings = settings.model_copy(update={"poll_interval_seconds": 0.2 if provider is None else 10.0})
     console.rule("[bold]nightshift demo")
     with provider_environment(provider) as where:

@@ -7,43 +7,22 @@ cost and what the same work would have cost through the normal API.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from nightshift.providers.registry import Price, providers
 
 BATCH_DISCOUNT = 0.5
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Price:
-    """Normal-API prices in USD per million tokens."""
-
-    input: float
-    output: float
-    cache_write: float
-    cache_read: float
-
-
-# Public list prices (normal API). Keys are "provider/model" or a prefix of it ending in "*".
-DEFAULT_PRICES: dict[str, Price] = {
-    "anthropic/claude-3-5-haiku*": Price(input=0.80, output=4.00, cache_write=1.00, cache_read=0.08),
-    "anthropic/claude-3-haiku*": Price(input=0.25, output=1.25, cache_write=0.30, cache_read=0.03),
-    "anthropic/claude-haiku-4*": Price(input=1.00, output=5.00, cache_write=1.25, cache_read=0.10),
-    "anthropic/claude-3-5-sonnet*": Price(input=3.00, output=15.00, cache_write=3.75, cache_read=0.30),
-    "anthropic/claude-3-7-sonnet*": Price(input=3.00, output=15.00, cache_write=3.75, cache_read=0.30),
-    "anthropic/claude-sonnet-4*": Price(input=3.00, output=15.00, cache_write=3.75, cache_read=0.30),
-    "anthropic/claude-opus-4*": Price(input=15.00, output=75.00, cache_write=18.75, cache_read=1.50),
-    "openai/gpt-4o-mini*": Price(input=0.15, output=0.60, cache_write=0.15, cache_read=0.075),
-    "openai/gpt-4o*": Price(input=2.50, output=10.00, cache_write=2.50, cache_read=1.25),
-    "openai/gpt-4.1-nano*": Price(input=0.10, output=0.40, cache_write=0.10, cache_read=0.025),
-    "openai/gpt-4.1-mini*": Price(input=0.40, output=1.60, cache_write=0.40, cache_read=0.10),
-    "openai/gpt-4.1*": Price(input=2.00, output=8.00, cache_write=2.00, cache_read=0.50),
-}
+def default_prices() -> dict[str, Price]:
+    """Every registered provider's list prices, keyed ``provider/model`` (or ``provider/prefix*``)."""
+    return {f"{info.name}/{model}": price for info in providers() for model, price in info.prices.items()}
 
 
 class PriceTable:
     """Prices by model handle: exact keys first, then the longest matching ``prefix*`` key."""
 
     def __init__(self, overrides: Mapping[str, Mapping[str, float]] | None = None) -> None:
-        self._prices = dict(DEFAULT_PRICES)
+        self._prices = default_prices()
         for key, values in (overrides or {}).items():
             self._prices[key] = Price(**values)
 

@@ -24,7 +24,7 @@ import openai
 import pytest
 from sqlalchemy import select
 
-from nightshift.domain.agents import LLMConfig, Provider
+from nightshift.domain.agents import LLMConfig
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
@@ -41,8 +41,8 @@ STEPS = 2  # core_memory_append with a heartbeat, then send_message
 TIMEOUT = 240.0
 CREATES = ("/v1/messages/batches", "/v1/batches")
 MODELS = {
-    Provider.ANTHROPIC: LLMConfig(provider=Provider.ANTHROPIC, model="claude-3-5-haiku-20241022"),
-    Provider.OPENAI: LLMConfig(provider=Provider.OPENAI, model="gpt-4o-mini"),
+    "anthropic": LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022"),
+    "openai": LLMConfig(provider="openai", model="gpt-4o-mini"),
 }
 
 
@@ -64,7 +64,7 @@ async def _agents(db_url: str) -> list[str]:
             specs = [
                 AgentSpec(
                     name=f"chaos-{i}",
-                    llm_config=MODELS[Provider.ANTHROPIC if i % 2 else Provider.OPENAI],
+                    llm_config=MODELS["anthropic" if i % 2 else "openai"],
                     memory_blocks=[NewBlock(label="human", value="Nothing known yet.", limit=5_000)],
                 )
                 for i in range(AGENTS)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from nightshift.domain.agents import Agent, LLMConfig, Provider
+from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.domain.passages import Passage
@@ -22,7 +22,7 @@ from nightshift.store import passages as passage_store
 from nightshift.store.orgs import ensure_default_org
 from nightshift.tools.base import AgentContext, run_base_tool
 
-CONFIG = LLMConfig(provider=Provider.ANTHROPIC, model="claude-3-5-haiku-20241022")
+CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
 
 
 @pytest.fixture

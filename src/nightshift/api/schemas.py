@@ -17,8 +17,6 @@ from nightshift.domain.agents import (
     DEFAULT_MAX_TOKENS,
     Agent,
     LLMConfig,
-    Provider,
-    parse_model_handle,
 )
 from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block
 from nightshift.domain.limits import (
@@ -33,6 +31,7 @@ from nightshift.domain.limits import (
 from nightshift.domain.tool_rules import ToolRule, dedupe_tool_rules, dump_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput
+from nightshift.providers.registry import known_names, parse_model, providers
 from nightshift.services.agents import NewBlock
 
 Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
@@ -180,20 +179,20 @@ def llm_config_from(
     if handle is None and body is not None:
         if "/" in body.model:
             handle = body.model
-        elif body.model_endpoint_type in {p.value for p in Provider}:
+        elif body.model_endpoint_type in {info.name for info in providers()}:
             handle = f"{body.model_endpoint_type}/{body.model}"
         else:
             raise InvalidInput(
-                "llm_config.model_endpoint_type must be anthropic or openai (or give model as provider/model-name)",
+                f"llm_config.model_endpoint_type must be one of {known_names()} (or give model as provider/model-name)",
                 field="llm_config",
             )
     if handle is None:
         raise InvalidInput(
-            "model is required, as provider/model-name (e.g. anthropic/claude-3-5-haiku-20241022)", field="model"
+            f"model is required, as provider/model-name (e.g. {providers()[0].example_handle})", field="model"
         )
-    provider, name = parse_model_handle(handle)
+    provider, name = parse_model(handle)
     return LLMConfig(
-        provider=provider,
+        provider=provider.name,
         model=name,
         context_window=context_window or (body.context_window if body else DEFAULT_CONTEXT_WINDOW),
         max_tokens=max_tokens or (body.max_tokens if body and body.max_tokens else DEFAULT_MAX_TOKENS),
@@ -336,7 +335,7 @@ class AgentPublic(BaseModel):
             model=config.handle,
             llm_config=LLMConfigPublic(
                 model=config.model,
-                model_endpoint_type=config.provider.value,
+                model_endpoint_type=config.provider,
                 context_window=config.context_window,
                 max_tokens=config.max_tokens,
                 temperature=config.temperature,

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.agents import Agent, Provider
+from nightshift.domain.agents import Agent
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
@@ -31,13 +31,12 @@ from nightshift.domain.batches import (
 from nightshift.domain.messages import Message
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
+from nightshift.providers.registry import provider_info
 from nightshift.runtime.context import StepInputs, heartbeat_message, user_message
 from nightshift.runtime.step import first_state
 from nightshift.store import agents as agent_store
 from nightshift.store import batches as batch_store
 
-# Requests per provider batch, as the providers limit them.
-MAX_REQUESTS = {Provider.ANTHROPIC: 100_000, Provider.OPENAI: 50_000}
 # A step's agents on one provider and model go into provider batches of at most this many, so
 # that submitting or applying one batch holds a bounded working set (and stays well inside the
 # providers' 200-256 MB body limits); a step of up to this many agents is one batch.
@@ -77,7 +76,7 @@ async def create_run(
     default_max_steps: int,
     metadata: dict[str, Any] | None = None,
     lease: tuple[str, datetime] | None = None,
-    endpoints: Mapping[Provider, str],
+    endpoints: Mapping[str, str],
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> tuple[BatchRun, list[ProviderBatch]]:
@@ -118,14 +117,14 @@ async def create_run(
             f"agents already stepping (in an open step of another run, or synchronously): "
             f"{', '.join(sorted(busy)[:10])}; wait for that to finish or cancel the run"
         )
-    per_provider: dict[Provider, int] = defaultdict(int)
+    per_provider: dict[str, int] = defaultdict(int)
     for agent in agents.values():
         per_provider[agent.llm_config.provider] += 1
     for provider, count in per_provider.items():
-        if count > MAX_REQUESTS[provider]:
+        limit = provider_info(provider).max_batch_requests
+        if count > limit:
             raise InvalidInput(
-                f"{count} agents on {provider.value}: one run takes at most {MAX_REQUESTS[provider]} per provider",
-                field="requests",
+                f"{count} agents on {provider}: one run takes at most {limit} per provider", field="requests"
             )
 
     now = datetime.now(UTC)
@@ -161,7 +160,7 @@ async def write_step(
     now: datetime,
     *,
     lease: tuple[str, datetime] | None = None,
-    endpoints: Mapping[Provider, str],
+    endpoints: Mapping[str, str],
 ) -> list[ProviderBatch]:
     """Write one step for ``entries``: provider batches, items, input messages, context windows.
 
@@ -172,14 +171,14 @@ async def write_step(
     if not entries:
         return []
     # One provider batch per provider and model: OpenAI takes one model per batch.
-    groups: dict[tuple[Provider, str], list[StepEntry]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[StepEntry]] = defaultdict(list)
     for entry in entries:
         groups[entry.agent.llm_config.provider, entry.agent.llm_config.model].append(entry)
     batches: list[ProviderBatch] = []
     items: list[BatchItem] = []
     inputs = StepInputs()
     for (provider, _model), group in groups.items():
-        limit = min(MAX_REQUESTS[provider], BATCH_SLICE)
+        limit = min(provider_info(provider).max_batch_requests, BATCH_SLICE)
         for start in range(0, len(group), limit):
             chunk = group[start : start + limit]
             batch = ProviderBatch(

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ValidationError
 
 from nightshift.api.schemas import AgentCreate, ToolCreate
 from nightshift.cli_commands.client import CommandFailed, dotted
-from nightshift.domain.agents import parse_model_handle
 from nightshift.errors import InvalidInput
+from nightshift.providers.registry import parse_model
 
 TOP_LEVEL_KEYS = ("tools", "agents")
 TOOL_KEYS = ("source_code", "path", "description", "tags", "return_char_limit")
@@ -167,7 +167,7 @@ def _agent(name: str, number: int, node: yaml.Node, value: Any) -> AgentEntry:
     _validate(where, AgentCreate, value)
     if isinstance(value.get("model"), str):
         try:
-            parse_model_handle(value["model"])
+            parse_model(value["model"])
         except InvalidInput as error:
             raise where.failed(error.message, at=["model"]) from None
     return AgentEntry(number=number, line=_line(node), body=value)

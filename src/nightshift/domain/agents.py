@@ -6,21 +6,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import ToolRule
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput
-
-
-class Provider(StrEnum):
-    """The model providers nightshift can call (normal and batch APIs)."""
-
-    ANTHROPIC = "anthropic"
-    OPENAI = "openai"
-
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 MAX_SECRETS = 100
@@ -31,9 +22,13 @@ DEFAULT_MAX_TOKENS = 4096
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LLMConfig:
-    """Which model an agent runs on and with what limits."""
+    """Which model an agent runs on and with what limits.
 
-    provider: Provider
+    ``provider`` names a registered provider (``nightshift.providers.registry``), checked where a
+    model handle enters (the API); the domain does not know the providers.
+    """
+
+    provider: str
     model: str
     context_window: int = DEFAULT_CONTEXT_WINDOW
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -42,22 +37,7 @@ class LLMConfig:
     @property
     def handle(self) -> str:
         """``provider/model``, as users write it."""
-        return f"{self.provider.value}/{self.model}"
-
-
-def parse_model_handle(handle: str) -> tuple[Provider, str]:
-    """Split ``"anthropic/claude-..."`` into the provider and the model name."""
-    provider, sep, model = handle.partition("/")
-    if not sep or not model:
-        raise InvalidInput(
-            f"model must be 'provider/model-name' (e.g. anthropic/claude-3-5-haiku-20241022), got {handle!r}",
-            field="model",
-        )
-    try:
-        return Provider(provider), model
-    except ValueError:
-        known = ", ".join(p.value for p in Provider)
-        raise InvalidInput(f"unknown provider {provider!r}; use one of: {known}", field="model") from None
+        return f"{self.provider}/{self.model}"
 
 
 def check_secrets(secrets: Mapping[str, str], *, field_name: str = "secrets") -> dict[str, str]:

@@ -19,7 +19,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from nightshift.domain.agents import Provider
 from nightshift.domain.solver import SolverState
 
 
@@ -145,7 +144,7 @@ class ProviderBatch:
     id: str
     organization_id: str
     batch_run_id: str
-    provider: Provider
+    provider: str
     step_number: int
     status: ProviderBatchStatus
     endpoint: str | None = None

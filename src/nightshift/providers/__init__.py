@@ -1,9 +1,9 @@
-"""Model providers: the ``ModelProvider`` seam, wire translation per provider, SDK client wiring.
+"""Model providers: the ``ModelProvider`` seam, one package per provider, and their registry.
 
-``base`` holds the seam and its neutral types; ``anthropic_wire`` / ``openai_wire`` translate
-(pure); ``anthropic_provider`` / ``openai_provider`` call the SDKs; ``clients`` builds them from the
-environment
-(imported from there, so that importing the types does not load the SDKs).
+``base`` holds the seam and its neutral types; ``registry`` the ``ProviderInfo`` of each known
+provider (found by the model's prefix); each provider's package (``anthropic``, ``openai``) its
+``INFO``, its ``wire`` translation (pure) and its ``client`` over the SDK; ``clients`` the
+``ProviderSet`` of a process, which imports an SDK only when its provider is first used.
 """
 
 from nightshift.providers.base import (

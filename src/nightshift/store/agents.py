@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.agents import Agent, LLMConfig, Provider
+from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.domain.tools import Tool
@@ -26,7 +26,7 @@ from nightshift.store.tools import to_tool
 
 def _llm_config_json(config: LLMConfig) -> dict[str, Any]:
     return {
-        "provider": config.provider.value,
+        "provider": config.provider,
         "model": config.model,
         "context_window": config.context_window,
         "max_tokens": config.max_tokens,
@@ -36,7 +36,7 @@ def _llm_config_json(config: LLMConfig) -> dict[str, Any]:
 
 def _to_llm_config(data: dict[str, Any]) -> LLMConfig:
     return LLMConfig(
-        provider=Provider(data["provider"]),
+        provider=data["provider"],
         model=data["model"],
         context_window=data["context_window"],
         max_tokens=data["max_tokens"],

@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import Row, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.agents import Provider
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
@@ -64,7 +63,7 @@ def to_provider_batch(row: Row[Any]) -> ProviderBatch:
         id=row.id,
         organization_id=row.organization_id,
         batch_run_id=row.batch_run_id,
-        provider=Provider(row.provider),
+        provider=row.provider,
         step_number=row.step_number,
         status=ProviderBatchStatus(row.status),
         endpoint=row.endpoint,
@@ -184,7 +183,7 @@ async def insert_provider_batches(
                 "id": b.id,
                 "organization_id": b.organization_id,
                 "batch_run_id": b.batch_run_id,
-                "provider": b.provider.value,
+                "provider": b.provider,
                 "endpoint": b.endpoint,
                 "provider_batch_id": b.provider_batch_id,
                 "step_number": b.step_number,
@@ -259,7 +258,7 @@ async def claim_due(
     *,
     lease_seconds: float,
     limit: int,
-    endpoints: Mapping[Provider, str],
+    endpoints: Mapping[str, str],
 ) -> list[ProviderBatch]:
     """Lease up to ``limit`` provider batches that are due, free (or whose lease expired) and go to
     one of ``endpoints`` (the provider base URLs this worker reaches).
@@ -272,7 +271,7 @@ async def claim_due(
     reachable = or_(
         provider_batches.c.endpoint.is_(None),  # written before endpoints were recorded
         *(
-            and_(provider_batches.c.provider == provider.value, provider_batches.c.endpoint == endpoint)
+            and_(provider_batches.c.provider == provider, provider_batches.c.endpoint == endpoint)
             for provider, endpoint in endpoints.items()
         ),
     )
@@ -319,12 +318,12 @@ async def record_submit_intent(conn: AsyncConnection, batch_id: str, owner: str,
     return result.rowcount > 0
 
 
-async def known_provider_ids(conn: AsyncConnection, provider: Provider, ids: Sequence[str]) -> set[str]:
+async def known_provider_ids(conn: AsyncConnection, provider: str, ids: Sequence[str]) -> set[str]:
     """Which of these provider batch ids some provider batch of ours already holds."""
     if not ids:
         return set()
     query = select(provider_batches.c.provider_batch_id).where(
-        provider_batches.c.provider == provider.value, in_ids(conn, provider_batches.c.provider_batch_id, ids)
+        provider_batches.c.provider == provider, in_ids(conn, provider_batches.c.provider_batch_id, ids)
     )
     return {str(i) for i in await conn.scalars(query)}
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from nightshift.domain.agents import Provider
 from nightshift.domain.messages import Message, Role
 from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedReply, ScriptedToolCall
 from nightshift.errors import ProviderError
@@ -19,7 +18,7 @@ from nightshift.providers.base import BatchOutcome, BatchState, ModelProvider, M
 from nightshift.providers.clients import ProviderSet
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
-MODELS = {Provider.ANTHROPIC: "claude-3-5-haiku-20241022", Provider.OPENAI: "gpt-4o-mini"}
+MODELS = {"anthropic": "claude-3-5-haiku-20241022", "openai": "gpt-4o-mini"}
 SEND = {
     "name": "send_message",
     "description": "Send a message to the user.",
@@ -45,7 +44,7 @@ def msg(role: Role, text: str = "", **fields: Any) -> Message:
     return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
 
 
-def request(provider: Provider, *messages: Message, **fields: Any) -> ModelRequest:
+def request(provider: str, *messages: Message, **fields: Any) -> ModelRequest:
     defaults: dict[str, Any] = {
         "model": MODELS[provider],
         "system": "You are Sam, a helpful agent. " * 20,
@@ -56,9 +55,9 @@ def request(provider: Provider, *messages: Message, **fields: Any) -> ModelReque
     return ModelRequest(**{**defaults, **fields})
 
 
-@pytest.fixture(params=[Provider.ANTHROPIC, Provider.OPENAI], ids=["anthropic", "openai"])
-def provider_name(request: pytest.FixtureRequest) -> Provider:
-    name: Provider = request.param
+@pytest.fixture(params=["anthropic", "openai"], ids=["anthropic", "openai"])
+def provider_name(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
     return name
 
 
@@ -69,7 +68,7 @@ async def providers(emulator: str) -> AsyncIterator[ProviderSet]:
 
 
 @pytest.fixture
-def provider(providers: ProviderSet, provider_name: Provider) -> ModelProvider:
+def provider(providers: ProviderSet, provider_name: str) -> ModelProvider:
     return providers.get(provider_name)
 
 
@@ -78,7 +77,7 @@ async def collect(provider: ModelProvider, batch_id: str) -> dict[str, BatchOutc
         return {custom_id: outcome async for custom_id, outcome in results}
 
 
-async def test_complete_calls_the_named_tool(provider: ModelProvider, provider_name: Provider) -> None:
+async def test_complete_calls_the_named_tool(provider: ModelProvider, provider_name: str) -> None:
     response = await provider.complete(
         request(provider_name, msg(Role.USER, "Please use get_weather for Paris"), temperature=0.3)
     )
@@ -92,19 +91,19 @@ async def test_complete_calls_the_named_tool(provider: ModelProvider, provider_n
     assert response.usage.input_tokens > 0 and response.usage.output_tokens > 0
 
 
-async def test_cache_is_written_then_read(provider: ModelProvider, provider_name: Provider) -> None:
+async def test_cache_is_written_then_read(provider: ModelProvider, provider_name: str) -> None:
     first = await provider.complete(request(provider_name, msg(Role.USER, "hi")))
     second = await provider.complete(request(provider_name, msg(Role.USER, "hi again")))
 
     assert first.usage.cache_read_tokens == 0
     assert second.usage.cache_read_tokens > 0
-    if provider_name is Provider.ANTHROPIC:  # OpenAI does not report what it writes
+    if provider_name == "anthropic":  # OpenAI does not report what it writes
         assert second.usage.cache_read_tokens == first.usage.cache_write_tokens
         assert second.usage.cache_write_tokens == 0
 
 
 async def test_anthropic_request_on_the_wire(providers: ProviderSet, admin: EmulatorAdmin) -> None:
-    await providers.get(Provider.ANTHROPIC).complete(request(Provider.ANTHROPIC, temperature=0.9))
+    await providers.get("anthropic").complete(request("anthropic", temperature=0.9))
 
     sent = (await admin.requests(path="/v1/messages"))[0]
     assert sent["headers"]["anthropic-version"] == "2026-10-21"
@@ -115,7 +114,7 @@ async def test_anthropic_request_on_the_wire(providers: ProviderSet, admin: Emul
     assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
 
 
-async def test_a_whole_agent_step_loop(provider: ModelProvider, provider_name: Provider) -> None:
+async def test_a_whole_agent_step_loop(provider: ModelProvider, provider_name: str) -> None:
     history: list[Message] = [msg(Role.USER, '{"type": "user_message", "message": "remember that I like tea"}')]
     for _ in range(4):
         response = await provider.complete(request(provider_name, *history))
@@ -132,7 +131,7 @@ async def test_a_whole_agent_step_loop(provider: ModelProvider, provider_name: P
     assert first == {"label": "human", "content": "I like tea"}
 
 
-async def test_batch_outcomes(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
+async def test_batch_outcomes(provider: ModelProvider, provider_name: str, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=1, errors={"agent-limited": "rate_limit_error"})
     await admin.script(
         "agent-scripted",
@@ -172,7 +171,7 @@ async def test_batch_outcomes(provider: ModelProvider, provider_name: Provider, 
     assert outcomes["agent-plain"].raw["custom_id"] == "agent-plain"
 
 
-async def test_cancel(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
+async def test_cancel(provider: ModelProvider, provider_name: str, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=3, cancel_polls=1)
     batch_id = await provider.submit_batch(
         {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
@@ -189,7 +188,7 @@ async def test_cancel(provider: ModelProvider, provider_name: Provider, admin: E
     assert statuses == [OutcomeStatus.CANCELED] * 3 + [OutcomeStatus.SUCCEEDED]
 
 
-async def test_expired_requests(provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin) -> None:
+async def test_expired_requests(provider: ModelProvider, provider_name: str, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=3, expire_after_polls=0)
     batch_id = await provider.submit_batch(
         {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
@@ -205,10 +204,8 @@ async def test_openai_requests_without_a_line_are_read_back_from_the_input(
     providers: ProviderSet, admin: EmulatorAdmin
 ) -> None:
     await admin.configure(polls_to_end=3, expire_after_polls=0, openai_unrun_lines=False)
-    provider = providers.get(Provider.OPENAI)
-    batch_id = await provider.submit_batch(
-        {f"agent-{i}": request(Provider.OPENAI) for i in range(4)}, tag="llm_batch-test"
-    )
+    provider = providers.get("openai")
+    batch_id = await provider.submit_batch({f"agent-{i}": request("openai") for i in range(4)}, tag="llm_batch-test")
     await provider.retrieve_batch(batch_id)
 
     outcomes = await collect(provider, batch_id)
@@ -217,7 +214,7 @@ async def test_openai_requests_without_a_line_are_read_back_from_the_input(
 
 
 async def test_results_before_the_end_are_an_error(
-    provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin
+    provider: ModelProvider, provider_name: str, admin: EmulatorAdmin
 ) -> None:
     await admin.configure(polls_to_end=5)
     batch_id = await provider.submit_batch({"agent-1": request(provider_name)}, tag="llm_batch-test")
@@ -231,7 +228,7 @@ async def test_results_before_the_end_are_an_error(
     [(429, "rate_limit_error", True), (529, "overloaded_error", True), (500, "api_error", True)],
 )
 async def test_http_errors_become_provider_errors(
-    provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin, status: int, kind: str, retryable: bool
+    provider: ModelProvider, provider_name: str, admin: EmulatorAdmin, status: int, kind: str, retryable: bool
 ) -> None:
     await admin.fault(HttpFault(path="/v1/*", status=status))
     with pytest.raises(ProviderError) as caught:
@@ -240,7 +237,7 @@ async def test_http_errors_become_provider_errors(
     assert (caught.value.kind, caught.value.retryable) == (kind, retryable)
 
 
-async def test_refused_request_is_not_retryable(provider: ModelProvider, provider_name: Provider) -> None:
+async def test_refused_request_is_not_retryable(provider: ModelProvider, provider_name: str) -> None:
     with pytest.raises(ProviderError) as caught:
         await provider.complete(request(provider_name, forced_tool="not_a_tool"))
 
@@ -249,13 +246,13 @@ async def test_refused_request_is_not_retryable(provider: ModelProvider, provide
 
 async def test_anthropic_sdk_refusal_is_a_provider_error(providers: ProviderSet) -> None:
     with pytest.raises(ProviderError, match="Streaming is required") as caught:
-        await providers.get(Provider.ANTHROPIC).complete(request(Provider.ANTHROPIC, max_tokens=64_000))
+        await providers.get("anthropic").complete(request("anthropic", max_tokens=64_000))
 
     assert caught.value.kind == "invalid_request_error"
 
 
 async def test_wrong_key_is_an_authentication_error(
-    provider: ModelProvider, provider_name: Provider, admin: EmulatorAdmin
+    provider: ModelProvider, provider_name: str, admin: EmulatorAdmin
 ) -> None:
     await admin.configure(api_key="another-key")
     with pytest.raises(ProviderError) as caught:
@@ -272,10 +269,10 @@ async def test_unknown_batch_is_not_found(provider: ModelProvider) -> None:
 
 
 @pytest.mark.parametrize(
-    ("variable", "provider_name"), [("ANTHROPIC_API_KEY", Provider.ANTHROPIC), ("OPENAI_API_KEY", Provider.OPENAI)]
+    ("variable", "provider_name"), [("ANTHROPIC_API_KEY", "anthropic"), ("OPENAI_API_KEY", "openai")]
 )
 async def test_missing_key_names_the_variable(
-    emulator: str, monkeypatch: pytest.MonkeyPatch, variable: str, provider_name: Provider
+    emulator: str, monkeypatch: pytest.MonkeyPatch, variable: str, provider_name: str
 ) -> None:
     monkeypatch.delenv(variable)
     async with ProviderSet() as providers:
@@ -285,16 +282,16 @@ async def test_missing_key_names_the_variable(
 
 
 async def test_openai_batch_takes_one_model(providers: ProviderSet) -> None:
-    provider = providers.get(Provider.OPENAI)
+    provider = providers.get("openai")
     with pytest.raises(ProviderError, match="one model"):
         await provider.submit_batch(
-            {"a": request(Provider.OPENAI), "b": request(Provider.OPENAI, model="gpt-4o")}, tag="llm_batch-test"
+            {"a": request("openai"), "b": request("openai", model="gpt-4o")}, tag="llm_batch-test"
         )
     with pytest.raises(ProviderError, match="at least one"):
         await provider.submit_batch({}, tag="llm_batch-test")
 
 
-async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_name: Provider) -> None:
+async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_name: str) -> None:
     started = time.monotonic()
     small = request(provider_name, tools=(SEND,), system="You are Sam.")
     batch_id = await provider.submit_batch({f"agent-{i:05d}": small for i in range(10_000)}, tag="llm_batch-test")
@@ -310,7 +307,7 @@ async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_
     assert time.monotonic() - started < 10
 
 
-async def test_find_batches_after_a_lost_answer(provider: ModelProvider, provider_name: Provider) -> None:
+async def test_find_batches_after_a_lost_answer(provider: ModelProvider, provider_name: str) -> None:
     # The provider accepted these, and our record of them was lost (a crash): they can be found again.
     before = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
     ours = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(3)}, tag="llm_batch-ours")
@@ -324,5 +321,5 @@ async def test_find_batches_after_a_lost_answer(provider: ModelProvider, provide
 
     assert found.ids == (ours, again)  # oldest first; never the batch of another size or tag
     assert other not in found.ids
-    assert found.tagged is (provider_name is Provider.OPENAI)  # Anthropic's batches carry no metadata
+    assert found.tagged is (provider_name == "openai")  # Anthropic's batches carry no metadata
     assert later.ids == ()

@@ -13,8 +13,9 @@ import pytest
 
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.emulator import anthropic_checks, openai_checks
-from nightshift.providers import anthropic_wire, openai_wire
+from nightshift.providers.anthropic import wire as anthropic_wire
 from nightshift.providers.base import ModelRequest
+from nightshift.providers.openai import wire as openai_wire
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 TOOL = {"name": "send_message", "description": "Send.", "parameters": {"type": "object", "properties": {}}}

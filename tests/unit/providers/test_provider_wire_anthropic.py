@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nightshift.domain.messages import Message, Role, ToolCall
-from nightshift.providers import anthropic_wire as wire
+from nightshift.providers.anthropic import wire
 from nightshift.providers.base import BatchState, ModelRequest, OutcomeStatus
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nightshift.domain.messages import Message, Role, ToolCall
-from nightshift.providers import openai_wire as wire
 from nightshift.providers.base import BatchState, ModelRequest, OutcomeStatus
+from nightshift.providers.openai import wire
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 SEND = {

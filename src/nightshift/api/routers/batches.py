@@ -112,7 +112,7 @@ async def _public(conn: Conn, run: BatchRun) -> BatchRunPublic:
         "provider_batches": [
             {
                 "id": b.id,
-                "provider": b.provider.value,
+                "provider": b.provider,
                 "provider_batch_id": b.provider_batch_id,
                 "step_number": b.step_number,
                 "status": b.status.value,

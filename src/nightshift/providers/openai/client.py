@@ -3,13 +3,15 @@
 A batch is a JSONL input file uploaded with ``purpose=batch`` and a batch on
 ``/v1/chat/completions``. Results are the output and error files, read line by line; requests with
 no line in either (never run, or a batch refused as a whole) are read back from the input file so
-that every submitted custom_id gets an outcome. Translation lives in ``openai_wire``.
+that every submitted custom_id gets an outcome. Translation lives in ``wire``; SDK exceptions become
+``ProviderError`` in one place (``_sdk_errors``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +19,6 @@ import openai
 import orjson
 
 from nightshift.errors import ProviderError
-from nightshift.providers import openai_wire as wire
 from nightshift.providers.base import (
     BatchOutcome,
     BatchState,
@@ -27,9 +28,21 @@ from nightshift.providers.base import (
     ModelResponse,
 )
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
+from nightshift.providers.openai import wire
+from nightshift.providers.registry import Closer, ProviderInfo
 
 # The metadata key that carries our id of a provider batch, to find it again after a crash.
 TAG_KEY = "nightshift_batch"
+
+
+def connect(info: ProviderInfo, *, max_retries: int) -> tuple[OpenAIProvider, Closer]:
+    """An ``OpenAIProvider`` over an ``AsyncOpenAI`` from the environment, and its closer.
+
+    Raises:
+        ProviderError: ``OPENAI_API_KEY`` is not set.
+    """
+    sdk = openai.AsyncOpenAI(api_key=info.api_key(), max_retries=max_retries)
+    return OpenAIProvider(sdk), sdk.close
 
 
 class OpenAIProvider:
@@ -41,10 +54,8 @@ class OpenAIProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one request through ``POST /v1/chat/completions``."""
         body = wire.build_request(request)
-        try:
+        with _sdk_errors():
             completion = await self._client.chat.completions.create(**body)
-        except openai.OpenAIError as exc:
-            raise provider_error(exc) from exc
         return wire.parse_completion(completion.to_dict(mode="json", warnings=False))
 
     async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
@@ -61,29 +72,25 @@ class OpenAIProvider:
         data = b"".join(
             orjson.dumps(wire.batch_line(custom_id, request)) + b"\n" for custom_id, request in requests.items()
         )
-        try:
+        with _sdk_errors():
             file = await self._client.files.create(
                 file=("nightshift-batch.jsonl", data, "application/jsonl"), purpose="batch"
             )
             batch = await self._client.batches.create(
                 input_file_id=file.id, endpoint=wire.ENDPOINT, completion_window="24h", metadata={TAG_KEY: tag}
             )
-        except openai.OpenAIError as exc:
-            raise provider_error(exc) from exc
         return batch.id
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
         """The batches created since ``created_after`` whose metadata carries ``tag``, oldest first."""
         found: list[str] = []
         since = created_after.timestamp()
-        try:
+        with _sdk_errors():
             async for batch in self._client.batches.list(limit=100):
                 if batch.created_at < since:
                     break  # newest first: the rest are older
                 if (batch.metadata or {}).get(TAG_KEY) == tag:
                     found.append(batch.id)
-        except openai.OpenAIError as exc:
-            raise provider_error(exc) from exc
         return FoundBatches(ids=tuple(reversed(found)), tagged=True)
 
     async def retrieve_batch(self, batch_id: str) -> BatchStatus:
@@ -120,27 +127,30 @@ class OpenAIProvider:
 
     async def cancel_batch(self, batch_id: str) -> BatchStatus:
         """Ask OpenAI to cancel the batch (it goes to ``cancelling``, then ``cancelled``)."""
-        try:
+        with _sdk_errors():
             batch = await self._client.batches.cancel(batch_id)
-        except openai.OpenAIError as exc:
-            raise provider_error(exc) from exc
         return wire.parse_batch(batch.to_dict(mode="json", warnings=False))
 
     async def _batch(self, batch_id: str) -> dict[str, Any]:
-        try:
+        with _sdk_errors():
             batch = await self._client.batches.retrieve(batch_id)
-        except openai.OpenAIError as exc:
-            raise provider_error(exc) from exc
         return batch.to_dict(mode="json", warnings=False)
 
     async def _lines(self, file_id: str) -> AsyncIterator[str]:
-        try:
+        with _sdk_errors():
             async with self._client.files.with_streaming_response.content(file_id) as response:
                 async for line in response.iter_lines():
                     if line.strip():
                         yield line
-        except openai.OpenAIError as exc:
-            raise provider_error(exc) from exc
+
+
+@contextmanager
+def _sdk_errors() -> Iterator[None]:
+    """Turn any exception of the SDK raised in the block into a ``ProviderError``."""
+    try:
+        yield
+    except openai.OpenAIError as exc:
+        raise provider_error(exc) from exc
 
 
 def provider_error(exc: openai.OpenAIError) -> ProviderError:

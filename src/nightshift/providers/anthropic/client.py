@@ -1,13 +1,14 @@
 """``ModelProvider`` over Anthropic's Messages and Message Batches APIs, through the official SDK.
 
-Translation lives in ``anthropic_wire``; this module only calls the SDK client it is given and
-turns SDK exceptions into ``ProviderError``.
+Translation lives in ``wire``; this module only calls the SDK client it is given and turns SDK
+exceptions into ``ProviderError`` (in one place, ``_sdk_errors``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 
 import anthropic
@@ -15,9 +16,20 @@ import orjson
 from anthropic.types.messages import MessageBatch
 
 from nightshift.errors import ProviderError
-from nightshift.providers import anthropic_wire as wire
+from nightshift.providers.anthropic import wire
 from nightshift.providers.base import BatchOutcome, BatchStatus, FoundBatches, ModelRequest, ModelResponse
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
+from nightshift.providers.registry import Closer, ProviderInfo
+
+
+def connect(info: ProviderInfo, *, max_retries: int) -> tuple[AnthropicProvider, Closer]:
+    """An ``AnthropicProvider`` over an ``AsyncAnthropic`` from the environment, and its closer.
+
+    Raises:
+        ProviderError: ``ANTHROPIC_API_KEY`` is not set.
+    """
+    sdk = anthropic.AsyncAnthropic(api_key=info.api_key(), max_retries=max_retries)
+    return AnthropicProvider(sdk), sdk.close
 
 
 class AnthropicProvider:
@@ -36,9 +48,8 @@ class AnthropicProvider:
         """Run one request through ``POST /v1/messages``."""
         params = wire.build_request(request)
         try:
-            message = await self._client.messages.create(**params)
-        except anthropic.AnthropicError as exc:
-            raise provider_error(exc) from exc
+            with _sdk_errors():
+                message = await self._client.messages.create(**params)
         except ValueError as exc:
             # The SDK refuses, before sending, a non-streaming call whose max_tokens could take longer
             # than ten minutes; batches have no such limit.
@@ -64,15 +75,13 @@ class AnthropicProvider:
         ]
         content = b'{"requests":[' + b",".join(parts) + b"]}"
         del parts
-        try:
+        with _sdk_errors():
             batch = await self._client.post(
                 "/v1/messages/batches",
                 content=content,
                 cast_to=MessageBatch,
                 options={"headers": {"content-type": "application/json"}},
             )
-        except anthropic.AnthropicError as exc:
-            raise provider_error(exc) from exc
         return batch.id
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
@@ -82,7 +91,7 @@ class AnthropicProvider:
         by; the caller leaves out batches it already knows.
         """
         found: list[str] = []
-        try:
+        with _sdk_errors():
             async for batch in self._client.messages.batches.list(limit=100):
                 if batch.created_at < created_after:
                     break  # newest first: the rest are older
@@ -90,35 +99,36 @@ class AnthropicProvider:
                 total = counts.processing + counts.succeeded + counts.errored + counts.canceled + counts.expired
                 if total == requests:
                     found.append(batch.id)
-        except anthropic.AnthropicError as exc:
-            raise provider_error(exc) from exc
         return FoundBatches(ids=tuple(reversed(found)), tagged=False)
 
     async def retrieve_batch(self, batch_id: str) -> BatchStatus:
         """Retrieve the batch and its request counts."""
-        try:
+        with _sdk_errors():
             batch = await self._client.messages.batches.retrieve(batch_id)
-        except anthropic.AnthropicError as exc:
-            raise provider_error(exc) from exc
         return wire.parse_batch(batch.to_dict(mode="json", warnings=False))
 
     async def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
         """Stream the results JSONL of an ended batch, one parsed line at a time."""
-        try:
+        with _sdk_errors():
             async with self._client.messages.batches.with_streaming_response.results(batch_id) as response:
                 async for line in response.iter_lines():
                     if line.strip():
                         yield wire.parse_result_line(json.loads(line))
-        except anthropic.AnthropicError as exc:
-            raise provider_error(exc) from exc
 
     async def cancel_batch(self, batch_id: str) -> BatchStatus:
         """Ask Anthropic to cancel the batch (it goes to ``canceling``, then ends)."""
-        try:
+        with _sdk_errors():
             batch = await self._client.messages.batches.cancel(batch_id)
-        except anthropic.AnthropicError as exc:
-            raise provider_error(exc) from exc
         return wire.parse_batch(batch.to_dict(mode="json", warnings=False))
+
+
+@contextmanager
+def _sdk_errors() -> Iterator[None]:
+    """Turn any exception of the SDK raised in the block into a ``ProviderError``."""
+    try:
+        yield
+    except anthropic.AnthropicError as exc:
+        raise provider_error(exc) from exc
 
 
 def provider_error(exc: anthropic.AnthropicError) -> ProviderError:

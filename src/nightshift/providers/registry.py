@@ -1,0 +1,138 @@
+"""The providers nightshift knows: one registered ``ProviderInfo`` each, found by name.
+
+A provider is a package of ``nightshift.providers`` holding three modules: ``__init__`` with its
+``INFO`` (the facts below; importing it loads no SDK), ``wire`` (pure translation to and from its
+API) and ``client`` (the ``ModelProvider`` over its official SDK, with a ``connect`` function).
+Adding one means writing that package and its tests, and naming it in ``_PACKAGES``.
+
+A model is named ``provider/model-name`` (``anthropic/claude-3-5-haiku-20241022``): the prefix
+picks the provider, and an unknown prefix is an error that names the known ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from nightshift.errors import InvalidInput, ProviderError
+from nightshift.providers.errors import AUTHENTICATION
+
+if TYPE_CHECKING:
+    from nightshift.providers.base import ModelProvider
+
+# The provider packages, in the order they are listed to users.
+_PACKAGES = ("nightshift.providers.anthropic", "nightshift.providers.openai")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Price:
+    """Normal-API prices in USD per million tokens."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+
+
+Closer = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderInfo:
+    """What nightshift knows of one provider.
+
+    Attributes:
+        name: The model prefix (``anthropic`` in ``anthropic/claude-...``).
+        key_variable: The environment variable its SDK reads the API key from.
+        base_url_variable: The variable its SDK reads the base URL from (to use the emulator).
+        default_base_url: Where its SDK goes without that variable.
+        max_batch_requests: The most requests the provider takes in one batch.
+        one_model_per_batch: Whether a batch may hold requests for one model only.
+        example_model: A cheap model of it, for the demo and examples.
+        prices: Normal-API prices by model name, or by a prefix ending in ``*``.
+        client: The module whose ``connect(max_retries)`` builds the provider over its SDK.
+    """
+
+    name: str
+    key_variable: str
+    base_url_variable: str
+    default_base_url: str
+    max_batch_requests: int
+    one_model_per_batch: bool
+    example_model: str
+    prices: Mapping[str, Price]
+    client: str
+
+    @property
+    def example_handle(self) -> str:
+        """``provider/model`` of the example model."""
+        return f"{self.name}/{self.example_model}"
+
+    def endpoint(self) -> str:
+        """The base URL requests go to, as its SDK reads it from the environment."""
+        return (os.environ.get(self.base_url_variable) or self.default_base_url).rstrip("/")
+
+    def api_key(self) -> str:
+        """The API key from the environment.
+
+        Raises:
+            ProviderError: The variable is not set (the message names it).
+        """
+        key = os.environ.get(self.key_variable, "").strip()
+        if not key:
+            raise ProviderError(
+                f"{self.key_variable} is not set: export it to call {self.name} "
+                f"(with {self.base_url_variable} pointing at `nightshift emulator` for a local run)",
+                kind=AUTHENTICATION,
+            )
+        return key
+
+    def connect(self, *, max_retries: int) -> tuple[ModelProvider, Closer]:
+        """The provider over its SDK (imported now, on first use) and what closes its client.
+
+        Raises:
+            ProviderError: Its API key is not set.
+        """
+        module = importlib.import_module(self.client)
+        built: tuple[ModelProvider, Closer] = module.connect(self, max_retries=max_retries)
+        return built
+
+
+@cache
+def providers() -> tuple[ProviderInfo, ...]:
+    """Every known provider, in ``_PACKAGES`` order."""
+    return tuple(importlib.import_module(package).INFO for package in _PACKAGES)
+
+
+def provider_info(name: str) -> ProviderInfo:
+    """The provider of this name.
+
+    Raises:
+        InvalidInput: No provider has this name (the message names the known ones).
+    """
+    for info in providers():
+        if info.name == name:
+            return info
+    raise InvalidInput(f"unknown provider {name!r}; use one of: {known_names()}", field="model")
+
+
+def known_names() -> str:
+    """The providers' names, for messages: ``anthropic, openai``."""
+    return ", ".join(info.name for info in providers())
+
+
+def parse_model(handle: str) -> tuple[ProviderInfo, str]:
+    """Split ``provider/model-name`` into the provider and the model's name.
+
+    Raises:
+        InvalidInput: Not ``provider/model-name``, or an unknown provider.
+    """
+    prefix, sep, model = handle.partition("/")
+    if not sep or not prefix or not model:
+        example = providers()[0].example_handle
+        raise InvalidInput(f"model must be 'provider/model-name' (e.g. {example}), got {handle!r}", field="model")
+    return provider_info(prefix), model

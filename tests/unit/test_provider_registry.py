@@ -1,0 +1,64 @@
+"""The provider registry: one ``ProviderInfo`` per provider, found by the model's prefix."""
+
+from __future__ import annotations
+
+import pytest
+
+from nightshift.errors import InvalidInput, ProviderError
+from nightshift.pricing import PriceTable
+from nightshift.providers.clients import ProviderSet
+from nightshift.providers.registry import parse_model, provider_info, providers
+
+
+def test_a_model_handle_names_its_provider() -> None:
+    info, model = parse_model("openai/gpt-4o-mini")
+
+    assert (info.name, model) == ("openai", "gpt-4o-mini")
+    assert info is provider_info("openai")
+    assert [p.name for p in providers()] == ["anthropic", "openai"]
+
+
+@pytest.mark.parametrize(
+    ("handle", "message"),
+    [
+        ("mistral/large", "unknown provider 'mistral'; use one of: anthropic, openai"),
+        ("claude-3-5-haiku", "model must be 'provider/model-name' (e.g. anthropic/claude-3-5-haiku-20241022)"),
+        ("anthropic/", "model must be 'provider/model-name'"),
+    ],
+)
+def test_an_unknown_or_malformed_handle_says_what_is_known(handle: str, message: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_model(handle)
+
+    assert caught.value.message.startswith(message)
+    assert caught.value.field == "model"
+
+
+async def test_a_provider_builtrefuses_an_unknown_provider_by_name() -> None:
+    async with ProviderSet() as built:
+        with pytest.raises(ProviderError, match="unknown provider 'mistral'; use one of: anthropic, openai"):
+            built.get("mistral")
+
+
+def test_each_provider_owns_its_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    anthropic, openai = provider_info("anthropic"), provider_info("openai")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:8765/")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    assert anthropic.endpoint() == "http://127.0.0.1:8765"
+    assert openai.endpoint() == "https://api.openai.com/v1"
+    assert (anthropic.max_batch_requests, openai.max_batch_requests) == (100_000, 50_000)
+    assert (anthropic.one_model_per_batch, openai.one_model_per_batch) == (False, True)
+    with pytest.raises(ProviderError, match="OPENAI_API_KEY is not set: export it to call openai"):
+        openai.api_key()
+
+
+def test_prices_come_from_the_providers_and_settings_override_them() -> None:
+    table = PriceTable({"openai/gpt-4o-mini": {"input": 1, "output": 2, "cache_write": 1, "cache_read": 0.5}})
+
+    haiku = table.price("anthropic/claude-3-5-haiku-20241022")
+    assert haiku is not None and haiku.input == 0.80
+    mini = table.price("openai/gpt-4o-mini")
+    assert mini is not None and mini.output == 2
+    assert table.price("anthropic/claude-unknown") is None
