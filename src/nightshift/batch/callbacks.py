@@ -17,13 +17,11 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 import httpx
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.batches import BatchRun
 from nightshift.errors import InvalidInput
-from nightshift.store import batches as batch_store
-from nightshift.store.tables import batch_runs
+from nightshift.store import runs as run_store
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +87,8 @@ async def send_due_callbacks(
     """
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        due = await batch_store.callbacks_due(conn, now, limit=limit)
-        claimed = []
-        for run in due:
-            # Claim this attempt, so that two server processes do not both send it.
-            result = await conn.execute(
-                update(batch_runs)
-                .where(batch_runs.c.id == run.id, batch_runs.c.callback_attempts == run.callback_attempts)
-                .values(callback_next_at=now + SEND_CLAIM, callback_attempts=run.callback_attempts + 1)
-            )
-            if result.rowcount:
-                claimed.append(run)
+        due = await run_store.callbacks_due(conn, now, limit=limit)
+        claimed = [run for run in due if await run_store.claim_callback_attempt(conn, run, until=now + SEND_CLAIM)]
     for run in claimed:
         attempts = run.callback_attempts + 1
         assert run.callback_url is not None
@@ -116,7 +105,7 @@ async def send_due_callbacks(
             ok, code, error = False, None, f"callback failed: {type(exc).__name__}: {exc}"
         give_up = not ok and (refused or attempts >= MAX_ATTEMPTS)
         async with engine.begin() as conn:
-            await batch_store.record_callback(
+            await run_store.record_callback(
                 conn,
                 run.id,
                 attempts=attempts,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nightshift.domain.batches import RequestStatus
+from nightshift.domain.batches import ItemResult, RequestStatus
 from nightshift.domain.messages import ToolCall
 from nightshift.providers.base import BatchOutcome, ModelError, ModelResponse, OutcomeStatus, Usage
 
@@ -51,8 +51,8 @@ def response_from_json(data: dict[str, Any]) -> ModelResponse:
     )
 
 
-def outcome_row(item_id: str, outcome: BatchOutcome) -> dict[str, Any]:
-    """The values ``store.batches.store_results`` writes for one item."""
+def outcome_result(item_id: str, outcome: BatchOutcome) -> ItemResult:
+    """What is stored for one item the provider answered (or errored, cancelled, expired)."""
     error = outcome.error
     result: dict[str, Any] = {
         "status": outcome.status.value,
@@ -60,36 +60,32 @@ def outcome_row(item_id: str, outcome: BatchOutcome) -> dict[str, Any]:
         "error": {"type": error.type, "message": error.message} if error else None,
         "raw": dict(outcome.raw),
     }
-    if outcome.status is OutcomeStatus.SUCCEEDED and outcome.response is not None:
-        usage: dict[str, int] | None = usage_json(outcome.response.usage)
-    else:
-        usage = None
+    answered = outcome.status is OutcomeStatus.SUCCEEDED and outcome.response is not None
     text = f"{error.type}: {error.message}" if error else None
     if outcome.status in (OutcomeStatus.CANCELED, OutcomeStatus.EXPIRED):
         text = f"the provider batch {outcome.status.value} before this request ran"
-    return {
-        "item_id": item_id,
-        "request_status": REQUEST_STATUS[outcome.status].value,
-        "result": result,
-        "usage": usage,
-        "error": text,
-    }
+    return ItemResult(
+        item_id=item_id,
+        request_status=REQUEST_STATUS[outcome.status],
+        result=result,
+        usage=usage_json(outcome.response.usage) if answered and outcome.response else None,
+        error=text,
+    )
 
 
-def failed_row(item_id: str, reason: str, error: ModelError | None = None) -> dict[str, Any]:
-    """The values ``store_results`` writes for a request that got no answer (``reason`` says why)."""
-    return {
-        "item_id": item_id,
-        "request_status": RequestStatus.FAILED.value,
-        "result": {
+def failed_result(item_id: str, reason: str, error: ModelError | None = None) -> ItemResult:
+    """What is stored for a request that got no answer (``reason`` says why)."""
+    return ItemResult(
+        item_id=item_id,
+        request_status=RequestStatus.FAILED,
+        result={
             "status": "errored",
             "response": None,
             "error": {"type": error.type, "message": error.message} if error else None,
             "raw": {},
         },
-        "usage": None,
-        "error": reason,
-    }
+        error=reason,
+    )
 
 
 def stored_error(result: dict[str, Any] | None) -> ModelError | None:

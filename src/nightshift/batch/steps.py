@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.agents import Agent
+from nightshift.batch.decisions import StepEntry
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
@@ -25,7 +25,6 @@ from nightshift.domain.batches import (
     ProviderBatchStatus,
     RequestStatus,
     RunStatus,
-    StepState,
     StepStatus,
 )
 from nightshift.domain.messages import Message
@@ -35,7 +34,9 @@ from nightshift.providers.registry import provider_info
 from nightshift.runtime.context import StepInputs, heartbeat_message, user_message
 from nightshift.runtime.step import first_state
 from nightshift.store import agents as agent_store
-from nightshift.store import batches as batch_store
+from nightshift.store import items as item_store
+from nightshift.store import provider_batches as batch_store
+from nightshift.store import runs as run_store
 
 # A step's agents on one provider and model go into provider batches of at most this many, so
 # that submitting or applying one batch holds a bounded working set (and stays well inside the
@@ -55,16 +56,6 @@ class RunRequest:
     agent_id: str
     messages: tuple[str, ...]
     max_steps: int | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepEntry:
-    """One agent going into a step: its state and whether it gets a heartbeat or the user's inputs."""
-
-    agent: Agent
-    state: StepState
-    inputs: tuple[str, ...] = ()
-    heartbeat: bool = False
 
 
 async def create_run(
@@ -110,7 +101,7 @@ async def create_run(
     if missing:
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     await agent_store.lock_agents(conn, ids)
-    busy = await batch_store.agents_in_open_steps(conn, ids)
+    busy = await item_store.agents_in_open_steps(conn, ids)
     busy |= await agent_store.agents_stepping(conn, ids, datetime.now(UTC))
     if busy:
         raise Conflict(
@@ -140,7 +131,7 @@ async def create_run(
         created_at=now,
         updated_at=now,
     )
-    await batch_store.insert_run(conn, run)
+    await run_store.insert_run(conn, run)
     entries = [
         StepEntry(
             agent=agents[r.agent_id],
@@ -214,7 +205,7 @@ async def write_step(
                     messages.append(heartbeat_message(entry.agent, now, batch_item_id=item.id))
                 inputs.add(entry.agent, messages)
     await batch_store.insert_provider_batches(conn, batches, lease=lease)
-    await batch_store.insert_items(conn, items)
+    await item_store.insert_items(conn, items)
     await inputs.write(conn, now)
     return batches
 
@@ -232,11 +223,11 @@ async def cancel_run(
     does it at once, so that a poller does not send the same cancel too; should the caller fail
     to, the poller takes them over when the lease expires.
     """
-    run = await batch_store.get_run(conn, org_id, run_id)
+    run = await run_store.get_run(conn, org_id, run_id)
     if run is None:
         raise NotFound(f"batch run {run_id} not found")
     now = datetime.now(UTC)
-    moved = await batch_store.set_run_status(
+    moved = await run_store.set_run_status(
         conn, run_id, RunStatus.CANCELLED, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING)
     )
     # A worker may move a batch on while we cancel it (submitted: created -> running; applied,
@@ -251,18 +242,18 @@ async def cancel_run(
                 ProviderBatchStatus.ENDED,
             ):
                 continue
-            target = ProviderBatchStatus.CANCELLING if batch.provider_batch_id else ProviderBatchStatus.CANCELLED
-            held: dict[str, Any] = {}
-            if lease is not None and target is ProviderBatchStatus.CANCELLING:
-                held = {"lease_owner": lease[0], "lease_expires_at": lease[1]}
-            if await batch_store.transition(
-                conn, batch.id, target, now, only_from=(batch.status,), next_poll_at=now, **held
-            ):
-                await batch_store.cancel_items(conn, batch.id, now)
+            if batch.provider_batch_id:  # the provider must be told
+                moved_on = await batch_store.mark_cancelling(
+                    conn, batch.id, now, only_from=(batch.status,), lease=lease
+                )
+            else:
+                moved_on = await batch_store.mark_cancelled(conn, batch.id, now, only_from=(batch.status,))
+            if moved_on:
+                await item_store.cancel_items(conn, batch.id, now)
             else:
                 missed = True
         if not missed:
             break
-    found = await batch_store.get_run(conn, org_id, run_id)
+    found = await run_store.get_run(conn, org_id, run_id)
     assert found is not None
     return found

@@ -42,11 +42,6 @@ class ProviderBatchStatus(StrEnum):
     CANCELLING = "cancelling"  # the run was cancelled; the provider must be told -> cancelled
     CANCELLED = "cancelled"  # cancelled at the provider; its results are never applied (terminal)
 
-    @property
-    def is_open(self) -> bool:
-        """Whether this provider batch still holds agents in a step."""
-        return self not in (ProviderBatchStatus.APPLIED, ProviderBatchStatus.CANCELLED)
-
 
 class RequestStatus(StrEnum):
     """Status of one agent's request inside a provider batch."""
@@ -64,6 +59,16 @@ class StepStatus(StrEnum):
 
     PAUSED = "paused"  # waiting for the provider's result -> completed
     COMPLETED = "completed"  # the result was applied (messages written, tools run) (terminal)
+
+
+class ItemOutcome(StrEnum):
+    """What an applied step did to its agent (``BatchItem.outcome``); every value is final."""
+
+    CONTINUED = "continued"  # it answered and goes into the run's next step
+    RETRIED = "retried"  # its request failed for a transient reason; it is sent again next step
+    FINISHED = "finished"  # it answered and stops: its run is done for it
+    FAILED = "failed"  # it stops without finishing (provider error, unbuildable request, ...)
+    CANCELLED = "cancelled"  # its run was cancelled before this step was applied
 
 
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
@@ -178,7 +183,54 @@ class BatchItem:
     usage: dict[str, int] | None = None
     cost_usd: float | None = None
     error: str | None = None
-    # What the applied step did to the agent: continued, retried, finished, failed or cancelled.
-    outcome: str | None = None
+    outcome: ItemOutcome | None = None  # set when the step is applied
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemResult:
+    """What the provider answered for one item (or why there is no answer), to be stored once.
+
+    ``result`` is the outcome as JSON (``batch/outcomes``); ``error`` a person's reading of a failure.
+    """
+
+    item_id: str
+    request_status: RequestStatus
+    result: dict[str, Any]
+    usage: dict[str, int] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ItemCompletion:
+    """How an applied step ended for one item: its outcome, the reason for a failure, its cost."""
+
+    item_id: str
+    outcome: ItemOutcome
+    error: str | None = None
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunProgress:
+    """Where a run is: its items by outcome (``running``: not yet applied), its step, tokens and cost."""
+
+    running: int = 0
+    outcomes: dict[ItemOutcome, int] = field(default_factory=dict)
+    step: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    cost_usd: float = 0.0
+
+    def count(self, outcome: ItemOutcome) -> int:
+        """How many items ended with ``outcome``."""
+        return self.outcomes.get(outcome, 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PollSnapshot:
+    """What a poll of a provider batch saw: the provider's word for its state, and its counts."""
+
+    provider_status: str
+    request_counts: dict[str, int]
+    polled_at: datetime

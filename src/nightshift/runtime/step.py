@@ -19,6 +19,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from nightshift.domain.agents import Agent
@@ -47,6 +48,24 @@ class Turn:
     batch_item_id: str | None = None
 
 
+class TurnReason(StrEnum):
+    """Why a turn lets its agent go on, or ends its run (``TurnResult.reason``)."""
+
+    # The tool rules' reasons for a call that ran (``domain.solver.Reason``):
+    EXIT_LOOP = "exit_loop"  # ends: the tool has an exit_loop rule
+    CONTINUE_LOOP = "continue_loop"  # goes on: the tool has a continue_loop rule
+    CHILD_RULE = "child_rule"  # goes on: the tool has a child or conditional rule
+    HEARTBEAT = "heartbeat"  # goes on: the model asked to be called again
+    NO_HEARTBEAT = "no_heartbeat"  # ends: the model did not ask to be called again
+    REQUIRED_BEFORE_EXIT = "required_before_exit"  # goes on: a required tool is still uncalled
+    # The runtime's own:
+    FINAL_TEXT = "final_text"  # ends: a text answer without a tool call
+    TOOL_ERROR = "tool_error"  # goes on: the call failed, and the model gets a step to react
+    TOOL_RULES = "tool_rules"  # ends: the rules leave no way on (``TurnResult.detail`` says why)
+    MAX_STEPS = "max_steps"  # ends: the run's step limit was reached
+    ERROR = "error"  # ends: the turn could not be taken at all (``TurnResult.failure`` says why)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnResult:
     """What one turn produced. ``state`` is the next step's state when ``continues``.
@@ -57,8 +76,9 @@ class TurnResult:
     agent_id: str
     messages: tuple[Message, ...]
     continues: bool
-    reason: str
+    reason: TurnReason
     state: StepState
+    detail: str | None = None
     changed_blocks: tuple[Block, ...] = ()
     passages: tuple[Passage, ...] = ()
     tool_error: str | None = None
@@ -191,7 +211,7 @@ def _finish_alone(item: _Pending, now: datetime) -> TurnResult:
             agent_id=item.turn.agent.id,
             messages=(),
             continues=False,
-            reason="error",
+            reason=TurnReason.ERROR,
             state=item.turn.state,
             failure=f"the agent's turn could not be applied: {type(exc).__name__}: {exc}",
         )
@@ -204,18 +224,20 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
     available = [t.name for t in agent.tools]
     solver = ToolRulesSolver(agent.tool_rules, state.solver)
     changed: tuple[Block, ...] = ()
+    detail: str | None = None
     passages: tuple[Passage, ...] = ()
     if call is None:
         # A text answer without a tool call is the agent's final word for this run.
         decision = solver.decide(None, request_heartbeat=False, available=available)
-        continues, reason = decision.continues, "final_text" if not decision.continues else decision.reason
+        continues = decision.continues
+        reason = TurnReason(decision.reason) if continues else TurnReason.FINAL_TEXT
     elif item.error is not None:
         messages.append(_tool_message(turn, call, item.error, is_error=True, now=now))
         if not item.refused:
             # A call that ran and failed counts (max_count_per_step, child rules); one that never
             # ran leaves the rules as they were, so the model gets the same choice again.
             solver = solver.register(call.name, item.error)
-        continues, reason = True, "tool_error"
+        continues, reason = True, TurnReason.TOOL_ERROR
     else:
         output = item.output or ""
         tool = agent.tool(call.name)
@@ -225,7 +247,7 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
         messages.append(_tool_message(turn, call, output, is_error=False, now=now))
         solver = solver.register(call.name, output)
         decision = solver.decide(call.name, request_heartbeat=turn.response.request_heartbeat, available=available)
-        continues, reason = decision.continues, str(decision.reason)
+        continues, reason = decision.continues, TurnReason(decision.reason)
         if item.context is not None:
             changed = tuple(item.context.blocks[label] for label in sorted(item.context.changed_labels))
             passages = tuple(
@@ -245,7 +267,7 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
         retries=state.retries,
     )
     if continues and next_state.step_number >= state.max_steps:
-        continues, reason = False, "max_steps"
+        continues, reason = False, TurnReason.MAX_STEPS
     if continues:
         try:
             next_state = StepState(
@@ -256,12 +278,13 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
                 retries=next_state.retries,
             )
         except UnmappedToolOutput as exc:
-            continues, reason = False, f"tool_rules: {exc.message}"
+            continues, reason, detail = False, TurnReason.TOOL_RULES, exc.message
     return TurnResult(
         agent_id=agent.id,
         messages=tuple(messages),
         continues=continues,
         reason=reason,
+        detail=detail,
         state=next_state,
         changed_blocks=changed,
         passages=passages,

@@ -13,19 +13,17 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.messages import Message
-from nightshift.errors import Conflict, InvalidInput
+from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.providers.base import Usage
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_turns
 from nightshift.runtime.search import StoreSearch
-from nightshift.runtime.step import Turn, first_state, take_turns
-from nightshift.services.agents import get_agent
+from nightshift.runtime.step import Turn, TurnReason, first_state, take_turns
 from nightshift.store import agents as agent_store
-from nightshift.store import batches as batch_store
+from nightshift.store import items as item_store
 from nightshift.tools.sandbox import Sandbox
 
-STOP_REASONS = {"max_steps": "max_steps", "final_text": "end_turn", "error": "error"}
 # How long a synchronous step holds its agent at most (a crashed server's hold expires then).
 SYNC_HOLD = timedelta(minutes=15)
 
@@ -35,7 +33,7 @@ class SyncResult:
     """Everything the agent's run wrote, in order, with why it stopped and what it used."""
 
     messages: list[Message] = field(default_factory=list)
-    stop_reason: str = "end_turn"
+    stop: TurnReason = TurnReason.FINAL_TEXT
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
 
@@ -63,13 +61,16 @@ async def step_agent(
     out = SyncResult()
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        agent = await get_agent(conn, org_id, agent_id)
+        found = await agent_store.load_agents(conn, org_id, [agent_id])
+        if agent_id not in found:
+            raise NotFound(f"agent {agent_id} not found")
+        agent = found[agent_id]
         # Hold the agent so that no batch run (or other synchronous step) writes its window meanwhile.
         # The hold is taken first (it locks the agent's row, as creating a run does), then the
         # batch steps are checked, so a run created at the same moment is seen either way.
         if not await agent_store.hold_for_sync_step(conn, agent_id, now, now + SYNC_HOLD):
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
-        if await batch_store.agents_in_open_steps(conn, [agent_id]):
+        if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
         inputs = StepInputs()
         messages = [user_message(agent, t, now) for t in texts if t.strip()]
@@ -106,9 +107,7 @@ async def step_agent(
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
                 out.messages.extend(result.messages)
                 if not result.continues:
-                    out.stop_reason = STOP_REASONS.get(result.reason, "end_turn")
-                    if result.reason.startswith("tool_rules"):
-                        out.stop_reason = "tool_rule"
+                    out.stop = result.reason
                     return out
                 inputs = StepInputs()
                 heartbeat = heartbeat_message(agent, now)

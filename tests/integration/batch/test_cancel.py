@@ -14,7 +14,7 @@ from nightshift.batch.steps import cancel_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
-from nightshift.store import batches as batch_store
+from nightshift.store import provider_batches as batch_store
 from nightshift.store.tables import provider_batches
 from support.runs import Runs
 

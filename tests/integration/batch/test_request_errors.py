@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from integration.batch.kit import by_agent, call, calls_of, say
-from nightshift.batch.worker import TRANSIENT_RETRIES
+from nightshift.batch.decisions import TRANSIENT_RETRIES
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault, ScriptedError, ScriptedReply
 from support.runs import Runs

@@ -15,7 +15,7 @@ from nightshift.domain.batches import BatchRun, RunStatus
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
 from nightshift.ids import new_id
-from nightshift.store import batches as batch_store
+from nightshift.store import runs as run_store
 from nightshift.store.orgs import ensure_default_org
 from support.runs import Runs
 
@@ -122,14 +122,14 @@ async def test_the_address_is_checked_again_before_each_attempt(engine: AsyncEng
     )
     async with engine.begin() as conn:
         await ensure_default_org(conn)
-        await batch_store.insert_run(conn, run)
+        await run_store.insert_run(conn, run)
 
     async with httpx.AsyncClient() as http:
         attempted = await send_due_callbacks(engine, http, allow_private=False)
 
     assert attempted == 1
     async with engine.connect() as conn:
-        stored = await batch_store.get_run(conn, DEFAULT_ORG_ID, run.id)
+        stored = await run_store.get_run(conn, DEFAULT_ORG_ID, run.id)
     assert stored is not None and stored.callback_sent_at is not None  # given up at once: it will not change
     assert stored.callback_status_code is None
     assert stored.callback_error is not None and stored.callback_error.startswith(

@@ -7,15 +7,23 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import Field
 
+from nightshift.api.batch_schemas import InputMessage, TextPart, input_texts
 from nightshift.api.deps import Org, State
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import to_letta_messages
-from nightshift.api.routers.batches import InputMessage, TextPart
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
 from nightshift.errors import InvalidInput
+from nightshift.runtime.step import TurnReason
 from nightshift.runtime.sync import step_agent
 
 router = APIRouter(tags=["agents"])
+
+# Letta's stop reasons, by why the agent's last turn ended its run (the rest are "end_turn").
+LETTA_STOP_REASONS = {
+    TurnReason.MAX_STEPS: "max_steps",
+    TurnReason.TOOL_RULES: "tool_rule",
+    TurnReason.ERROR: "error",
+}
 
 
 class SendMessages(Body):
@@ -33,9 +41,7 @@ async def send_messages(agent_id: str, body: SendMessages, state: State, org: Or
     Returns Letta's response: every message the run wrote (in Letta's shapes), the stop reason
     and the token usage. A 409 while the agent is in an open step of a batch run.
     """
-    texts = [m.as_text() for m in body.messages or ()]
-    if body.input is not None:
-        texts.append(body.input if isinstance(body.input, str) else "\n".join(p.text for p in body.input))
+    texts = input_texts(body.messages, body.input)
     size = sum(len(text) for text in texts)
     if size > MAX_MESSAGE_CHARS:
         raise InvalidInput(
@@ -55,7 +61,7 @@ async def send_messages(agent_id: str, body: SendMessages, state: State, org: Or
     prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     return {
         "messages": [part for message in result.messages for part in to_letta_messages(message)],
-        "stop_reason": {"message_type": "stop_reason", "stop_reason": result.stop_reason},
+        "stop_reason": {"message_type": "stop_reason", "stop_reason": LETTA_STOP_REASONS.get(result.stop, "end_turn")},
         "usage": {
             "message_type": "usage_statistics",
             "prompt_tokens": prompt,

@@ -1,0 +1,142 @@
+"""Bodies of the batch-run routes and of sending messages, in Letta's field names, and the run's view."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+from nightshift.api.input import Body
+from nightshift.domain.batches import ItemOutcome
+from nightshift.pricing import BATCH_DISCOUNT
+from nightshift.services.runs import AgentInRun, RunView
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"] = "text"
+    text: str
+
+
+class InputMessage(BaseModel):
+    """A message to the agent. System messages reach the model as user turns marked [system]."""
+
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["user", "system"] = "user"
+    content: str | list[TextPart]
+
+    def as_text(self) -> str:
+        text = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+        return f"[system] {text}" if self.role == "system" else text
+
+
+def input_texts(messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None) -> tuple[str, ...]:
+    """The texts of Letta's ``messages`` and of its ``input`` shorthand, in that order."""
+    found = [m.as_text() for m in messages or ()]
+    if shorthand is not None:
+        found.append(shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
+    return tuple(found)
+
+
+class BatchRequestBody(BaseModel):
+    """One agent of a run: its id and its messages (or Letta's ``input`` shorthand)."""
+
+    model_config = ConfigDict(extra="ignore")
+    agent_id: str = Field(min_length=1)
+    messages: list[InputMessage] | None = None
+    input: str | list[TextPart] | None = None
+    max_steps: int | None = Field(default=None, ge=1, le=1000)
+
+    def texts(self) -> tuple[str, ...]:
+        return input_texts(self.messages, self.input)
+
+
+class BatchCreate(Body):
+    requests: list[BatchRequestBody]
+    callback_url: HttpUrl | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class BatchRunPublic(BaseModel):
+    """Letta's BatchJob, with nightshift's progress."""
+
+    id: str
+    status: str
+    job_type: str = "batch"
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    metadata: dict[str, Any]
+    callback_url: str | None
+    callback_sent_at: datetime | None
+    callback_status_code: int | None
+    callback_error: str | None
+    agent_id: None = None
+    progress: dict[str, Any]
+
+    @classmethod
+    def of(cls, view: RunView) -> BatchRunPublic:
+        run, progress = view.run, view.progress
+        return cls(
+            id=run.id,
+            status=run.status.value,
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            completed_at=run.completed_at,
+            metadata=run.metadata,
+            callback_url=run.callback_url,
+            callback_sent_at=run.callback_sent_at,
+            callback_status_code=run.callback_status_code,
+            callback_error=run.callback_error,
+            progress={
+                "step": progress.step,
+                "agents": {
+                    "running": progress.running,
+                    "finished": progress.count(ItemOutcome.FINISHED),
+                    "failed": progress.count(ItemOutcome.FAILED),
+                    "cancelled": progress.count(ItemOutcome.CANCELLED),
+                },
+                "failures": [
+                    {
+                        "agent_id": f.agent_id,
+                        "step_number": f.step_number,
+                        "request_status": f.request_status.value,
+                        "error": f.error,
+                    }
+                    for f in view.failures
+                ],
+                "usage": progress.usage,
+                "cost_usd": round(progress.cost_usd, 6),
+                # The same tokens through the normal API: batch APIs bill at half price.
+                "cost_without_batch_usd": round(progress.cost_usd / BATCH_DISCOUNT, 6),
+                "provider_batches": [
+                    {
+                        "id": b.id,
+                        "provider": b.provider,
+                        "provider_batch_id": b.provider_batch_id,
+                        "step_number": b.step_number,
+                        "status": b.status.value,
+                        "provider_status": b.provider_status,
+                        "request_counts": b.request_counts,
+                        "error": b.error,
+                        "duplicates": list(b.duplicates),
+                        "created_at": b.created_at,
+                        "ended_at": b.ended_at,
+                    }
+                    for b in view.batches
+                ],
+            },
+        )
+
+
+def agent_in_run_json(agent: AgentInRun) -> dict[str, Any]:
+    return {
+        "agent_id": agent.agent_id,
+        "state": agent.state,
+        "steps": agent.steps,
+        "usage": agent.usage,
+        "cost_usd": round(agent.cost_usd, 6),
+        "cost_without_batch_usd": round(agent.cost_usd / BATCH_DISCOUNT, 6),
+        "error": agent.error,
+    }

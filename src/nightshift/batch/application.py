@@ -1,0 +1,166 @@
+"""Polling a running provider batch until it ends, and applying its results to its agents.
+
+* poll: ask the provider; when the batch has ended, store every item's result in the same
+  transaction that moves it running -> ended (an item it never answered fails, saying so).
+* resume: run the tools first (outside any transaction, so a slow tool never holds the
+  database), then in one transaction write the messages, memory edits and the next step, mark
+  the items completed and the batch ended -> applied; the run ends when nothing is left open.
+
+Tool side effects happen at least once (a crash after the tools ran but before the write runs
+them again); everything in the database happens exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.batch.decisions import final_status, next_step
+from nightshift.batch.outcomes import failed_result, outcome_result, response_from_json
+from nightshift.batch.steps import write_step
+from nightshift.batch.submission import end_batch
+from nightshift.domain.batches import (
+    ItemResult,
+    PollSnapshot,
+    ProviderBatch,
+    ProviderBatchStatus,
+    RequestStatus,
+    RunStatus,
+)
+from nightshift.errors import ProviderError
+from nightshift.providers.base import BatchState, BatchStatus
+from nightshift.runtime.persist import write_turns
+from nightshift.runtime.search import StoreSearch
+from nightshift.runtime.step import Turn, take_turns
+from nightshift.store import agents as agent_store
+from nightshift.store import items as item_store
+from nightshift.store import provider_batches as batch_store
+from nightshift.store import run_views
+from nightshift.store import runs as run_store
+
+if TYPE_CHECKING:
+    from nightshift.batch.worker import Worker
+
+log = logging.getLogger(__name__)
+
+
+def snapshot_of(status: BatchStatus, now: datetime) -> PollSnapshot:
+    """What a poll saw, as stored on the provider batch."""
+    counts = status.counts
+    return PollSnapshot(
+        provider_status=status.provider_status,
+        request_counts={
+            "processing": counts.processing,
+            "succeeded": counts.succeeded,
+            "errored": counts.errored,
+            "canceled": counts.canceled,
+            "expired": counts.expired,
+        },
+        polled_at=now,
+    )
+
+
+async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
+    """Ask the provider about a running batch; when it has ended, store every result (keeping the lease)."""
+    assert batch.provider_batch_id is not None
+    provider = worker.providers.get(batch.provider)
+    try:
+        status = await provider.retrieve_batch(batch.provider_batch_id)
+    except ProviderError as exc:
+        log.warning("polling %s failed (%s)", batch.id, exc.message)
+        await worker.stage_failed(batch, exc.message, retryable=exc.retryable)
+        return replace(batch, status=ProviderBatchStatus.RUNNING)
+    snapshot = snapshot_of(status, datetime.now(UTC))
+    if status.state is not BatchState.ENDED:
+        async with worker.engine.begin() as conn:
+            next_poll_at = datetime.now(UTC) + timedelta(seconds=worker.poll_interval)
+            await batch_store.record_poll(conn, batch.id, worker.owner, snapshot, next_poll_at=next_poll_at)
+        return batch
+    async with worker.engine.connect() as conn:
+        # Items that failed before they went in (their request could not be built) keep that result.
+        items = {
+            i.agent_id: i
+            for i in await item_store.items_of(conn, batch.id)
+            if i.request_status is not RequestStatus.FAILED
+        }
+    results: list[ItemResult] = []
+    try:
+        async for custom_id, outcome in provider.batch_results(batch.provider_batch_id):
+            item = items.pop(custom_id, None)
+            if item is not None:
+                results.append(outcome_result(item.id, outcome))
+    except ProviderError as exc:
+        log.warning("reading the results of %s failed (%s)", batch.id, exc.message)
+        await worker.stage_failed(batch, exc.message, retryable=exc.retryable)
+        return batch
+    for item in items.values():  # a request the provider never answered
+        results.append(failed_result(item.id, "the provider returned no result for this request"))
+    return await end_batch(
+        worker,
+        batch,
+        results,
+        only_from=ProviderBatchStatus.RUNNING,
+        error=status.error,
+        snapshot=snapshot,
+        release=False,  # resume follows at once in this pass
+    )
+
+
+async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
+    """Apply an ended batch's results; returns the next step's batches, written and leased, to submit."""
+    async with worker.engine.connect() as conn:
+        items = await item_store.items_of(conn, batch.id)
+        agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
+        turns = [
+            Turn(
+                agent=agents[item.agent_id],
+                state=item.step_state,
+                response=response_from_json((item.result or {})["response"]),
+                batch_item_id=item.id,
+            )
+            for item in items
+            if item.agent_id in agents
+            and item.request_status is RequestStatus.COMPLETED
+            and (item.result or {}).get("response")
+        ]
+        results = await take_turns(turns, search=StoreSearch(conn), sandbox=worker.sandbox, now=datetime.now(UTC))
+    now = datetime.now(UTC)
+    async with worker.engine.begin() as conn:
+        await run_store.lock_run(conn, batch.batch_run_id)
+        if not await batch_store.mark_applied(conn, batch.id, now):
+            return []  # applied (or cancelled) by someone else meanwhile
+        run = await run_store.get_run(conn, batch.organization_id, batch.batch_run_id)
+        assert run is not None
+        # Agents may have changed since the read (another run's step, an API edit): reload them.
+        fresh = await agent_store.load_agents(conn, batch.organization_id, list(agents))
+        updated = await write_turns(conn, fresh, results, now)
+        run_open = run.status in (RunStatus.CREATED, RunStatus.RUNNING)
+        # Agents without a result (a failed request to retry) are in ``fresh`` only.
+        completions, entries = next_step(
+            items, {r.agent_id: r for r in results}, {**fresh, **updated}, run_open=run_open
+        )
+        for index, item in enumerate(items):
+            agent = fresh.get(item.agent_id)
+            if item.usage and agent is not None:
+                cost = worker.prices.cost(agent.llm_config.handle, item.usage, batch=True)
+                completions[index] = replace(completions[index], cost_usd=cost)
+        await item_store.complete_items(conn, completions, now)
+        next_batches = await write_step(
+            conn, run, entries, now, lease=worker.lease(now), endpoints=worker.providers.endpoints()
+        )
+        if not next_batches:
+            await end_run_if_done(conn, run.id, now)
+        await batch_store.release(conn, batch.id, worker.owner, next_poll_at=None)
+    return next_batches
+
+
+async def end_run_if_done(conn: AsyncConnection, run_id: str, now: datetime) -> None:
+    """End the run when none of its provider batches is open (see ``decisions.final_status``)."""
+    if await batch_store.open_batches_of_run(conn, run_id) > 0:
+        return
+    status = final_status(await run_views.run_progress(conn, run_id))
+    await run_store.set_run_status(conn, run_id, status, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING))

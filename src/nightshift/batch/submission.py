@@ -1,0 +1,226 @@
+"""Submitting a created provider batch to its provider, once.
+
+The intent is recorded (committed) before the provider is called. A worker that finds an intent
+but no provider id (the last one died between the provider accepting the batch and its recording
+it) looks for the batch at the provider first and adopts it instead of sending it again:
+
+* found by the tag the batch carries (OpenAI keeps metadata): every batch found is a copy of it;
+  the first is adopted, the others cancelled at once and listed as the batch's duplicates;
+* found by request count (Anthropic keeps none): another batch of the same size may be in
+  flight at the same moment, so a candidate is adopted only once it has ended with exactly the
+  batch's custom ids. While one still runs the submission waits; if none is the batch, it is sent.
+
+A submission that lost a race (another worker submitted or adopted the batch meanwhile) cancels
+its own copy. An agent whose request cannot be built fails alone; a batch the provider refuses
+for good ends at once with every item failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from nightshift.batch.outcomes import failed_result
+from nightshift.domain.batches import (
+    BatchItem,
+    ItemResult,
+    PollSnapshot,
+    ProviderBatch,
+    ProviderBatchStatus,
+    RequestStatus,
+    RunStatus,
+)
+from nightshift.errors import ProviderError
+from nightshift.providers.base import BatchState, ModelError, ModelProvider
+from nightshift.runtime.context import build_requests
+from nightshift.store import agents as agent_store
+from nightshift.store import items as item_store
+from nightshift.store import provider_batches as batch_store
+from nightshift.store import runs as run_store
+
+if TYPE_CHECKING:
+    from nightshift.batch.worker import Worker
+
+log = logging.getLogger(__name__)
+
+# Submissions refused for a transient reason are tried this often before the agents fail.
+SUBMIT_ATTEMPTS = 5
+# How long before its recorded intent a batch the provider accepted may seem to have been created
+# (the provider's clock and ours differ).
+ADOPT_WINDOW = timedelta(minutes=5)
+
+
+class _Wait:
+    """Whether an earlier attempt got a batch to the provider cannot be told yet."""
+
+
+WAIT = _Wait()
+
+
+async def submit(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
+    """Send a created provider batch to its provider, once, and give up the lease; returns it as it is now."""
+    async with worker.engine.connect() as conn:
+        items = await item_store.items_of(conn, batch.id)
+        agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
+        present = [i for i in items if i.agent_id in agents]
+        requests, problems = await build_requests(
+            conn, [agents[i.agent_id] for i in present], {i.agent_id: i.step_state for i in present}
+        )
+    refused = [
+        failed_result(i.id, f"the request could not be built: {problems[i.agent_id]}")
+        for i in present
+        if i.agent_id in problems
+    ]
+    if not requests:
+        error = "no request of this batch could be built"
+        return await end_batch(worker, batch, refused, only_from=ProviderBatchStatus.CREATED, error=error)
+    try:
+        provider = worker.providers.get(batch.provider)
+        adopted = await _adopt(worker, batch, provider, set(requests))
+        if isinstance(adopted, _Wait):
+            await worker.release(batch, delay=timedelta(seconds=worker.poll_interval))
+            return batch
+        provider_batch_id = adopted
+        if provider_batch_id is None:
+            async with worker.engine.begin() as conn:
+                if not await batch_store.record_submit_intent(conn, batch.id, worker.owner, datetime.now(UTC)):
+                    current = await batch_store.get_provider_batch(conn, batch.id)
+                    assert current is not None
+                    return current  # moved on (cancelled) or taken over meanwhile
+            provider_batch_id = await provider.submit_batch(requests, tag=batch.id)
+    except ProviderError as exc:
+        attempts = batch.failures + 1
+        if exc.retryable and attempts < SUBMIT_ATTEMPTS:
+            log.warning("submitting %s failed (%s); retrying", batch.id, exc.message)
+            await worker.record_failure(
+                batch, failures=attempts, error=exc.message, delay=worker.error_backoff * attempts
+            )
+            return replace(batch, status=ProviderBatchStatus.CREATED)
+        return await _refused(worker, batch, items, exc)
+    return await _submitted(worker, batch, provider_batch_id, refused)
+
+
+async def end_batch(
+    worker: Worker,
+    batch: ProviderBatch,
+    results: Sequence[ItemResult],
+    *,
+    only_from: ProviderBatchStatus,
+    error: str | None,
+    snapshot: PollSnapshot | None = None,
+    release: bool = True,
+) -> ProviderBatch:
+    """Move a batch to ended with every item's result, in one transaction (once).
+
+    With ``release`` the lease is given up and the batch is due at once, to be applied; without,
+    the caller applies it now. A batch that never reached its provider (or is given up) ends so
+    too, its results saying why its agents stop.
+    """
+    now = datetime.now(UTC)
+    async with worker.engine.begin() as conn:
+        if await batch_store.mark_ended(conn, batch.id, now, only_from=only_from, snapshot=snapshot, error=error):
+            await item_store.store_results(conn, results, now)
+        if release:
+            await batch_store.release(conn, batch.id, worker.owner, next_poll_at=now)
+        current = await batch_store.get_provider_batch(conn, batch.id)
+    assert current is not None
+    return current
+
+
+async def _refused(
+    worker: Worker, batch: ProviderBatch, items: Sequence[BatchItem], exc: ProviderError
+) -> ProviderBatch:
+    """The provider refused the batch: every agent of it fails this step (resume records why)."""
+    error = ModelError(type=exc.kind, message=exc.message)
+    results = [failed_result(item.id, f"{exc.kind}: {exc.message}", error) for item in items]
+    return await end_batch(worker, batch, results, only_from=ProviderBatchStatus.CREATED, error=exc.message)
+
+
+async def _adopt(
+    worker: Worker, batch: ProviderBatch, provider: ModelProvider, custom_ids: set[str]
+) -> str | _Wait | None:
+    """The provider's id of this batch if an earlier attempt got it there; None to submit it;
+    ``WAIT`` when that cannot be told yet (see the module docstring)."""
+    if batch.submit_started_at is None:
+        return None  # never sent
+    found = await provider.find_batches(
+        batch.id, created_after=batch.submit_started_at - ADOPT_WINDOW, requests=len(custom_ids)
+    )
+    async with worker.engine.connect() as conn:
+        known = await batch_store.known_provider_ids(conn, batch.provider, found.ids)
+    candidates = [provider_id for provider_id in found.ids if provider_id not in known]
+    if not candidates:
+        return None
+    if found.tagged:
+        adopted, *copies = candidates
+        await _cancel_copies(worker, batch, provider, copies)
+    else:
+        ended = await _ended_with(provider, candidates, custom_ids)
+        if not isinstance(ended, str):
+            return ended
+        adopted = ended
+    log.warning("provider batch %s was accepted by %s before a crash: adopting %s", batch.id, batch.provider, adopted)
+    return adopted
+
+
+async def _ended_with(provider: ModelProvider, candidates: Sequence[str], custom_ids: set[str]) -> str | _Wait | None:
+    """The first candidate that has ended with exactly these custom ids; ``WAIT`` while one of
+    them is still running (it may be the one); None when none of them is."""
+    running = False
+    for candidate in candidates:
+        if (await provider.retrieve_batch(candidate)).state is not BatchState.ENDED:
+            running = True
+            continue
+        async with contextlib.aclosing(provider.batch_results(candidate)) as results:
+            seen = {custom_id async for custom_id, _ in results}
+        if seen == custom_ids:
+            return candidate
+    return WAIT if running else None
+
+
+async def _cancel_copies(worker: Worker, batch: ProviderBatch, provider: ModelProvider, copies: Sequence[str]) -> None:
+    for copy in copies:
+        log.warning("cancelling %s, a second copy of provider batch %s", copy, batch.id)
+        with contextlib.suppress(ProviderError):  # it is recorded either way; a finished copy cannot be
+            await provider.cancel_batch(copy)
+    async with worker.engine.begin() as conn:
+        await batch_store.add_duplicates(conn, batch.id, copies)
+
+
+async def _submitted(
+    worker: Worker, batch: ProviderBatch, provider_batch_id: str, refused: Sequence[ItemResult]
+) -> ProviderBatch:
+    """Record that the provider holds the batch; the agents that could not go in fail."""
+    now = datetime.now(UTC)
+    duplicate = False
+    async with worker.engine.begin() as conn:
+        await run_store.lock_run(conn, batch.batch_run_id)
+        moved = await batch_store.mark_running(
+            conn, batch.id, provider_batch_id, now, next_poll_at=now + timedelta(seconds=worker.poll_interval)
+        )
+        current = await batch_store.get_provider_batch(conn, batch.id)
+        assert current is not None
+        if moved:
+            await item_store.store_results(conn, refused, now)
+            await item_store.set_items_request_status(conn, batch.id, RequestStatus.RUNNING, now)
+            await run_store.set_run_status(
+                conn, batch.batch_run_id, RunStatus.RUNNING, now, only_from=(RunStatus.CREATED,)
+            )
+        elif current.status is ProviderBatchStatus.CANCELLED and current.provider_batch_id is None:
+            # The run was cancelled while we submitted: remember the id so it is cancelled there too.
+            await batch_store.mark_cancelling(
+                conn, batch.id, now, only_from=(ProviderBatchStatus.CANCELLED,), provider_batch_id=provider_batch_id
+            )
+            current = replace(current, status=ProviderBatchStatus.CANCELLING)
+        else:
+            duplicate = current.provider_batch_id != provider_batch_id
+    if duplicate:
+        # Another worker submitted (or adopted) it meanwhile: ours is a second copy.
+        await _cancel_copies(worker, batch, worker.providers.get(batch.provider), [provider_batch_id])
+    running = current.status is ProviderBatchStatus.RUNNING
+    await worker.release(current, delay=timedelta(seconds=worker.poll_interval if running else 0))
+    return current

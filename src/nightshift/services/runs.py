@@ -1,0 +1,249 @@
+"""Batch runs as the API sees them: starting one (safely retried), reading it, cancelling it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from nightshift.batch.callbacks import check_callback_url
+from nightshift.batch.steps import RunRequest, cancel_run, create_run
+from nightshift.batch.worker import Worker
+from nightshift.domain.batches import (
+    BatchItem,
+    BatchRun,
+    ItemOutcome,
+    ProviderBatch,
+    ProviderBatchStatus,
+    RequestStatus,
+    RunProgress,
+    RunStatus,
+    StepStatus,
+)
+from nightshift.domain.messages import Message
+from nightshift.errors import Conflict, InvalidInput, NotFound
+from nightshift.store import items as item_store
+from nightshift.store import provider_batches as batch_store
+from nightshift.store import run_views
+from nightshift.store import runs as run_store
+from nightshift.store.pagination import Page
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailure:
+    """An agent the run failed: at which step, its request's status, and why."""
+
+    agent_id: str
+    step_number: int
+    request_status: RequestStatus
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunView:
+    """A run with its progress, its provider batches (the step timeline) and its failed agents."""
+
+    run: BatchRun
+    progress: RunProgress
+    batches: list[ProviderBatch]
+    failures: list[RunFailure] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentInRun:
+    """One agent of a run: where it is, how many steps it answered, its tokens and cost."""
+
+    agent_id: str
+    state: str  # running, or the outcome of its last step (finished, failed, cancelled...)
+    steps: int
+    usage: dict[str, int]
+    cost_usd: float
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewRun:
+    """What ``POST /v1/messages/batches`` asked for."""
+
+    requests: Sequence[RunRequest]
+    callback_url: str | None = None
+    metadata: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    # The request as it came (JSON), to tell a retry from another request under the same key.
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+async def start_run(
+    engine: AsyncEngine,
+    worker: Worker,
+    org_id: str,
+    new: NewRun,
+    *,
+    default_max_steps: int,
+    allow_private_callbacks: bool,
+) -> RunView:
+    """Create a run with its first step and submit it; a retry with the same Idempotency-Key and
+    body gets the run the first request made.
+
+    Raises:
+        InvalidInput: bad requests, a callback URL on a private address, or an Idempotency-Key
+            used for another request.
+        NotFound: an agent of another organization, or none.
+        Conflict: an agent already stepping.
+    """
+    digest = hashlib.sha256(orjson.dumps(new.body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    if new.idempotency_key is not None:
+        async with engine.connect() as conn:
+            earlier = await _same_request(conn, org_id, new.idempotency_key, digest)
+        if earlier is not None:
+            return earlier
+    if new.callback_url is not None:
+        await check_callback_url(new.callback_url, allow_private=allow_private_callbacks)
+    try:
+        async with engine.begin() as conn:
+            run, batches = await create_run(
+                conn,
+                org_id,
+                new.requests,
+                callback_url=new.callback_url,
+                default_max_steps=default_max_steps,
+                metadata=new.metadata,
+                lease=worker.lease(datetime.now(UTC)),
+                endpoints=worker.providers.endpoints(),
+                idempotency_key=new.idempotency_key,
+                request_hash=digest,
+            )
+    except (Conflict, IntegrityError):
+        # The same request, sent twice at once: the first one made the run (and holds its agents).
+        if new.idempotency_key is not None:
+            async with engine.connect() as conn:
+                earlier = await _same_request(conn, org_id, new.idempotency_key, digest)
+            if earlier is not None:
+                return earlier
+        raise
+    await worker.submit_new(batches)
+    async with engine.connect() as conn:
+        return await run_view(conn, org_id, run.id)
+
+
+async def stop_run(engine: AsyncEngine, worker: Worker, org_id: str, run_id: str) -> RunView:
+    """Cancel a run and tell the provider about its open batches (see ``batch.steps.cancel_run``)."""
+    # Held under a name of this request's own: the poller may be working on these batches, and
+    # its release must not free them while this request cancels them (one cancel, not two).
+    lease = worker.own_lease(datetime.now(UTC))
+    async with engine.begin() as conn:
+        await cancel_run(conn, org_id, run_id, lease=lease)
+        open_batches = [
+            b
+            for b in await batch_store.provider_batches_of_run(conn, run_id)
+            if b.status is ProviderBatchStatus.CANCELLING
+        ]
+    for batch in open_batches:
+        await worker.cancel(batch, owner=lease[0])
+    async with engine.connect() as conn:
+        return await run_view(conn, org_id, run_id)
+
+
+async def run_view(conn: AsyncConnection, org_id: str, run_id: str) -> RunView:
+    """The run, or NotFound (also for another organization's run)."""
+    run = await run_store.get_run(conn, org_id, run_id)
+    if run is None:
+        raise NotFound(f"batch run {run_id} not found")
+    return await _view(conn, run)
+
+
+async def list_run_views(
+    conn: AsyncConnection, org_id: str, page: Page, *, statuses: Sequence[RunStatus] = ()
+) -> list[RunView]:
+    """A page of the organization's runs."""
+    return [await _view(conn, run) for run in await run_store.list_runs(conn, org_id, page, statuses=statuses)]
+
+
+async def messages_of_run(
+    conn: AsyncConnection, org_id: str, run_id: str, page: Page, *, agent_id: str | None = None
+) -> list[Message]:
+    """A page of the run's messages (inputs, assistant and tool messages, heartbeats)."""
+    await _get(conn, org_id, run_id)
+    return await run_views.run_messages(conn, run_id, page, agent_id=agent_id)
+
+
+async def agents_of_run(
+    conn: AsyncConnection, org_id: str, run_id: str, *, after: str | None, limit: int
+) -> list[AgentInRun]:
+    """A page of the run's agents (by agent id), each summed over its items."""
+    await _get(conn, org_id, run_id)
+    out = []
+    for agent_id, items in (await run_views.run_agent_items(conn, run_id, after=after, limit=limit)).items():
+        last = items[-1]
+        usage: dict[str, int] = {}
+        for item in items:
+            for key, value in (item.usage or {}).items():
+                usage[key] = usage.get(key, 0) + value
+        state = "running" if last.step_status is StepStatus.PAUSED else (last.outcome or ItemOutcome.FINISHED).value
+        out.append(
+            AgentInRun(
+                agent_id=agent_id,
+                state=state,
+                steps=sum(1 for i in items if i.request_status is RequestStatus.COMPLETED),
+                usage=usage,
+                cost_usd=sum(item.cost_usd or 0.0 for item in items),
+                error=last.error if last.outcome is ItemOutcome.FAILED else None,
+            )
+        )
+    return out
+
+
+async def _get(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun:
+    run = await run_store.get_run(conn, org_id, run_id)
+    if run is None:
+        raise NotFound(f"batch run {run_id} not found")
+    return run
+
+
+async def _view(conn: AsyncConnection, run: BatchRun) -> RunView:
+    progress = await run_views.run_progress(conn, run.id)
+    batches = await batch_store.provider_batches_of_run(conn, run.id)
+    failures = await _failures(conn, batches) if progress.count(ItemOutcome.FAILED) else []
+    return RunView(run=run, progress=progress, batches=batches, failures=failures)
+
+
+async def _failures(conn: AsyncConnection, batches: list[ProviderBatch]) -> list[RunFailure]:
+    """The agents this run failed, with the step and the reason, in step order.
+
+    An agent's last item in the run tells: a failed (or expired) request that was retried has a
+    later item, so only one that was not shows up here. Whatever failed it counts: the provider's
+    error, a batch the provider cancelled or expired, a request that could not be built.
+    """
+    last: dict[str, BatchItem] = {}
+    for batch in batches:  # in step order
+        for item in await item_store.items_of(conn, batch.id):
+            last[item.agent_id] = item
+    return [
+        RunFailure(
+            agent_id=item.agent_id,
+            step_number=item.step_state.step_number,
+            request_status=item.request_status,
+            error=item.error,
+        )
+        for item in last.values()
+        if item.step_status is StepStatus.COMPLETED and item.outcome is ItemOutcome.FAILED
+    ]
+
+
+async def _same_request(conn: AsyncConnection, org_id: str, key: str, digest: str) -> RunView | None:
+    """The run an earlier request with this Idempotency-Key created, if it was this same request."""
+    earlier = await run_store.run_by_idempotency_key(conn, org_id, key)
+    if earlier is None:
+        return None
+    if earlier.request_hash != digest:
+        raise InvalidInput(
+            f"Idempotency-Key {key!r} was used for another request (run {earlier.id}); use a new key",
+            field="Idempotency-Key",
+        )
+    return await _view(conn, earlier)

@@ -1,0 +1,159 @@
+"""Batch items: one agent inside one provider batch, its request's result and how its step ended."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, bindparam, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.batches import (
+    BatchItem,
+    ItemCompletion,
+    ItemOutcome,
+    ItemResult,
+    RequestStatus,
+    StepState,
+    StepStatus,
+)
+from nightshift.store.bulk import in_ids
+from nightshift.store.tables import batch_items
+
+
+def to_item(row: Row[Any]) -> BatchItem:
+    """Map a ``batch_items`` row to the domain type."""
+    return BatchItem(
+        id=row.id,
+        organization_id=row.organization_id,
+        batch_run_id=row.batch_run_id,
+        provider_batch_id=row.provider_batch_id,
+        agent_id=row.agent_id,
+        request_status=RequestStatus(row.request_status),
+        step_status=StepStatus(row.step_status),
+        step_state=StepState.from_json(row.step_state),
+        result=row.result,
+        usage=row.usage,
+        cost_usd=row.cost_usd,
+        error=row.error,
+        outcome=ItemOutcome(row.outcome) if row.outcome is not None else None,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:
+    if not new:
+        return
+    await conn.execute(
+        insert(batch_items),
+        [
+            {
+                "id": i.id,
+                "organization_id": i.organization_id,
+                "batch_run_id": i.batch_run_id,
+                "provider_batch_id": i.provider_batch_id,
+                "agent_id": i.agent_id,
+                "request_status": i.request_status.value,
+                "step_status": i.step_status.value,
+                "step_state": i.step_state.to_json(),
+                "created_at": i.created_at,
+                "updated_at": i.updated_at,
+            }
+            for i in new
+        ],
+    )
+
+
+async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:
+    query = select(batch_items).where(batch_items.c.provider_batch_id == provider_batch_id).order_by(batch_items.c.id)
+    return [to_item(r) for r in await conn.execute(query)]
+
+
+async def agents_in_open_steps(conn: AsyncConnection, agent_ids: Sequence[str]) -> set[str]:
+    """Which of these agents have a step that is not yet applied."""
+    query = select(batch_items.c.agent_id).where(
+        in_ids(conn, batch_items.c.agent_id, agent_ids), batch_items.c.step_status == StepStatus.PAUSED.value
+    )
+    return {str(a) for a in await conn.scalars(query)}
+
+
+async def set_items_request_status(
+    conn: AsyncConnection, provider_batch_id: str, status: RequestStatus, now: datetime
+) -> None:
+    """Set the request status of every item of a provider batch that has no final one yet."""
+    await conn.execute(
+        update(batch_items)
+        .where(
+            batch_items.c.provider_batch_id == provider_batch_id,
+            batch_items.c.request_status.in_([RequestStatus.CREATED.value, RequestStatus.RUNNING.value]),
+        )
+        .values(request_status=status.value, updated_at=now)
+    )
+
+
+async def store_results(conn: AsyncConnection, results: Sequence[ItemResult], now: datetime) -> None:
+    """Store the results of items whose step is still open, in one statement."""
+    if not results:
+        return
+    statement = (
+        update(batch_items)
+        .where(batch_items.c.id == bindparam("item_id"), batch_items.c.step_status == StepStatus.PAUSED.value)
+        .values(
+            request_status=bindparam("request_status"),
+            result=bindparam("result"),
+            usage=bindparam("usage"),
+            error=bindparam("error"),
+            updated_at=now,
+        )
+    )
+    rows = [
+        {
+            "item_id": r.item_id,
+            "request_status": r.request_status.value,
+            "result": r.result,
+            "usage": r.usage,
+            "error": r.error,
+        }
+        for r in results
+    ]
+    await conn.execute(statement, rows)
+
+
+async def complete_items(conn: AsyncConnection, completions: Sequence[ItemCompletion], now: datetime) -> None:
+    """Mark items' steps applied, with how each ended, in one statement."""
+    if not completions:
+        return
+    statement = (
+        update(batch_items)
+        .where(batch_items.c.id == bindparam("item_id"))
+        .values(
+            step_status=StepStatus.COMPLETED.value,
+            outcome=bindparam("outcome"),
+            error=bindparam("error"),
+            cost_usd=bindparam("cost_usd"),
+            updated_at=now,
+        )
+    )
+    rows = [
+        {"item_id": c.item_id, "outcome": c.outcome.value, "error": c.error, "cost_usd": c.cost_usd}
+        for c in completions
+    ]
+    await conn.execute(statement, rows)
+
+
+async def cancel_items(conn: AsyncConnection, provider_batch_id: str, now: datetime) -> None:
+    """Close every still-open item of a cancelled provider batch without applying anything."""
+    await conn.execute(
+        update(batch_items)
+        .where(
+            batch_items.c.provider_batch_id == provider_batch_id, batch_items.c.step_status == StepStatus.PAUSED.value
+        )
+        .values(
+            request_status=RequestStatus.CANCELLED.value,
+            step_status=StepStatus.COMPLETED.value,
+            outcome=ItemOutcome.CANCELLED.value,
+            updated_at=now,
+        )
+    )

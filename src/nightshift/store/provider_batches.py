@@ -1,0 +1,347 @@
+"""Provider batches: leases, and one named compare-and-set function per state transition.
+
+The state machine is ``domain.batches.ProviderBatchStatus``'s. A transition changes a batch only
+if it is still in one of the states it may come from (``WHERE status IN (...)``) and returns
+whether it did, so a second process that lost a race changes nothing. A stage that moves its
+batch on succeeded, so every transition starts the count of the batch's failures again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Row, and_, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.batches import PollSnapshot, ProviderBatch, ProviderBatchStatus
+from nightshift.store.bulk import in_ids
+from nightshift.store.tables import provider_batches
+
+# What a claim may pick up: batches to submit, to poll, to apply, or to cancel at the provider.
+CLAIMABLE = [
+    ProviderBatchStatus.CREATED.value,
+    ProviderBatchStatus.RUNNING.value,
+    ProviderBatchStatus.ENDED.value,
+    ProviderBatchStatus.CANCELLING.value,
+]
+_CLOSED = [ProviderBatchStatus.APPLIED.value, ProviderBatchStatus.CANCELLED.value]
+
+
+def to_provider_batch(row: Row[Any]) -> ProviderBatch:
+    """Map a ``provider_batches`` row to the domain type."""
+    return ProviderBatch(
+        id=row.id,
+        organization_id=row.organization_id,
+        batch_run_id=row.batch_run_id,
+        provider=row.provider,
+        step_number=row.step_number,
+        status=ProviderBatchStatus(row.status),
+        endpoint=row.endpoint,
+        provider_batch_id=row.provider_batch_id,
+        provider_status=row.provider_status,
+        request_counts=row.request_counts,
+        error=row.error,
+        submit_started_at=row.submit_started_at,
+        submit_attempts=row.submit_attempts,
+        failures=row.failures,
+        duplicates=tuple(row.duplicates),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        polled_at=row.polled_at,
+        ended_at=row.ended_at,
+    )
+
+
+async def insert_provider_batches(
+    conn: AsyncConnection, new: Sequence[ProviderBatch], *, lease: tuple[str, datetime] | None = None
+) -> None:
+    """Insert provider batches, due at once, optionally leased to ``(owner, expiry)``."""
+    if not new:
+        return
+    owner, expires = lease if lease else (None, None)
+    await conn.execute(
+        insert(provider_batches),
+        [
+            {
+                "id": b.id,
+                "organization_id": b.organization_id,
+                "batch_run_id": b.batch_run_id,
+                "provider": b.provider,
+                "endpoint": b.endpoint,
+                "provider_batch_id": b.provider_batch_id,
+                "step_number": b.step_number,
+                "status": b.status.value,
+                "provider_status": b.provider_status,
+                "request_counts": b.request_counts,
+                "next_poll_at": b.created_at,
+                "lease_owner": owner,
+                "lease_expires_at": expires,
+                "created_at": b.created_at,
+                "updated_at": b.updated_at,
+            }
+            for b in new
+        ],
+    )
+
+
+async def get_provider_batch(conn: AsyncConnection, batch_id: str) -> ProviderBatch | None:
+    row = (await conn.execute(select(provider_batches).where(provider_batches.c.id == batch_id))).first()
+    return to_provider_batch(row) if row is not None else None
+
+
+async def provider_batches_of_run(conn: AsyncConnection, run_id: str) -> list[ProviderBatch]:
+    query = (
+        select(provider_batches)
+        .where(provider_batches.c.batch_run_id == run_id)
+        .order_by(provider_batches.c.step_number, provider_batches.c.id)
+    )
+    return [to_provider_batch(r) for r in await conn.execute(query)]
+
+
+async def open_batches_of_run(conn: AsyncConnection, run_id: str) -> int:
+    """How many provider batches of the run are not yet applied or cancelled."""
+    query = select(func.count()).where(
+        provider_batches.c.batch_run_id == run_id, provider_batches.c.status.not_in(_CLOSED)
+    )
+    return int(await conn.scalar(query) or 0)
+
+
+async def known_provider_ids(conn: AsyncConnection, provider: str, ids: Sequence[str]) -> set[str]:
+    """Which of these provider batch ids some provider batch of ours already holds."""
+    if not ids:
+        return set()
+    query = select(provider_batches.c.provider_batch_id).where(
+        provider_batches.c.provider == provider, in_ids(conn, provider_batches.c.provider_batch_id, ids)
+    )
+    return {str(i) for i in await conn.scalars(query)}
+
+
+# Leases.
+
+
+async def claim_due(
+    conn: AsyncConnection,
+    owner: str,
+    now: datetime,
+    *,
+    lease_seconds: float,
+    limit: int,
+    endpoints: Mapping[str, str],
+) -> list[ProviderBatch]:
+    """Lease up to ``limit`` provider batches that are due, free (or whose lease expired) and go to
+    one of ``endpoints`` (the provider base URLs this worker reaches, by provider).
+
+    On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so that concurrent
+    pollers pick different batches; on both databases the update re-checks the lease, so a batch
+    is never held by two owners.
+    """
+    free = or_(provider_batches.c.lease_owner.is_(None), provider_batches.c.lease_expires_at < now)
+    reachable = or_(
+        provider_batches.c.endpoint.is_(None),  # written before endpoints were recorded
+        *(
+            and_(provider_batches.c.provider == provider, provider_batches.c.endpoint == endpoint)
+            for provider, endpoint in endpoints.items()
+        ),
+    )
+    candidates = (
+        select(provider_batches.c.id)
+        .where(provider_batches.c.status.in_(CLAIMABLE), provider_batches.c.next_poll_at <= now, free, reachable)
+        .order_by(provider_batches.c.next_poll_at)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    ids = [str(i) for i in await conn.scalars(candidates)]
+    if not ids:
+        return []
+    claimed = await conn.execute(
+        update(provider_batches)
+        .where(provider_batches.c.id.in_(ids), free)
+        .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds))
+        .returning(*provider_batches.c)
+    )
+    return [to_provider_batch(r) for r in claimed]
+
+
+async def renew_lease(conn: AsyncConnection, batch_id: str, owner: str, expires_at: datetime) -> bool:
+    """Push back the expiry of ``owner``'s lease on a batch; False when ``owner`` no longer holds it."""
+    result = await conn.execute(
+        update(provider_batches)
+        .where(provider_batches.c.id == batch_id, provider_batches.c.lease_owner == owner)
+        .values(lease_expires_at=expires_at)
+    )
+    return result.rowcount > 0
+
+
+async def release(conn: AsyncConnection, batch_id: str, owner: str, *, next_poll_at: datetime | None) -> None:
+    """Give up ``owner``'s lease on a batch; it is due again at ``next_poll_at`` (None: never)."""
+    await _release(conn, batch_id, owner, next_poll_at=next_poll_at, values={})
+
+
+async def record_poll(
+    conn: AsyncConnection, batch_id: str, owner: str, snapshot: PollSnapshot, *, next_poll_at: datetime
+) -> None:
+    """A poll found the batch still running: store what it saw, give up the lease."""
+    values = {
+        "provider_status": snapshot.provider_status,
+        "request_counts": snapshot.request_counts,
+        "polled_at": snapshot.polled_at,
+        "error": None,
+        "failures": 0,
+    }
+    await _release(conn, batch_id, owner, next_poll_at=next_poll_at, values=values)
+
+
+async def record_failure(
+    conn: AsyncConnection, batch_id: str, owner: str, *, failures: int, error: str, next_poll_at: datetime
+) -> None:
+    """The batch's stage failed (again): store the count and the reason, give up the lease."""
+    values = {"failures": failures, "error": error}
+    await _release(conn, batch_id, owner, next_poll_at=next_poll_at, values=values)
+
+
+async def _release(
+    conn: AsyncConnection, batch_id: str, owner: str, *, next_poll_at: datetime | None, values: dict[str, Any]
+) -> None:
+    await conn.execute(
+        update(provider_batches)
+        .where(provider_batches.c.id == batch_id, provider_batches.c.lease_owner == owner)
+        .values(lease_owner=None, lease_expires_at=None, next_poll_at=next_poll_at, **values)
+    )
+
+
+# Submitting once.
+
+
+async def record_submit_intent(conn: AsyncConnection, batch_id: str, owner: str, now: datetime) -> bool:
+    """Note that ``owner`` is about to submit a created batch; False when it no longer may.
+
+    Written (and committed) before the provider is called: from then on the provider may hold the
+    batch, and whoever submits it next looks for it there first.
+    """
+    result = await conn.execute(
+        update(provider_batches)
+        .where(
+            provider_batches.c.id == batch_id,
+            provider_batches.c.status == ProviderBatchStatus.CREATED.value,
+            provider_batches.c.lease_owner == owner,
+        )
+        .values(submit_started_at=now, submit_attempts=provider_batches.c.submit_attempts + 1)
+    )
+    return result.rowcount > 0
+
+
+async def add_duplicates(conn: AsyncConnection, batch_id: str, duplicates: Sequence[str]) -> None:
+    """Record provider ids of copies of this batch that were found and cancelled."""
+    if not duplicates:
+        return
+    current = await conn.scalar(select(provider_batches.c.duplicates).where(provider_batches.c.id == batch_id))
+    merged = list(dict.fromkeys([*(current or []), *duplicates]))
+    await conn.execute(update(provider_batches).where(provider_batches.c.id == batch_id).values(duplicates=merged))
+
+
+# Transitions (the machine of ProviderBatchStatus).
+
+
+async def mark_running(
+    conn: AsyncConnection, batch_id: str, provider_batch_id: str, now: datetime, *, next_poll_at: datetime
+) -> bool:
+    """created -> running: the provider holds it under ``provider_batch_id``."""
+    return await _transition(
+        conn,
+        batch_id,
+        ProviderBatchStatus.RUNNING,
+        now,
+        only_from=(ProviderBatchStatus.CREATED,),
+        values={"provider_batch_id": provider_batch_id, "error": None, "next_poll_at": next_poll_at},
+    )
+
+
+async def mark_ended(
+    conn: AsyncConnection,
+    batch_id: str,
+    now: datetime,
+    *,
+    only_from: ProviderBatchStatus,
+    snapshot: PollSnapshot | None = None,
+    error: str | None = None,
+) -> bool:
+    """created | running -> ended: every item's result is stored in the same transaction.
+
+    From created, it ended without reaching the provider (refused, or nothing to send).
+    """
+    values: dict[str, Any] = {"error": error}
+    if snapshot is not None:
+        values |= {
+            "provider_status": snapshot.provider_status,
+            "request_counts": snapshot.request_counts,
+            "polled_at": snapshot.polled_at,
+            "ended_at": now,
+        }
+    return await _transition(conn, batch_id, ProviderBatchStatus.ENDED, now, only_from=(only_from,), values=values)
+
+
+async def mark_applied(conn: AsyncConnection, batch_id: str, now: datetime, *, error: str | None = None) -> bool:
+    """ended -> applied: its results were applied to its agents (or given up, with ``error``)."""
+    values = {"error": error} if error is not None else {}
+    return await _transition(
+        conn, batch_id, ProviderBatchStatus.APPLIED, now, only_from=(ProviderBatchStatus.ENDED,), values=values
+    )
+
+
+async def mark_cancelling(
+    conn: AsyncConnection,
+    batch_id: str,
+    now: datetime,
+    *,
+    only_from: Iterable[ProviderBatchStatus],
+    provider_batch_id: str | None = None,
+    lease: tuple[str, datetime] | None = None,
+) -> bool:
+    """-> cancelling: its run was cancelled and the provider must be told, due at once.
+
+    ``provider_batch_id`` records an id learnt late (a submission that ended after the cancel);
+    ``lease`` reserves it for the caller, who tells the provider at once.
+    """
+    values: dict[str, Any] = {"next_poll_at": now}
+    if provider_batch_id is not None:
+        values["provider_batch_id"] = provider_batch_id
+    if lease is not None:
+        values |= {"lease_owner": lease[0], "lease_expires_at": lease[1]}
+    return await _transition(
+        conn, batch_id, ProviderBatchStatus.CANCELLING, now, only_from=tuple(only_from), values=values
+    )
+
+
+async def mark_cancelled(
+    conn: AsyncConnection,
+    batch_id: str,
+    now: datetime,
+    *,
+    only_from: Iterable[ProviderBatchStatus],
+    error: str | None = None,
+) -> bool:
+    """-> cancelled: the provider was told (or never had it); its results are never applied."""
+    values = {"error": error} if error is not None else {}
+    return await _transition(
+        conn, batch_id, ProviderBatchStatus.CANCELLED, now, only_from=tuple(only_from), values=values
+    )
+
+
+async def _transition(
+    conn: AsyncConnection,
+    batch_id: str,
+    to: ProviderBatchStatus,
+    now: datetime,
+    *,
+    only_from: Sequence[ProviderBatchStatus],
+    values: dict[str, Any],
+) -> bool:
+    result = await conn.execute(
+        update(provider_batches)
+        .where(provider_batches.c.id == batch_id, provider_batches.c.status.in_([s.value for s in only_from]))
+        .values(status=to.value, updated_at=now, failures=0, **values)
+    )
+    return result.rowcount > 0

@@ -1,0 +1,153 @@
+"""Batch runs: what one ``POST /v1/messages/batches`` created, its status and its callback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, RunStatus
+from nightshift.store.pagination import Page, paginate
+from nightshift.store.tables import batch_runs
+
+
+def to_run(row: Row[Any]) -> BatchRun:
+    """Map a ``batch_runs`` row to the domain type."""
+    return BatchRun(
+        id=row.id,
+        organization_id=row.organization_id,
+        status=RunStatus(row.status),
+        metadata=row.metadata,
+        max_steps=row.max_steps,
+        callback_url=row.callback_url,
+        callback_sent_at=row.callback_sent_at,
+        callback_status_code=row.callback_status_code,
+        callback_error=row.callback_error,
+        callback_attempts=row.callback_attempts,
+        completed_at=row.completed_at,
+        idempotency_key=row.idempotency_key,
+        request_hash=row.request_hash,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def insert_run(conn: AsyncConnection, run: BatchRun) -> None:
+    await conn.execute(
+        insert(batch_runs).values(
+            id=run.id,
+            organization_id=run.organization_id,
+            status=run.status.value,
+            metadata=run.metadata,
+            max_steps=run.max_steps,
+            callback_url=run.callback_url,
+            callback_attempts=0,
+            idempotency_key=run.idempotency_key,
+            request_hash=run.request_hash,
+            completed_at=run.completed_at,
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+        )
+    )
+
+
+async def get_run(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun | None:
+    query = select(batch_runs).where(batch_runs.c.organization_id == org_id, batch_runs.c.id == run_id)
+    row = (await conn.execute(query)).first()
+    return to_run(row) if row is not None else None
+
+
+async def run_by_idempotency_key(conn: AsyncConnection, org_id: str, key: str) -> BatchRun | None:
+    """The organization's run created with this Idempotency-Key, if any."""
+    query = select(batch_runs).where(batch_runs.c.organization_id == org_id, batch_runs.c.idempotency_key == key)
+    row = (await conn.execute(query)).first()
+    return to_run(row) if row is not None else None
+
+
+async def list_runs(
+    conn: AsyncConnection, org_id: str, page: Page, *, statuses: Sequence[RunStatus] = ()
+) -> list[BatchRun]:
+    query = select(batch_runs).where(batch_runs.c.organization_id == org_id)
+    if statuses:
+        query = query.where(batch_runs.c.status.in_([s.value for s in statuses]))
+    return [to_run(r) for r in await conn.execute(paginate(query, batch_runs.c.id, page))]
+
+
+async def lock_run(conn: AsyncConnection, run_id: str) -> None:
+    """Hold the run's row until the transaction ends, so that work on one run is serialised.
+
+    Every transaction that changes a run's provider batches takes this lock first (one lock
+    order, no deadlocks), and the one that applies a run's last open batch then sees the others'
+    work and ends the run. SQLite serialises all writers anyway.
+    """
+    if conn.dialect.name == "postgresql":
+        await conn.execute(select(batch_runs.c.id).where(batch_runs.c.id == run_id).with_for_update())
+
+
+async def set_run_status(
+    conn: AsyncConnection, run_id: str, status: RunStatus, now: datetime, *, only_from: Iterable[RunStatus]
+) -> bool:
+    """Move a run to ``status`` if it is in one of ``only_from``; True when it moved."""
+    result = await conn.execute(
+        update(batch_runs)
+        .where(batch_runs.c.id == run_id, batch_runs.c.status.in_([s.value for s in only_from]))
+        .values(
+            status=status.value,
+            updated_at=now,
+            **({"completed_at": now} if status in TERMINAL_RUN_STATUSES else {}),
+        )
+    )
+    return result.rowcount > 0
+
+
+async def callbacks_due(conn: AsyncConnection, now: datetime, *, limit: int) -> list[BatchRun]:
+    """Ended runs whose callback has not been delivered yet and is due for a (re)try."""
+    query = (
+        select(batch_runs)
+        .where(
+            batch_runs.c.callback_url.is_not(None),
+            batch_runs.c.callback_sent_at.is_(None),
+            batch_runs.c.status.in_([s.value for s in TERMINAL_RUN_STATUSES]),
+            or_(batch_runs.c.callback_next_at.is_(None), batch_runs.c.callback_next_at <= now),
+        )
+        .limit(limit)
+    )
+    return [to_run(r) for r in await conn.execute(query)]
+
+
+async def claim_callback_attempt(conn: AsyncConnection, run: BatchRun, *, until: datetime) -> bool:
+    """Take the next callback attempt of ``run`` (as last read) until ``until``; False when another
+    process took it first (so that two server processes do not both send it)."""
+    result = await conn.execute(
+        update(batch_runs)
+        .where(batch_runs.c.id == run.id, batch_runs.c.callback_attempts == run.callback_attempts)
+        .values(callback_next_at=until, callback_attempts=run.callback_attempts + 1)
+    )
+    return result.rowcount > 0
+
+
+async def record_callback(
+    conn: AsyncConnection,
+    run_id: str,
+    *,
+    attempts: int,
+    sent_at: datetime | None,
+    status_code: int | None,
+    error: str | None,
+    next_at: datetime | None,
+) -> None:
+    """Store how a callback attempt went (``sent_at`` set: no more attempts)."""
+    await conn.execute(
+        update(batch_runs)
+        .where(batch_runs.c.id == run_id, batch_runs.c.callback_sent_at.is_(None))
+        .values(
+            callback_attempts=attempts,
+            callback_sent_at=sent_at,
+            callback_status_code=status_code,
+            callback_error=error,
+            callback_next_at=next_at,
+        )
+    )
