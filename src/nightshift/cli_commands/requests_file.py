@@ -11,36 +11,14 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from nightshift.api.batch_schemas import BatchRequestBody
 from nightshift.cli_commands.client import CommandFailed, dotted
 
 REQUEST_KEYS = ("agent_id", "agent_name", "messages", "input", "max_steps")
-
-
-class _TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text"] = "text"
-    text: str
-
-
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: Literal["user", "system"] = "user"
-    content: str | list[_TextPart]
-
-
-class _Request(BaseModel):
-    """The shape of one line; the server checks the same fields again (``BatchRequestBody``)."""
-
-    model_config = ConfigDict(extra="ignore")
-    agent_id: str | None = Field(default=None, min_length=1)
-    agent_name: str | None = Field(default=None, min_length=1)
-    messages: list[_Message] | None = None
-    input: str | list[_TextPart] | None = None
-    max_steps: int | None = Field(default=None, ge=1, le=1000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,21 +63,25 @@ def _parse_line(where: str, number: int, raw: str) -> RequestLine:
             close = difflib.get_close_matches(key, REQUEST_KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise CommandFailed(f"{where}: {key!r} is not a field of a request{hint}")
+    agent_id, agent_name = value.get("agent_id"), value.get("agent_name")
+    if agent_id is None and agent_name is None:
+        raise CommandFailed(f"{where}: 'agent_id' is required (or 'agent_name')")
+    if agent_id is not None and agent_name is not None:
+        raise CommandFailed(f"{where}: give 'agent_id' or 'agent_name', not both")
+    if agent_name is not None and (not isinstance(agent_name, str) or not agent_name):
+        raise CommandFailed(f"{where}: 'agent_name': should be a name (a non-empty string)")
+    body = {k: v for k, v in value.items() if k not in ("agent_id", "agent_name") and v is not None}
     try:
-        request = _Request.model_validate(value)
+        # The API's own shape of a request; a name stands in for the agent id until it is resolved.
+        request = BatchRequestBody.model_validate({"agent_id": agent_id if agent_name is None else "-", **body})
     except ValidationError as error:
         first = error.errors()[0]
         field = dotted(first["loc"])
         message = first["msg"]
         raise CommandFailed(f"{where}: '{field}': {message[:1].lower()}{message[1:]}") from None
-    if request.agent_id is None and request.agent_name is None:
-        raise CommandFailed(f"{where}: 'agent_id' is required (or 'agent_name')")
-    if request.agent_id is not None and request.agent_name is not None:
-        raise CommandFailed(f"{where}: give 'agent_id' or 'agent_name', not both")
     if not request.messages and request.input is None:
         raise CommandFailed(f"{where}: 'messages' or 'input' is required")
-    body = {k: v for k, v in value.items() if k not in ("agent_id", "agent_name") and v is not None}
-    return RequestLine(line=number, agent_id=request.agent_id, agent_name=request.agent_name, body=body)
+    return RequestLine(line=number, agent_id=agent_id, agent_name=agent_name, body=body)
 
 
 def _kind(value: Any) -> str:
