@@ -26,7 +26,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -80,13 +80,14 @@ class Worker:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
         return self.owner, now + timedelta(seconds=self.lease_seconds)
 
-    def own_lease(self, now: datetime) -> tuple[str, datetime]:
-        """A lease of a name no one else uses, for work done outside the poller (an API request).
+    def for_request(self) -> Worker:
+        """This worker under a lease name of its own, for work done outside the poller (an API request).
 
-        The poller of this process holds its batches under ``owner``: a batch the request takes
-        over while the poller works on it must not be released by the poller's next release.
+        The poller of this process holds its batches under ``owner``: a batch a request holds
+        (one it creates, or cancels while the poller works on it) must not be released, renewed
+        or submitted by the poller as if it held it.
         """
-        return f"{self.owner}:{uuid.uuid4().hex[:8]}", now + timedelta(seconds=self.lease_seconds)
+        return replace(self, owner=f"{self.owner}:{uuid.uuid4().hex[:8]}")
 
     async def run_once(self, *, limit: int = 50) -> int:
         """Claim the provider batches that are due and take each one stage further (or to the end).
@@ -218,24 +219,20 @@ class Worker:
             except Exception:
                 log.exception("submitting %s failed; the poller will retry", batch.id)
 
-    async def cancel(self, batch: ProviderBatch, *, owner: str | None = None) -> None:
-        """Tell the provider to cancel a batch of a cancelled run; its results are never applied.
-
-        ``owner`` is the lease it is held under, when not this worker's own (see ``own_lease``).
-        """
+    async def cancel(self, batch: ProviderBatch) -> None:
+        """Tell the provider to cancel a batch of a cancelled run; its results are never applied."""
         if batch.provider_batch_id is not None:
             try:
                 await self.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
             except ProviderError as exc:
                 if exc.retryable:
-                    if owner is None:
-                        await self.stage_failed(batch, exc.message, retryable=True)
-                    return  # else the poller takes it over when the request's lease expires
+                    await self.stage_failed(batch, exc.message, retryable=True)
+                    return
                 log.warning("cancelling %s at the provider failed: %s", batch.id, exc.message)
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
             await batch_store.mark_cancelled(conn, batch.id, now, only_from=(ProviderBatchStatus.CANCELLING,))
-            await batch_store.release(conn, batch.id, owner or self.owner, next_poll_at=None)
+            await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
 
 
 def worker_id() -> str:

@@ -105,6 +105,8 @@ async def start_run(
             return earlier
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=allow_private_callbacks)
+    # The first step is submitted by this request, under a lease name of its own (see ``for_request``).
+    worker = worker.for_request()
     try:
         async with engine.begin() as conn:
             run, batches = await create_run(
@@ -136,16 +138,16 @@ async def stop_run(engine: AsyncEngine, worker: Worker, org_id: str, run_id: str
     """Cancel a run and tell the provider about its open batches (see ``batch.steps.cancel_run``)."""
     # Held under a name of this request's own: the poller may be working on these batches, and
     # its release must not free them while this request cancels them (one cancel, not two).
-    lease = worker.own_lease(datetime.now(UTC))
+    worker = worker.for_request()
     async with engine.begin() as conn:
-        await cancel_run(conn, org_id, run_id, lease=lease)
+        await cancel_run(conn, org_id, run_id, lease=worker.lease(datetime.now(UTC)))
         open_batches = [
             b
             for b in await batch_store.provider_batches_of_run(conn, run_id)
             if b.status is ProviderBatchStatus.CANCELLING
         ]
     for batch in open_batches:
-        await worker.cancel(batch, owner=lease[0])
+        await worker.cancel(batch)
     async with engine.connect() as conn:
         return await run_view(conn, org_id, run_id)
 

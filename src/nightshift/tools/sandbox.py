@@ -22,9 +22,7 @@ Everything that waits on a zygote is a coroutine; nothing blocks the event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,24 +35,11 @@ from sqlalchemy.engine import make_url
 
 from nightshift.config import Settings
 from nightshift.errors import ToolError
-from nightshift.tools.launch import (
-    BubblewrapLauncher,
-    Launcher,
-    ProcessLauncher,
-    SandboxKind,
-    SandboxLimits,
-    Started,
-)
+from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxKind, SandboxLimits
+from nightshift.tools.results import SandboxResult, failure
+from nightshift.tools.zygotes import StartError, Zygote
 
 log = logging.getLogger(__name__)
-
-_STDERR_TAIL_BYTES = 64 * 1024
-_STARTUP_TIMEOUT = 30.0
-# How much longer than a call's timeout the server waits for its zygote's answer before it
-# gives the zygote up (the zygote enforces the timeout itself; this catches a zygote that hangs).
-_ANSWER_GRACE = 5.0
-# How long a zygote told to stop may take before it is killed.
-_EXIT_GRACE = 2.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,30 +54,6 @@ class SandboxCall:
     function_name: str
     arguments: dict[str, Any]
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SandboxResult:
-    """What a call produced.
-
-    Attributes:
-        ok: True when the function returned; False when it raised, timed out, went over a limit,
-            or could not run.
-        value: The JSON-decoded return value when ``ok`` (values JSON cannot hold come back as their
-            ``str()``); None otherwise.
-        error: ``"TypeError: ..."`` for an exception in the tool, ``"timed out after 2.0 s"`` and
-            the like when not ``ok``; None when ``ok``.
-        stdout: What the tool printed.
-        stderr: What the tool wrote to ``sys.stderr``.
-        duration_ms: Time from sending the call to a zygote to its answer (queueing excluded).
-    """
-
-    ok: bool
-    value: Any
-    error: str | None
-    stdout: str
-    stderr: str
-    duration_ms: float
 
 
 class Sandbox(Protocol):
@@ -151,10 +112,10 @@ class ToolSandbox:
         self.limits = limits
         self._capacity = workers
         self._turns = asyncio.Semaphore(workers)
-        self._idle: dict[str, list[_Zygote]] = {}
-        self._live: set[_Zygote] = set()
+        self._idle: dict[str, list[Zygote]] = {}
+        self._live: set[Zygote] = set()
         self._count = 0  # zygotes alive or starting, the spare included
-        self._spare: asyncio.Task[_Zygote] | None = None
+        self._spare: asyncio.Task[Zygote] | None = None
         self._reaping: set[asyncio.Task[None]] = set()
         self._missing: str | None = None
         self._closed = False
@@ -200,7 +161,7 @@ class ToolSandbox:
         self._check_open()
         started = time.perf_counter()
         if self._missing is not None:
-            return _failure(f"custom tools cannot run on this server: {self._missing}", started=started)
+            return failure(f"custom tools cannot run on this server: {self._missing}", started=started)
         limit = self.limits.timeout if timeout is None else timeout
         try:
             payload = orjson.dumps(
@@ -215,14 +176,14 @@ class ToolSandbox:
                 }
             )
         except TypeError as exc:
-            return _failure(f"arguments are not JSON-serializable: {exc}", started=started)
+            return failure(f"arguments are not JSON-serializable: {exc}", started=started)
         async with self._turns:
             try:
                 zygote = await self._checkout(call.organization_id)
-            except _StartError as exc:
-                return _failure(f"the tool sandbox could not start: {exc}", started=started)
+            except StartError as exc:
+                return failure(f"the tool sandbox could not start: {exc}", started=started)
             try:
-                result = await zygote.call(payload, limit + _ANSWER_GRACE)
+                result = await zygote.call(payload, limit)
             finally:
                 self._checkin(zygote)
         return result
@@ -268,7 +229,7 @@ class ToolSandbox:
         if self._closed:
             raise ToolError("the tool sandbox is closed")
 
-    async def _checkout(self, org_id: str) -> _Zygote:
+    async def _checkout(self, org_id: str) -> Zygote:
         """A zygote of ``org_id`` for the caller alone; the caller holds one of the pool's turns."""
         idle = self._idle.get(org_id, [])
         while idle:
@@ -292,29 +253,29 @@ class ToolSandbox:
         zygote.org_id = org_id
         if self._closed:
             self._retire(zygote)
-            raise _StartError("the tool sandbox was closed")
+            raise StartError("the tool sandbox was closed")
         self._refill()
         return zygote
 
-    async def _start_zygote(self) -> _Zygote:
+    async def _start_zygote(self) -> Zygote:
         """Start a zygote that counts in the pool (bound to no organization yet)."""
         self._count += 1
         try:
-            zygote = await _Zygote.start(self.launcher, self.limits)
+            zygote = await Zygote.start(self.launcher, self.limits)
         except BaseException:
             self._count -= 1
             raise
         self._live.add(zygote)
         return zygote
 
-    async def _claim_spare(self) -> _Zygote | None:
+    async def _claim_spare(self) -> Zygote | None:
         """The spare, once started; None when there is none or it failed to start."""
         task, self._spare = self._spare, None
         if task is None:
             return None
         try:
             zygote = await task
-        except _StartError as exc:
+        except StartError as exc:
             log.warning("the spare tool sandbox did not start: %s", exc)
             return None
         if not zygote.alive:
@@ -328,14 +289,14 @@ class ToolSandbox:
             return
         self._spare = asyncio.create_task(self._start_zygote(), name="tool-sandbox-spare")
 
-    def _checkin(self, zygote: _Zygote) -> None:
+    def _checkin(self, zygote: Zygote) -> None:
         if zygote.alive and not self._closed:
             zygote.idle_since = time.monotonic()
             self._idle.setdefault(zygote.org_id, []).append(zygote)
         else:
             self._retire(zygote)
 
-    def _retire(self, zygote: _Zygote) -> None:
+    def _retire(self, zygote: Zygote) -> None:
         """Kill a zygote in the background; its room in the pool is free at once."""
         if zygote not in self._live:
             return
@@ -366,160 +327,3 @@ def build_sandbox(settings: Settings) -> ToolSandbox:
         file_mb=settings.tool_max_file_mb,
     )
     return ToolSandbox(launcher, workers=settings.tool_workers, limits=limits)
-
-
-class _StartError(Exception):
-    """A zygote did not come up; the message says why."""
-
-
-class _Zygote:
-    """One zygote process of one organization, and the pipes to it."""
-
-    def __init__(self, started: Started) -> None:
-        self.started = started
-        self.process = started.process
-        self.org_id = ""  # set when an organization first takes it; never changed after
-        self.idle_since = time.monotonic()
-        self.calls = 0
-        self._failed = False
-        self._stderr_tail = bytearray()
-        self._stderr_task = asyncio.create_task(self._drain_stderr())
-        self._close_task: asyncio.Task[None] | None = None
-
-    @property
-    def alive(self) -> bool:
-        return not self._failed and self.process.returncode is None
-
-    @classmethod
-    async def start(cls, launcher: Launcher, limits: SandboxLimits) -> _Zygote:
-        """Start a zygote and wait for its ready line.
-
-        Raises:
-            _StartError: It could not start or did not report ready.
-        """
-        try:
-            started = await launcher.start(limits)
-        except OSError as exc:
-            raise _StartError(f"{type(exc).__name__}: {exc}") from exc
-        zygote = cls(started)
-        try:
-            assert zygote.process.stdout is not None
-            async with asyncio.timeout(_STARTUP_TIMEOUT):
-                line = await zygote.process.stdout.readline()
-            if line.strip() != b'{"ready": true}':
-                await zygote.close(launcher)
-                stderr = zygote.stderr_text().strip()
-                raise _StartError(
-                    f"it exited with code {zygote.process.returncode}" + (f": {stderr[-2000:]}" if stderr else "")
-                )
-        except TimeoutError as exc:
-            await zygote.close(launcher)
-            raise _StartError(f"no ready line within {_STARTUP_TIMEOUT} s") from exc
-        except BaseException:
-            await zygote.close(launcher)
-            raise
-        return zygote
-
-    async def call(self, payload: bytes, limit: float) -> SandboxResult:
-        """Send one call and wait for its answer; a zygote that failed is marked dead."""
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.calls += 1
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(limit):
-                self.process.stdin.write(payload + b"\n")
-                await self.process.stdin.drain()
-                line = await self.process.stdout.readline()
-        except TimeoutError:
-            self._failed = True
-            return _failure(f"timed out after {limit - _ANSWER_GRACE} s (the sandbox did not answer)", started=started)
-        except (ConnectionError, ValueError):  # gone before it read the call; a line over the limit
-            line = b""
-        except BaseException:  # cancelled: its state is unknown, so it must not be reused
-            self._failed = True
-            raise
-        if not line.endswith(b"\n"):
-            self._failed = True
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await self.process.wait()
-            return _failure(
-                f"the tool sandbox died (exit code {self.process.returncode})",
-                started=started,
-                stderr=self.stderr_text(),
-            )
-        return _decode(line, started)
-
-    def close(self, launcher: Launcher) -> asyncio.Task[None]:
-        """Kill the zygote and clean up after it; every caller shares one cleanup task."""
-        if self._close_task is None:
-            self._close_task = asyncio.create_task(self._close(launcher))
-        return self._close_task
-
-    async def _close(self, launcher: Launcher) -> None:
-        self._failed = True
-        # The end of its request stream tells the zygote to end the call it runs and exit, with
-        # everything it started; killing it is for a zygote that does not.
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_EXIT_GRACE):
-                await self.process.wait()
-        launcher.kill(self.started)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5.0):
-                await self.process.wait()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(1.0):
-                await asyncio.shield(self._stderr_task)
-        if not self._stderr_task.done():  # only when an escaped process holds the pipe (process mode)
-            self._stderr_task.cancel()
-        await asyncio.gather(self._stderr_task, return_exceptions=True)
-        if self.started.scratch is not None:
-            await asyncio.to_thread(shutil.rmtree, self.started.scratch, ignore_errors=True)
-
-    async def _drain_stderr(self) -> None:
-        # Keeps only the tail: enough to explain a crash, bounded however much a tool writes.
-        assert self.process.stderr is not None
-        while chunk := await self.process.stderr.read(65536):
-            self._stderr_tail += chunk
-            del self._stderr_tail[:-_STDERR_TAIL_BYTES]
-
-    def stderr_text(self) -> str:
-        return self._stderr_tail.decode("utf-8", "replace")
-
-
-def _decode(line: bytes, started: float) -> SandboxResult:
-    try:
-        answer = orjson.loads(line)
-        ok, error = answer["ok"], answer["error"]
-        stdout, stderr = answer["stdout"], answer["stderr"]
-        if (
-            not isinstance(ok, bool)
-            or not isinstance(stdout, str)
-            or not isinstance(stderr, str)
-            or not (error is None or isinstance(error, str))
-        ):
-            raise ValueError("unexpected fields")
-    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
-        # Only a tool that wrote into its own answer channel gets here: its call fails.
-        return _failure("the tool's answer could not be read", started=started)
-    return SandboxResult(
-        ok=ok,
-        value=answer.get("value") if ok else None,
-        error=None if ok else (error or "unknown error"),
-        stdout=stdout,
-        stderr=stderr,
-        duration_ms=(time.perf_counter() - started) * 1000,
-    )
-
-
-def _failure(error: str, *, started: float, stdout: str = "", stderr: str = "") -> SandboxResult:
-    return SandboxResult(
-        ok=False,
-        value=None,
-        error=error,
-        stdout=stdout,
-        stderr=stderr,
-        duration_ms=(time.perf_counter() - started) * 1000,
-    )

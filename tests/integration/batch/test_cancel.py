@@ -124,7 +124,8 @@ async def test_a_cancel_racing_the_poller_is_sent_once(runs: Runs, admin: Emulat
     async with worker.engine.begin() as conn:
         await conn.execute(update(provider_batches).values(lease_owner=worker.owner))  # the poller holds it
 
-        cancelled = await cancel_run(conn, DEFAULT_ORG_ID, run["id"], lease=worker.own_lease(datetime.now(UTC)))
+        request = worker.for_request()
+        cancelled = await cancel_run(conn, DEFAULT_ORG_ID, run["id"], lease=request.lease(datetime.now(UTC)))
         await batch_store.release(conn, batch["id"], worker.owner, next_poll_at=datetime.now(UTC))
         held_by = await conn.scalar(select(provider_batches.c.lease_owner))
 
