@@ -14,6 +14,7 @@ A batch item is one agent inside one provider batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -102,9 +103,13 @@ class StepState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepState:
-        version = data.get("schema_version")
-        if version != STEP_STATE_VERSION:
-            raise ValueError(f"unknown step state schema_version {version!r} (expected {STEP_STATE_VERSION})")
+        """Read a saved state, of this version or an older one (upgraded on the way).
+
+        Raises:
+            ValueError: A state of a newer version (written by a newer nightshift), or of a
+                version with no upgrade.
+        """
+        data = upgrade_state(data, STEP_STATE_UPGRADES, current=STEP_STATE_VERSION)
         return cls(
             step_number=int(data["step_number"]),
             max_steps=int(data["max_steps"]),
@@ -112,6 +117,33 @@ class StepState:
             allowed_tools=tuple(data.get("allowed_tools", ())),
             retries=int(data.get("retries", 0)),
         )
+
+
+Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+# How a step state of each old version becomes the next one: ``{1: upgrade_1_to_2}``, written
+# when STEP_STATE_VERSION moves on, so that runs in flight across an upgrade of the server go on.
+STEP_STATE_UPGRADES: dict[int, Upgrade] = {}
+
+
+def upgrade_state(data: dict[str, Any], upgrades: Mapping[int, Upgrade], *, current: int) -> dict[str, Any]:
+    """``data`` (with a ``schema_version``) brought to version ``current``, one upgrade at a time.
+
+    Raises:
+        ValueError: A version newer than ``current``, or an older one with no upgrade.
+    """
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise ValueError(f"a saved state without a schema_version: {sorted(data)}")
+    if version > current:
+        raise ValueError(f"step state schema_version {version} is newer than this nightshift's ({current})")
+    while version < current:
+        upgrade = upgrades.get(version)
+        if upgrade is None:
+            raise ValueError(f"no upgrade of step state schema_version {version} to {current}")
+        data = upgrade(data)
+        version += 1
+        data = {**data, "schema_version": version}
+    return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,51 +19,26 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.store.bulk import in_ids
+from nightshift.store.mapping import from_row, to_values
 from nightshift.store.tables import batch_items
 
 
 def to_item(row: Row[Any]) -> BatchItem:
     """Map a ``batch_items`` row to the domain type."""
-    return BatchItem(
-        id=row.id,
-        organization_id=row.organization_id,
-        batch_run_id=row.batch_run_id,
-        provider_batch_id=row.provider_batch_id,
-        agent_id=row.agent_id,
-        request_status=RequestStatus(row.request_status),
-        step_status=StepStatus(row.step_status),
-        step_state=StepState.from_json(row.step_state),
-        result=row.result,
-        usage=row.usage,
-        cost_usd=row.cost_usd,
-        error=row.error,
-        outcome=ItemOutcome(row.outcome) if row.outcome is not None else None,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+    return from_row(
+        BatchItem,
+        row,
+        request_status=RequestStatus,
+        step_status=StepStatus,
+        step_state=StepState.from_json,
+        outcome=ItemOutcome,
     )
 
 
 async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:
     if not new:
         return
-    await conn.execute(
-        insert(batch_items),
-        [
-            {
-                "id": i.id,
-                "organization_id": i.organization_id,
-                "batch_run_id": i.batch_run_id,
-                "provider_batch_id": i.provider_batch_id,
-                "agent_id": i.agent_id,
-                "request_status": i.request_status.value,
-                "step_status": i.step_status.value,
-                "step_state": i.step_state.to_json(),
-                "created_at": i.created_at,
-                "updated_at": i.updated_at,
-            }
-            for i in new
-        ],
-    )
+    await conn.execute(insert(batch_items), [to_values(i, batch_items, step_state=StepState.to_json) for i in new])
 
 
 async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:

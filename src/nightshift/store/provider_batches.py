@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import PollSnapshot, ProviderBatch, ProviderBatchStatus
 from nightshift.store.bulk import in_ids
+from nightshift.store.mapping import from_row, to_values
 from nightshift.store.tables import provider_batches
 
 # What a claim may pick up: batches to submit, to poll, to apply, or to cancel at the provider.
@@ -31,27 +32,7 @@ _CLOSED = [ProviderBatchStatus.APPLIED.value, ProviderBatchStatus.CANCELLED.valu
 
 def to_provider_batch(row: Row[Any]) -> ProviderBatch:
     """Map a ``provider_batches`` row to the domain type."""
-    return ProviderBatch(
-        id=row.id,
-        organization_id=row.organization_id,
-        batch_run_id=row.batch_run_id,
-        provider=row.provider,
-        step_number=row.step_number,
-        status=ProviderBatchStatus(row.status),
-        endpoint=row.endpoint,
-        provider_batch_id=row.provider_batch_id,
-        provider_status=row.provider_status,
-        request_counts=row.request_counts,
-        error=row.error,
-        submit_started_at=row.submit_started_at,
-        submit_attempts=row.submit_attempts,
-        failures=row.failures,
-        duplicates=tuple(row.duplicates),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        polled_at=row.polled_at,
-        ended_at=row.ended_at,
-    )
+    return from_row(ProviderBatch, row, status=ProviderBatchStatus, duplicates=tuple)
 
 
 async def insert_provider_batches(
@@ -65,21 +46,10 @@ async def insert_provider_batches(
         insert(provider_batches),
         [
             {
-                "id": b.id,
-                "organization_id": b.organization_id,
-                "batch_run_id": b.batch_run_id,
-                "provider": b.provider,
-                "endpoint": b.endpoint,
-                "provider_batch_id": b.provider_batch_id,
-                "step_number": b.step_number,
-                "status": b.status.value,
-                "provider_status": b.provider_status,
-                "request_counts": b.request_counts,
+                **to_values(b, provider_batches),
                 "next_poll_at": b.created_at,
                 "lease_owner": owner,
                 "lease_expires_at": expires,
-                "created_at": b.created_at,
-                "updated_at": b.updated_at,
             }
             for b in new
         ],

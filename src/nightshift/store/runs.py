@@ -10,48 +10,18 @@ from sqlalchemy import Row, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, RunStatus
+from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import batch_runs
 
 
 def to_run(row: Row[Any]) -> BatchRun:
     """Map a ``batch_runs`` row to the domain type."""
-    return BatchRun(
-        id=row.id,
-        organization_id=row.organization_id,
-        status=RunStatus(row.status),
-        metadata=row.metadata,
-        max_steps=row.max_steps,
-        callback_url=row.callback_url,
-        callback_sent_at=row.callback_sent_at,
-        callback_status_code=row.callback_status_code,
-        callback_error=row.callback_error,
-        callback_attempts=row.callback_attempts,
-        completed_at=row.completed_at,
-        idempotency_key=row.idempotency_key,
-        request_hash=row.request_hash,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return from_row(BatchRun, row, status=RunStatus)
 
 
 async def insert_run(conn: AsyncConnection, run: BatchRun) -> None:
-    await conn.execute(
-        insert(batch_runs).values(
-            id=run.id,
-            organization_id=run.organization_id,
-            status=run.status.value,
-            metadata=run.metadata,
-            max_steps=run.max_steps,
-            callback_url=run.callback_url,
-            callback_attempts=0,
-            idempotency_key=run.idempotency_key,
-            request_hash=run.request_hash,
-            completed_at=run.completed_at,
-            created_at=run.created_at,
-            updated_at=run.updated_at,
-        )
-    )
+    await conn.execute(insert(batch_runs).values(to_values(run, batch_runs)))
 
 
 async def get_run(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun | None:

@@ -1,0 +1,50 @@
+"""Rows to domain objects and back, by name: a dataclass field and its column share a name.
+
+So a column is spelled in the table (and its migration), the dataclass, and nowhere else; only
+what is not stored as it is (an enum read back, a versioned JSON state) is named, as a converter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+from sqlalchemy import Row, Table
+
+T = TypeVar("T")
+Convert = Callable[[Any], Any]
+
+
+def from_row(cls: type[T], row: Row[Any], **read: Convert) -> T:
+    """A ``cls`` from the columns of ``row`` of the same names as its fields; ``read`` converts
+    the named ones (``status=RunStatus``). A field without a column keeps its default."""
+    data = row._mapping
+    values: dict[str, Any] = {}
+    for spec in fields(cls):  # type: ignore[arg-type]
+        if spec.name not in data:
+            continue
+        value = data[spec.name]
+        convert = read.get(spec.name)
+        values[spec.name] = convert(value) if convert is not None and value is not None else value
+    return cls(**values)
+
+
+def to_values(obj: object, table: Table, **write: Convert) -> dict[str, Any]:
+    """The values of ``table``'s columns that ``obj`` has a field of the same name for; enums as
+    their values, and ``write`` converting the named ones (``step_state=StepState.to_json``)."""
+    assert is_dataclass(obj)
+    names = {spec.name for spec in fields(obj)}
+    values: dict[str, Any] = {}
+    for column in table.columns:
+        if column.name not in names:
+            continue
+        value = getattr(obj, column.name)
+        convert = write.get(column.name)
+        if convert is not None and value is not None:
+            value = convert(value)
+        elif isinstance(value, Enum):
+            value = value.value
+        values[column.name] = value
+    return values
