@@ -87,7 +87,7 @@ class Worker:
         (one it creates, or cancels while the poller works on it) must not be released, renewed
         or submitted by the poller as if it held it.
         """
-        return replace(self, owner=f"{self.owner}:{uuid.uuid4().hex[:8]}")
+        return replace(self, owner=worker_id())
 
     async def run_once(self, *, limit: int = 50) -> int:
         """Claim the provider batches that are due and take each one stage further (or to the end).
