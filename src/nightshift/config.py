@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
-from nightshift.tools.launch import SandboxKind, ToolNetwork
+
+
+class SandboxKind(StrEnum):
+    """How custom tools are isolated (``NIGHTSHIFT_TOOL_SANDBOX``)."""
+
+    BUBBLEWRAP = "bubblewrap"  # Linux namespaces through bubblewrap: the default
+    PROCESS = "process"  # a plain child process: no isolation, for machines without bubblewrap
+
+
+class ToolNetwork(StrEnum):
+    """What network tools get (``NIGHTSHIFT_TOOL_NETWORK``)."""
+
+    NONE = "none"  # a network namespace of their own, with only loopback
+    OUTBOUND = "outbound"  # the host's network: the internet, and every service the host can reach
 
 
 class Settings(BaseSettings):

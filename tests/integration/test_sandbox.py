@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nightshift.config import Settings
+from nightshift.config import SandboxKind, Settings
 from nightshift.errors import ToolError
-from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxKind, SandboxLimits
+from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
 from nightshift.tools.sandbox import SandboxCall, ToolSandbox, build_sandbox
 
 ORG = "org-test"

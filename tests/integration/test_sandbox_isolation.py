@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.tools.launch import OUTSIDE_UID, BubblewrapLauncher, SandboxLimits, ToolNetwork
+from nightshift.config import ToolNetwork
+from nightshift.tools.launch import OUTSIDE_UID, BubblewrapLauncher, SandboxLimits
 from nightshift.tools.sandbox import SandboxCall, ToolSandbox
 from support.host import host_processes_with
 

@@ -28,9 +28,10 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
+
+from nightshift.config import SandboxKind, ToolNetwork
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("_zygote.py")
 # The longest line read from a zygote (an answer is one line).
@@ -58,20 +59,6 @@ _ETC_ENTRIES = (
     "ca-certificates",
     "alternatives",
 )
-
-
-class SandboxKind(StrEnum):
-    """How custom tools are isolated (``NIGHTSHIFT_TOOL_SANDBOX``)."""
-
-    BUBBLEWRAP = "bubblewrap"  # Linux namespaces through bubblewrap: the default
-    PROCESS = "process"  # a plain child process: no isolation, for machines without bubblewrap
-
-
-class ToolNetwork(StrEnum):
-    """What network tools get (``NIGHTSHIFT_TOOL_NETWORK``)."""
-
-    NONE = "none"  # a network namespace of their own, with only loopback
-    OUTBOUND = "outbound"  # the host's network: the internet, and every service the host can reach
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,9 +33,9 @@ from typing import Any, Protocol, Self
 import orjson
 from sqlalchemy.engine import make_url
 
-from nightshift.config import Settings
+from nightshift.config import SandboxKind, Settings
 from nightshift.errors import ToolError
-from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxKind, SandboxLimits
+from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
 from nightshift.tools.results import SandboxResult, failure
 from nightshift.tools.zygotes import StartError, Zygote
 
