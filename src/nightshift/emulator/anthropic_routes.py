@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -16,11 +15,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from nightshift.emulator import anthropic_api as api
 from nightshift.emulator.anthropic_checks import check_batch
 from nightshift.emulator.batches import BatchJob, Phase
-from nightshift.emulator.bodies import read_json
+from nightshift.emulator.bodies import read_json, stream
 from nightshift.emulator.errors import ApiError, invalid, not_found
 from nightshift.emulator.state import EmulatorState
-
-_CHUNK_LINES = 256
 
 
 def build_router(state: EmulatorState) -> APIRouter:
@@ -121,18 +118,6 @@ def build_router(state: EmulatorState) -> APIRouter:
         job = find(batch_id, poll=False)
         if job.phase is not Phase.ENDED:
             raise invalid(f"Message batch {batch_id} has not ended yet; its results are not available")
-        return StreamingResponse(_chunks(api.result_lines(job)), media_type="application/binary")
+        return StreamingResponse(stream(api.result_lines(job)), media_type="application/binary")
 
     return router
-
-
-async def _chunks(lines: Iterator[bytes]) -> AsyncIterator[bytes]:
-    """Lines grouped in chunks, so a large file streams without being built whole in memory."""
-    chunk: list[bytes] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) >= _CHUNK_LINES:
-            yield b"".join(chunk)
-            chunk = []
-    if chunk:
-        yield b"".join(chunk)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -12,7 +11,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from nightshift.emulator import openai_api as api
 from nightshift.emulator.batches import BatchJob, Phase
-from nightshift.emulator.bodies import read_json
+from nightshift.emulator.bodies import read_json, stream
 from nightshift.emulator.errors import ApiError, invalid, not_found
 from nightshift.emulator.multipart import parse_form
 from nightshift.emulator.openai_checks import ENDPOINT, parse_input_file
@@ -88,7 +87,7 @@ def build_router(state: EmulatorState) -> APIRouter:
     @router.get("/v1/files/{file_id}/content")
     async def file_content(file_id: str) -> Response:
         stored = find_file(file_id)
-        return StreamingResponse(_stream(stored.chunks), media_type="application/octet-stream")
+        return StreamingResponse(stream(stored.chunks), media_type="application/octet-stream")
 
     @router.delete("/v1/files/{file_id}")
     async def delete_file(file_id: str) -> JSONResponse:
@@ -198,8 +197,3 @@ def _write_files(state: EmulatorState, job: BatchJob) -> None:
             )
             state.files[stored.id] = stored
             job.extra[key] = stored.id
-
-
-async def _stream(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    for chunk in api.iter_chunks(chunks):
-        yield chunk
