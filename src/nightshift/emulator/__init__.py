@@ -1,8 +1,9 @@
 """A local emulator of the Anthropic and OpenAI batch APIs, with a deterministic scripted model.
 
-``create_app`` builds the FastAPI app, ``serve`` runs it (``nightshift emulator``) and
-``running_emulator`` runs it in a thread for tests. Knobs are in ``EmulatorConfig``; the admin
-endpoints (``/_emulator/...``) change them while it runs, and ``EmulatorAdmin`` calls them.
+``create_app`` builds the FastAPI app (its routes are in ``routes/``, one module per API), ``serve``
+runs it (``nightshift emulator``) and ``running_emulator`` runs it in a thread for tests. Knobs are
+in ``EmulatorConfig``; the admin endpoints (``/_emulator/...``) change them while it runs, and
+``EmulatorAdmin`` calls them.
 """
 
 from nightshift.emulator.admin_client import EmulatorAdmin

@@ -1,4 +1,4 @@
-"""The emulator's FastAPI app: the Anthropic and OpenAI routes over one state, plus the admin routes.
+"""The emulator's FastAPI app: the Anthropic, OpenAI and admin routes over a state of its own.
 
 Errors are answered in the shape of the API the path belongs to, never FastAPI's default bodies.
 """
@@ -10,10 +10,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from nightshift.emulator import admin_routes, anthropic_routes, openai_routes
 from nightshift.emulator.config import EmulatorConfig
 from nightshift.emulator.errors import ApiError, error_response, kind_for_status
 from nightshift.emulator.middleware import EmulatorMiddleware, api_of
+from nightshift.emulator.routes import (
+    admin,
+    anthropic_batches,
+    anthropic_messages,
+    openai_batches,
+    openai_chat,
+    openai_files,
+)
 from nightshift.emulator.state import EmulatorState
 
 
@@ -28,10 +35,13 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     """
     state = EmulatorState(config or EmulatorConfig())
     app = FastAPI(title="nightshift provider emulator", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.emulator = state
-    app.include_router(anthropic_routes.build_router(state))
-    app.include_router(openai_routes.build_router(state))
-    app.include_router(admin_routes.build_router(state))
+    app.state.emulator = state  # what the routes get through ``routes.deps.State``
+    app.include_router(anthropic_messages.router)
+    app.include_router(anthropic_batches.router)
+    app.include_router(openai_chat.router)
+    app.include_router(openai_files.router)
+    app.include_router(openai_batches.router)
+    app.include_router(admin.router)
     app.add_middleware(EmulatorMiddleware, state=state)
 
     def respond(request: Request, error: ApiError) -> Response:

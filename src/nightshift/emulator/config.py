@@ -11,17 +11,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ERROR_TYPES = (
-    "invalid_request_error",
-    "authentication_error",
-    "permission_error",
-    "not_found_error",
-    "request_too_large",
-    "rate_limit_error",
-    "api_error",
-    "overloaded_error",
-)
-
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

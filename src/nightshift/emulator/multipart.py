@@ -21,7 +21,6 @@ class FormPart:
     name: str
     data: bytes
     filename: str | None = None
-    content_type: str | None = None
 
 
 def parse_form(body: bytes, content_type: str) -> dict[str, FormPart]:
@@ -51,6 +50,5 @@ def parse_form(body: bytes, content_type: str) -> dict[str, FormPart]:
             name=name,
             data=data.removesuffix(b"\r\n"),
             filename=disposition.get("filename"),
-            content_type=headers.get("content-type"),
         )
     return fields

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult
@@ -234,9 +234,3 @@ def output_lines(job: BatchJob, *, unrun_lines: bool = True) -> tuple[list[bytes
         line.update(response={"status_code": result.status, "request_id": request_id, "body": result.body}, error=None)
         (output if result.ok else errors).append(json.dumps(line).encode() + b"\n")
     return output, errors
-
-
-def iter_chunks(chunks: list[bytes], size: int = 256) -> Iterator[bytes]:
-    """Chunks of a stored file grouped ``size`` at a time, for streaming."""
-    for start in range(0, len(chunks), size):
-        yield b"".join(chunks[start : start + size])

@@ -1,0 +1,36 @@
+"""Emulators in one process share the routes but not the state: each answers from its own."""
+
+from __future__ import annotations
+
+import httpx
+
+from nightshift.emulator import EmulatorConfig, running_emulator
+
+AUTH = {"authorization": "Bearer any-key"}
+MESSAGE = {"model": "claude-test", "max_tokens": 64, "messages": [{"role": "user", "content": "hello"}]}
+
+
+def test_two_emulators_keep_their_own_batches_files_config_and_logs() -> None:
+    with (
+        running_emulator() as first_url,
+        running_emulator(EmulatorConfig(polls_to_end=3, api_key="second-key")) as second_url,
+        httpx.Client(base_url=first_url, headers=AUTH) as first,
+        httpx.Client(base_url=second_url, headers={"authorization": "Bearer second-key"}) as second,
+    ):
+        upload = first.post("/v1/files", files={"file": ("in.jsonl", b"{}\n")}, data={"purpose": "batch"})
+        batch = first.post("/v1/messages/batches", json={"requests": [{"custom_id": "a", "params": MESSAGE}]})
+        assert upload.status_code == 200 and batch.status_code == 200
+
+        assert [f["id"] for f in first.get("/v1/files").json()["data"]] == [upload.json()["id"]]
+        assert second.get("/v1/files").json()["data"] == []
+        assert second.get(f"/v1/files/{upload.json()['id']}").status_code == 404
+        assert second.get(f"/v1/messages/batches/{batch.json()['id']}").status_code == 404
+        assert second.get("/v1/messages/batches").json()["data"] == []
+
+        assert first.get("/_emulator/config").json()["polls_to_end"] == 0
+        assert second.get("/_emulator/config").json()["polls_to_end"] == 3
+        assert first.post("/v1/messages", json=MESSAGE).status_code == 200  # any key: no api_key set
+        assert second.post("/v1/messages", json=MESSAGE, headers=AUTH).status_code == 401
+
+        assert len(first.get("/_emulator/requests", params={"path": "/v1/messages"}).json()["data"]) == 1
+        assert second.get("/_emulator/requests", params={"path": "/v1/messages"}).json()["data"] == []
