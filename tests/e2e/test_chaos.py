@@ -148,6 +148,8 @@ class Chaos:
                 await asyncio.sleep(0.1)  # killed under us: the next server answers the retry
 
 
+# About three minutes on two busy cores: its own deadline (TIMEOUT) is 240 s, with set-up on top.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 async def test_fifteen_kills_bill_nothing_twice(
     servers: Servers, admin: EmulatorAdmin, emulator: str, db_url: str
