@@ -26,6 +26,7 @@ import pytest
 
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault, ScriptedReply, ScriptedToolCall
+from support.api import create_tool
 from support.processes import (
     SLOW_TOOL_ENV,
     Server,
@@ -33,7 +34,6 @@ from support.processes import (
     ToolCallLog,
     assert_messages_once,
     create_agent,
-    create_tool,
     server_environment,
     slow_tool_source,
     stored_before,

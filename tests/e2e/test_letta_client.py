@@ -18,19 +18,11 @@ from letta_client import Letta
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.serving import running_server
+from support.api import BASE_TOOL_NAMES
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 PASSWORD = "e2e-password-0c9f"
 T = TypeVar("T")
-BASE_TOOL_NAMES = {
-    "send_message",
-    "conversation_search",
-    "archival_memory_insert",
-    "archival_memory_search",
-    "core_memory_append",
-    "core_memory_replace",
-    "rethink_memory",
-}
 
 ROLL_DICE = '''
 import random

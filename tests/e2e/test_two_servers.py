@@ -24,6 +24,7 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 from nightshift.store.db import create_engine
 from nightshift.store.tables import provider_batches
+from support.api import create_tool
 from support.processes import (
     POLL_INTERVAL,
     SLOW_TOOL_ENV,
@@ -32,7 +33,6 @@ from support.processes import (
     ToolCallLog,
     assert_messages_once,
     create_agent,
-    create_tool,
     server_environment,
     slow_tool_source,
     stored_before,

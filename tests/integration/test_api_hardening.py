@@ -26,6 +26,7 @@ from nightshift.domain.limits import (
     MAX_SOURCE_CHARS,
     MAX_TEXT_CHARS,
 )
+from support.api import BASE_TOOL_NAMES, json_object
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 TOOL = '''
@@ -55,22 +56,12 @@ def refused(response: httpx.Response, status: int = 422, *, field: str | None = 
 async def nothing_written(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/agents/")).json() == []
     assert (await client.get("/v1/blocks/")).json() == []
-    assert {t["name"] for t in (await client.get("/v1/tools/")).json()} <= {
-        "send_message",
-        "conversation_search",
-        "archival_memory_insert",
-        "archival_memory_search",
-        "core_memory_append",
-        "core_memory_replace",
-        "rethink_memory",
-    }
+    assert {t["name"] for t in (await client.get("/v1/tools/")).json()} <= BASE_TOOL_NAMES
     assert (await client.get("/v1/messages/batches")).json() == []
 
 
 async def new_agent(client: httpx.AsyncClient, **extra: Any) -> dict[str, Any]:
-    response = await client.post("/v1/agents/", json={"name": "ada", "model": MODEL, **extra})
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
+    return json_object(await client.post("/v1/agents/", json={"name": "ada", "model": MODEL, **extra}))
 
 
 # --- 1. credentials -------------------------------------------------------------------------------

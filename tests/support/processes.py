@@ -208,14 +208,6 @@ async def create_agent(client: httpx.AsyncClient, name: str, model: str, **extra
     return await Runs(client).agent(name, model=model, **extra)
 
 
-async def create_tool(client: httpx.AsyncClient, source: str) -> dict[str, Any]:
-    """A custom tool made through the API."""
-    response = await client.post("/v1/tools/", json={"source_code": source})
-    assert response.status_code == 200, response.text
-    tool: dict[str, Any] = response.json()
-    return tool
-
-
 # Reading back what the servers stored, to check that every message is there exactly once.
 
 

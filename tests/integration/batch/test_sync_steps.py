@@ -6,9 +6,10 @@ import asyncio
 import json
 from typing import Any
 
-from integration.batch.kit import call, conversation, create_tool, say, tool_names
+from integration.batch.kit import call, conversation, say, tool_names
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply
+from support.api import create_tool
 from support.runs import LOOKUP_TOOL, Runs
 
 
