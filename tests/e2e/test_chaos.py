@@ -107,9 +107,9 @@ async def _provider_side(emulator: str) -> dict[str, tuple[str, int, int]]:
             found[batch.id] = (batch.processing_status, total, counts.succeeded + counts.errored)
     async with openai.AsyncOpenAI(base_url=f"{emulator}/v1", api_key="k") as gpt:
         async for job in gpt.batches.list(limit=100):
-            counts = job.request_counts
-            assert counts is not None
-            found[job.id] = (job.status, counts.total, counts.completed + counts.failed)
+            job_counts = job.request_counts
+            assert job_counts is not None
+            found[job.id] = (job.status, job_counts.total, job_counts.completed + job_counts.failed)
     return found
 
 

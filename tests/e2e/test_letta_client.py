@@ -142,7 +142,8 @@ def test_agent_lifecycle(letta: Letta) -> None:
     assert agent.model == MODEL
     assert agent.agent_type == "memgpt_v2_agent"
     assert agent.llm_config.model == "claude-3-5-haiku-20241022"
-    assert agent.llm_config.model_endpoint_type == "anthropic"
+    # The wire's model_endpoint_type, which letta-client's model names api_model_endpoint_type.
+    assert agent.llm_config.api_model_endpoint_type == "anthropic"
     assert agent.llm_config.context_window > 0
     assert [b.label for b in agent.blocks] == ["persona", "human"]
     assert [b.value for b in agent.memory.blocks] == ["I am Ada, a careful archivist.", "The user likes birds."]

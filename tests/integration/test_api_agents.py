@@ -173,7 +173,7 @@ async def test_tools_attach_detach_and_by_name(client: httpx.AsyncClient) -> Non
 
 
 async def test_tool_rules_are_stored_and_validated(client: httpx.AsyncClient) -> None:
-    rules = [
+    rules: list[dict[str, Any]] = [
         {"type": "run_first", "tool_name": "archival_memory_search"},
         {"type": "exit_loop", "tool_name": "send_message"},
         {"type": "constrain_child_tools", "tool_name": "archival_memory_search", "children": ["send_message"]},

@@ -61,8 +61,9 @@ async def test_cancel_an_open_step(runs: Runs, admin: EmulatorAdmin) -> None:
 
 
 async def _polled(runs: Runs, run_id: str) -> bool:
-    found = (await runs.client.get(f"/v1/messages/batches/{run_id}")).json()
-    return found["progress"]["provider_batches"][0]["provider_status"] == "in_progress"
+    found = json_object(await runs.client.get(f"/v1/messages/batches/{run_id}"))
+    status: str = found["progress"]["provider_batches"][0]["provider_status"]
+    return status == "in_progress"
 
 
 async def test_cancel_between_steps_keeps_what_was_applied(runs: Runs, admin: EmulatorAdmin) -> None:
