@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-fast lint format bench clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -23,6 +23,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
 	$(BIN)/pytest -q -n 2
+
+# The unit tests alone (pure logic: no PostgreSQL, no browser, no server), in seconds.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
