@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-fast lint format bench migration clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -24,10 +24,19 @@ test: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
 	$(BIN)/pytest -q -n 2
 
+# The unit tests alone (pure logic: no PostgreSQL, no browser, no server), in seconds.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
+
+# The next Alembic revision, from what changed in store/tables.py: make migration NAME="what it does"
+migration: $(STAMP)
+	@test -n "$(NAME)" || { echo 'usage: make migration NAME="what it does"' >&2; exit 2; }
+	$(BIN)/nightshift db revision -m "$(NAME)"
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -12,7 +13,7 @@ from rich.console import Console
 
 from nightshift.cli_commands import agents_app, batch_app
 from nightshift.config import Settings
-from nightshift.errors import DatabaseUnavailable, InvalidInput
+from nightshift.errors import Conflict, DatabaseUnavailable, InvalidInput
 
 T = TypeVar("T")
 
@@ -127,6 +128,38 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] 
     console.print(f"database at [bold]{_safe_url(settings.resolved_database_url)}[/] is at {revision}")
 
 
+@db_app.command("revision")
+def db_revision(
+    message: Annotated[
+        str, typer.Option("--message", "-m", help="What the revision does (its docstring and file name)")
+    ],
+    empty: Annotated[
+        bool, typer.Option("--empty", help="Write a revision even when the models did not change, to fill in by hand")
+    ] = False,
+) -> None:
+    """Write the next migration from the difference between store/tables.py and the migrations.
+
+    For developers (make migration NAME=...): a scratch SQLite database is migrated to the newest
+    revision and compared with the models; the difference is written to
+    store/migrations/versions with the next number. Read it before you commit it.
+    """
+    from nightshift.store.revisions import write_revision
+
+    try:
+        path = _run(write_revision(message, empty=empty))
+    except (InvalidInput, Conflict) as exc:
+        console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    if path is None:
+        console.print(
+            "store/tables.py and the migrations agree: nothing written (--empty writes a revision to fill in by hand)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    console.print(f"wrote {_shown(path)}: read it, then commit it with the change", highlight=False, soft_wrap=True)
+
+
 @keys_app.command("create")
 def keys_create(
     org: Annotated[str, typer.Option(help="Organization the key belongs to (created if new)")] = "default",
@@ -202,6 +235,11 @@ def demo(
     settings = settings.model_copy(update={"database_url": database_url or fresh_demo_database(settings.home)})
     _run(_migrate(settings.resolved_database_url))
     raise typer.Exit(run_demo(settings, console, provider=chosen, agents=agents))
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def _safe_url(url: str) -> str:

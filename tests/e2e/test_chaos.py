@@ -107,9 +107,9 @@ async def _provider_side(emulator: str) -> dict[str, tuple[str, int, int]]:
             found[batch.id] = (batch.processing_status, total, counts.succeeded + counts.errored)
     async with openai.AsyncOpenAI(base_url=f"{emulator}/v1", api_key="k") as gpt:
         async for job in gpt.batches.list(limit=100):
-            counts = job.request_counts
-            assert counts is not None
-            found[job.id] = (job.status, counts.total, counts.completed + counts.failed)
+            job_counts = job.request_counts
+            assert job_counts is not None
+            found[job.id] = (job.status, job_counts.total, job_counts.completed + job_counts.failed)
     return found
 
 
@@ -148,6 +148,8 @@ class Chaos:
                 await asyncio.sleep(0.1)  # killed under us: the next server answers the retry
 
 
+# About three minutes on two busy cores: its own deadline (TIMEOUT) is 240 s, with set-up on top.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 async def test_fifteen_kills_bill_nothing_twice(
     servers: Servers, admin: EmulatorAdmin, emulator: str, db_url: str

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,16 @@ import pytest
 
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault, ScriptedReply, ScriptedToolCall
+from support.api import create_tool
 from support.processes import (
     SLOW_TOOL_ENV,
     Server,
     Servers,
     ToolCallLog,
     assert_messages_once,
+    batch_creates,
     create_agent,
-    create_tool,
+    fact_of,
     server_environment,
     slow_tool_source,
     stored_before,
@@ -57,12 +59,6 @@ def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
     group.stop_all()
 
 
-@pytest.fixture
-async def emulator_admin(emulator: str) -> AsyncIterator[EmulatorAdmin]:
-    async with EmulatorAdmin(emulator) as client:
-        yield client
-
-
 def client_of(server: Server) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=server.base_url, timeout=30)
 
@@ -75,10 +71,6 @@ async def create_agents(
         await create_agent(runs.client, f"agent-{i}", models[i % len(models)], tool_ids=list(tool_ids))
         for i in range(AGENTS)
     ]
-
-
-def fact_of(agent: dict[str, Any]) -> str:
-    return f"{agent['name']} likes the colour teal"
 
 
 async def script_memory_step(admin: EmulatorAdmin, agents: list[dict[str, Any]]) -> None:
@@ -99,13 +91,6 @@ async def script_slow_step(admin: EmulatorAdmin, agents: list[dict[str, Any]]) -
 
 async def start_run(runs: Runs, agents: list[dict[str, Any]]) -> dict[str, Any]:
     return await runs.start([{"agent_id": a["id"], "input": "Hello! How are you today?"} for a in agents])
-
-
-async def batch_creates(admin: EmulatorAdmin) -> list[dict[str, Any]]:
-    """Every batch the emulator was asked to create, on either API."""
-    anthropic = await admin.requests(path="/v1/messages/batches", method="POST")
-    openai = await admin.requests(path="/v1/batches", method="POST")
-    return anthropic + openai
 
 
 async def wait_for(condition: Callable[[], Awaitable[bool]], what: str, *, timeout: float = RUN_TIMEOUT) -> None:
@@ -154,46 +139,46 @@ async def assert_completed(client: httpx.AsyncClient, run_id: str, *, providers:
     return done
 
 
-async def test_killed_after_submit(servers: Servers, emulator_admin: EmulatorAdmin) -> None:
+async def test_killed_after_submit(servers: Servers, admin: EmulatorAdmin) -> None:
     # The first step's batches stay in progress for a while: enough polls that the first server
     # cannot end them before it dies. (Timing knobs are copied into a batch when it is created,
     # so this must be set before the run starts; lowering it later would not move those batches.)
-    await emulator_admin.configure(polls_to_end=10, seconds_to_end=1.0)
+    await admin.configure(polls_to_end=10, seconds_to_end=1.0)
     first = await servers.start("first")
     async with client_of(first) as client:
         runs = Runs(client)
         agents = await create_agents(runs)
-        await script_memory_step(emulator_admin, agents)
+        await script_memory_step(admin, agents)
         before = await stored_before(client, [a["id"] for a in agents])
         run = await start_run(runs, agents)
         assert run["status"] == "running", run
         # Submitted by the POST, one batch per provider, and not ended yet.
         assert [b["status"] for b in run["progress"]["provider_batches"]] == ["running", "running"], run
-        assert len(await batch_creates(emulator_admin)) == 2
+        assert len(await batch_creates(admin)) == 2
     first.kill()
     # The next step's batches end at their first poll.
-    await emulator_admin.configure(polls_to_end=0, seconds_to_end=0.0)
+    await admin.configure(polls_to_end=0, seconds_to_end=0.0)
 
     second = await servers.start("second")
     async with client_of(second) as client:
         await assert_completed(client, run["id"])
-        assert len(await batch_creates(emulator_admin)) == 4, "a step was submitted twice"
-        await assert_exactly_once(client, emulator_admin, run["id"], agents, MEMORY_CALL, before)
+        assert len(await batch_creates(admin)) == 4, "a step was submitted twice"
+        await assert_exactly_once(client, admin, run["id"], agents, MEMORY_CALL, before)
 
 
-async def test_killed_while_polling(servers: Servers, emulator_admin: EmulatorAdmin, emulator: str) -> None:
-    await emulator_admin.configure(seconds_to_end=2.0)
+async def test_killed_while_polling(servers: Servers, admin: EmulatorAdmin, emulator: str) -> None:
+    await admin.configure(seconds_to_end=2.0)
     first = await servers.start("first")
     async with client_of(first) as client:
         runs = Runs(client)
         agents = await create_agents(runs)
-        await script_memory_step(emulator_admin, agents)
+        await script_memory_step(admin, agents)
         before = await stored_before(client, [a["id"] for a in agents])
         run = await start_run(runs, agents)
         assert run["status"] == "running", run
     # The next retrieve of each batch is answered 429 with retry-after: the SDK waits inside the
     # poller's retrieve call, so the kill lands while the poller is polling (and holds the lease).
-    await emulator_admin.fault(
+    await admin.fault(
         HttpFault(path="/v1/messages/batches/*", method="GET", status=429, retry_after=10, should_retry=True),
         HttpFault(path="/v1/batches/*", method="GET", status=429, retry_after=10, should_retry=True),
     )
@@ -208,26 +193,26 @@ async def test_killed_while_polling(servers: Servers, emulator_admin: EmulatorAd
         await wait_for(a_fault_was_taken, "the poller to retrieve a batch")
     await asyncio.sleep(0.2)
     first.kill()
-    await emulator_admin.configure(seconds_to_end=0.0, faults=[])
+    await admin.configure(seconds_to_end=0.0, faults=[])
 
     second = await servers.start("second")
     async with client_of(second) as client:
         await assert_completed(client, run["id"])
-        assert len(await batch_creates(emulator_admin)) == 4, "a step was submitted twice"
-        await assert_exactly_once(client, emulator_admin, run["id"], agents, MEMORY_CALL, before)
+        assert len(await batch_creates(admin)) == 4, "a step was submitted twice"
+        await assert_exactly_once(client, admin, run["id"], agents, MEMORY_CALL, before)
 
 
-async def test_killed_during_resume(servers: Servers, emulator_admin: EmulatorAdmin, tool_log: ToolCallLog) -> None:
+async def test_killed_during_resume(servers: Servers, admin: EmulatorAdmin, tool_log: ToolCallLog) -> None:
     # One provider, so that one resume runs every agent's tool at once (two would run one after the other).
     source = slow_tool_source(tool_log, TOOL_SECONDS)
     # A batch ends at its second retrieve: never inside the POST, always in the poller, which resumes it.
-    await emulator_admin.configure(polls_to_end=1)
+    await admin.configure(polls_to_end=1)
     first = await servers.start("first")
     async with client_of(first) as client:
         runs = Runs(client)
         tool = await create_tool(client, source)
         agents = await create_agents(runs, models=(ANTHROPIC_MODEL,), tool_ids=(tool["id"],))
-        await script_slow_step(emulator_admin, agents)
+        await script_slow_step(admin, agents)
         before = await stored_before(client, [a["id"] for a in agents])
         run = await start_run(runs, agents)
         assert run["status"] == "running", run
@@ -246,5 +231,5 @@ async def test_killed_during_resume(servers: Servers, emulator_admin: EmulatorAd
         # The resume ran again after the restart: the tools ran twice (side effects happen at
         # least once), their results were written once.
         assert tool_log.calls() == {a["name"]: 2 for a in agents}
-        assert len(await batch_creates(emulator_admin)) == 2, "a step was submitted twice"
-        await assert_exactly_once(client, emulator_admin, run["id"], agents, SLOW_CALL, before)
+        assert len(await batch_creates(admin)) == 2, "a step was submitted twice"
+        await assert_exactly_once(client, admin, run["id"], agents, SLOW_CALL, before)

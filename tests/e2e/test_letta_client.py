@@ -18,19 +18,11 @@ from letta_client import Letta
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.serving import running_server
+from support.api import BASE_TOOL_NAMES
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 PASSWORD = "e2e-password-0c9f"
 T = TypeVar("T")
-BASE_TOOL_NAMES = {
-    "send_message",
-    "conversation_search",
-    "archival_memory_insert",
-    "archival_memory_search",
-    "core_memory_append",
-    "core_memory_replace",
-    "rethink_memory",
-}
 
 ROLL_DICE = '''
 import random
@@ -150,7 +142,8 @@ def test_agent_lifecycle(letta: Letta) -> None:
     assert agent.model == MODEL
     assert agent.agent_type == "memgpt_v2_agent"
     assert agent.llm_config.model == "claude-3-5-haiku-20241022"
-    assert agent.llm_config.model_endpoint_type == "anthropic"
+    # The wire's model_endpoint_type, which letta-client's model names api_model_endpoint_type.
+    assert agent.llm_config.api_model_endpoint_type == "anthropic"
     assert agent.llm_config.context_window > 0
     assert [b.label for b in agent.blocks] == ["persona", "human"]
     assert [b.value for b in agent.memory.blocks] == ["I am Ada, a careful archivist.", "The user likes birds."]

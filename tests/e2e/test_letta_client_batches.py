@@ -11,24 +11,16 @@ from letta_client import Letta
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.serving import running_server
+from support.runs import LOOKUP_TOOL
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-LOOKUP = '''
-def lookup_order(order_id: str) -> str:
-    """Look up an order.
-
-    Args:
-        order_id: The order's id.
-    """
-    return f"order {order_id} shipped yesterday"
-'''
 
 
 def test_batches_and_synchronous_messages(tmp_path: Path, db_url: str, emulator: str) -> None:
     settings = Settings(home=tmp_path, database_url=db_url, poll_interval_seconds=0.05)
     with running_server(create_app(settings)) as base_url:
         client = Letta(base_url=base_url, max_retries=0)
-        tool = client.tools.create(source_code=LOOKUP)
+        tool = client.tools.create(source_code=LOOKUP_TOOL)
         agents = [
             client.agents.create(
                 name=f"clerk-{i}", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]

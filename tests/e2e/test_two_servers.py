@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 from nightshift.store.db import create_engine
 from nightshift.store.tables import provider_batches
+from support.api import create_tool
 from support.processes import (
     POLL_INTERVAL,
     SLOW_TOOL_ENV,
@@ -31,8 +32,9 @@ from support.processes import (
     Servers,
     ToolCallLog,
     assert_messages_once,
+    batch_creates,
     create_agent,
-    create_tool,
+    fact_of,
     server_environment,
     slow_tool_source,
     stored_before,
@@ -58,12 +60,6 @@ def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
     group = Servers(server_environment(db_url, tmp_path / "home", **SLOW_TOOL_ENV), tmp_path)
     yield group
     group.stop_all()
-
-
-@pytest.fixture
-async def emulator_admin(emulator: str) -> AsyncIterator[EmulatorAdmin]:
-    async with EmulatorAdmin(emulator) as client:
-        yield client
 
 
 async def watch_leases(db_url: str, seen: Counter[str]) -> None:
@@ -95,14 +91,14 @@ def pid_of(owner: str) -> int:
     return int(owner.split(":")[-2])
 
 
-async def test_two_servers_share_a_run(servers: Servers, emulator_admin: EmulatorAdmin, db_url: str) -> None:
+async def test_two_servers_share_a_run(servers: Servers, admin: EmulatorAdmin, db_url: str) -> None:
     # Every provider batch stays in progress for three polls, by either process.
-    await emulator_admin.configure(polls_to_end=3)
+    await admin.configure(polls_to_end=3)
     first, second = await start_two(servers)
     seen: Counter[str] = Counter()
     watcher = asyncio.create_task(watch_leases(db_url, seen))
     try:
-        run, agents, before = await run_through_both(first, second, emulator_admin)
+        run, agents, before = await run_through_both(first, second, admin)
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -110,14 +106,13 @@ async def test_two_servers_share_a_run(servers: Servers, emulator_admin: Emulato
 
     steps = {a["id"]: steps_of(i) for i, a in enumerate(agents)}
     # One provider batch per provider and step, each created once at the provider.
-    creates = await emulator_admin.requests(path="/v1/messages/batches", method="POST")
-    creates += await emulator_admin.requests(path="/v1/batches", method="POST")
+    creates = await batch_creates(admin)
     assert len(creates) == max(steps.values()) * PROVIDERS
     provider_ids = {b["provider_batch_id"] for b in run["progress"]["provider_batches"]}
     assert len(provider_ids) == len(run["progress"]["provider_batches"]) == len(creates)
     assert {b["status"] for b in run["progress"]["provider_batches"]} == {"applied"}
     # Each agent was asked once per step, in one of those batches, never twice in one batch.
-    calls = [c for c in await emulator_admin.model_calls() if c["batch_id"] is not None]
+    calls = [c for c in await admin.model_calls() if c["batch_id"] is not None]
     per_batch: dict[str, Counter[str]] = defaultdict(Counter)
     for call in calls:
         per_batch[call["batch_id"]][call["custom_id"]] += 1
@@ -145,10 +140,6 @@ async def test_two_servers_share_a_run(servers: Servers, emulator_admin: Emulato
     pids = Counter(pid_of(owner) for owner in seen.elements())
     print(f"lease samples: A={pids[first.process.pid]} B={pids[second.process.pid]}")
     assert set(pids) <= {first.process.pid, second.process.pid}, pids
-
-
-def fact_of(agent: dict[str, Any]) -> str:
-    return f"{agent['name']} likes the colour teal"
 
 
 async def run_through_both(
@@ -189,10 +180,10 @@ async def run_through_both(
 
 
 async def test_a_stage_longer_than_a_lease_is_not_taken_over(
-    servers: Servers, emulator_admin: EmulatorAdmin, tool_log: ToolCallLog
+    servers: Servers, admin: EmulatorAdmin, tool_log: ToolCallLog
 ) -> None:
     source = slow_tool_source(tool_log, SLOW_TOOL_SECONDS)
-    await emulator_admin.configure(polls_to_end=1)
+    await admin.configure(polls_to_end=1)
     first, second = await start_two(servers)
     async with (
         httpx.AsyncClient(base_url=first.base_url, timeout=30) as through_a,
@@ -202,7 +193,7 @@ async def test_a_stage_longer_than_a_lease_is_not_taken_over(
         agents = [await create_agent(through_a, f"slow-{i}", ANTHROPIC_MODEL, tool_ids=[tool["id"]]) for i in range(2)]
         for agent in agents:
             call = ScriptedToolCall(name="slow_lookup", arguments={"order_id": agent["name"]}, request_heartbeat=False)
-            await emulator_admin.script(agent["id"], ScriptedReply(tool_call=call))
+            await admin.script(agent["id"], ScriptedReply(tool_call=call))
         before = await stored_before(through_a, [a["id"] for a in agents])
         started = await Runs(through_b).start([{"agent_id": a["id"], "input": INPUT} for a in agents])
         done = await Runs(through_a).wait(started["id"], timeout=SLOW_TOOL_SECONDS + 10)

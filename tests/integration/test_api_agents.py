@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
+
+from support.api import BASE_TOOL_NAMES, json_object
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
@@ -21,8 +24,8 @@ def get_weather(city: str, unit: str = "celsius") -> str:
 '''
 
 
-async def create_agent(client: httpx.AsyncClient, **overrides: object) -> dict[str, object]:
-    body: dict[str, object] = {
+async def create_agent(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "name": "ada",
         "model": MODEL,
         "memory_blocks": [
@@ -32,29 +35,19 @@ async def create_agent(client: httpx.AsyncClient, **overrides: object) -> dict[s
         "tags": ["demo", "archive"],
     }
     body.update(overrides)
-    response = await client.post("/v1/agents/", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
+    return json_object(await client.post("/v1/agents/", json=body))
 
 
 async def test_create_agent_has_memory_tools_and_four_messages(client: httpx.AsyncClient) -> None:
     agent = await create_agent(client)
-    assert agent["id"].startswith("agent-")  # type: ignore[union-attr]
+    assert agent["id"].startswith("agent-")
     assert agent["model"] == MODEL
-    assert agent["llm_config"]["model"] == "claude-3-5-haiku-20241022"  # type: ignore[index]
-    assert agent["llm_config"]["model_endpoint_type"] == "anthropic"  # type: ignore[index]
-    assert [b["label"] for b in agent["blocks"]] == ["persona", "human"]  # type: ignore[union-attr,index]
-    tool_names = {t["name"] for t in agent["tools"]}  # type: ignore[union-attr,index]
-    assert tool_names == {
-        "send_message",
-        "conversation_search",
-        "archival_memory_insert",
-        "archival_memory_search",
-        "core_memory_append",
-        "core_memory_replace",
-        "rethink_memory",
-    }
-    assert len(agent["message_ids"]) == 4  # type: ignore[arg-type]
+    assert agent["llm_config"]["model"] == "claude-3-5-haiku-20241022"
+    assert agent["llm_config"]["model_endpoint_type"] == "anthropic"
+    assert [b["label"] for b in agent["blocks"]] == ["persona", "human"]
+    tool_names = {t["name"] for t in agent["tools"]}
+    assert tool_names == BASE_TOOL_NAMES
+    assert len(agent["message_ids"]) == 4
 
     messages = (await client.get(f"/v1/agents/{agent['id']}/messages", params={"order": "asc"})).json()
     types = [m["message_type"] for m in messages]
@@ -76,7 +69,7 @@ async def test_create_agent_has_memory_tools_and_four_messages(client: httpx.Asy
 
 async def test_default_system_prompt_and_custom_one(client: httpx.AsyncClient) -> None:
     default = await create_agent(client)
-    assert "send_message" in default["system"]  # type: ignore[operator]
+    assert "send_message" in default["system"]
     custom = await create_agent(client, name="bob", system="You are Bob.")
     assert custom["system"] == "You are Bob."
 
@@ -165,7 +158,7 @@ async def test_update_blocks_and_core_memory_routes(client: httpx.AsyncClient) -
 async def test_tools_attach_detach_and_by_name(client: httpx.AsyncClient) -> None:
     tool = (await client.post("/v1/tools/", json={"source_code": WEATHER_TOOL})).json()
     agent = await create_agent(client, tools=["get_weather"], include_base_tools=False)
-    assert [t["name"] for t in agent["tools"]] == ["get_weather"]  # type: ignore[index,union-attr]
+    assert [t["name"] for t in agent["tools"]] == ["get_weather"]
 
     bare = await create_agent(client, name="bare", include_base_tools=False)
     assert bare["tools"] == []
@@ -180,7 +173,7 @@ async def test_tools_attach_detach_and_by_name(client: httpx.AsyncClient) -> Non
 
 
 async def test_tool_rules_are_stored_and_validated(client: httpx.AsyncClient) -> None:
-    rules = [
+    rules: list[dict[str, Any]] = [
         {"type": "run_first", "tool_name": "archival_memory_search"},
         {"type": "exit_loop", "tool_name": "send_message"},
         {"type": "constrain_child_tools", "tool_name": "archival_memory_search", "children": ["send_message"]},
@@ -193,7 +186,7 @@ async def test_tool_rules_are_stored_and_validated(client: httpx.AsyncClient) ->
         },
     ]
     agent = await create_agent(client, tool_rules=rules)
-    assert [r["type"] for r in agent["tool_rules"]] == [r["type"] for r in rules]  # type: ignore[union-attr,index]
+    assert [r["type"] for r in agent["tool_rules"]] == [r["type"] for r in rules]
 
     unknown = await client.post(
         "/v1/agents/", json={"name": "x", "model": MODEL, "tool_rules": [{"type": "exit_loop", "tool_name": "nope"}]}
@@ -205,7 +198,7 @@ async def test_tool_rules_are_stored_and_validated(client: httpx.AsyncClient) ->
     )
     assert bad_type.status_code == 422
     # A rule still naming a tool blocks its detachment.
-    send = next(t for t in agent["tools"] if t["name"] == "send_message")  # type: ignore[union-attr,index]
+    send = next(t for t in agent["tools"] if t["name"] == "send_message")
     refused = await client.patch(f"/v1/agents/{agent['id']}/tools/detach/{send['id']}")
     assert refused.status_code == 422
     cleared = await client.patch(f"/v1/agents/{agent['id']}", json={"tool_rules": []})
@@ -257,7 +250,7 @@ async def test_delete_keeps_shared_blocks(client: httpx.AsyncClient) -> None:
     shared = (await client.post("/v1/blocks/", json={"label": "team", "value": "We ship on Fridays."})).json()
     one = await create_agent(client, name="one", block_ids=[shared["id"]])
     two = await create_agent(client, name="two", block_ids=[shared["id"]])
-    own_blocks = [b["id"] for b in one["blocks"] if b["id"] != shared["id"]]  # type: ignore[union-attr,index]
+    own_blocks = [b["id"] for b in one["blocks"] if b["id"] != shared["id"]]
 
     assert (await client.delete(f"/v1/agents/{one['id']}")).status_code == 200
     assert (await client.get(f"/v1/agents/{one['id']}")).status_code == 404

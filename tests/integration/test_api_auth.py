@@ -229,7 +229,7 @@ async def test_organizations_cannot_see_or_touch_each_other(secured_app: FastAPI
         assert theirs["tool"]["name"] == ours["tool"]["name"] == "lookup"
         assert tool_id != ours["tool"]["id"]
 
-        hidden = [
+        hidden: list[tuple[str, str, dict[str, Any] | None]] = [
             ("GET", f"/v1/agents/{agent_id}", None),
             ("PATCH", f"/v1/agents/{agent_id}", {"name": "stolen"}),
             ("DELETE", f"/v1/agents/{agent_id}", None),
@@ -257,7 +257,7 @@ async def test_organizations_cannot_see_or_touch_each_other(secured_app: FastAPI
             assert response.status_code == 404, (method, path, response.text)
 
         # B cannot give its own agent A's tool or block.
-        refused = [
+        refused: list[tuple[str, str, dict[str, Any] | None]] = [
             ("PATCH", f"/v1/agents/{own_agent}/tools/attach/{tool_id}", None),
             ("PATCH", f"/v1/agents/{own_agent}/core-memory/blocks/attach/{block_id}", None),
             ("PATCH", f"/v1/agents/{own_agent}", {"tool_ids": [tool_id]}),

@@ -7,14 +7,13 @@ from typing import Any
 import httpx
 import pytest
 
+from support.api import json_object
+
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
 
 async def create_block(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    response = await client.post("/v1/blocks/", json=body)
-    assert response.status_code == 200, response.text
-    block: dict[str, Any] = response.json()
-    return block
+    return json_object(await client.post("/v1/blocks/", json=body))
 
 
 async def create_agent(client: httpx.AsyncClient, name: str, **overrides: Any) -> dict[str, Any]:
@@ -24,10 +23,7 @@ async def create_agent(client: httpx.AsyncClient, name: str, **overrides: Any) -
         "memory_blocks": [{"label": "persona", "value": f"I am {name}."}],
     }
     body.update(overrides)
-    response = await client.post("/v1/agents/", json=body)
-    assert response.status_code == 200, response.text
-    agent: dict[str, Any] = response.json()
-    return agent
+    return json_object(await client.post("/v1/agents/", json=body))
 
 
 async def system_message(client: httpx.AsyncClient, agent_id: str) -> str:

@@ -26,6 +26,7 @@ from nightshift.domain.limits import (
     MAX_SOURCE_CHARS,
     MAX_TEXT_CHARS,
 )
+from support.api import BASE_TOOL_NAMES, json_object
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 TOOL = '''
@@ -55,22 +56,12 @@ def refused(response: httpx.Response, status: int = 422, *, field: str | None = 
 async def nothing_written(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/agents/")).json() == []
     assert (await client.get("/v1/blocks/")).json() == []
-    assert {t["name"] for t in (await client.get("/v1/tools/")).json()} <= {
-        "send_message",
-        "conversation_search",
-        "archival_memory_insert",
-        "archival_memory_search",
-        "core_memory_append",
-        "core_memory_replace",
-        "rethink_memory",
-    }
+    assert {t["name"] for t in (await client.get("/v1/tools/")).json()} <= BASE_TOOL_NAMES
     assert (await client.get("/v1/messages/batches")).json() == []
 
 
 async def new_agent(client: httpx.AsyncClient, **extra: Any) -> dict[str, Any]:
-    response = await client.post("/v1/agents/", json={"name": "ada", "model": MODEL, **extra})
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
+    return json_object(await client.post("/v1/agents/", json={"name": "ada", "model": MODEL, **extra}))
 
 
 # --- 1. credentials -------------------------------------------------------------------------------
@@ -93,20 +84,20 @@ async def test_a_non_ascii_bearer_token_is_a_401_and_a_non_ascii_password_works(
     async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
         # httpx sends str headers as ASCII only: bytes go on the wire as they are.
         for token in ("Bearer é".encode(), "Bearer \u2603 snowman".encode(), b"Bearer \xff\xfe"):
-            response = await client.get("/v1/agents/", headers={"authorization": token})
+            response = await client.get("/v1/agents/", headers={b"authorization": token})
             refused(response, 401, says="not valid")
             assert response.headers["www-authenticate"] == "Bearer"
         for header in ("x-api-key", "user-id-token"):
-            refused(await client.get("/v1/agents/", headers={header: "ключ".encode()}), 401)
+            refused(await client.get("/v1/agents/", headers={header.encode(): "ключ".encode()}), 401)
         # The right password, sent as UTF-8, is let in.
-        ok = await client.get("/v1/agents/", headers={"authorization": f"Bearer {PASSWORD}".encode()})
+        ok = await client.get("/v1/agents/", headers={b"authorization": f"Bearer {PASSWORD}".encode()})
         assert ok.status_code == 200, ok.text
         # The connection still works after the refusals (no 500 dropped it).
         assert (await client.get("/v1/health")).status_code == 200
 
 
 async def test_a_non_ascii_api_key_without_a_password_is_a_401(client: httpx.AsyncClient) -> None:
-    refused(await client.get("/v1/agents/", headers={"authorization": "Bearer é".encode()}), 401)
+    refused(await client.get("/v1/agents/", headers={b"authorization": "Bearer é".encode()}), 401)
 
 
 # --- 2. integers out of range --------------------------------------------------------------------
@@ -182,7 +173,7 @@ async def test_a_rule_count_over_the_step_limit_is_422(client: httpx.AsyncClient
 NUL = "a\u0000b"
 
 
-def _nul_bodies() -> list[tuple[str, str, Any, str]]:
+def _nul_bodies() -> list[tuple[str, str, Any, str | None]]:
     """(method, path, body, field) with a NUL character in every kind of place input enters."""
     return [
         ("POST", "/v1/agents/", {"model": MODEL, "name": NUL}, "name"),

@@ -7,16 +7,9 @@ from typing import Any
 import httpx
 import pytest
 
+from support.api import BASE_TOOL_NAMES, create_tool, json_object
+
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-BASE_TOOL_NAMES = {
-    "send_message",
-    "conversation_search",
-    "archival_memory_insert",
-    "archival_memory_search",
-    "core_memory_append",
-    "core_memory_replace",
-    "rethink_memory",
-}
 
 FORECAST = '''
 import json
@@ -58,20 +51,10 @@ def tool_{n}(x: int) -> int:
 '''
 
 
-async def create_tool(client: httpx.AsyncClient, source: str, **extra: Any) -> dict[str, Any]:
-    response = await client.post("/v1/tools/", json={"source_code": source, **extra})
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
 async def create_agent(client: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"name": "ada", "model": MODEL, "include_base_tools": False}
     body.update(overrides)
-    response = await client.post("/v1/agents/", json=body)
-    assert response.status_code == 200, response.text
-    agent: dict[str, Any] = response.json()
-    return agent
+    return json_object(await client.post("/v1/agents/", json=body))
 
 
 async def test_create_generates_the_schema_from_signature_and_docstring(client: httpx.AsyncClient) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -119,7 +120,7 @@ async def test_archival_insert_then_ranked_paged_search(agent: Agent, conn: Asyn
 async def test_conversation_search_finds_user_and_send_message_text(agent: Agent, conn: AsyncConnection) -> None:
     base = datetime.now(UTC)
 
-    def message(role: Role, text: str, minutes: int, **extra: object) -> Message:
+    def message(role: Role, text: str, minutes: int, **extra: Any) -> Message:
         return Message(
             id=new_id("message"),
             organization_id=DEFAULT_ORG_ID,
@@ -127,7 +128,7 @@ async def test_conversation_search_finds_user_and_send_message_text(agent: Agent
             role=role,
             text=text,
             created_at=base + timedelta(minutes=minutes),
-            **extra,  # type: ignore[arg-type]
+            **extra,
         )
 
     call = ToolCall(id="call-1", name="send_message", arguments=json.dumps({"message": "Your parrot is called Kiwi."}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -55,5 +56,5 @@ def api_url(tmp_path_factory: pytest.TempPathFactory, emulator_url: str) -> Iter
 
 @schema.parametrize()
 @settings(max_examples=10, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-def test_every_operation_answers_as_documented(case: schemathesis.Case, api_url: str) -> None:
+def test_every_operation_answers_as_documented(case: schemathesis.Case[Any], api_url: str) -> None:
     case.call_and_validate(base_url=api_url, checks=CHECKS)

@@ -60,7 +60,8 @@ class StatementLog:
 
     @contextmanager
     def recording(self) -> Iterator[list[str]]:
-        self.statements = statements = []
+        statements: list[str] = []
+        self.statements = statements
         event.listen(self.engine.sync_engine, "before_cursor_execute", self._seen)
         try:
             yield statements

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from nightshift.emulator import EmulatorAdmin
 from nightshift.serving import free_port
 from support.runs import Runs
 
@@ -208,12 +209,16 @@ async def create_agent(client: httpx.AsyncClient, name: str, model: str, **extra
     return await Runs(client).agent(name, model=model, **extra)
 
 
-async def create_tool(client: httpx.AsyncClient, source: str) -> dict[str, Any]:
-    """A custom tool made through the API."""
-    response = await client.post("/v1/tools/", json={"source_code": source})
-    assert response.status_code == 200, response.text
-    tool: dict[str, Any] = response.json()
-    return tool
+def fact_of(agent: dict[str, Any]) -> str:
+    """What an agent's first step saves to its memory."""
+    return f"{agent['name']} likes the colour teal"
+
+
+async def batch_creates(admin: EmulatorAdmin) -> list[dict[str, Any]]:
+    """Every batch the emulator was asked to create, on either API."""
+    anthropic = await admin.requests(path="/v1/messages/batches", method="POST")
+    openai = await admin.requests(path="/v1/batches", method="POST")
+    return anthropic + openai
 
 
 # Reading back what the servers stored, to check that every message is there exactly once.

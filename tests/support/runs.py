@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from support.api import json_list, json_object
+
 ANTHROPIC_MODEL = "anthropic/claude-3-5-haiku-20241022"
 OPENAI_MODEL = "openai/gpt-4o-mini"
 
@@ -37,22 +39,18 @@ class Runs:
             ],
             **extra,
         }
-        response = await self.client.post("/v1/agents/", json=body)
-        assert response.status_code == 200, response.text
-        return response.json()  # type: ignore[no-any-return]
+        return json_object(await self.client.post("/v1/agents/", json=body))
 
     async def start(self, requests: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        response = await self.client.post("/v1/messages/batches", json={"requests": requests, **extra})
-        assert response.status_code == 200, response.text
-        return response.json()  # type: ignore[no-any-return]
+        return json_object(await self.client.post("/v1/messages/batches", json={"requests": requests, **extra}))
 
     async def wait(self, run_id: str, *, timeout: float = 30) -> dict[str, Any]:
         """Poll the run until it is no longer created or running."""
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            run = (await self.client.get(f"/v1/messages/batches/{run_id}")).json()
+            run = json_object(await self.client.get(f"/v1/messages/batches/{run_id}"))
             if run["status"] not in ("created", "running"):
-                return run  # type: ignore[no-any-return]
+                return run
             assert asyncio.get_running_loop().time() < deadline, f"run still {run['status']}: {run['progress']}"
             await asyncio.sleep(0.05)
 
@@ -70,5 +68,6 @@ class Runs:
 
     async def context(self, agent_id: str) -> list[dict[str, Any]]:
         """The agent's stored messages, oldest first (Letta shapes)."""
-        response = await self.client.get(f"/v1/agents/{agent_id}/messages", params={"order": "asc", "limit": 1000})
-        return response.json()  # type: ignore[no-any-return]
+        return json_list(
+            await self.client.get(f"/v1/agents/{agent_id}/messages", params={"order": "asc", "limit": 1000})
+        )

@@ -12,6 +12,7 @@ USAGE = {"input_tokens": 1_000_000, "output_tokens": 100_000, "cache_write_token
 def test_known_model_by_prefix_and_batch_half_price() -> None:
     table = PriceTable()
     normal = table.cost("anthropic/claude-3-5-haiku-20241022", USAGE, batch=False)
+    assert normal is not None
     assert normal == pytest.approx(0.80 + 0.40)
     assert table.cost("anthropic/claude-3-5-haiku-20241022", USAGE, batch=True) == pytest.approx(normal / 2)
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from nightshift.domain.solver import (
-    MAX_STEPS_REACHED,
     SOLVER_STATE_VERSION,
     Decision,
     Reason,
@@ -306,11 +305,6 @@ def test_a_text_only_answer_ends_the_loop_unless_a_required_tool_is_pending() ->
 def test_decide_refuses_a_tool_that_was_not_registered_last(calls: tuple[tuple[str, None], ...]) -> None:
     with pytest.raises(ValueError, match="register 'fetch'"):
         solver_after([], *calls).decide("fetch", request_heartbeat=True)
-
-
-def test_max_steps_decision_for_the_runtime() -> None:
-    assert MAX_STEPS_REACHED == Decision(continues=False, reason=Reason.MAX_STEPS)
-    assert MAX_STEPS_REACHED.reason == "max_steps"
 
 
 # --- state ---------------------------------------------------------------------------------------

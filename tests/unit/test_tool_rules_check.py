@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -143,7 +144,7 @@ def _random_rules(rng: random.Random) -> list[dict[str, Any]]:
     def some() -> list[str]:
         return rng.sample(TOOLS, rng.randint(1, 2))
 
-    makers = [
+    makers: list[Callable[[], dict[str, Any]]] = [
         lambda: {"type": "run_first", "tool_name": tool()},
         lambda: {"type": "exit_loop", "tool_name": tool()},
         lambda: child(tool(), *some()),

@@ -382,7 +382,7 @@ def test_schema_from_function_matches_the_source_path() -> None:
 
 
 def test_schema_from_function_errors() -> None:
-    def untyped(x):  # type: ignore[no-untyped-def]
+    def untyped(x):  # type: ignore[no-untyped-def]  # unannotated on purpose: what the schema refuses
         """Do.
 
         Args:

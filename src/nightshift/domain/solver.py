@@ -38,7 +38,7 @@ Whether the loop continues after a call (first match wins):
 Then ``required_before_exit`` overrides an end: while a required tool (one that is available, when
 the caller says which are) has not been called, the loop continues, also past an ``exit_loop``
 tool, as in Letta. ``allowed_tools`` does not force the required tools; the runtime may name them
-to the model (``pending_required``). The step limit is the runtime's job (``MAX_STEPS_REACHED``).
+to the model (``pending_required``). The step limit is the runtime's job.
 """
 
 from __future__ import annotations
@@ -78,7 +78,6 @@ class Reason(StrEnum):
     HEARTBEAT = "heartbeat"  # continues: the model asked to be called again
     NO_HEARTBEAT = "no_heartbeat"  # ends: the model did not ask to be called again
     REQUIRED_BEFORE_EXIT = "required_before_exit"  # continues: a required tool is still uncalled
-    MAX_STEPS = "max_steps"  # ends: the runtime's step limit was reached (never decided here)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,9 +86,6 @@ class Decision:
 
     continues: bool
     reason: Reason
-
-
-MAX_STEPS_REACHED = Decision(continues=False, reason=Reason.MAX_STEPS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

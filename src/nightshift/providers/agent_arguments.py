@@ -62,13 +62,12 @@ class SplitArguments:
     """A tool call's arguments with the agent arguments taken out.
 
     ``arguments`` is JSON text of the remaining object, or the model's text verbatim when it was
-    not a JSON object (``malformed`` is then true).
+    not a JSON object (with no reasoning and no heartbeat then).
     """
 
     arguments: str
     inner_thoughts: str | None = None
     request_heartbeat: bool = False
-    malformed: bool = False
 
 
 def split_agent_arguments(value: Mapping[str, Any] | str) -> SplitArguments:
@@ -87,9 +86,9 @@ def split_agent_arguments(value: Mapping[str, Any] | str) -> SplitArguments:
         try:
             parsed = json.loads(value) if value.strip() else {}
         except ValueError:
-            return SplitArguments(arguments=value, malformed=True)
+            return SplitArguments(arguments=value)
         if not isinstance(parsed, dict):
-            return SplitArguments(arguments=value, malformed=True)
+            return SplitArguments(arguments=value)
     else:
         parsed = dict(value)
     thoughts = parsed.pop(INNER_THOUGHTS, None)

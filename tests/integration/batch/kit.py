@@ -6,8 +6,6 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
-
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 
@@ -53,12 +51,6 @@ def call(name: str, *, heartbeat: bool = False, **arguments: Any) -> ScriptedRep
 def say(message: str, *, heartbeat: bool = False) -> ScriptedReply:
     """A scripted send_message call."""
     return call("send_message", heartbeat=heartbeat, message=message)
-
-
-async def create_tool(client: httpx.AsyncClient, source: str) -> dict[str, Any]:
-    response = await client.post("/v1/tools/", json={"source_code": source})
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
 
 
 def system_text(body: dict[str, Any]) -> str:

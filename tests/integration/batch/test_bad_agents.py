@@ -12,12 +12,13 @@ import anthropic
 import pytest
 from sqlalchemy import update
 
-from integration.batch.kit import call, create_tool, say, text_of
+from integration.batch.kit import call, say, text_of
 from nightshift.batch.worker import MAX_FAILURES
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.store.db import create_engine
 from nightshift.store.tables import tools
+from support.api import create_tool
 from support.runs import OPENAI_MODEL, Runs
 
 ECHO = '''

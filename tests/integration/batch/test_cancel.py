@@ -16,13 +16,12 @@ from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
 from nightshift.store import provider_batches as batch_store
 from nightshift.store.tables import provider_batches
+from support.api import json_object
 from support.runs import Runs
 
 
 async def _cancel(runs: Runs, run_id: str) -> dict[str, Any]:
-    response = await runs.client.patch(f"/v1/messages/batches/{run_id}/cancel")
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
+    return json_object(await runs.client.patch(f"/v1/messages/batches/{run_id}/cancel"))
 
 
 async def test_cancel_an_open_step(runs: Runs, admin: EmulatorAdmin) -> None:
@@ -62,8 +61,9 @@ async def test_cancel_an_open_step(runs: Runs, admin: EmulatorAdmin) -> None:
 
 
 async def _polled(runs: Runs, run_id: str) -> bool:
-    found = (await runs.client.get(f"/v1/messages/batches/{run_id}")).json()
-    return found["progress"]["provider_batches"][0]["provider_status"] == "in_progress"
+    found = json_object(await runs.client.get(f"/v1/messages/batches/{run_id}"))
+    status: str = found["progress"]["provider_batches"][0]["provider_status"]
+    return status == "in_progress"
 
 
 async def test_cancel_between_steps_keeps_what_was_applied(runs: Runs, admin: EmulatorAdmin) -> None:

@@ -9,13 +9,12 @@ from fastapi import FastAPI
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.store.orgs import create_user, get_or_create_org
+from support.api import json_list
 from support.runs import Runs
 
 
 async def _list(runs: Runs, **params: Any) -> list[dict[str, Any]]:
-    response = await runs.client.get("/v1/messages/batches", params=params)
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
+    return json_list(await runs.client.get("/v1/messages/batches", params=params))
 
 
 async def _one_of_each_status(runs: Runs, admin: EmulatorAdmin) -> dict[str, str]:

@@ -91,7 +91,7 @@ async def test_an_agent_stored_with_a_41_character_greeting_id_still_steps(
     runs: Runs, admin: EmulatorAdmin, settings: Settings
 ) -> None:
     agent = await runs.agent("old-timer", model=OPENAI_MODEL)
-    await _store_greeting_id(settings.database_url, agent["id"], OLD_GREETING_ID)
+    await _store_greeting_id(settings.resolved_database_url, agent["id"], OLD_GREETING_ID)
     assert greeting_id(await runs.context(agent["id"])) == OLD_GREETING_ID
 
     response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json={"input": "hello"})

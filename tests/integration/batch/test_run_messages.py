@@ -8,13 +8,15 @@ import httpx
 
 from integration.batch.kit import by_agent, call, say
 from nightshift.emulator import EmulatorAdmin
+from support.api import json_object
 from support.runs import Runs
 
 
 async def _page(client: httpx.AsyncClient, run_id: str, **params: Any) -> list[dict[str, Any]]:
-    response = await client.get(f"/v1/messages/batches/{run_id}/messages", params=params)
-    assert response.status_code == 200, response.text
-    return response.json()["messages"]  # type: ignore[no-any-return]
+    messages: list[dict[str, Any]] = json_object(
+        await client.get(f"/v1/messages/batches/{run_id}/messages", params=params)
+    )["messages"]
+    return messages
 
 
 async def _two_step_run(runs: Runs, admin: EmulatorAdmin) -> tuple[str, list[dict[str, Any]]]:

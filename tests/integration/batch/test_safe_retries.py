@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +21,7 @@ from nightshift.store.orgs import ensure_default_org
 from support.runs import Runs
 
 
-async def _create(runs: Runs, body: dict[str, object], key: str | None) -> httpx.Response:
+async def _create(runs: Runs, body: dict[str, Any], key: str | None) -> httpx.Response:
     headers = {"Idempotency-Key": key} if key else {}
     return await runs.client.post("/v1/messages/batches", json=body, headers=headers)
 

@@ -7,8 +7,9 @@ from datetime import datetime
 
 import httpx
 
-from integration.batch.kit import by_agent, call, calls_of, conversation, create_tool, say, system_text
+from integration.batch.kit import by_agent, call, calls_of, conversation, say, system_text
 from nightshift.emulator import EmulatorAdmin
+from support.api import create_tool
 from support.runs import LOOKUP_TOOL, Runs
 
 

@@ -6,9 +6,10 @@ import asyncio
 import json
 from typing import Any
 
-from integration.batch.kit import call, conversation, create_tool, say, tool_names
+from integration.batch.kit import call, conversation, say, tool_names
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply
+from support.api import create_tool
 from support.runs import LOOKUP_TOOL, Runs
 
 
@@ -101,7 +102,13 @@ async def test_sync_step_bad_requests(runs: Runs) -> None:
     assert "agent-nope" in response.json()["detail"]
     agent = await runs.agent("quiet")
     before = await runs.context(agent["id"])
-    for body in ({}, {"messages": []}, {"input": "  "}, {"messages": [{"role": "user", "content": ""}]}):
+    bodies: list[dict[str, Any]] = [
+        {},
+        {"messages": []},
+        {"input": "  "},
+        {"messages": [{"role": "user", "content": ""}]},
+    ]
+    for body in bodies:
         response = await runs.client.post(f"/v1/agents/{agent['id']}/messages", json=body)
         assert response.status_code == 422, (body, response.text)
         assert response.json()["detail"]

@@ -14,12 +14,12 @@ from integration.batch.kit import (
     call,
     calls_of,
     conversation,
-    create_tool,
     say,
     text_of,
 )
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply
+from support.api import create_tool
 from support.runs import LOOKUP_TOOL, OPENAI_MODEL, Runs
 
 

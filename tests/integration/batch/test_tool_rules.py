@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from integration.batch.kit import CHECK_TOOL, call, calls_of, create_tool, say, tool_names
+from integration.batch.kit import CHECK_TOOL, call, calls_of, say, tool_names
 from nightshift.emulator import EmulatorAdmin
+from support.api import create_tool
 from support.runs import LOOKUP_TOOL, Runs
 
 

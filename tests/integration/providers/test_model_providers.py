@@ -16,8 +16,8 @@ from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedReply, Scripte
 from nightshift.errors import ProviderError
 from nightshift.providers.base import BatchOutcome, BatchState, ModelProvider, ModelRequest, OutcomeStatus
 from nightshift.providers.clients import ProviderSet
+from support.messages import msg
 
-NOW = datetime(2025, 1, 1, tzinfo=UTC)
 MODELS = {"anthropic": "claude-3-5-haiku-20241022", "openai": "gpt-4o-mini"}
 SEND = {
     "name": "send_message",
@@ -38,10 +38,6 @@ APPEND = {
         "required": ["label", "content"],
     },
 }
-
-
-def msg(role: Role, text: str = "", **fields: Any) -> Message:
-    return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
 
 
 def request(provider: str, *messages: Message, **fields: Any) -> ModelRequest:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult, Timing
 from nightshift.emulator.tokens import PromptCache, Segment, count_tokens
 
 DAY = 86_400.0
 
 
-def job(total: int = 10, **timing: float | int | None) -> BatchJob:
+def job(total: int = 10, **timing: Any) -> BatchJob:
     results = [RequestResult(ok=i % 5 != 0, body={}) for i in range(total)]
     return BatchJob(
         id="b",
         created_at=0.0,
-        timing=Timing(expires_at=DAY, **timing),  # type: ignore[arg-type]
+        timing=Timing(expires_at=DAY, **timing),
         custom_ids=[f"r{i}" for i in range(total)],
         results=results,
     )

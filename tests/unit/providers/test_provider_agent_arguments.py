@@ -39,9 +39,9 @@ def test_split_from_dict_and_text() -> None:
 
 
 def test_split_keeps_malformed_text() -> None:
-    for raw in ("{broken", "[1]", '"text"'):
+    for raw in ("{broken", "[1]", '"text"', '"{\\"request_heartbeat\\": true}"'):
         split = split_agent_arguments(raw)
-        assert split.malformed and split.arguments == raw
+        assert (split.arguments, split.inner_thoughts, split.request_heartbeat) == (raw, None, False)
 
 
 def test_empty_arguments_are_an_empty_object() -> None:

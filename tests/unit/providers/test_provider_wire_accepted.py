@@ -6,9 +6,6 @@ characters) and by other clients: the wire layer must make each acceptable to ea
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 import pytest
 
 from nightshift.domain.messages import Message, Role, ToolCall
@@ -16,13 +13,9 @@ from nightshift.emulator import anthropic_checks, openai_checks
 from nightshift.providers.anthropic import wire as anthropic_wire
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.openai import wire as openai_wire
+from support.messages import msg
 
-NOW = datetime(2025, 1, 1, tzinfo=UTC)
 TOOL = {"name": "send_message", "description": "Send.", "parameters": {"type": "object", "properties": {}}}
-
-
-def msg(role: Role, text: str = "", **fields: Any) -> Message:
-    return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
 
 
 def call(call_id: str, arguments: str = "{}") -> tuple[ToolCall, ...]:

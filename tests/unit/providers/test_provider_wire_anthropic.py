@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.providers.anthropic import wire
 from nightshift.providers.base import BatchState, ModelRequest, OutcomeStatus
+from support.messages import NOW, msg
 
-NOW = datetime(2025, 1, 1, tzinfo=UTC)
 WEATHER = {
     "name": "get_weather",
     "description": "Weather for a city.",
@@ -22,10 +21,6 @@ SEND = {
     "description": "Send a message.",
     "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
 }
-
-
-def msg(role: Role, text: str = "", **fields: Any) -> Message:
-    return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
 
 
 def request(*messages: Message, **fields: Any) -> ModelRequest:

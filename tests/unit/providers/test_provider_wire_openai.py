@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.providers.base import BatchState, ModelRequest, OutcomeStatus
 from nightshift.providers.openai import wire
+from support.messages import NOW, msg
 
-NOW = datetime(2025, 1, 1, tzinfo=UTC)
 SEND = {
     "name": "send_message",
     "description": "Send a message.",
     "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
 }
-
-
-def msg(role: Role, text: str = "", **fields: Any) -> Message:
-    return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
 
 
 def request(*messages: Message, **fields: Any) -> ModelRequest:

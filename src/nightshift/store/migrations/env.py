@@ -22,5 +22,8 @@ def run(connection: Connection) -> None:
 
 connection = context.config.attributes.get("connection")
 if connection is None:
-    raise RuntimeError("run migrations with `nightshift db upgrade`, not the alembic command")
+    raise RuntimeError(
+        "the alembic command is not set up for nightshift: migrate with `nightshift db upgrade`, "
+        'and write the next revision with `nightshift db revision -m "..."` (make migration)'
+    )
 run(connection)

@@ -1,0 +1,15 @@
+"""Stored messages for the tests of the provider layer: one agent's, at one fixed time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from nightshift.domain.messages import Message, Role
+
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def msg(role: Role, text: str = "", **fields: Any) -> Message:
+    """A message of agent ``a`` created at ``NOW`` (``fields``: the rest of ``Message``)."""
+    return Message(id="m", organization_id="o", agent_id="a", role=role, text=text, created_at=NOW, **fields)
