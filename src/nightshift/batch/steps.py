@@ -161,10 +161,14 @@ async def write_step(
     """
     if not entries:
         return []
-    # One provider batch per provider and model: OpenAI takes one model per batch.
+    # One provider batch per provider, and per model where the provider takes one model per
+    # batch (OpenAI); an Anthropic batch mixes models.
     groups: dict[tuple[str, str], list[StepEntry]] = defaultdict(list)
     for entry in entries:
-        groups[entry.agent.llm_config.provider, entry.agent.llm_config.model].append(entry)
+        config = entry.agent.llm_config
+        groups[config.provider, config.model if provider_info(config.provider).one_model_per_batch else ""].append(
+            entry
+        )
     batches: list[ProviderBatch] = []
     items: list[BatchItem] = []
     inputs = StepInputs()

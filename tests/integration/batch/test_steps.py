@@ -181,3 +181,24 @@ async def test_edits_of_a_shared_block_in_one_step_all_count(
     for agent in agents:
         _, second = await calls_of(admin, agent["id"])
         assert all(f"note {i}" in system_text(second) for i in range(3))
+
+
+async def test_a_step_mixes_models_in_one_batch_where_the_provider_allows_it(runs: Runs, admin: EmulatorAdmin) -> None:
+    # Anthropic takes any mix of models in one batch; OpenAI takes one model per batch.
+    models = {
+        "haiku": "anthropic/claude-3-5-haiku-20241022",
+        "sonnet": "anthropic/claude-sonnet-4-20250514",
+        "mini": "openai/gpt-4o-mini",
+        "4o": "openai/gpt-4o",
+    }
+    agents = {name: await runs.agent(name, model=model) for name, model in models.items()}
+    for agent in agents.values():
+        await admin.script(agent["id"], say("done"))
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents.values()])
+    done = await runs.wait(run["id"])
+
+    assert done["status"] == "completed", done
+    assert sorted(b["provider"] for b in done["progress"]["provider_batches"]) == ["anthropic", "openai", "openai"]
+    for name, agent in agents.items():
+        (seen,) = await admin.model_calls(custom_id=agent["id"])
+        assert seen["body"]["model"] == models[name].split("/", 1)[1]
