@@ -166,9 +166,8 @@ async def write_step(
     groups: dict[tuple[str, str], list[StepEntry]] = defaultdict(list)
     for entry in entries:
         config = entry.agent.llm_config
-        groups[config.provider, config.model if provider_info(config.provider).one_model_per_batch else ""].append(
-            entry
-        )
+        model = config.model if provider_info(config.provider).one_model_per_batch else ""
+        groups[config.provider, model].append(entry)
     batches: list[ProviderBatch] = []
     items: list[BatchItem] = []
     inputs = StepInputs()
