@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from nightshift.api.app import create_app
 from nightshift.config import Settings, async_database_url
 from nightshift.emulator import EmulatorAdmin, running_emulator
-from nightshift.store.db import create_engine, upgrade
+from nightshift.store.db import opened, upgrade
 
 POSTGRES_URL = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 DATABASES = ["sqlite", "postgresql"]
@@ -44,11 +44,8 @@ async def _pg_admin(*statements: str) -> None:
 
 
 async def _migrate(url: str) -> None:
-    engine = create_engine(url)
-    try:
+    async with opened(url) as engine:
         await upgrade(engine)
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -98,9 +95,8 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
+    async with opened(db_url) as engine:
+        yield engine
 
 
 @pytest.fixture

@@ -41,23 +41,17 @@ def _run(work: Coroutine[Any, Any, T]) -> T:
 
 
 async def _check_database(url: str) -> None:
-    from nightshift.store.db import check_reachable, create_engine
+    from nightshift.store.db import check_reachable, opened
 
-    engine = create_engine(url)
-    try:
+    async with opened(url) as engine:
         await check_reachable(engine)
-    finally:
-        await engine.dispose()
 
 
 async def _migrate(url: str) -> None:
-    from nightshift.store.db import create_engine, upgrade
+    from nightshift.store.db import opened, upgrade
 
-    engine = create_engine(url)
-    try:
+    async with opened(url) as engine:
         await upgrade(engine)
-    finally:
-        await engine.dispose()
 
 
 @app.command()
@@ -89,21 +83,18 @@ def poll(
 
     from nightshift.batch.poller import poll_forever, poll_once
     from nightshift.batch.worker import running_worker
-    from nightshift.store.db import create_engine, upgrade
+    from nightshift.store.db import opened, upgrade
 
     settings = Settings()
 
     async def run() -> int:
-        engine = create_engine(settings.resolved_database_url)
-        try:
+        async with opened(settings.resolved_database_url) as engine:
             await upgrade(engine)
             async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
                 if once:
                     return await poll_once(worker, http)
                 await poll_forever(worker, http)
                 return 0
-        finally:
-            await engine.dispose()
 
     handled = _run(run())
     if once:
@@ -113,16 +104,13 @@ def poll(
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] = "head") -> None:
     """Create or migrate the database named by NIGHTSHIFT_DATABASE_URL (default: a SQLite file)."""
-    from nightshift.store.db import create_engine, upgrade
+    from nightshift.store.db import opened, upgrade
 
     settings = Settings()
 
     async def run() -> None:
-        engine = create_engine(settings.resolved_database_url)
-        try:
+        async with opened(settings.resolved_database_url) as engine:
             await upgrade(engine, revision)
-        finally:
-            await engine.dispose()
 
     _run(run())
     console.print(f"database at [bold]{_safe_url(settings.resolved_database_url)}[/] is at {revision}")
@@ -166,23 +154,20 @@ def keys_create(
     name: Annotated[str, typer.Option(help="A name for the key's user")] = "api-user",
 ) -> None:
     """Create an API key. It is printed once; only its hash is stored."""
-    from nightshift.store.db import create_engine, upgrade
+    from nightshift.store.db import opened, upgrade
     from nightshift.store.orgs import create_user, ensure_default_org, get_or_create_org
 
     settings = Settings()
     key = "ns-" + secrets.token_urlsafe(32)
 
     async def run() -> str:
-        engine = create_engine(settings.resolved_database_url)
-        try:
+        async with opened(settings.resolved_database_url) as engine:
             await upgrade(engine)
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
                 organization = await get_or_create_org(conn, org)
                 await create_user(conn, organization.id, name, key)
                 return organization.id
-        finally:
-            await engine.dispose()
 
     org_id = _run(run())
     console.print(f"organization [bold]{org}[/] ({org_id})")

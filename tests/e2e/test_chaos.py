@@ -28,7 +28,7 @@ from nightshift.domain.agents import LLMConfig
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
-from nightshift.store.db import create_engine, upgrade
+from nightshift.store.db import opened, upgrade
 from nightshift.store.orgs import ensure_default_org
 from nightshift.store.tables import provider_batches
 from support.processes import Server, Servers, server_environment
@@ -56,8 +56,7 @@ def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
 
 async def _agents(db_url: str) -> list[str]:
     """Half on Anthropic (batches found by count), half on OpenAI (by tag), made in bulk."""
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         await upgrade(engine)
         async with engine.begin() as conn:
             await ensure_default_org(conn)
@@ -70,8 +69,6 @@ async def _agents(db_url: str) -> list[str]:
                 for i in range(AGENTS)
             ]
             return [agent.id for agent in await create_agents(conn, DEFAULT_ORG_ID, specs)]
-    finally:
-        await engine.dispose()
 
 
 async def _creates(emulator: str) -> int:
@@ -204,12 +201,9 @@ async def test_fifteen_kills_bill_nothing_twice(
     assert sum(final["progress"]["agents"]["finished"] for final in finals) == AGENTS
 
     # Every batch the provider holds is one the database knows, or a cancelled copy of one.
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         async with engine.connect() as conn:
             rows = list(await conn.execute(select(provider_batches.c.provider_batch_id, provider_batches.c.duplicates)))
-    finally:
-        await engine.dispose()
     ours = {row.provider_batch_id for row in rows}
     copies = {copy for row in rows for copy in row.duplicates}
     # Every agent was asked exactly once per step, in the batches that count.

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from nightshift.batch.worker import LEASE_POLL_INTERVALS, MIN_LEASE_SECONDS
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
-from nightshift.store.db import create_engine
+from nightshift.store.db import opened
 from nightshift.store.tables import provider_batches
 from support.api import create_tool
 from support.processes import (
@@ -67,8 +67,7 @@ async def watch_leases(db_url: str, seen: Counter[str]) -> None:
 
     Leases are not kept after they are released, so this only samples them while they are held.
     """
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         while True:
             async with engine.connect() as conn:
                 owners = await conn.scalars(
@@ -76,8 +75,6 @@ async def watch_leases(db_url: str, seen: Counter[str]) -> None:
                 )
                 seen.update(str(o) for o in owners)
             await asyncio.sleep(0.005)
-    finally:
-        await engine.dispose()
 
 
 async def start_two(servers: Servers) -> tuple[Server, Server]:

@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings
-from nightshift.store.db import create_engine
+from nightshift.store.db import opened
 from nightshift.store.orgs import create_user, get_or_create_org
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -59,15 +59,12 @@ def recorder() -> Recorder:
 
 async def _add_keys(db_url: str) -> dict[str, str]:
     """Two organizations with one API key each; returns their organization ids by key."""
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         async with engine.begin() as conn:
             acme = await get_or_create_org(conn, "acme")
             await create_user(conn, acme.id, "alice", KEY_A)
             bolt = await get_or_create_org(conn, "bolt")
             await create_user(conn, bolt.id, "bob", KEY_B)
-    finally:
-        await engine.dispose()
     return {KEY_A: acme.id, KEY_B: bolt.id}
 
 
@@ -323,12 +320,9 @@ async def test_without_password_keys_still_scope_and_no_key_is_the_default_org(
 
 
 async def test_stored_keys_are_hashed(secured_app: FastAPI, db_url: str) -> None:
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         async with engine.connect() as conn:
             rows = (await conn.execute(text("select * from users"))).mappings().all()
-    finally:
-        await engine.dispose()
     assert len(rows) == 2
     hashes = {row["api_key_hash"] for row in rows}
     assert len(hashes) == 2

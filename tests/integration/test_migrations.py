@@ -8,7 +8,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, inspect, text
 
-from nightshift.store.db import create_engine, include_object, upgrade
+from nightshift.store.db import include_object, opened, upgrade
 from nightshift.store.tables import metadata
 
 
@@ -20,8 +20,7 @@ def _differences(connection: Connection) -> list[Any]:
 
 
 async def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
-    engine = create_engine(empty_db_url)
-    try:
+    async with opened(empty_db_url) as engine:
         await upgrade(engine)
         async with engine.connect() as conn:
             assert await conn.run_sync(_differences) == []
@@ -30,13 +29,10 @@ async def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
             assert await conn.scalar(text("SELECT version_num FROM alembic_version")) == "0003"
         # Upgrading again is a no-op, as `nightshift serve` does on every start.
         await upgrade(engine)
-    finally:
-        await engine.dispose()
 
 
 async def test_full_text_search_objects_exist(empty_db_url: str) -> None:
-    engine = create_engine(empty_db_url)
-    try:
+    async with opened(empty_db_url) as engine:
         await upgrade(engine)
         async with engine.connect() as conn:
             if conn.dialect.name == "sqlite":
@@ -45,5 +41,3 @@ async def test_full_text_search_objects_exist(empty_db_url: str) -> None:
             else:
                 names = set((await conn.execute(text("SELECT indexname FROM pg_indexes"))).scalars())
                 assert {"ix_messages_fts", "ix_passages_fts"} <= names
-    finally:
-        await engine.dispose()

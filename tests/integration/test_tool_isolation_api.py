@@ -23,7 +23,7 @@ from integration.batch.kit import call, text_of
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
-from nightshift.store.db import create_engine
+from nightshift.store.db import opened
 from nightshift.store.orgs import create_user, get_or_create_org
 from support.host import host_processes_with
 from support.runs import Runs
@@ -173,13 +173,10 @@ async def app(
     settings = Settings(home=tmp_path / "home", database_url=sqlite_url, poll_interval_seconds=0.05)
     application = create_app(settings)
     async with application.router.lifespan_context(application):
-        engine = create_engine(sqlite_url)
-        try:
+        async with opened(sqlite_url) as engine:
             async with engine.begin() as conn:
                 await create_user(conn, (await get_or_create_org(conn, "acme")).id, "alice", KEY_A)
                 await create_user(conn, (await get_or_create_org(conn, "bolt")).id, "bob", KEY_B)
-        finally:
-            await engine.dispose()
         yield application
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,16 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+@asynccontextmanager
+async def opened(url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine for the length of a block (a command, a test), disposed of when the block ends."""
+    engine = create_engine(url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -27,7 +27,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 
 from nightshift.errors import Conflict, InvalidInput
-from nightshift.store.db import alembic_config, create_engine
+from nightshift.store.db import alembic_config, opened
 
 
 async def write_revision(message: str, *, empty: bool = False) -> Path | None:
@@ -47,12 +47,8 @@ async def write_revision(message: str, *, empty: bool = False) -> Path | None:
     if not any(c.isalnum() for c in message):
         raise InvalidInput("a revision needs a message that says what it does", field="message")
     with tempfile.TemporaryDirectory(prefix="nightshift-revision-") as scratch:
-        engine = create_engine(f"sqlite:///{Path(scratch) / 'head.db'}")
-        try:
-            async with engine.begin() as conn:
-                path = await conn.run_sync(_autogenerate, message, empty)
-        finally:
-            await engine.dispose()
+        async with opened(f"sqlite:///{Path(scratch) / 'head.db'}") as engine, engine.begin() as conn:
+            path = await conn.run_sync(_autogenerate, message, empty)
     if path is not None:
         await asyncio.to_thread(_format, path)
     return path

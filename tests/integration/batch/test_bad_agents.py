@@ -16,7 +16,7 @@ from integration.batch.kit import call, say, text_of
 from nightshift.batch.worker import MAX_FAILURES
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
-from nightshift.store.db import create_engine
+from nightshift.store.db import opened
 from nightshift.store.tables import tools
 from support.api import create_tool
 from support.runs import OPENAI_MODEL, Runs
@@ -62,14 +62,11 @@ async def test_a_tool_with_an_unusable_schema_fails_its_agent_alone(
 ) -> None:
     broken = await create_tool(runs.client, ECHO)
     # Stored before the API checked schemas (or changed in the database): it cannot be offered.
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         async with engine.begin() as conn:
             await conn.execute(
                 update(tools).where(tools.c.id == broken["id"]).values(json_schema={"parameters": "x", "name": 5})
             )
-    finally:
-        await engine.dispose()
     bad = await runs.agent("bad", tool_ids=[broken["id"]])
     good = await runs.agent("good")
     await admin.script(good["id"], say("all fine"))

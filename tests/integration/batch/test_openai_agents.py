@@ -17,7 +17,7 @@ from integration.batch.kit import say
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
 from nightshift.store import tables
-from nightshift.store.db import create_engine
+from nightshift.store.db import opened
 from support.runs import OPENAI_MODEL, Runs
 
 OLD_GREETING_ID = "call-0192f0c4-1a2b-7c3d-8e4f-a5b6c7d8e9f0"  # what agents created before hold
@@ -108,8 +108,7 @@ async def test_an_agent_stored_with_a_41_character_greeting_id_still_steps(
 async def _store_greeting_id(database_url: str, agent_id: str, call_id: str) -> None:
     """Rewrite an agent's greeting as an older nightshift stored it (no API writes tool-call ids)."""
     messages = tables.messages
-    engine = create_engine(database_url)
-    try:
+    async with opened(database_url) as engine:
         async with engine.begin() as conn:
             mine = messages.c.agent_id == agent_id
             calls = (await conn.execute(messages.select().where(mine, messages.c.role == "assistant"))).all()
@@ -117,5 +116,3 @@ async def _store_greeting_id(database_url: str, agent_id: str, call_id: str) -> 
             old_calls = [{**c, "id": call_id} for c in greeting.tool_calls]
             await conn.execute(update(messages).where(messages.c.id == greeting.id).values(tool_calls=old_calls))
             await conn.execute(update(messages).where(mine, messages.c.role == "tool").values(tool_call_id=call_id))
-    finally:
-        await engine.dispose()

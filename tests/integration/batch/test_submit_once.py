@@ -18,7 +18,7 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.clients import ProviderSet
-from nightshift.store.db import create_engine
+from nightshift.store.db import opened
 from nightshift.store.tables import provider_batches
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
@@ -27,24 +27,18 @@ CREATE = {"anthropic": "/v1/messages/batches", "openai": "/v1/batches"}
 
 
 async def _provider_batches(db_url: str) -> list[Any]:
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         async with engine.connect() as conn:
             return list(await conn.execute(select(provider_batches)))
-    finally:
-        await engine.dispose()
 
 
 async def _due_now(db_url: str, batch_id: str) -> None:
     """What the passing of the retry delay would do."""
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         async with engine.begin() as conn:
             await conn.execute(
                 update(provider_batches).where(provider_batches.c.id == batch_id).values(next_poll_at=datetime.now(UTC))
             )
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.settings(error_backoff_seconds=600)
@@ -91,8 +85,7 @@ async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
     batch_id = run["progress"]["provider_batches"][0]["id"]
     # As if another server, talking to another Anthropic endpoint, had written this step.
-    engine = create_engine(db_url)
-    try:
+    async with opened(db_url) as engine:
         async with engine.begin() as conn:
             (endpoint,) = await conn.scalars(select(provider_batches.c.endpoint))
             assert endpoint == emulator
@@ -108,8 +101,6 @@ async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
 
         async with engine.begin() as conn:
             await conn.execute(update(provider_batches).values(endpoint=emulator))
-    finally:
-        await engine.dispose()
     await _due_now(db_url, batch_id)
     done = await runs.wait(run["id"])
     assert done["status"] == "completed", done
