@@ -133,3 +133,39 @@ async def test_statements_per_phase_do_not_grow_with_the_agents(
             problems.append(f"  only with fewer agents: {shrunk.most_common(5)}")
     assert not problems, "\n".join(problems)
     print({phase: len(few) for phase, few in zip(PHASES, small, strict=True)})
+
+
+async def test_reading_runs_costs_the_same_statements_for_one_run_as_for_five(
+    app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
+) -> None:
+    # Each run: one agent finishes, one fails (its request refused), so every part of a run's
+    # view (progress, provider batches, failed agents) has something to read.
+    worker: Worker = app.state.nightshift.worker
+    runs = Runs(client)
+    started = []
+    for index in range(5):
+        ok, bad = await runs.agent(f"ok-{index}"), await runs.agent(f"bad-{index}")
+        await admin.configure(errors={bad["id"]: "invalid_request_error"})
+        started.append((await runs.start([{"agent_id": a["id"], "input": "hi"} for a in (ok, bad)]), bad["id"]))
+        await asyncio.sleep(worker.poll_interval * 2)
+        await worker.run_once()
+    log = StatementLog(app.state.nightshift.engine)
+
+    listed = {}
+    for limit in (1, 5):
+        with log.recording() as statements:
+            found = (await client.get("/v1/messages/batches", params={"limit": limit})).json()
+        listed[limit] = statements
+        assert len(found) == limit
+    with log.recording() as one_run:
+        run = (await client.get(f"/v1/messages/batches/{started[0][0]['id']}")).json()
+
+    assert Counter(map(shape, listed[1])) == Counter(map(shape, listed[5]))
+    assert len(one_run) == len(listed[1])  # the organization's key, the run, then the same reads
+    failing = {started_run["id"]: bad_id for started_run, bad_id in started}
+    for view in [*found, run]:
+        assert view["status"] == "completed", view
+        (failure,) = view["progress"]["failures"]
+        assert failure["agent_id"] == failing[view["id"]]
+        assert failure["request_status"] == "failed" and "invalid_request_error" in failure["error"]
+    print({"list runs": len(listed[5]), "get run": len(one_run)})

@@ -260,6 +260,16 @@ class RunProgress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailure:
+    """An agent the run failed: at which step, its request's status, and why."""
+
+    agent_id: str
+    step_number: int
+    request_status: RequestStatus
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PollSnapshot:
     """What a poll of a provider batch saw: the provider's word for its state, and its counts."""
 

@@ -16,33 +16,22 @@ from nightshift.batch.callbacks import check_callback_url
 from nightshift.batch.steps import RunRequest, cancel_run, create_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
-    BatchItem,
     BatchRun,
     ItemOutcome,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
+    RunFailure,
     RunProgress,
     RunStatus,
     StepStatus,
 )
 from nightshift.domain.messages import Message
 from nightshift.errors import Conflict, InvalidInput, NotFound
-from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import run_views
 from nightshift.store import runs as run_store
 from nightshift.store.pagination import Page
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunFailure:
-    """An agent the run failed: at which step, its request's status, and why."""
-
-    agent_id: str
-    step_number: int
-    request_status: RequestStatus
-    error: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,14 +146,15 @@ async def run_view(conn: AsyncConnection, org_id: str, run_id: str) -> RunView:
     run = await run_store.get_run(conn, org_id, run_id)
     if run is None:
         raise NotFound(f"batch run {run_id} not found")
-    return await _view(conn, run)
+    (view,) = await _views(conn, [run])
+    return view
 
 
 async def list_run_views(
     conn: AsyncConnection, org_id: str, page: Page, *, statuses: Sequence[RunStatus] = ()
 ) -> list[RunView]:
     """A page of the organization's runs."""
-    return [await _view(conn, run) for run in await run_store.list_runs(conn, org_id, page, statuses=statuses)]
+    return await _views(conn, await run_store.list_runs(conn, org_id, page, statuses=statuses))
 
 
 async def messages_of_run(
@@ -208,33 +198,18 @@ async def _get(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun:
     return run
 
 
-async def _view(conn: AsyncConnection, run: BatchRun) -> RunView:
-    progress = await run_views.run_progress(conn, run.id)
-    batches = await batch_store.provider_batches_of_run(conn, run.id)
-    failures = await _failures(conn, batches) if progress.count(ItemOutcome.FAILED) else []
-    return RunView(run=run, progress=progress, batches=batches, failures=failures)
-
-
-async def _failures(conn: AsyncConnection, batches: list[ProviderBatch]) -> list[RunFailure]:
-    """The agents this run failed, with the step and the reason, in step order.
-
-    An agent's last item in the run tells: a failed (or expired) request that was retried has a
-    later item, so only one that was not shows up here. Whatever failed it counts: the provider's
-    error, a batch the provider cancelled or expired, a request that could not be built.
-    """
-    last: dict[str, BatchItem] = {}
-    for batch in batches:  # in step order
-        for item in await item_store.items_of(conn, batch.id):
-            last[item.agent_id] = item
+async def _views(conn: AsyncConnection, runs: Sequence[BatchRun]) -> list[RunView]:
+    """The runs with their progress, provider batches and failed agents: four statements in all."""
+    ids = [run.id for run in runs]
+    if not ids:
+        return []
+    progress = await run_views.runs_progress(conn, ids)
+    batches = await batch_store.provider_batches_of_runs(conn, ids)
+    failing = [run_id for run_id in ids if progress[run_id].count(ItemOutcome.FAILED)]
+    failures = await run_views.runs_failures(conn, failing) if failing else {}
     return [
-        RunFailure(
-            agent_id=item.agent_id,
-            step_number=item.step_state.step_number,
-            request_status=item.request_status,
-            error=item.error,
-        )
-        for item in last.values()
-        if item.step_status is StepStatus.COMPLETED and item.outcome is ItemOutcome.FAILED
+        RunView(run=run, progress=progress[run.id], batches=batches[run.id], failures=failures.get(run.id, []))
+        for run in runs
     ]
 
 
@@ -248,4 +223,5 @@ async def _same_request(conn: AsyncConnection, org_id: str, key: str, digest: st
             f"Idempotency-Key {key!r} was used for another request (run {earlier.id}); use a new key",
             field="Idempotency-Key",
         )
-    return await _view(conn, earlier)
+    (view,) = await _views(conn, [earlier])
+    return view

@@ -62,12 +62,21 @@ async def get_provider_batch(conn: AsyncConnection, batch_id: str) -> ProviderBa
 
 
 async def provider_batches_of_run(conn: AsyncConnection, run_id: str) -> list[ProviderBatch]:
+    """The run's provider batches in step order."""
+    return (await provider_batches_of_runs(conn, [run_id]))[run_id]
+
+
+async def provider_batches_of_runs(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, list[ProviderBatch]]:
+    """Each run's provider batches in step order (every id present), in one statement."""
     query = (
         select(provider_batches)
-        .where(provider_batches.c.batch_run_id == run_id)
+        .where(in_ids(conn, provider_batches.c.batch_run_id, run_ids))
         .order_by(provider_batches.c.step_number, provider_batches.c.id)
     )
-    return [to_provider_batch(r) for r in await conn.execute(query)]
+    found: dict[str, list[ProviderBatch]] = {run_id: [] for run_id in run_ids}
+    for row in await conn.execute(query):
+        found[row.batch_run_id].append(to_provider_batch(row))
+    return found
 
 
 async def open_batches_of_run(conn: AsyncConnection, run_id: str) -> int:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import BatchItem, ItemOutcome, RunProgress, StepStatus
+from nightshift.domain.batches import (
+    BatchItem,
+    ItemOutcome,
+    RequestStatus,
+    RunFailure,
+    RunProgress,
+    StepState,
+    StepStatus,
+)
 from nightshift.domain.messages import Message
 from nightshift.store.bulk import in_ids
 from nightshift.store.items import to_item
@@ -16,37 +27,93 @@ from nightshift.store.tables import batch_items, messages, provider_batches
 
 async def run_progress(conn: AsyncConnection, run_id: str) -> RunProgress:
     """The run's items by outcome, its current step, its tokens and cost: two statements."""
+    return (await runs_progress(conn, [run_id]))[run_id]
+
+
+async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, RunProgress]:
+    """``run_progress`` of each run (every id present), in two statements whatever their number."""
+    in_runs = in_ids(conn, batch_items.c.batch_run_id, run_ids)
     by_state = await conn.execute(
         select(
+            batch_items.c.batch_run_id,
             batch_items.c.step_status,
             batch_items.c.outcome,
             func.count(),
             func.max(provider_batches.c.step_number),
         )
         .join(provider_batches, provider_batches.c.id == batch_items.c.provider_batch_id)
-        .where(batch_items.c.batch_run_id == run_id)
-        .group_by(batch_items.c.step_status, batch_items.c.outcome)
+        .where(in_runs)
+        .group_by(batch_items.c.batch_run_id, batch_items.c.step_status, batch_items.c.outcome)
     )
-    running, step = 0, 0
-    outcomes: dict[ItemOutcome, int] = {}
-    for step_status, outcome, count, max_step in by_state:
-        step = max(step, int(max_step or 0))
+    running = dict.fromkeys(run_ids, 0)
+    steps = dict.fromkeys(run_ids, 0)
+    outcomes: dict[str, Counter[ItemOutcome]] = {run_id: Counter() for run_id in run_ids}
+    for run_id, step_status, outcome, count, max_step in by_state:
+        steps[run_id] = max(steps[run_id], int(max_step or 0))
         if step_status == StepStatus.PAUSED.value or outcome is None:
-            running += int(count)
+            running[run_id] += int(count)
         else:
-            outcomes[ItemOutcome(outcome)] = outcomes.get(ItemOutcome(outcome), 0) + int(count)
+            outcomes[run_id][ItemOutcome(outcome)] += int(count)
     usage_rows = await conn.execute(
-        select(batch_items.c.usage, batch_items.c.cost_usd).where(
-            batch_items.c.batch_run_id == run_id, batch_items.c.usage.is_not(None)
+        select(batch_items.c.batch_run_id, batch_items.c.usage, batch_items.c.cost_usd).where(
+            in_runs, batch_items.c.usage.is_not(None)
         )
     )
-    usage: dict[str, int] = {}
-    cost = 0.0
-    for row_usage, row_cost in usage_rows:
-        for key, value in (row_usage or {}).items():
-            usage[key] = usage.get(key, 0) + int(value)
-        cost += float(row_cost or 0.0)
-    return RunProgress(running=running, outcomes=outcomes, step=step, usage=usage, cost_usd=cost)
+    usage: dict[str, Counter[str]] = {run_id: Counter() for run_id in run_ids}
+    cost = dict.fromkeys(run_ids, 0.0)
+    for run_id, row_usage, row_cost in usage_rows:
+        usage[run_id].update({key: int(value) for key, value in (row_usage or {}).items()})
+        cost[run_id] += float(row_cost or 0.0)
+    return {
+        run_id: RunProgress(
+            running=running[run_id],
+            outcomes=dict(outcomes[run_id]),
+            step=steps[run_id],
+            usage=dict(usage[run_id]),
+            cost_usd=cost[run_id],
+        )
+        for run_id in run_ids
+    }
+
+
+async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, list[RunFailure]]:
+    """The agents each run failed (every id present), oldest first, in one statement.
+
+    An agent's last item in a run tells: a failed (or expired) request that was retried has a
+    later item, so only one that was not shows up here. Whatever failed it counts: the provider's
+    error, a batch the provider cancelled or expired, a request that could not be built.
+    """
+    last = (
+        select(func.max(batch_items.c.id))
+        .where(in_ids(conn, batch_items.c.batch_run_id, run_ids))
+        .group_by(batch_items.c.batch_run_id, batch_items.c.agent_id)
+    )
+    query = (
+        select(
+            batch_items.c.batch_run_id,
+            batch_items.c.agent_id,
+            batch_items.c.step_state,
+            batch_items.c.request_status,
+            batch_items.c.error,
+        )
+        .where(
+            batch_items.c.id.in_(last),
+            batch_items.c.step_status == StepStatus.COMPLETED.value,
+            batch_items.c.outcome == ItemOutcome.FAILED.value,
+        )
+        .order_by(batch_items.c.id)
+    )
+    failures: dict[str, list[RunFailure]] = {run_id: [] for run_id in run_ids}
+    for run_id, agent_id, step_state, request_status, error in await conn.execute(query):
+        failures[run_id].append(
+            RunFailure(
+                agent_id=agent_id,
+                step_number=StepState.from_json(step_state).step_number,
+                request_status=RequestStatus(request_status),
+                error=error,
+            )
+        )
+    return failures
 
 
 async def run_messages(conn: AsyncConnection, run_id: str, page: Page, *, agent_id: str | None = None) -> list[Message]:
