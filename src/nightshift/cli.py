@@ -47,6 +47,17 @@ async def _check_database(url: str) -> None:
         await check_reachable(engine)
 
 
+def _configure_logging(settings: Settings) -> None:
+    """Logging for a long-running command: see ``nightshift.logs``."""
+    import os
+
+    from nightshift.logs import configure_logging, known_secrets
+    from nightshift.providers.registry import providers
+
+    secrets = known_secrets(settings, os.environ, [info.key_variable for info in providers()])
+    configure_logging(settings, secrets=secrets)
+
+
 async def _migrate(url: str) -> None:
     from nightshift.store.db import opened, upgrade
 
@@ -66,11 +77,13 @@ def serve(
 
     settings = Settings()
     _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
+    _configure_logging(settings)
     uvicorn.run(
         create_app(settings),
         host=host or settings.host,
         port=port or settings.port,
-        log_level="info",
+        log_config=None,  # uvicorn's loggers go through ours (configured above), in the same format
+        log_level=None,
     )
 
 
@@ -86,6 +99,7 @@ def poll(
     from nightshift.store.db import opened, upgrade
 
     settings = Settings()
+    _configure_logging(settings)
 
     async def run() -> int:
         async with opened(settings.resolved_database_url) as engine:

@@ -25,6 +25,23 @@ class ToolNetwork(StrEnum):
     OUTBOUND = "outbound"  # the host's network: the internet, and every service the host can reach
 
 
+class LogFormat(StrEnum):
+    """How log lines are written (``NIGHTSHIFT_LOG_FORMAT``)."""
+
+    TEXT = "text"  # one human-readable line per record: time, level, logger, message
+    JSON = "json"  # one JSON object per line: time, level, logger, message and the record's fields
+
+
+class LogLevel(StrEnum):
+    """The lowest level of the records written (``NIGHTSHIFT_LOG_LEVEL``)."""
+
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
+
+
 class Settings(BaseSettings):
     """Everything nightshift reads from its environment.
 
@@ -62,6 +79,8 @@ class Settings(BaseSettings):
     tool_max_file_mb: int = Field(default=64, ge=1)
     tool_workers: int = Field(default=2, ge=1)
     sql_echo: bool = False
+    log_format: LogFormat = LogFormat.TEXT
+    log_level: LogLevel = LogLevel.INFO
     # Overrides of the price table, e.g. {"anthropic/claude-3-5-haiku*": {"input": 0.8, "output": 4,
     # "cache_write": 1, "cache_read": 0.08}} (USD per million tokens, normal-API prices).
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
@@ -70,6 +89,11 @@ class Settings(BaseSettings):
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
         return value.expanduser()
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @property
     def resolved_database_url(self) -> str:

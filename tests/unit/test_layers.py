@@ -13,6 +13,7 @@ LAYERS = {
     "errors": 0,
     "ids": 0,
     "config": 1,
+    "logs": 1,
     "store": 2,
     "providers": 2,
     "tools": 2,
