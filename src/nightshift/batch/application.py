@@ -13,6 +13,7 @@ them again); everything in the database happens exactly once.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import final_status, next_step
 from nightshift.batch.outcomes import failed_result, outcome_result, response_from_json
+from nightshift.batch.stages import Stage, log_stage
 from nightshift.batch.steps import write_step
 from nightshift.batch.submission import end_batch
 from nightshift.domain.batches import (
@@ -67,6 +69,7 @@ def snapshot_of(status: BatchStatus, now: datetime) -> PollSnapshot:
 async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
     """Ask the provider about a running batch; when it has ended, store every result (keeping the lease)."""
     assert batch.provider_batch_id is not None
+    started = time.monotonic()
     provider = worker.providers.get(batch.provider)
     try:
         status = await provider.retrieve_batch(batch.provider_batch_id)
@@ -99,7 +102,7 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
         return batch
     for item in items.values():  # a request the provider never answered
         results.append(failed_result(item.id, "the provider returned no result for this request"))
-    return await end_batch(
+    ended = await end_batch(
         worker,
         batch,
         results,
@@ -108,10 +111,13 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
         snapshot=snapshot,
         release=False,  # resume follows at once in this pass
     )
+    log_stage(Stage.POLL, ended, agents=len(results), started=started)
+    return ended
 
 
 async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
     """Apply an ended batch's results; returns the next step's batches, written and leased, to submit."""
+    started = time.monotonic()
     async with worker.engine.connect() as conn:
         items = await item_store.items_of(conn, batch.id)
         agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
@@ -155,6 +161,7 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
         if not next_batches:
             await end_run_if_done(conn, run.id, now)
         await batch_store.release(conn, batch.id, worker.owner, next_poll_at=None)
+    log_stage(Stage.APPLY, batch, agents=len(items), started=started)
     return next_batches
 
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from nightshift.batch.outcomes import failed_result
+from nightshift.batch.stages import Stage, log_stage
 from nightshift.domain.batches import (
     BatchItem,
     ItemResult,
@@ -63,6 +65,7 @@ WAIT = _Wait()
 
 async def submit(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
     """Send a created provider batch to its provider, once, and give up the lease; returns it as it is now."""
+    started = time.monotonic()
     async with worker.engine.connect() as conn:
         items = await item_store.items_of(conn, batch.id)
         agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
@@ -101,7 +104,10 @@ async def submit(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
             )
             return replace(batch, status=ProviderBatchStatus.CREATED)
         return await _refused(worker, batch, items, exc)
-    return await _submitted(worker, batch, provider_batch_id, refused)
+    current = await _submitted(worker, batch, provider_batch_id, refused)
+    if current.status is ProviderBatchStatus.RUNNING and current.provider_batch_id == provider_batch_id:
+        log_stage(Stage.SUBMIT, current, agents=len(requests), started=started)
+    return current
 
 
 async def end_batch(

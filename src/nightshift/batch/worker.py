@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -33,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch import application, submission
 from nightshift.batch.outcomes import failed_result
+from nightshift.batch.stages import Stage, log_stage
 from nightshift.config import Settings
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.errors import ProviderError
@@ -221,6 +223,7 @@ class Worker:
 
     async def cancel(self, batch: ProviderBatch) -> None:
         """Tell the provider to cancel a batch of a cancelled run; its results are never applied."""
+        started = time.monotonic()
         if batch.provider_batch_id is not None:
             try:
                 await self.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
@@ -231,8 +234,13 @@ class Worker:
                 log.warning("cancelling %s at the provider failed: %s", batch.id, exc.message)
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
-            await batch_store.mark_cancelled(conn, batch.id, now, only_from=(ProviderBatchStatus.CANCELLING,))
+            cancelled = await batch_store.mark_cancelled(
+                conn, batch.id, now, only_from=(ProviderBatchStatus.CANCELLING,)
+            )
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
+            agents = await item_store.count_items(conn, batch.id) if cancelled else 0
+        if cancelled:
+            log_stage(Stage.CANCEL, batch, agents=agents, started=started)
 
 
 def worker_id() -> str:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, insert, select, update
+from sqlalchemy import Row, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
@@ -44,6 +44,12 @@ async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:
 async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:
     query = select(batch_items).where(batch_items.c.provider_batch_id == provider_batch_id).order_by(batch_items.c.id)
     return [to_item(r) for r in await conn.execute(query)]
+
+
+async def count_items(conn: AsyncConnection, provider_batch_id: str) -> int:
+    """How many agents a provider batch holds."""
+    query = select(func.count()).select_from(batch_items).where(batch_items.c.provider_batch_id == provider_batch_id)
+    return int(await conn.scalar(query) or 0)
 
 
 async def agents_in_open_steps(conn: AsyncConnection, agent_ids: Sequence[str]) -> set[str]:
