@@ -116,7 +116,9 @@ async def _http_error(_request: Request, error: Exception) -> ErrorResponse:
 
 async def _integrity_error(_request: Request, error: Exception) -> ErrorResponse:
     # A uniqueness rule the checks before it could not see (a concurrent request won the race).
-    log.info("integrity error mapped to 409: %s", error)
+    # Only the first line of the database's message: the constraint, not the values (nor the statement).
+    reason = str(getattr(error, "orig", None) or type(error).__name__).splitlines()[0]
+    log.info("integrity error mapped to 409: %s", reason)
     return _error(409, "the request conflicts with data written at the same time; retry it")
 
 

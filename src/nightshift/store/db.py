@@ -38,7 +38,14 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
             raise DatabaseUnavailable(_describe(parsed, exc)) from exc
     # JSON columns (agents' configs, message tool calls, batch results) are read and written by
     # the ten thousand on every step: orjson does it several times faster than the json module.
-    kwargs: dict[str, Any] = {"echo": echo, "json_serializer": dumps, "json_deserializer": orjson.loads}
+    # hide_parameters: a database error's text (logged, or stored as a stage's error) shows the
+    # statement but never its values, which are messages, tool arguments and agents' secrets.
+    kwargs: dict[str, Any] = {
+        "echo": echo,
+        "hide_parameters": True,
+        "json_serializer": dumps,
+        "json_deserializer": orjson.loads,
+    }
     if parsed.get_backend_name() == "sqlite":
         if not parsed.database or parsed.database == ":memory:":
             kwargs["poolclass"] = NullPool
