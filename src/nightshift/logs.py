@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -95,6 +96,22 @@ def fields_of(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
+class StderrHandler(logging.StreamHandler[TextIO]):
+    """Writes each record to ``sys.stderr`` as it is then, not as it was when logging was configured
+    (a test runner swaps it, and closes the one it swapped in)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass  # always the current sys.stderr
+
+
 class DropQueryStrings(logging.Filter):
     """Access lines show a request's path without its query string (which may hold a user's text)."""
 
@@ -117,8 +134,7 @@ def logging_config(settings: Settings, *, secrets: Iterable[str] = ()) -> dict[s
         "filters": {"no_query": {"()": DropQueryStrings}},
         "handlers": {
             "stderr": {
-                "class": "logging.StreamHandler",
-                "stream": "ext://sys.stderr",
+                "()": StderrHandler,
                 "formatter": "default",
                 "filters": ["no_query"],
             },
