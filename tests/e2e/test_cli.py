@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,6 +19,17 @@ from nightshift.cli import app
 from nightshift.serving import free_port
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _restored_logging() -> Iterator[None]:
+    """``poll`` configures the process's logging: put the test run's back afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(False)
 
 
 def test_help_lists_the_commands() -> None:
