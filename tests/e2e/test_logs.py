@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from nightshift.emulator import EmulatorAdmin
+from support.api import json_object
 from support.processes import Servers, server_environment
 from support.runs import ANTHROPIC_MODEL, Runs
 
@@ -18,7 +20,9 @@ MESSAGE = "my tax number is 8675309-zebra, keep it quiet"
 AGENTS = 2
 
 
-async def test_json_logs_carry_the_stages_and_no_secret(db_url: str, tmp_path: Path, emulator: str) -> None:
+async def test_json_logs_carry_the_stages_and_no_secret(
+    db_url: str, tmp_path: Path, emulator: str, admin: EmulatorAdmin
+) -> None:
     env = server_environment(
         db_url, tmp_path / "home", NIGHTSHIFT_LOG_FORMAT="json", NIGHTSHIFT_SERVER_PASSWORD=PASSWORD
     )
@@ -34,6 +38,11 @@ async def test_json_logs_carry_the_stages_and_no_secret(db_url: str, tmp_path: P
             ]
             run = await runs.start([{"agent_id": a["id"], "input": MESSAGE} for a in agents])
             assert (await runs.wait(run["id"]))["status"] == "completed"
+            # A second run, cancelled while its batch runs at the provider.
+            await admin.configure(polls_to_end=1000)
+            second = await runs.start([{"agent_id": a["id"], "input": MESSAGE} for a in agents])
+            cancelled = json_object(await client.patch(f"/v1/messages/batches/{second['id']}/cancel"))
+            assert cancelled["status"] == "cancelled"
             # A query string may hold a user's text: the access line shows the path only.
             assert (await client.get("/v1/agents/", params={"name": MESSAGE})).status_code == 200
     finally:
@@ -53,6 +62,8 @@ async def test_json_logs_carry_the_stages_and_no_secret(db_url: str, tmp_path: P
         assert stage["provider_batch_id"] and stage["provider_batch_id"] in stage["message"]
         assert isinstance(stage["duration_ms"], int) and stage["duration_ms"] >= 0
     assert any(line["logger"] == "uvicorn.access" and line["path"] == "/v1/agents/" for line in lines)
+    [cancel] = [line for line in lines if line.get("run_id") == second["id"] and line.get("stage") == "cancel"]
+    assert cancel["agents"] == AGENTS and cancel["provider_batch_id"]
     for secret in (PASSWORD, AGENT_SECRET, MESSAGE, "8675309"):
         assert secret not in output
 
