@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 from collections.abc import Coroutine
 from pathlib import Path
@@ -71,6 +72,8 @@ def serve(
         host=host or settings.host,
         port=port or settings.port,
         log_level="info",
+        # On SIGTERM the requests in flight get this long; then the lifespan drains the poller.
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
     )
 
 
