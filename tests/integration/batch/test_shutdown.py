@@ -1,7 +1,8 @@
 """Shutting the app down: ``GET /v1/ready`` turns to 503 draining, and the process gives back its leases.
 
 The app's lifespan runs in a task of its own here (as uvicorn runs it), so a test can watch the
-readiness route while the shutdown is under way.
+readiness route while the shutdown is under way. The tests read the database with an engine of
+their own: the app's is disposed of when its lifespan ends.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from integration.batch.kit import wait_for
 from nightshift.api.app import create_app
@@ -61,13 +63,13 @@ async def readiness(client: httpx.AsyncClient) -> tuple[int, str]:
     return answer.status_code, status
 
 
-async def held_run(runs: Runs, worker: Worker, owner: str) -> str:
+async def held_run(runs: Runs, engine: AsyncEngine, owner: str) -> str:
     """A run whose one provider batch stays in progress, leased to ``owner`` for an hour; its batch id."""
     agent = await runs.agent(f"held-{uuid.uuid4().hex[:8]}")
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
     (batch,) = run["progress"]["provider_batches"]
     # Between the poller's passes (it holds a batch only while it polls), the lease is taken.
-    async with worker.engine.begin() as conn:
+    async with engine.begin() as conn:
         await conn.execute(
             update(provider_batches)
             .where(provider_batches.c.id == batch["id"])
@@ -77,7 +79,7 @@ async def held_run(runs: Runs, worker: Worker, owner: str) -> str:
 
 
 async def test_shutdown_turns_ready_to_draining_and_gives_back_the_process_leases(
-    settings: Settings, emulator: str, admin: EmulatorAdmin
+    settings: Settings, engine: AsyncEngine, emulator: str, admin: EmulatorAdmin
 ) -> None:
     app = create_app(settings)
     async with client_of(app) as client:
@@ -88,11 +90,11 @@ async def test_shutdown_turns_ready_to_draining_and_gives_back_the_process_lease
             assert (await client.get("/v1/ready/")).status_code == 200
             worker: Worker = app.state.nightshift.worker
             runs = Runs(client)
-            ours = await held_run(runs, worker, worker.for_request().owner)  # as a request of this process
-            theirs = await held_run(runs, worker, FOREIGN_OWNER)
+            ours = await held_run(runs, engine, worker.for_request().owner)  # as a request of this process
+            theirs = await held_run(runs, engine, FOREIGN_OWNER)
             stop.set()
             await task
-            async with worker.engine.connect() as conn:
+            async with engine.connect() as conn:
                 rows = {
                     r.id: r
                     for r in await conn.execute(
@@ -109,15 +111,15 @@ async def test_shutdown_turns_ready_to_draining_and_gives_back_the_process_lease
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 async def test_ready_answers_draining_while_the_shutdown_is_under_way(
-    settings: Settings, emulator: str, admin: EmulatorAdmin
+    settings: Settings, engine: AsyncEngine, emulator: str, admin: EmulatorAdmin
 ) -> None:
     app = create_app(settings)
     await admin.configure(polls_to_end=1000)
     async with client_of(app) as client, lifespan_task(app) as (stop, task):
         worker: Worker = app.state.nightshift.worker
-        ours = await held_run(Runs(client), worker, worker.for_request().owner)
+        ours = await held_run(Runs(client), engine, worker.for_request().owner)
         # Hold the batch's row: the shutdown waits on it when it gives the lease back.
-        async with worker.engine.connect() as blocker:
+        async with engine.connect() as blocker:
             await blocker.execute(select(provider_batches.c.id).where(provider_batches.c.id == ours).with_for_update())
             stop.set()
             await wait_for(lambda: _draining(client))
@@ -126,7 +128,7 @@ async def test_ready_answers_draining_while_the_shutdown_is_under_way(
             await blocker.rollback()
         await task
         assert await readiness(client) == (503, "draining")
-        async with worker.engine.connect() as conn:
+        async with engine.connect() as conn:
             owner = await conn.scalar(select(provider_batches.c.lease_owner).where(provider_batches.c.id == ours))
         assert owner is None
 
