@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 from collections.abc import Coroutine
 from pathlib import Path
@@ -84,6 +85,8 @@ def serve(
         port=port or settings.port,
         log_config=None,  # uvicorn's loggers go through ours (configured above), in the same format
         log_level=None,
+        # On SIGTERM the requests in flight get this long; then the lifespan drains the poller.
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
     )
 
 

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # How long a provider batch a process works on stays its own (renewed while it works): after a
     # crash, how soon another process takes over. Default: 20 poll intervals, at least 5 s.
     lease_seconds: float | None = Field(default=None, gt=0)
+    # On SIGTERM, how long in-flight requests, then the batch stage in progress, may take to finish
+    # before this process gives its leases back anyway (a half-done stage is safe to redo).
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     default_max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
     callback_allow_private: bool = False  # callbacks may go to loopback and private addresses

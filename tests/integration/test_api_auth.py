@@ -120,12 +120,15 @@ SECURED = [
 ]
 
 
-async def test_without_credentials_only_health_answers(secured_app: FastAPI, recorder: Recorder) -> None:
+async def test_without_credentials_only_health_and_ready_answer(secured_app: FastAPI, recorder: Recorder) -> None:
     async with http(secured_app, recorder) as client:
         for path in ("/v1/health", "/v1/health/"):
             health = await client.get(path)
             assert health.status_code == 200
             assert health.json()["status"] == "ok"
+        for path in ("/v1/ready", "/v1/ready/"):
+            ready = await client.get(path)
+            assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
         for method, path, body in SECURED:
             response = await client.request(method, path, json=body)
             assert response.status_code == 401, (method, path, response.text)

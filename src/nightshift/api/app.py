@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,7 +17,8 @@ from nightshift.api.deps import AppState, organization
 from nightshift.api.errors import ERROR_RESPONSES, PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import storable_url
 from nightshift.api.routers import agent_messages, agents, batches, blocks, health, tools
-from nightshift.batch.poller import poll_forever
+from nightshift.api.routers.health import Readiness, set_readiness
+from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
@@ -28,14 +28,19 @@ from nightshift.store.orgs import ensure_default_org
 DESCRIPTION = """\
 Stateful LLM agents stepped through the providers' batch APIs, behind a Letta-compatible API.
 
-When `NIGHTSHIFT_SERVER_PASSWORD` is set, every route but `/v1/health` needs
+When `NIGHTSHIFT_SERVER_PASSWORD` is set, every route but `/v1/health` and `/v1/ready` needs
 `Authorization: Bearer <password or API key>`. An API key (`nightshift keys create`) scopes the
 caller to its organization: other organizations' objects answer 404.
 """
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """The app. At startup the database is migrated, the tool sandbox started and the poller launched."""
+    """The app. At startup the database is migrated, the tool sandbox started and the poller launched.
+
+    At shutdown (uvicorn runs it after SIGTERM or SIGINT, once the requests in flight are answered)
+    the poller claims nothing more and finishes its stage, for ``shutdown_grace_seconds`` at most,
+    then every lease of this process is given back so that another process takes over at once.
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -47,17 +52,17 @@ def create_app(settings: Settings) -> FastAPI:
             async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
                 app.state.nightshift = AppState(settings=settings, engine=engine, worker=worker)
                 poller = asyncio.create_task(poll_forever(worker, http), name="poller") if settings.poller else None
+                set_readiness(app, Readiness.READY)
                 try:
                     yield
                 finally:
-                    if poller is not None:
-                        poller.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await poller
+                    set_readiness(app, Readiness.DRAINING)
+                    await drain(worker, poller, grace=settings.shutdown_grace_seconds)
         finally:
             await engine.dispose()
 
     app = FastAPI(title="nightshift", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    set_readiness(app, Readiness.STARTING)
     errors.install(app)
     # A batch run's messages may hold MAX_INPUT_BYTES (100 MB) of text: its body may be larger.
     app.add_middleware(
@@ -65,7 +70,7 @@ def create_app(settings: Settings) -> FastAPI:
         default=settings.max_request_mb * MEGABYTE,
         by_path={"/v1/messages/batches": max(MAX_BATCH_REQUEST_MB, settings.max_request_mb) * MEGABYTE},
     )
-    app.include_router(health.router)
+    app.include_router(health.router)  # public: liveness and readiness, no data
     app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
     secured = [Depends(organization), Depends(storable_url)]
     for module in (agents, tools, blocks):

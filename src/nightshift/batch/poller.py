@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import httpx
@@ -24,18 +25,43 @@ async def poll_once(worker: Worker, http: httpx.AsyncClient) -> int:
         handled += claimed
         if claimed == 0:
             break
+    if worker.draining.is_set():
+        return handled  # due callbacks wait for a process that stays (a callback may be slow)
     return handled + await send_due_callbacks(
         worker.engine, http, base_delay=worker.callback_retry_delay, allow_private=worker.callback_allow_private
     )
 
 
 async def poll_forever(worker: Worker, http: httpx.AsyncClient) -> None:
-    """Poll every ``worker.poll_interval`` seconds until cancelled; errors are logged, never fatal."""
-    while True:
+    """Poll every ``worker.poll_interval`` seconds until cancelled or ``worker.draining`` is set;
+    errors are logged, never fatal."""
+    while not worker.draining.is_set():
         try:
             await poll_once(worker, http)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("poller pass failed; trying again")
-        await asyncio.sleep(worker.poll_interval)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(worker.poll_interval):
+                await worker.draining.wait()
+
+
+async def drain(worker: Worker, poller: asyncio.Task[None] | None, *, grace: float) -> int:
+    """Shut the worker down: claim nothing more, let the poller finish the stage it is running
+    (cancelled after ``grace`` seconds), then give back every lease of this process.
+
+    Returns how many leases were given back.
+    """
+    worker.draining.set()
+    if poller is not None:
+        done, _ = await asyncio.wait({poller}, timeout=grace)
+        if not done:
+            # Cut at an await: every stage is a compare-and-set transition, safe to redo elsewhere.
+            log.warning("the batch stage in progress outlasted %s s; stopping it", grace)
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
+    released = await worker.give_back_leases()
+    log.info("shut down: gave back %d provider batch lease(s)", released)
+    return released

@@ -11,7 +11,9 @@ finds it done and changes nothing:
 * cancel: tell the provider; cancelling -> cancelled.
 
 A worker renews the lease of each batch while it works on it, so a lease outlives its owner only
-by ``lease_seconds``: the batches of a worker that died are taken over that soon. A stage that
+by ``lease_seconds``: the batches of a worker that died are taken over that soon. A process that
+shuts down (``draining``) claims nothing more and gives back every lease it holds at once
+(``give_back_leases``), so its batches are taken over without waiting for the leases to expire. A stage that
 fails is tried again with a doubling backoff, and given up (its agents failing with the reason)
 after ``MAX_FAILURES`` failures in a row, or ``MAX_TRANSIENT_FAILURES`` for errors that may pass.
 """
@@ -77,6 +79,9 @@ class Worker:
     callback_allow_private: bool = False
     # The first wait before a failed stage (the provider unreachable, say) is tried again.
     error_backoff: timedelta = timedelta(seconds=30)
+    # Set when the process shuts down: claim nothing more, and start no other claimed batch.
+    # Shared with the workers of ``for_request``.
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
@@ -94,8 +99,11 @@ class Worker:
     async def run_once(self, *, limit: int = 50) -> int:
         """Claim the provider batches that are due and take each one stage further (or to the end).
 
-        Returns how many batches were handled.
+        Returns how many batches were handled. Once ``draining`` is set it claims nothing, and the
+        batches it claimed but did not start stay leased until ``give_back_leases``.
         """
+        if self.draining.is_set():
+            return 0
         async with self.engine.begin() as conn:
             claimed = await batch_store.claim_due(
                 conn,
@@ -105,7 +113,9 @@ class Worker:
                 limit=limit,
                 endpoints=self.providers.endpoints(),
             )
-        for batch in claimed:
+        for handled, batch in enumerate(claimed):
+            if self.draining.is_set():
+                return handled
             try:
                 async with self.holding(batch.id):
                     await self._advance(batch)
@@ -159,6 +169,16 @@ class Worker:
         """Give up this worker's lease on ``batch``; it is due again after ``delay``."""
         async with self.engine.begin() as conn:
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=datetime.now(UTC) + delay)
+
+    async def give_back_leases(self) -> int:
+        """Release every lease this process holds (its poller's and its requests'), due at once.
+
+        For a process about to exit: another process takes its batches over at its next poll. A
+        stage still running here is redone there; its compare-and-set transitions keep that safe.
+        Returns how many leases were given back.
+        """
+        async with self.engine.begin() as conn:
+            return await batch_store.release_all_of(conn, process_prefix(), datetime.now(UTC))
 
     async def record_failure(self, batch: ProviderBatch, *, failures: int, error: str, delay: timedelta) -> None:
         """Give up the lease on a batch whose stage failed; it is tried again after ``delay``."""
@@ -244,8 +264,13 @@ class Worker:
 
 
 def worker_id() -> str:
-    """A name for this process in leases: host, pid and a random part."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """A name for a lease owner of this process: host, pid and a random part."""
+    return f"{process_prefix()}{uuid.uuid4().hex[:8]}"
+
+
+def process_prefix() -> str:
+    """How every lease owner of this process begins: ``host:pid:``."""
+    return f"{socket.gethostname()}:{os.getpid()}:"
 
 
 @asynccontextmanager

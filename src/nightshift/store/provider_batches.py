@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, and_, func, insert, or_, select, update
+from sqlalchemy import Row, and_, case, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import PollSnapshot, ProviderBatch, ProviderBatchStatus
@@ -157,6 +157,25 @@ async def renew_lease(conn: AsyncConnection, batch_id: str, owner: str, expires_
 async def release(conn: AsyncConnection, batch_id: str, owner: str, *, next_poll_at: datetime | None) -> None:
     """Give up ``owner``'s lease on a batch; it is due again at ``next_poll_at`` (None: never)."""
     await _release(conn, batch_id, owner, next_poll_at=next_poll_at, values={})
+
+
+async def release_all_of(conn: AsyncConnection, owner_prefix: str, now: datetime) -> int:
+    """Give up every lease whose owner starts with ``owner_prefix`` (one process's, at shutdown).
+
+    The batches still open are due at ``now``, so another process takes them over at once instead
+    of when the leases expire; closed ones stay never due. Returns how many leases were given up.
+    """
+    held = provider_batches.c.lease_owner.startswith(owner_prefix, autoescape=True)
+    result = await conn.execute(
+        update(provider_batches)
+        .where(held)
+        .values(
+            lease_owner=None,
+            lease_expires_at=None,
+            next_poll_at=case((provider_batches.c.status.in_(CLAIMABLE), now), else_=provider_batches.c.next_poll_at),
+        )
+    )
+    return result.rowcount
 
 
 async def record_poll(
