@@ -15,6 +15,7 @@ from rich.console import Console
 from nightshift.cli_commands import agents_app, batch_app
 from nightshift.config import Settings
 from nightshift.errors import Conflict, DatabaseUnavailable, InvalidInput
+from nightshift.tracing import shutdown_tracing
 
 T = TypeVar("T")
 
@@ -48,15 +49,22 @@ async def _check_database(url: str) -> None:
         await check_reachable(engine)
 
 
-def _configure_logging(settings: Settings) -> None:
-    """Logging for a long-running command: see ``nightshift.logs``."""
+def _configure_observability(settings: Settings) -> None:
+    """Logging, and traces when asked for, of a long-running command: see ``nightshift.logs`` and
+    ``nightshift.tracing``."""
     import os
 
     from nightshift.logs import configure_logging, known_secrets
     from nightshift.providers.registry import providers
+    from nightshift.tracing import configure_tracing
 
     secrets = known_secrets(settings, os.environ, [info.key_variable for info in providers()])
     configure_logging(settings, secrets=secrets)
+    try:
+        configure_tracing()
+    except InvalidInput as exc:
+        console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 async def _migrate(url: str) -> None:
@@ -78,16 +86,19 @@ def serve(
 
     settings = Settings()
     _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
-    _configure_logging(settings)
-    uvicorn.run(
-        create_app(settings),
-        host=host or settings.host,
-        port=port or settings.port,
-        log_config=None,  # uvicorn's loggers go through ours (configured above), in the same format
-        log_level=None,
-        # On SIGTERM the requests in flight get this long; then the lifespan drains the poller.
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
-    )
+    _configure_observability(settings)
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=host or settings.host,
+            port=port or settings.port,
+            log_config=None,  # uvicorn's loggers go through ours (configured above), in the same format
+            log_level=None,
+            # On SIGTERM the requests in flight get this long; then the lifespan drains the poller.
+            timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
+        )
+    finally:
+        shutdown_tracing()
 
 
 @app.command()
@@ -102,7 +113,7 @@ def poll(
     from nightshift.store.db import opened, upgrade
 
     settings = Settings()
-    _configure_logging(settings)
+    _configure_observability(settings)
 
     async def run() -> int:
         async with opened(settings.resolved_database_url) as engine:
@@ -113,7 +124,10 @@ def poll(
                 await poll_forever(worker, http)
                 return 0
 
-    handled = _run(run())
+    try:
+        handled = _run(run())
+    finally:
+        shutdown_tracing()
     if once:
         console.print(f"handled {handled} provider batches and callbacks")
 

@@ -24,6 +24,7 @@ from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
+from nightshift.tracing import instrument_app
 
 DESCRIPTION = """\
 Stateful LLM agents stepped through the providers' batch APIs, behind a Letta-compatible API.
@@ -61,8 +62,17 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await engine.dispose()
 
-    app = FastAPI(title="nightshift", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="nightshift",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        # FastAPI's own telemetry would record query strings and request values: our spans come
+        # from nightshift.tracing, which leaves them out.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     set_readiness(app, Readiness.STARTING)
+    instrument_app(app)  # a span per request when OTEL_EXPORTER_OTLP_ENDPOINT is set
     errors.install(app)
     # A batch run's messages may hold MAX_INPUT_BYTES (100 MB) of text: its body may be larger.
     app.add_middleware(

@@ -1,4 +1,4 @@
-"""The one log line of each stage a provider batch goes through, with its fields.
+"""The one log line (and, with tracing on, the one span) of each stage a provider batch goes through.
 
 Each line says which run, step and provider batch, how many agents and how long the stage took,
 in its message and as fields (``extra=``) that the JSON log format writes as they are. Nothing
@@ -12,6 +12,7 @@ import time
 from enum import StrEnum
 
 from nightshift.domain.batches import ProviderBatch
+from nightshift.tracing import stage_span
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,18 @@ def log_stage(
     stage: Stage, batch: ProviderBatch, *, agents: int, started: float, provider_batch_id: str | None = None
 ) -> None:
     """Log that ``stage`` of ``batch`` is done; ``started`` is when it began (``time.monotonic()``)."""
-    duration_ms = round((time.monotonic() - started) * 1000)
+    duration_s = time.monotonic() - started
+    duration_ms = round(duration_s * 1000)
     provider_id = provider_batch_id or batch.provider_batch_id
+    fields = {
+        "stage": stage.value,
+        "run_id": batch.batch_run_id,
+        "step": batch.step_number,
+        "batch_id": batch.id,
+        "provider": batch.provider,
+        "provider_batch_id": provider_id,
+        "agents": agents,
+    }
     log.info(
         "run %s step %d: %s provider batch %s (%s %s) of %d agents in %d ms",
         batch.batch_run_id,
@@ -49,14 +60,10 @@ def log_stage(
         provider_id,
         agents,
         duration_ms,
-        extra={
-            "stage": stage.value,
-            "run_id": batch.batch_run_id,
-            "step": batch.step_number,
-            "batch_id": batch.id,
-            "provider": batch.provider,
-            "provider_batch_id": provider_id,
-            "agents": agents,
-            "duration_ms": duration_ms,
-        },
+        extra=fields | {"duration_ms": duration_ms},
+    )
+    stage_span(
+        f"batch {stage.value}",
+        duration_s=duration_s,
+        attributes={f"nightshift.{key}": value for key, value in fields.items() if value is not None},
     )
