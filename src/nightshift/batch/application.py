@@ -141,8 +141,8 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
             return []  # applied (or cancelled) by someone else meanwhile
         run = await run_store.get_run(conn, batch.organization_id, batch.batch_run_id)
         assert run is not None
-        # Agents may have changed since the read (another run's step, an API edit): reload them.
-        fresh = await agent_store.load_agents(conn, batch.organization_id, list(agents))
+        # Agents may have changed since the read (another run's step, an API edit).
+        fresh = await agent_store.reload_changed(conn, batch.organization_id, agents)
         updated = await write_turns(conn, fresh, results, now)
         run_open = run.status in (RunStatus.CREATED, RunStatus.RUNNING)
         # Agents without a result (a failed request to retry) are in ``fresh`` only.

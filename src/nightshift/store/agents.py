@@ -6,7 +6,7 @@ Every function costs a fixed number of statements whatever the number of agents.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -144,6 +144,36 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     for row in await conn.execute(select(agent_tags).where(in_ids(conn, agent_tags.c.agent_id, present))):
         tag_map[row.agent_id].append(row.tag)
     return {row.id: _to_agent(row, block_map[row.id], tool_map[row.id], tag_map[row.id]) for row in rows}
+
+
+async def reload_changed(conn: AsyncConnection, org_id: str, loaded: Mapping[str, Agent]) -> dict[str, Agent]:
+    """``loaded`` as stored now: the agents that changed since they were read are read again.
+
+    Every write to an agent's row (its fields, links or context window) moves its ``updated_at``,
+    and every edit of a block moves the block's: one narrow query compares them with what was read,
+    so a step's write does not load every agent twice when (as usual) none changed meanwhile.
+    Deleted agents are absent from the result.
+    """
+    if not loaded:
+        return {}
+    query = (
+        select(agents.c.id, agents.c.updated_at, func.max(blocks.c.updated_at), func.count(blocks.c.id))
+        .select_from(
+            agents.outerjoin(agent_blocks, agent_blocks.c.agent_id == agents.c.id).outerjoin(
+                blocks, blocks.c.id == agent_blocks.c.block_id
+            )
+        )
+        .where(agents.c.organization_id == org_id, in_ids(conn, agents.c.id, list(loaded)))
+        .group_by(agents.c.id, agents.c.updated_at)
+    )
+    current = {row[0]: (row[1], row[2], row[3]) for row in await conn.execute(query)}
+    same: dict[str, Agent] = {}
+    for agent_id, agent in loaded.items():
+        last_block_edit = max((b.updated_at for b in agent.blocks), default=None)
+        if current.get(agent_id) == (agent.updated_at, last_block_edit, len(agent.blocks)):
+            same[agent_id] = agent
+    stale = [agent_id for agent_id in current if agent_id not in same]
+    return same | await load_agents(conn, org_id, stale)
 
 
 async def list_agent_ids(

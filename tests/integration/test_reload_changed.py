@@ -1,0 +1,48 @@
+"""``store.agents.reload_changed``: what a step writes against is the agents as stored now, read again
+only for the agents that changed since the step read them (on SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nightshift.domain.agents import LLMConfig
+from nightshift.domain.orgs import DEFAULT_ORG_ID
+from nightshift.services.agents import AgentSpec, NewBlock, create_agents, delete_agent, update_agent
+from nightshift.services.blocks import update_block
+from nightshift.store import agents as agent_store
+from nightshift.store.orgs import ensure_default_org
+
+CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
+
+
+async def test_only_the_agents_changed_since_the_read_are_read_again(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await ensure_default_org(conn)
+        specs = [
+            AgentSpec(name=name, llm_config=CONFIG, memory_blocks=[NewBlock(label="human", value="nothing yet")])
+            for name in ("renamed", "block-edited", "deleted", "window-moved", "untouched")
+        ]
+        created = await create_agents(conn, DEFAULT_ORG_ID, specs)
+        loaded = await agent_store.load_agents(conn, DEFAULT_ORG_ID, [a.id for a in created])
+    renamed, edited, deleted, moved, untouched = (loaded[a.id] for a in created)
+
+    async with engine.begin() as conn:
+        await update_agent(conn, DEFAULT_ORG_ID, renamed.id, {"name": "renamed-meanwhile"})
+        await update_block(conn, edited.blocks[0], {"value": "likes tea"})
+        await delete_agent(conn, DEFAULT_ORG_ID, deleted.id)
+        window = (*moved.message_ids, moved.message_ids[0])
+        await agent_store.set_message_ids(conn, [(moved.id, window)], datetime.now(UTC))
+
+    async with engine.connect() as conn:
+        current = await agent_store.reload_changed(conn, DEFAULT_ORG_ID, loaded)
+
+    assert set(current) == {renamed.id, edited.id, moved.id, untouched.id}
+    assert current[untouched.id] is untouched  # not read again
+    assert current[renamed.id].name == "renamed-meanwhile"
+    assert current[edited.id].blocks[0].value == "likes tea"
+    assert current[moved.id].message_ids == window
+    async with engine.connect() as conn:
+        assert await agent_store.reload_changed(conn, DEFAULT_ORG_ID, current) == current
+        assert await agent_store.reload_changed(conn, DEFAULT_ORG_ID, {}) == {}
