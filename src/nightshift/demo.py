@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from nightshift.api.app import create_app
+from nightshift.cli_commands import views
 from nightshift.config import Settings
 from nightshift.emulator.config import EmulatorConfig
 from nightshift.emulator.server import running_emulator
@@ -194,15 +195,15 @@ def _watch(http: httpx.Client, console: Console, run_id: str, total: int) -> dic
             tokens_in = usage.get("input_tokens", 0) + usage.get("cache_read_tokens", 0)
             status = Table.grid(padding=(0, 2))
             status.add_row(
-                f"step {p['step'] + 1}",
+                f"step {views.shown_step(p['step'])}",
                 f"active {agents['running']}",
                 f"finished {agents['finished']}",
                 f"failed {agents['failed']}",
             )
             status.add_row(
                 f"tokens {tokens_in:,} in / {usage.get('output_tokens', 0):,} out",
-                f"cost ${p['cost_usd']:.4f}",
-                f"without batch ${p['cost_without_batch_usd']:.4f}",
+                f"cost {views.money(p['cost_usd'])}",
+                f"without batch {views.money(p['cost_without_batch_usd'])}",
                 "",
             )
             live.update(Group(progress, status))
@@ -217,7 +218,7 @@ def _summary(http: httpx.Client, console: Console, run: dict[str, Any]) -> None:
     table = Table(title=f"batch run {run['id']}: {run['status']}")
     table.add_column("", style="bold")
     table.add_column("")
-    table.add_row("steps (provider batches)", f"{p['step'] + 1} ({len(p['provider_batches'])})")
+    table.add_row("steps (provider batches)", f"{views.shown_step(p['step'])} ({len(p['provider_batches'])})")
     table.add_row("agents finished / failed", f"{p['agents']['finished']} / {p['agents']['failed']}")
     table.add_row("input tokens (cache read / write)", f"{usage.get('input_tokens', 0):,} "
                   f"({usage.get('cache_read_tokens', 0):,} / {usage.get('cache_write_tokens', 0):,})")  # fmt: skip

@@ -236,7 +236,8 @@ def test_cancel_a_slow_run(server: str, emulator: str, api: httpx.Client) -> Non
     cancelled = cli("batch", "cancel", run_id, server=server)
 
     assert cancelled.exit_code == 0, cancelled.output
-    assert f"run {run_id} is cancelled" in cancelled.stdout
+    # Cancelled during its first step, which the API numbers 0 and people 1.
+    assert f"run {run_id} is cancelled at step 1 " in cancelled.stdout
     assert api.get(f"/v1/messages/batches/{run_id}").json()["status"] == "cancelled"
     watched = cli("batch", "watch", run_id, *WATCH, server=server)
     assert watched.exit_code == 1, watched.output
@@ -245,6 +246,29 @@ def test_cancel_a_slow_run(server: str, emulator: str, api: httpx.Client) -> Non
     assert again.exit_code == 0, again.output
     assert f"run {run_id} had already ended: cancelled" in again.stdout
     assert run_id in cli("batch", "list", "--status", "cancelled", server=server).stdout
+
+
+def test_steps_count_from_1_as_in_the_dashboard_and_the_demo(server: str, emulator: str, api: httpx.Client) -> None:
+    create_examples(server)
+    tess = api.get("/v1/agents/", params={"name": "tess-maths-tutor"}).json()[0]["id"]
+    configure_emulator(emulator, errors={tess: "invalid_request_error"})
+    run_id = run_id_of(cli("batch", "submit", str(REQUESTS_FILE), server=server))
+
+    watched = cli("batch", "watch", run_id, *WATCH, server=server)
+
+    assert watched.exit_code == 0, watched.output
+    run = api.get(f"/v1/messages/batches/{run_id}").json()
+    # Ada calls check_stock, then answers: the API's steps 0 and 1 are steps 1 and 2.
+    assert run["progress"]["step"] == 1
+    assert f"{run_id}: completed, step 2, 4/4 agents done" in watched.stderr  # the last progress line
+    assert "│ steps            │ 2 " in watched.stdout
+    # Tess failed in her first step (the API's step_number 0), shown by name.
+    (failure,) = run["progress"]["failures"]
+    assert failure["step_number"] == 0
+    (row,) = [line for line in watched.stdout.splitlines() if "tess-maths-tutor" in line]
+    assert row.split("│")[2].strip() == "1", row
+    (listed,) = [line for line in cli("batch", "list", server=server).stdout.splitlines() if run_id in line]
+    assert listed.split("│")[6].strip() == "2", listed
 
 
 def test_watch_gives_up_at_its_timeout(server: str, emulator: str) -> None:

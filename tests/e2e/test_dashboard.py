@@ -2,8 +2,10 @@
 
 Chromium is Debian's (``apt-get install chromium``); Playwright only drives it. Each test runs
 its own server in a thread on a fresh SQLite database and watches what a user would see: the
-empty state, runs and their progress, a run's step timeline and an agent's memory, the page
-updating by itself while a run goes on, and the sign-in form of a password-protected server.
+empty state, runs by name and their progress, a run's cost and throughput chart, its step
+timeline, its agents by name with their tokens and cost and memory, a failed agent's step, the
+agents view, the cancel button, the page updating by itself while a run goes on, and the sign-in
+form of a password-protected server. Steps are counted from 1 and money rounded as in the CLI.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Locator, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, ConsoleMessage, Dialog, Locator, Page, Request, async_playwright, expect
 
 from nightshift.api.app import create_app
+from nightshift.cli_commands.views import money
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
+from nightshift.emulator.config import ScriptedError, ScriptedReply, ScriptedToolCall
 from nightshift.serving import running_server
 from support.runs import Runs
 
@@ -113,6 +117,13 @@ def _run_row(page: Page, run_id: str) -> Locator:
     return page.locator(f'tr[data-run-id="{run_id}"]')
 
 
+async def _run_agent(runs: Runs, run_id: str, agent_id: str) -> dict[str, Any]:
+    """The agent's line in ``GET /v1/messages/batches/{id}/agents``."""
+    found = (await runs.client.get(f"/v1/messages/batches/{run_id}/agents")).json()["agents"]
+    (line,) = [a for a in found if a["agent_id"] == agent_id]
+    return dict(line)
+
+
 async def _finished_run(runs: Runs, names: list[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     agents = [await runs.agent(name) for name in names]
     run = await runs.start(
@@ -157,14 +168,28 @@ async def test_a_finished_run_its_timeline_and_an_agents_memory(browser: Browser
     await expect(row.locator(".badge")).to_have_text("completed")
     await expect(row.locator(".progress-count")).to_have_text("3 / 3")
     await expect(row.locator(".progress-percent")).to_have_text("100%")
-    await expect(row).to_contain_text("name: greetings")
+    # The run by its name (metadata.name), its id beside it.
+    await expect(row.locator(".run-name")).to_have_text("greetings")
+    await expect(row.locator(".run-id")).to_have_text(done["id"])
     await expect(row).to_contain_text("without batch")
+    await expect(row.locator(".cost")).to_have_text(money(done["progress"]["cost_usd"]))
 
     await row.locator("a.run-id").click()
+    await expect(page.locator(".run-head .run-name")).to_have_text("greetings")
     await expect(page.locator(".run-title")).to_have_text(done["id"])
     await expect(page.locator(".run-head .badge")).to_have_text("completed")
-    cost = done["progress"]["cost_usd"]
-    await expect(page.locator(".cards")).to_contain_text(f"${cost:.4f}" if cost < 0.01 else f"${cost:.2f}")
+    await expect(page.locator(".cancel-run")).to_have_count(0)  # nothing to cancel
+    # Money rounded as the CLI rounds it.
+    await expect(page.locator(".cards")).to_contain_text(money(done["progress"]["cost_usd"]))
+
+    # The cost and throughput chart: one bar each for the one step, which cost what the run did.
+    cost_bar = page.locator(".chart-cost .chart-bar")
+    await expect(cost_bar).to_have_count(1)
+    await expect(cost_bar).to_have_attribute("data-step", "1")
+    assert float(await cost_bar.get_attribute("data-value") or "0") == pytest.approx(done["progress"]["cost_usd"])
+    await expect(page.locator(".chart-cost .chart-value")).to_have_text(money(done["progress"]["cost_usd"]))
+    await expect(page.locator(".chart-throughput .chart-bar")).to_have_count(1)
+    assert float(await page.locator(".chart-throughput .chart-bar").get_attribute("data-value") or "0") > 0
 
     # The step timeline: one provider batch (every agent is on Anthropic), applied, 3 succeeded.
     batch = page.locator(".batch-row")
@@ -174,15 +199,32 @@ async def test_a_finished_run_its_timeline_and_an_agents_memory(browser: Browser
     await expect(batch.locator(".count-succeeded")).to_have_text("3 succeeded")
     await expect(batch.locator(".gantt-bar")).to_be_visible()
 
-    # The agents, from the run's messages; each agent's last words show without a click.
+    # The agents by name; each agent's state, step and last words show without a click.
     await expect(page.locator(".agent")).to_have_count(3)
+    await expect(page.locator(".agent .agent-name")).to_have_text(["ada", "grace", "linus"])
     ada = page.locator(f'.agent[data-agent-id="{agents[0]["id"]}"]')
+    await expect(ada.locator(".agent-id")).to_have_text(agents[0]["id"])
     await expect(ada.locator(".badge")).to_have_text("finished")
+    await expect(ada.locator(".agent-step")).to_have_text("step 1")
     await expect(ada.locator(".preview")).to_contain_text("says")
 
-    # Its memory and its messages in this run, on click.
+    # Its tokens and cost in this run, its memory and its messages in this run, on click.
     await ada.locator(".agent-head").click()
     await expect(ada.locator(".agent-title")).to_contain_text("ada")
+    spent = await _run_agent(runs, done["id"], agents[0]["id"])
+    usage = spent["usage"]
+    tokens_in = sum(usage.get(k, 0) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
+    spend = ada.locator(".spend")
+    await expect(spend.locator(".spend-item")).to_have_text(
+        [
+            "Steps answered1",
+            f"Tokens in{tokens_in:,}",
+            f"Tokens out{usage['output_tokens']:,}",
+            f"Cost{money(spent['cost_usd'])}",
+            f"Without batch{money(spent['cost_without_batch_usd'])}",
+        ]
+    )
+    assert tokens_in > 0 and spent["cost_usd"] > 0
     await expect(ada.locator('.block[data-label="persona"] .block-value')).to_have_text("I am ada.")
     await expect(ada.locator('.block[data-label="human"] .block-value')).to_have_text("Nothing known yet.")
     await expect(ada.locator(".transcript .line-user")).to_contain_text("hello there")
@@ -234,6 +276,113 @@ async def test_the_page_follows_a_running_run_without_reloading(
     calls = len(watched.api_calls("/v1/messages/batches"))
     await page.wait_for_timeout(2500)
     assert len(watched.api_calls("/v1/messages/batches")) == calls
+    watched.assert_clean(base_url)
+
+
+async def test_a_failed_agent_shows_its_step_and_the_agents_view_lists_agents(
+    browser: Browser, base_url: str, runs: Runs, admin: EmulatorAdmin
+) -> None:
+    ok, bad = await runs.agent("ok"), await runs.agent("bad")
+    # "bad" answers its first step, then the provider refuses its second: it fails at step 2
+    # (the API's step_number 1).
+    search = ScriptedToolCall(name="conversation_search", arguments={"query": "hi"}, request_heartbeat=True)
+    refused = ScriptedError(type="invalid_request_error", message="prompt too odd")
+    await admin.script(bad["id"], ScriptedReply(tool_call=search), ScriptedReply(error=refused))
+    run = await runs.start(
+        [{"agent_id": a["id"], "input": "hello"} for a in (ok, bad)], metadata={"name": "nightly", "team": "qa"}
+    )
+    done = await runs.wait(run["id"])
+    assert done["status"] == "completed", done
+    (failure,) = done["progress"]["failures"]
+    assert (failure["agent_id"], failure["step_number"]) == (bad["id"], 1)
+
+    watched = await _open(browser)
+    page = watched.page
+    await page.goto(base_url)
+    row = _run_row(page, done["id"])
+    await expect(row.locator(".run-name")).to_have_text("nightly")
+    await expect(row.locator(".run-metadata")).to_have_text("team: qa")
+    await expect(row.locator("td.num").first).to_contain_text("2")  # the step column: two steps
+
+    await row.locator("a.run-id").click()
+    # The failed agents, by name, at the step people count.
+    failed = page.locator(".section", has_text="Failed agents").locator("tbody tr")
+    await expect(failed).to_have_count(1)
+    await expect(failed.locator(".agent-name")).to_have_text("bad")
+    await expect(failed.locator("td.num")).to_have_text("2")
+    await expect(failed).to_contain_text("prompt too odd")
+    await expect(page.locator(".batch-row td.num:first-child")).to_have_text(["1", "2"])
+    await expect(page.locator(".chart-cost .chart-bar")).to_have_count(2)
+    steps = [await bar.get_attribute("data-step") for bar in await page.locator(".chart-cost .chart-bar").all()]
+    assert steps == ["1", "2"]
+
+    agent = page.locator(f'.agent[data-agent-id="{bad["id"]}"]')
+    await expect(agent.locator(".badge")).to_have_text("failed")
+    await expect(agent.locator(".agent-step")).to_have_text("step 2")
+    await expect(agent.locator(".preview")).to_contain_text("failed at step 2")
+    await agent.locator(".agent-head").click()
+    await expect(agent.locator(".agent-failure")).to_contain_text("Failed at step 2: ")
+    await expect(agent.locator(".agent-failure")).to_contain_text("prompt too odd")
+    await _screenshot(page, "dashboard-failed-agent.png")
+
+    # The agents view, outside any run: every agent, newest first, its memory and tools on click.
+    await page.locator('.nav a[data-view="agents"]').click()
+    await expect(page.locator(".page-head h1")).to_have_text("Agents")
+    await expect(page.locator('.nav a[data-view="agents"]')).to_have_attribute("aria-current", "page")
+    listed = page.locator(".agent-list .agent")
+    await expect(listed.locator(".agent-name")).to_have_text(["bad", "ok"])
+    await expect(listed.first.locator(".agent-model")).to_have_text(ok["model"])
+    first_ok = page.locator(f'.agent-list .agent[data-agent-id="{ok["id"]}"]')
+    await first_ok.locator(".agent-head").click()
+    await expect(first_ok.locator('.block[data-label="persona"] .block-value')).to_have_text("I am ok.")
+    await expect(first_ok.locator('.tools li[data-tool="send_message"]')).to_be_visible()
+    await expect(first_ok.locator(".system-prompt")).not_to_be_empty()
+    await _screenshot(page, "dashboard-agents.png")
+    await page.locator('.nav a[data-view="list"]').click()
+    await expect(_run_row(page, done["id"])).to_be_visible()
+    watched.assert_clean(base_url)
+
+
+async def test_the_cancel_button_asks_then_cancels_a_running_run(
+    browser: Browser, base_url: str, runs: Runs, admin: EmulatorAdmin
+) -> None:
+    agents = [await runs.agent(name) for name in ("ada", "grace")]
+    await admin.configure(polls_to_end=100_000)  # the batch stays in progress until cancelled
+    run = await runs.start([{"agent_id": a["id"], "input": "hi"} for a in agents], metadata={"name": "slow"})
+    watched = await _open(browser)
+    page = watched.page
+    asked: list[str] = []
+    await page.goto(f"{base_url}/#/runs/{run['id']}")
+    await expect(page.locator(".run-head .badge")).to_have_text(re.compile("created|running"))
+    button = page.locator(".cancel-run")
+    await expect(button).to_have_text("Cancel run")
+
+    # Saying no to the confirmation leaves the run alone.
+    async def refuse(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        await dialog.dismiss()
+
+    page.once("dialog", refuse)
+    await button.click()
+    await expect(page.locator(".run-head .badge")).to_have_text(re.compile("created|running"))
+    assert len(asked) == 1 and f'"slow" ({run["id"]})' in asked[0], asked
+    assert (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["status"] in ("created", "running")
+
+    async def accept(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.once("dialog", accept)
+    await button.click()
+    await expect(page.locator(".run-head .badge")).to_have_text("cancelled")
+    await expect(page.locator(".cancel-run")).to_have_count(0)
+    assert len(asked) == 2
+    final = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()
+    assert final["status"] == "cancelled"
+    patches = [r for r in watched.requests if r.method == "PATCH"]
+    assert [httpx.URL(r.url).path for r in patches] == [f"/v1/messages/batches/{run['id']}/cancel"]
+    await expect(page.locator(".agent .badge")).to_have_text(["cancelled", "cancelled"])
+    await expect(page.locator("#live")).to_contain_text("all runs final")
     watched.assert_clean(base_url)
 
 

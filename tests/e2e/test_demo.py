@@ -23,6 +23,8 @@ def test_demo_runs_a_multi_step_batch_to_completion(tmp_path: Path, monkeypatch:
     assert "created 6 agents" in output
     assert ": completed" in output
     assert "agents finished / failed" in output and "6 / 0" in output
+    # Three steps, counted from 1 as everywhere people read them (the API's last step is 2).
+    assert "steps (provider batches)          │ 3 (3)" in output
     # The three steps: the custom tool, the memory edit, the final message.
     assert "roll_dice(" in output and "core_memory_append(" in output and "send_message(" in output
     assert "same work without batch" in output

@@ -169,3 +169,24 @@ async def test_reading_runs_costs_the_same_statements_for_one_run_as_for_five(
         assert failure["agent_id"] == failing[view["id"]]
         assert failure["request_status"] == "failed" and "invalid_request_error" in failure["error"]
     print({"list runs": len(listed[5]), "get run": len(one_run)})
+
+
+async def test_reading_a_runs_agents_costs_the_same_statements_for_2_agents_as_for_20(
+    app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
+) -> None:
+    worker: Worker = app.state.nightshift.worker
+    runs = Runs(client)
+    log = StatementLog(app.state.nightshift.engine)
+    read: dict[int, list[str]] = {}
+    for size in (2, 20):
+        agents = [await runs.agent(f"reader-{size}-{index}") for index in range(size)]
+        run = await runs.start([{"agent_id": a["id"], "input": "hi"} for a in agents])
+        await asyncio.sleep(worker.poll_interval * 2)
+        await worker.run_once()
+        with log.recording() as statements:
+            found = (await client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
+        read[size] = statements
+        assert sorted(a["agent_name"] for a in found) == sorted(a["name"] for a in agents)
+        assert {a["state"] for a in found} == {"finished"}
+    assert Counter(map(shape, read[2])) == Counter(map(shape, read[20]))
+    print({"run agents": len(read[20])})

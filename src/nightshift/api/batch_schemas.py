@@ -100,6 +100,7 @@ class BatchRunPublic(BaseModel):
                 "failures": [
                     {
                         "agent_id": f.agent_id,
+                        "agent_name": f.agent_name,
                         "step_number": f.step_number,
                         "request_status": f.request_status.value,
                         "error": f.error,
@@ -119,6 +120,8 @@ class BatchRunPublic(BaseModel):
                         "status": b.status.value,
                         "provider_status": b.provider_status,
                         "request_counts": b.request_counts,
+                        "usage": progress.batch_usage.get(b.id, {}),
+                        "cost_usd": round(progress.batch_cost_usd.get(b.id, 0.0), 6),
                         "error": b.error,
                         "duplicates": list(b.duplicates),
                         "created_at": b.created_at,
@@ -133,8 +136,10 @@ class BatchRunPublic(BaseModel):
 def agent_in_run_json(agent: AgentInRun) -> dict[str, Any]:
     return {
         "agent_id": agent.agent_id,
+        "agent_name": agent.agent_name,
         "state": agent.state,
         "steps": agent.steps,
+        "step_number": agent.step_number,
         "usage": agent.usage,
         "cost_usd": round(agent.cost_usd, 6),
         "cost_without_batch_usd": round(agent.cost_usd / BATCH_DISCOUNT, 6),

@@ -182,7 +182,7 @@ def cancel(
         run = client.patch(f"/v1/messages/batches/{run_id}/cancel")
     counts = run["progress"]["agents"]
     stdout().print(
-        f"run {run_id} is {run['status']} after step {run['progress']['step']}"
+        f"run {run_id} is {run['status']} at step {views.shown_step(run['progress']['step'])}"
         f" ({views.agent_counts(counts) or 'no agents'})",
         markup=False,
     )

@@ -1,6 +1,7 @@
 """How the client commands show agents, runs and messages: rich tables and one-line texts.
 
 Everything here is pure: it takes the API's JSON bodies and returns renderables or strings.
+Steps are shown as people count them, from 1 (``shown_step``); the API counts from 0.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
             _local(run["created_at"]),
             f"{done}/{total}",
             str(counts.get("failed", 0)),
-            str(run["progress"]["step"]),
+            str(shown_step(run["progress"]["step"])),
             money(run["progress"]["cost_usd"]),
         )
     return table
@@ -89,7 +90,8 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
     failed.add_column("step", justify="right")
     failed.add_column("error")
     for failure in failures[:20]:
-        failed.add_row(failure["agent_id"], str(failure["step_number"]), failure.get("error") or "")
+        agent = failure.get("agent_name") or failure["agent_id"]
+        failed.add_row(agent, str(shown_step(failure["step_number"])), failure.get("error") or "")
     rows: list[RenderableType] = [table, failed]
     if len(failures) > 20:
         rows.append(Text(f"... and {len(failures) - 20} more"))
@@ -101,7 +103,7 @@ def progress_line(run: Mapping[str, Any]) -> str:
     progress = run["progress"]
     done, total = agents_done(progress["agents"])
     return (
-        f"{run['id']}: {run['status']}, step {progress['step']}, {done}/{total} agents done "
+        f"{run['id']}: {run['status']}, step {shown_step(progress['step'])}, {done}/{total} agents done "
         f"({agent_counts(progress['agents'])}), cost {money(progress['cost_usd'])}"
     )
 
@@ -113,7 +115,7 @@ def stats_text(run: Mapping[str, Any]) -> Text:
     open_batches = sum(1 for b in batches if b["status"] not in ("applied", "cancelled"))
     end = run.get("completed_at") or datetime.now(UTC).isoformat()
     text = Text()
-    text.append(f"step {progress['step']}", style="bold")
+    text.append(f"step {shown_step(progress['step'])}", style="bold")
     text.append(f" · provider batches {len(batches)} ({open_batches} open)")
     text.append(f" · {duration(run['created_at'], end)}\n")
     text.append(f"tokens {tokens(progress.get('usage', {})) or '0'}\n")
@@ -192,6 +194,11 @@ def message_text(message: Mapping[str, Any]) -> Text | None:
     return text
 
 
+def shown_step(step_number: int) -> int:
+    """A step as people count it: the API's ``step`` and ``step_number`` count from 0, people from 1."""
+    return step_number + 1
+
+
 def status_text(status: str) -> Text:
     try:
         style = STATUS_STYLE[RunStatus(status)]
@@ -221,6 +228,7 @@ def tokens(usage: Mapping[str, int]) -> str:
 
 
 def money(value: float) -> str:
+    """Dollars as every screen shows them (the dashboard's ``formatUsd`` too): $1,234.56, $0.0749."""
     return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
 
 

@@ -253,6 +253,9 @@ class RunProgress:
     step: int = 0
     usage: dict[str, int] = field(default_factory=dict)
     cost_usd: float = 0.0
+    # The same, per provider batch (by our batch id): what each step cost, for the run's chart.
+    batch_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    batch_cost_usd: dict[str, float] = field(default_factory=dict)
 
     def count(self, outcome: ItemOutcome) -> int:
         """How many items ended with ``outcome``."""
@@ -264,9 +267,19 @@ class RunFailure:
     """An agent the run failed: at which step, its request's status, and why."""
 
     agent_id: str
+    agent_name: str
     step_number: int
     request_status: RequestStatus
     error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAgent:
+    """One agent of a run, by name, with its items in the run, oldest first."""
+
+    agent_id: str
+    agent_name: str
+    items: list[BatchItem]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -49,8 +49,10 @@ class AgentInRun:
     """One agent of a run: where it is, how many steps it answered, its tokens and cost."""
 
     agent_id: str
+    agent_name: str
     state: str  # running, or the outcome of its last step (finished, failed, cancelled...)
     steps: int
+    step_number: int  # of its last item: the step it is in, or stopped (or failed) at; from 0
     usage: dict[str, int]
     cost_usd: float
     error: str | None
@@ -171,7 +173,8 @@ async def agents_of_run(
     """A page of the run's agents (by agent id), each summed over its items."""
     await _get(conn, org_id, run_id)
     out = []
-    for agent_id, items in (await run_views.run_agent_items(conn, run_id, after=after, limit=limit)).items():
+    for agent in await run_views.run_agent_items(conn, run_id, after=after, limit=limit):
+        items = agent.items
         last = items[-1]
         usage: dict[str, int] = {}
         for item in items:
@@ -180,9 +183,11 @@ async def agents_of_run(
         state = "running" if last.step_status is StepStatus.PAUSED else (last.outcome or ItemOutcome.FINISHED).value
         out.append(
             AgentInRun(
-                agent_id=agent_id,
+                agent_id=agent.agent_id,
+                agent_name=agent.agent_name,
                 state=state,
                 steps=sum(1 for i in items if i.request_status is RequestStatus.COMPLETED),
+                step_number=last.step_state.step_number,
                 usage=usage,
                 cost_usd=sum(item.cost_usd or 0.0 for item in items),
                 error=last.error if last.outcome is ItemOutcome.FAILED else None,

@@ -12,6 +12,7 @@ from nightshift.domain.batches import (
     BatchItem,
     ItemOutcome,
     RequestStatus,
+    RunAgent,
     RunFailure,
     RunProgress,
     StepState,
@@ -22,7 +23,7 @@ from nightshift.store.bulk import in_ids
 from nightshift.store.items import to_item
 from nightshift.store.messages import to_message
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import batch_items, messages, provider_batches
+from nightshift.store.tables import agents, batch_items, messages, provider_batches
 
 
 async def run_progress(conn: AsyncConnection, run_id: str) -> RunProgress:
@@ -55,15 +56,20 @@ async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         else:
             outcomes[run_id][ItemOutcome(outcome)] += int(count)
     usage_rows = await conn.execute(
-        select(batch_items.c.batch_run_id, batch_items.c.usage, batch_items.c.cost_usd).where(
-            in_runs, batch_items.c.usage.is_not(None)
-        )
+        select(
+            batch_items.c.batch_run_id, batch_items.c.provider_batch_id, batch_items.c.usage, batch_items.c.cost_usd
+        ).where(in_runs, batch_items.c.usage.is_not(None))
     )
     usage: dict[str, Counter[str]] = {run_id: Counter() for run_id in run_ids}
     cost = dict.fromkeys(run_ids, 0.0)
-    for run_id, row_usage, row_cost in usage_rows:
-        usage[run_id].update({key: int(value) for key, value in (row_usage or {}).items()})
+    batch_usage: dict[str, dict[str, Counter[str]]] = {run_id: {} for run_id in run_ids}
+    batch_cost: dict[str, dict[str, float]] = {run_id: {} for run_id in run_ids}
+    for run_id, batch_id, row_usage, row_cost in usage_rows:
+        counted = {key: int(value) for key, value in (row_usage or {}).items()}
+        usage[run_id].update(counted)
+        batch_usage[run_id].setdefault(batch_id, Counter()).update(counted)
         cost[run_id] += float(row_cost or 0.0)
+        batch_cost[run_id][batch_id] = batch_cost[run_id].get(batch_id, 0.0) + float(row_cost or 0.0)
     return {
         run_id: RunProgress(
             running=running[run_id],
@@ -71,6 +77,8 @@ async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
             step=steps[run_id],
             usage=dict(usage[run_id]),
             cost_usd=cost[run_id],
+            batch_usage={batch_id: dict(counted) for batch_id, counted in batch_usage[run_id].items()},
+            batch_cost_usd=batch_cost[run_id],
         )
         for run_id in run_ids
     }
@@ -92,10 +100,12 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         select(
             batch_items.c.batch_run_id,
             batch_items.c.agent_id,
+            agents.c.name,
             batch_items.c.step_state,
             batch_items.c.request_status,
             batch_items.c.error,
         )
+        .join(agents, agents.c.id == batch_items.c.agent_id)
         .where(
             batch_items.c.id.in_(last),
             batch_items.c.step_status == StepStatus.COMPLETED.value,
@@ -104,10 +114,11 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         .order_by(batch_items.c.id)
     )
     failures: dict[str, list[RunFailure]] = {run_id: [] for run_id in run_ids}
-    for run_id, agent_id, step_state, request_status, error in await conn.execute(query):
+    for run_id, agent_id, agent_name, step_state, request_status, error in await conn.execute(query):
         failures[run_id].append(
             RunFailure(
                 agent_id=agent_id,
+                agent_name=agent_name,
                 step_number=StepState.from_json(step_state).step_number,
                 request_status=RequestStatus(request_status),
                 error=error,
@@ -125,21 +136,26 @@ async def run_messages(conn: AsyncConnection, run_id: str, page: Page, *, agent_
     return [to_message(row) for row in await conn.execute(paginate(query, messages.c.id, page))]
 
 
-async def run_agent_items(
-    conn: AsyncConnection, run_id: str, *, after: str | None, limit: int
-) -> dict[str, list[BatchItem]]:
-    """A page of the run's agents (by id) with each one's items, oldest first: two statements."""
-    page = select(batch_items.c.agent_id).where(batch_items.c.batch_run_id == run_id)
+async def run_agent_items(conn: AsyncConnection, run_id: str, *, after: str | None, limit: int) -> list[RunAgent]:
+    """A page of the run's agents (by id) with their names and items, oldest first: two statements.
+
+    (An agent's items go with it when it is deleted, so every agent of a run has a name.)
+    """
+    page = (
+        select(batch_items.c.agent_id, agents.c.name)
+        .join(agents, agents.c.id == batch_items.c.agent_id)
+        .where(batch_items.c.batch_run_id == run_id)
+    )
     if after is not None:
         page = page.where(batch_items.c.agent_id > after)
-    page = page.group_by(batch_items.c.agent_id).order_by(batch_items.c.agent_id).limit(limit)
-    agent_ids = [str(a) for a in await conn.scalars(page)]
+    page = page.group_by(batch_items.c.agent_id, agents.c.name).order_by(batch_items.c.agent_id).limit(limit)
+    names = {str(agent_id): str(name) for agent_id, name in await conn.execute(page)}
     query = (
         select(batch_items)
-        .where(batch_items.c.batch_run_id == run_id, in_ids(conn, batch_items.c.agent_id, agent_ids))
+        .where(batch_items.c.batch_run_id == run_id, in_ids(conn, batch_items.c.agent_id, list(names)))
         .order_by(batch_items.c.agent_id, batch_items.c.id)
     )
-    found: dict[str, list[BatchItem]] = {agent_id: [] for agent_id in agent_ids}
+    found: dict[str, list[BatchItem]] = {agent_id: [] for agent_id in names}
     for row in await conn.execute(query):
         found[row.agent_id].append(to_item(row))
-    return found
+    return [RunAgent(agent_id=agent_id, agent_name=names[agent_id], items=items) for agent_id, items in found.items()]

@@ -1,4 +1,7 @@
-"""GET /v1/messages/batches/{id}/agents: each agent's state, steps, tokens and cost."""
+"""GET /v1/messages/batches/{id}/agents: each agent's name, state, steps, tokens and cost.
+
+And the run's own view of the same: its failed agents by name, each provider batch's tokens and cost.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ async def test_each_agent_reports_its_state_tokens_and_cost(runs: Runs, admin: E
     assert agents[bad["id"]]["state"] == "failed"
     assert "invalid_request_error" in agents[bad["id"]]["error"]
     assert agents[bad["id"]]["steps"] == 0 and agents[bad["id"]]["cost_usd"] == 0
+    # Each agent by name, with the step (from 0) it is in, or stopped or failed at.
+    assert {a["agent_name"]: a["step_number"] for a in agents.values()} == {"bad": 0, "two-steps": 1, "one-step": 0}
     assert agents[two_steps["id"]]["state"] == "finished" and agents[two_steps["id"]]["steps"] == 2
     assert agents[one_step["id"]]["state"] == "finished" and agents[one_step["id"]]["steps"] == 1
     for agent_id in (two_steps["id"], one_step["id"]):
@@ -47,3 +52,25 @@ async def test_each_agent_reports_its_state_tokens_and_cost(runs: Runs, admin: E
     ).json()["agents"]
     assert [a["agent_id"] for a in first + rest] == sorted(agents)
     assert (await runs.client.get("/v1/messages/batches/batch-nope/agents")).status_code == 404
+
+
+async def test_the_run_names_its_failed_agents_and_costs_each_provider_batch(runs: Runs, admin: EmulatorAdmin) -> None:
+    bad = await runs.agent("bad")
+    two_steps = await runs.agent("two-steps")
+    await admin.configure(errors={bad["id"]: "invalid_request_error"})
+    await admin.script(two_steps["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, two_steps)])
+    done = await runs.wait(run["id"])
+    assert done["status"] == "completed", done
+
+    progress = done["progress"]
+    (failure,) = progress["failures"]
+    assert (failure["agent_id"], failure["agent_name"], failure["step_number"]) == (bad["id"], "bad", 0)
+    batches = sorted(progress["provider_batches"], key=lambda b: b["step_number"])
+    assert [b["step_number"] for b in batches] == [0, 1]
+    for batch in batches:
+        assert batch["cost_usd"] > 0 and batch["usage"]["output_tokens"] > 0
+    # The batches' costs and tokens add up to the run's.
+    assert abs(sum(b["cost_usd"] for b in batches) - progress["cost_usd"]) < 1e-5
+    for key, total in progress["usage"].items():
+        assert sum(b["usage"].get(key, 0) for b in batches) == total

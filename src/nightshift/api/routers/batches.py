@@ -103,10 +103,11 @@ async def batch_agents(
     after: Annotated[str | None, Query(description="Agents after this agent id")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Each agent of the run (by agent id): its state, steps answered, tokens, cost and last error.
+    """Each agent of the run (by agent id): its name, state, steps answered, tokens, cost and last error.
 
-    ``state`` is running, finished, failed or cancelled; ``cost_without_batch_usd`` is what the
-    same tokens cost through the normal API.
+    ``state`` is running, finished, failed or cancelled; ``step_number`` is the step (from 0) the
+    agent is in, or stopped or failed at; ``cost_without_batch_usd`` is what the same tokens cost
+    through the normal API.
     """
     agents = await service.agents_of_run(conn, org, run_id, after=after, limit=limit)
     return {"agents": [agent_in_run_json(agent) for agent in agents]}

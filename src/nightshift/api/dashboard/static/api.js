@@ -48,7 +48,16 @@ function currentKey() {
  * GET a JSON route. `params` values may be arrays (repeated query parameters); null and
  * undefined values are left out.
  */
-export async function getJson(path, params = {}) {
+export function getJson(path, params = {}) {
+  return requestJson("GET", path, params);
+}
+
+/** PATCH a route that takes no body (e.g. cancelling a run) and read its JSON answer. */
+export function patchJson(path) {
+  return requestJson("PATCH", path);
+}
+
+async function requestJson(method, path, params = {}) {
   const url = new URL(path, window.location.origin);
   for (const [name, value] of Object.entries(params)) {
     for (const one of Array.isArray(value) ? value : [value]) {
@@ -60,7 +69,7 @@ export async function getJson(path, params = {}) {
   if (key) headers.Authorization = `Bearer ${key}`;
   let response;
   try {
-    response = await fetch(url, { headers, cache: "no-store" });
+    response = await fetch(url, { method, headers, cache: "no-store" });
   } catch (error) {
     throw new ApiError(0, `cannot reach the server (${error.message})`);
   }

@@ -1,9 +1,10 @@
-// The dashboard: routing (#/ and #/runs/<id>), loading, polling every 2 s while a shown run is
-// active, and asking for the key when the server answers 401.
+// The dashboard: routing (#/, #/runs/<id> and #/agents), loading, polling every 2 s while a shown
+// run is active, cancelling a run, and asking for the key when the server answers 401.
 
-import { ApiError, Unauthorized, forgetKey, getJson, saveKey, savedKey } from "./api.js";
+import { renderAgents } from "./agents.js";
+import { ApiError, Unauthorized, forgetKey, getJson, patchJson, saveKey, savedKey } from "./api.js";
 import { formatClock, h, icon } from "./format.js";
-import { isActive } from "./parts.js";
+import { isActive, runName } from "./parts.js";
 import { renderRun } from "./run.js";
 import { FILTERS, renderRuns } from "./runs.js";
 
@@ -12,6 +13,7 @@ const RETRY_MS = 5000;
 const PAGE = 50;
 const RUN_MESSAGES = 1000; // the API's largest page
 const AGENT_MESSAGES = 30;
+const API_PAGE = 1000; // the largest page of the API's lists
 
 const state = {
   route: parseRoute(),
@@ -21,7 +23,13 @@ const state = {
   run: null, // the run view's run
   messages: null, // the run view's latest messages, newest first
   messagesTruncated: false,
-  openAgent: null, // the agent expanded in the run view
+  runAgents: null, // the run view's agents (name, state, step, tokens, cost), by agent id
+  runAgentsFor: 0, // how many agents runAgents was loaded for
+  cancelling: false, // the run view's cancel request is on its way
+  cancelError: null, // why the last cancel failed
+  agents: null, // the agents view's agents, newest first
+  agentLimit: PAGE,
+  openAgent: null, // the agent expanded in the run view or the agents view
   agentDetails: new Map(), // agent id -> {agent, messages} or {error}
   agentsShown: PAGE,
   error: null, // the last failed load, shown above the data
@@ -42,8 +50,11 @@ const forgetButton = document.getElementById("forget");
 const refreshButton = document.getElementById("refresh");
 
 function parseRoute() {
-  const match = window.location.hash.match(/^#\/runs\/(.+)$/);
-  return match ? { view: "run", runId: decodeURIComponent(match[1]) } : { view: "list" };
+  const hash = window.location.hash;
+  const match = hash.match(/^#\/runs\/(.+)$/);
+  if (match) return { view: "run", runId: decodeURIComponent(match[1]) };
+  if (/^#\/agents\/?$/.test(hash)) return { view: "agents" };
+  return { view: "list" };
 }
 
 const actions = {
@@ -63,7 +74,41 @@ const actions = {
   },
   showMoreAgents() {
     state.agentsShown += PAGE;
+    refresh();
+  },
+  showMoreAgentsListed() {
+    state.agentLimit = Math.min(state.agentLimit + PAGE, API_PAGE);
+    refresh();
+  },
+  toggleListedAgent(agentId) {
+    state.openAgent = state.openAgent === agentId ? null : agentId;
     render();
+  },
+  async cancelRun(run) {
+    const name = runName(run);
+    const which = name ? `"${name}" (${run.id})` : run.id;
+    const question =
+      `Cancel run ${which}?\n\nNo further steps are taken and its open provider batches are ` +
+      "cancelled at the provider. Steps already applied stay applied.";
+    if (!window.confirm(question)) return;
+    const mine = navigation;
+    state.cancelling = true;
+    state.cancelError = null;
+    render();
+    try {
+      const cancelled = await patchJson(`/v1/messages/batches/${encodeURIComponent(run.id)}/cancel`);
+      if (mine !== navigation) return;
+      state.run = cancelled;
+      state.forceReload = true; // its agents and messages changed too
+    } catch (error) {
+      if (mine !== navigation) return;
+      if (error instanceof Unauthorized) handleError(error);
+      else state.cancelError = error.message;
+    } finally {
+      if (mine === navigation) state.cancelling = false;
+    }
+    render();
+    if (!state.auth) refresh();
   },
   async toggleAgent(agentId) {
     state.openAgent = state.openAgent === agentId ? null : agentId;
@@ -100,9 +145,32 @@ function signature(run) {
   return JSON.stringify([run.status, run.updated_at, run.progress?.agents, batches]);
 }
 
+async function loadAgentsList() {
+  const agents = await getJson("/v1/agents/", { order: "desc", limit: state.agentLimit });
+  return () => {
+    state.agents = agents;
+  };
+}
+
+/** The first `count` agents of the run (by agent id), following the API's pages. */
+async function loadRunAgents(runId, count) {
+  const path = `/v1/messages/batches/${encodeURIComponent(runId)}/agents`;
+  const found = [];
+  let after = null;
+  while (found.length < count) {
+    const limit = Math.min(API_PAGE, count - found.length);
+    const page = (await getJson(path, { after, limit })).agents;
+    found.push(...page);
+    if (page.length < limit) break;
+    after = page[page.length - 1].agent_id;
+  }
+  return found;
+}
+
 async function loadRun(runId) {
   const path = `/v1/messages/batches/${encodeURIComponent(runId)}`;
   const agentId = state.openAgent;
+  const wanted = state.agentsShown;
   const run = await getJson(path);
   // A provider batch can stay in progress for hours: while nothing moves, the messages (up to a
   // thousand) are not fetched again every 2 s.
@@ -111,12 +179,17 @@ async function loadRun(runId) {
     state.run?.id === run.id &&
     state.messages !== null &&
     signature(state.run) === signature(run);
-  const [page, details] = await Promise.all([
+  const [page, details, runAgents] = await Promise.all([
     same ? null : getJson(`${path}/messages`, { order: "desc", limit: RUN_MESSAGES }),
     agentId && !(same && state.agentDetails.has(agentId)) ? loadAgent(runId, agentId) : null,
+    same && state.runAgents !== null && state.runAgentsFor === wanted ? null : loadRunAgents(runId, wanted),
   ]);
   return () => {
     state.run = run;
+    if (runAgents) {
+      state.runAgents = runAgents;
+      state.runAgentsFor = wanted;
+    }
     if (page) {
       state.messages = page.messages;
       state.messagesTruncated = page.messages.length >= RUN_MESSAGES;
@@ -170,7 +243,8 @@ async function refresh() {
     return;
   }
   try {
-    const apply = state.route.view === "run" ? await loadRun(state.route.runId) : await loadList();
+    const loaders = { run: () => loadRun(state.route.runId), agents: loadAgentsList, list: loadList };
+    const apply = await loaders[state.route.view]();
     if (mine !== generation) return;
     apply();
     state.forceReload = false;
@@ -213,6 +287,8 @@ function renderLive() {
     [text, mode] = [state.polling ? "Connection problem · retrying" : "Error", "error"];
   } else if (state.polling) {
     [text, mode] = ["Live · updating every 2 s", "live"];
+  } else if (state.updatedAt && state.route.view === "agents") {
+    [text, mode] = [`Updated ${formatClock(state.updatedAt)}`, "idle"];
   } else if (state.updatedAt) {
     [text, mode] = [`Updated ${formatClock(state.updatedAt)} · all runs final`, "idle"];
   } else {
@@ -225,13 +301,23 @@ function renderLive() {
   refreshButton.hidden = Boolean(state.auth);
 }
 
+const TITLES = { list: "batch runs", agents: "agents" };
+const VIEWS = { list: renderRuns, run: renderRun, agents: renderAgents };
+
 function render() {
-  document.title = state.route.view === "run" ? `nightshift · ${state.route.runId}` : "nightshift · batch runs";
+  const view = state.route.view;
+  const runTitle = state.run ? runName(state.run) || state.run.id : state.route.runId;
+  document.title = `nightshift · ${view === "run" ? runTitle : TITLES[view]}`;
+  for (const link of document.querySelectorAll(".nav a")) {
+    const current = link.dataset.view === (view === "run" ? "list" : view);
+    if (current) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
   let content;
   if (state.auth) content = [authForm()];
   else if (state.error && !shownData()) content = [errorPanel(state.error)];
   else {
-    content = state.route.view === "run" ? renderRun(state, actions) : renderRuns(state, actions);
+    content = VIEWS[view](state, actions);
     if (state.error) content.unshift(errorBanner(state.error));
   }
   main.replaceChildren(...content.filter(Boolean));
@@ -239,7 +325,8 @@ function render() {
 }
 
 function shownData() {
-  return state.route.view === "run" ? state.run !== null : state.runs !== null;
+  const shown = { run: state.run, agents: state.agents, list: state.runs };
+  return shown[state.route.view] !== null;
 }
 
 function describeError(error) {
@@ -267,7 +354,7 @@ function errorPanel(error) {
     h(
       "p",
       {},
-      state.route.view === "run" ? h("a", { href: "#/" }, "← All runs") : null,
+      state.route.view !== "list" ? h("a", { href: "#/" }, "← All runs") : null,
       " ",
       h("button", { class: "button", onclick: refresh }, "Try again"),
     ),
@@ -320,6 +407,12 @@ function onNavigate() {
   state.route = route;
   state.run = null;
   state.messages = null;
+  state.runAgents = null;
+  state.runAgentsFor = 0;
+  state.cancelling = false;
+  state.cancelError = null;
+  state.agents = null;
+  state.agentLimit = PAGE;
   state.openAgent = null;
   state.agentDetails = new Map();
   state.agentsShown = PAGE;

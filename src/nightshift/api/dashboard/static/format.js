@@ -61,13 +61,14 @@ export function formatCompact(value) {
   return `${(n / 1e6).toFixed(n < 1e7 ? 2 : 1)}M`;
 }
 
-/** Dollars with enough digits to tell small runs apart: $0.0026, $1.24, $1,234. */
+/**
+ * Dollars as the CLI and the demo show them (`views.money`): four decimals under a dollar, to
+ * tell small runs apart ($0.0749), cents above ($1,234.56).
+ */
 export function formatUsd(value) {
   const n = value || 0;
-  if (n === 0) return "$0";
-  if (n < 0.01) return `$${n.toFixed(4)}`;
-  if (n < 100) return `$${n.toFixed(2)}`;
-  return `$${integer.format(Math.round(n))}`;
+  if (Math.abs(n) < 1) return `$${n.toFixed(4)}`;
+  return `$${n.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
 }
 
 export function parseTime(value) {
@@ -76,13 +77,11 @@ export function parseTime(value) {
   return Number.isNaN(time.getTime()) ? null : time;
 }
 
-/** 850 ms, 12.4 s, 3 min 05 s, 2 h 07 min. */
+/** 0.4 s, 12.4 s, 3 min 05 s, 2 h 07 min: as the CLI shows durations (`views.duration`). */
 export function formatDuration(ms) {
   if (ms === null || ms === undefined || Number.isNaN(ms)) return "";
-  const value = Math.max(0, ms);
-  if (value < 1000) return `${Math.round(value)} ms`;
-  const seconds = value / 1000;
-  if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 1 : 0)} s`;
+  const seconds = Math.max(0, ms) / 1000;
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
   const minutes = Math.floor(seconds / 60);
   if (minutes < 60) return `${minutes} min ${String(Math.floor(seconds % 60)).padStart(2, "0")} s`;
   const hours = Math.floor(minutes / 60);

@@ -57,12 +57,7 @@ export function progressLabel(counts) {
 }
 
 export function usageOf(run) {
-  const usage = run.progress?.usage || {};
-  const input = usage.input_tokens || 0;
-  const output = usage.output_tokens || 0;
-  const cacheRead = usage.cache_read_tokens || 0;
-  const cacheWrite = usage.cache_write_tokens || 0;
-  return { input, output, cacheRead, cacheWrite, total: input + output + cacheRead + cacheWrite };
+  return usageParts(run.progress?.usage);
 }
 
 export function usageTitle(usage) {
@@ -93,7 +88,62 @@ export function costCell(run) {
   );
 }
 
+/** A step as people count it: the API's `step` and `step_number` count from 0, every screen from 1. */
+export function shownStep(stepNumber) {
+  return (stepNumber || 0) + 1;
+}
+
+/** The step a run is in (or ended at), as people count it. */
 export function stepOf(run) {
-  // The API counts steps from 0; people (and `nightshift demo`) count from 1.
-  return (run.progress?.step || 0) + 1;
+  return shownStep(run.progress?.step);
+}
+
+/** The run's name: `metadata.name` when it is a text, else null. */
+export function runName(run) {
+  const name = run.metadata?.name;
+  return typeof name === "string" && name.trim() ? name : null;
+}
+
+/** The run's metadata but its name, as "key: value" texts. */
+export function metadataTexts(run) {
+  return Object.entries(run.metadata || {})
+    .filter(([key]) => !(key === "name" && runName(run)))
+    .map(([key, value]) => `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`);
+}
+
+/** An agent shown by its name, with its id beside it (smaller) to copy. */
+export function agentLabel(name, id) {
+  return h(
+    "span",
+    { class: "agent-label" },
+    name ? h("span", { class: "agent-name" }, name) : null,
+    h("span", { class: `mono agent-id${name ? " muted small" : ""}` }, id),
+  );
+}
+
+/** The parts of a usage ({input_tokens, ...}) and their sum. */
+export function usageParts(usage = {}) {
+  const input = usage.input_tokens || 0;
+  const output = usage.output_tokens || 0;
+  const cacheRead = usage.cache_read_tokens || 0;
+  const cacheWrite = usage.cache_write_tokens || 0;
+  return { input, output, cacheRead, cacheWrite, total: input + output + cacheRead + cacheWrite };
+}
+
+/** An agent's core memory blocks, each with its label, size and value. */
+export function memoryBlocks(blocks) {
+  if (!blocks.length) return h("p", { class: "muted" }, "No memory blocks.");
+  return blocks.map((block) =>
+    h(
+      "div",
+      { class: "block", dataset: { label: block.label } },
+      h(
+        "div",
+        { class: "block-head" },
+        h("span", { class: "block-label" }, block.label),
+        h("span", { class: "muted small" }, `${formatInt(block.value.length)} / ${formatInt(block.limit)} chars`),
+      ),
+      h("pre", { class: "block-value" }, block.value || h("span", { class: "muted" }, "(empty)")),
+    ),
+  );
 }

@@ -1,4 +1,5 @@
-// One run: its progress, the step timeline (provider batches), its agents and their memory.
+// One run: its progress, the cancel button, the cost and throughput chart, the step timeline
+// (provider batches), its agents (by name, with tokens and cost) and their memory.
 
 import {
   describeMessage,
@@ -11,16 +12,59 @@ import {
   h,
   parseTime,
 } from "./format.js";
-import { agentCounts, badge, isActive, progressBar, progressLabel, stepOf, usageOf, usageTitle } from "./parts.js";
+import { stepChart } from "./chart.js";
+import {
+  agentCounts,
+  agentLabel,
+  badge,
+  isActive,
+  memoryBlocks,
+  metadataTexts,
+  progressBar,
+  runName,
+  shownStep,
+  stepOf,
+  usageOf,
+  usageParts,
+  usageTitle,
+} from "./parts.js";
 
 export function renderRun(state, actions) {
   const run = state.run;
   const back = h("a", { class: "back", href: "#/" }, "← All runs");
   if (run === null) return [back, h("div", { class: "panel loading" }, "Loading run…")];
-  return [back, title(run), cards(run), failures(run), callback(run), timeline(run), agents(state, run, actions)];
+  return [
+    back,
+    title(state, run, actions),
+    cards(run),
+    failures(run),
+    callback(run),
+    stepChart(run),
+    timeline(run),
+    agents(state, run, actions),
+  ];
 }
 
-function title(run) {
+function cancelButton(state, run, actions) {
+  const failed = state.cancelError
+    ? h("span", { class: "error-text small cancel-error", role: "alert" }, `Could not cancel: ${state.cancelError}`)
+    : null;
+  if (!isActive(run)) return failed;
+  const button = h(
+    "button",
+    {
+      class: "button button-danger cancel-run",
+      type: "button",
+      disabled: state.cancelling,
+      title: "Stop the run: no further steps; its open provider batches are cancelled at the provider",
+      onclick: () => actions.cancelRun(run),
+    },
+    state.cancelling ? "Cancelling…" : "Cancel run",
+  );
+  return h("div", { class: "run-actions" }, failed, button);
+}
+
+function title(state, run, actions) {
   const created = parseTime(run.created_at);
   const completed = parseTime(run.completed_at);
   const meta = [h("span", { title: fullTime(created) }, `created ${formatClock(created)} (${formatAgo(created)})`)];
@@ -30,13 +74,23 @@ function title(run) {
   } else if (isActive(run)) {
     meta.push(h("span", {}, `running for ${formatDuration(Date.now() - created)}`));
   }
-  for (const [key, value] of Object.entries(run.metadata || {})) {
-    meta.push(h("span", {}, `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`));
-  }
+  for (const text of metadataTexts(run)) meta.push(h("span", { class: "run-metadata" }, text));
+  const name = runName(run);
   return h(
     "div",
     { class: "run-head" },
-    h("h1", {}, h("span", { class: "mono run-title" }, run.id), badge(run.status, "badge-large")),
+    h(
+      "div",
+      { class: "run-head-line" },
+      h(
+        "h1",
+        {},
+        name ? h("span", { class: "run-name" }, name) : null,
+        h("span", { class: `mono run-title${name ? " run-title-small" : ""}` }, run.id),
+        badge(run.status, "badge-large"),
+      ),
+      cancelButton(state, run, actions),
+    ),
     h("p", { class: "muted run-meta" }, meta),
   );
 }
@@ -108,7 +162,7 @@ function failures(run) {
             "tr",
             {},
             h("th", {}, "Agent"),
-            h("th", { class: "num" }, "Step"),
+            h("th", { class: "num" }, "Failed at step"),
             h("th", {}, "Request"),
             h("th", {}, "Error"),
           ),
@@ -120,8 +174,8 @@ function failures(run) {
             h(
               "tr",
               {},
-              h("td", { class: "mono" }, f.agent_id),
-              h("td", { class: "num" }, String((f.step_number || 0) + 1)),
+              h("td", {}, agentLabel(f.agent_name, f.agent_id)),
+              h("td", { class: "num" }, String(shownStep(f.step_number))),
               h("td", {}, badge(f.request_status)),
               h("td", { class: "error-text" }, f.error || ""),
             ),
@@ -179,7 +233,7 @@ function timeline(run) {
     return h(
       "tr",
       { class: "batch-row", dataset: { batchId: b.id, status: b.status } },
-      h("td", { class: "num" }, String((b.step_number || 0) + 1)),
+      h("td", { class: "num" }, String(shownStep(b.step_number))),
       h(
         "td",
         {},
@@ -255,83 +309,68 @@ function timeline(run) {
   );
 }
 
-/** The run's agents, in the order they first appear, from its latest messages and its failures. */
-function groupAgents(run, messages) {
+/** The latest messages of the run by agent: how many, the last one, the last thing said. */
+function messagesByAgent(messages) {
   const groups = new Map();
   for (const message of [...messages].reverse()) {
     let group = groups.get(message.agent_id);
     if (!group) {
-      group = { id: message.agent_id, count: 0, last: null, lastSaid: null, failure: null };
+      group = { count: 0, last: null, lastSaid: null };
       groups.set(message.agent_id, group);
     }
     group.count += 1;
     group.last = message;
     if (message.role === "assistant") group.lastSaid = message;
   }
-  for (const failure of run.progress?.failures || []) {
-    if (!groups.has(failure.agent_id))
-      groups.set(failure.agent_id, { id: failure.agent_id, count: 0, last: null, lastSaid: null, failure: null });
-    groups.get(failure.agent_id).failure = failure;
-  }
-  return [...groups.values()];
-}
-
-function agentState(run, group) {
-  if (group.failure) return "failed";
-  // Per-agent states are known only in aggregate; a completed run with no cancellations has no
-  // agent left but the failed ones, so every other agent finished.
-  if (run.status === "completed" && !run.progress?.agents?.cancelled) return "finished";
-  return null;
+  return groups;
 }
 
 function agents(state, run, actions) {
-  const messages = state.messages || [];
-  const groups = groupAgents(run, messages);
   const total = agentCounts(run).total;
-  const note = `${formatInt(groups.length)} of ${formatInt(total)}`;
-  if (!groups.length) {
-    const text = state.messages === null ? "Loading messages…" : "No messages in this run yet.";
+  const list = state.runAgents;
+  const note = list === null ? "" : `${formatInt(list.length)} of ${formatInt(total)}`;
+  if (list === null || !list.length) {
+    const text = list === null ? "Loading agents…" : "No agents in this run yet.";
     return section("Agents", note, h("div", { class: "panel empty-small" }, text));
   }
-  const shown = groups.slice(0, state.agentsShown);
+  const groups = messagesByAgent(state.messages || []);
   return section(
     "Agents",
     note,
     state.messagesTruncated
-      ? h("p", { class: "muted small" }, `From the latest ${formatInt(messages.length)} messages of the run.`)
+      ? h("p", { class: "muted small" }, `Last words from the latest ${formatInt(state.messages.length)} messages.`)
       : null,
     h(
       "div",
       { class: "panel agents" },
-      shown.map((group) => agentRow(state, run, group, actions)),
+      list.map((agent) => agentRow(state, agent, groups.get(agent.agent_id), actions)),
     ),
-    groups.length > shown.length
+    total > list.length
       ? h(
           "div",
           { class: "more" },
           h(
             "button",
             { class: "button", onclick: actions.showMoreAgents },
-            `Show more agents (${formatInt(groups.length - shown.length)} hidden)`,
+            `Show more agents (${formatInt(total - list.length)} hidden)`,
           ),
         )
       : null,
   );
 }
 
-function agentRow(state, run, group, actions) {
-  const open = state.openAgent === group.id;
-  const status = agentState(run, group);
+function agentRow(state, agent, group, actions) {
+  const open = state.openAgent === agent.agent_id;
   // What the agent last said or did tells more than the "OK" of the tool result that follows it.
-  const shownMessage = group.last?.role === "tool" && group.lastSaid ? group.lastSaid : group.last;
+  const shownMessage = group?.last?.role === "tool" && group.lastSaid ? group.lastSaid : group?.last;
   const last = shownMessage ? describeMessage(shownMessage) : null;
-  const lastAt = group.last ? parseTime(group.last.created_at) : null;
+  const lastAt = group?.last ? parseTime(group.last.created_at) : null;
   const head = h(
     "button",
     {
       class: "agent-head",
       "aria-expanded": open ? "true" : "false",
-      onclick: () => actions.toggleAgent(group.id),
+      onclick: () => actions.toggleAgent(agent.agent_id),
     },
     h("span", { class: "chevron", "aria-hidden": "true" }, open ? "▾" : "▸"),
     h(
@@ -340,26 +379,32 @@ function agentRow(state, run, group, actions) {
       h(
         "span",
         { class: "agent-line" },
-        h("span", { class: "mono agent-id" }, group.id),
-        status ? badge(status) : null,
-        h("span", { class: "muted small agent-count" }, `${group.count} ${group.count === 1 ? "message" : "messages"}`),
+        agentLabel(agent.agent_name, agent.agent_id),
+        badge(agent.state),
+        h("span", { class: "muted small agent-step" }, `step ${shownStep(agent.step_number)}`),
+        h("span", { class: "muted small agent-cost" }, formatUsd(agent.cost_usd)),
         lastAt ? h("span", { class: "muted small", title: fullTime(lastAt) }, formatClock(lastAt)) : null,
       ),
-      preview(group, last),
+      preview(agent, last),
     ),
   );
   return h(
     "div",
-    { class: `agent${open ? " agent-open" : ""}`, dataset: { agentId: group.id } },
+    { class: `agent${open ? " agent-open" : ""}`, dataset: { agentId: agent.agent_id, state: agent.state } },
     head,
-    open ? agentPanel(state.agentDetails.get(group.id), group) : null,
+    open ? agentPanel(state.agentDetails.get(agent.agent_id), agent) : null,
   );
 }
 
-function preview(group, last) {
-  if (group.failure) {
-    const why = group.failure.error || group.failure.request_status;
-    return h("span", { class: "preview preview-failed" }, h("span", { class: "preview-label" }, "error"), ` ${why}`);
+function preview(agent, last) {
+  if (agent.state === "failed") {
+    const why = agent.error || "failed";
+    return h(
+      "span",
+      { class: "preview preview-failed" },
+      h("span", { class: "preview-label" }, `failed at step ${shownStep(agent.step_number)}`),
+      ` ${why}`,
+    );
   }
   if (!last) return h("span", { class: "preview muted" }, "no messages");
   return h(
@@ -370,7 +415,25 @@ function preview(group, last) {
   );
 }
 
-function agentPanel(details, group) {
+/** The agent's steps, tokens and cost in this run. */
+function agentSpend(agent) {
+  const usage = usageParts(agent.usage);
+  return h(
+    "dl",
+    { class: "spend" },
+    spendItem("Steps answered", formatInt(agent.steps)),
+    spendItem("Tokens in", formatInt(usage.input + usage.cacheRead + usage.cacheWrite), usageTitle(usage)),
+    spendItem("Tokens out", formatInt(usage.output)),
+    spendItem("Cost", formatUsd(agent.cost_usd)),
+    spendItem("Without batch", formatUsd(agent.cost_without_batch_usd)),
+  );
+}
+
+function spendItem(label, value, title) {
+  return h("div", { class: "spend-item", title }, h("dt", {}, label), h("dd", {}, value));
+}
+
+function agentPanel(details, summary) {
   if (!details) return h("div", { class: "agent-panel muted" }, "Loading agent…");
   if (details.error)
     return h("div", { class: "agent-panel error-text" }, `Could not load this agent: ${details.error}`);
@@ -386,11 +449,12 @@ function agentPanel(details, group) {
       h("span", { class: "muted" }, ` · ${agent.model || agent.llm_config?.handle || ""}`),
       agent.tags?.length ? h("span", { class: "muted" }, ` · tags: ${agent.tags.join(", ")}`) : null,
     ),
-    group.failure
+    agentSpend(summary),
+    summary.state === "failed"
       ? h(
           "p",
-          { class: "error-text" },
-          `Failed at step ${(group.failure.step_number || 0) + 1}: ${group.failure.error || group.failure.request_status}`,
+          { class: "error-text agent-failure" },
+          `Failed at step ${shownStep(summary.step_number)}: ${summary.error || "no reason given"}`,
         )
       : null,
     h(
@@ -400,25 +464,7 @@ function agentPanel(details, group) {
         "div",
         {},
         h("h3", {}, "Core memory"),
-        blocks.length
-          ? blocks.map((block) =>
-              h(
-                "div",
-                { class: "block", dataset: { label: block.label } },
-                h(
-                  "div",
-                  { class: "block-head" },
-                  h("span", { class: "block-label" }, block.label),
-                  h(
-                    "span",
-                    { class: "muted small" },
-                    `${formatInt(block.value.length)} / ${formatInt(block.limit)} chars`,
-                  ),
-                ),
-                h("pre", { class: "block-value" }, block.value || h("span", { class: "muted" }, "(empty)")),
-              ),
-            )
-          : h("p", { class: "muted" }, "No memory blocks."),
+        memoryBlocks(blocks),
       ),
       h(
         "div",

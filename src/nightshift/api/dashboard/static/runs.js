@@ -1,7 +1,18 @@
 // The list of batch runs, newest first, and the empty state that says how to start one.
 
 import { formatAgo, formatClock, formatDuration, formatInt, fullTime, h, icon, parseTime } from "./format.js";
-import { agentCounts, badge, costCell, isActive, progressBar, progressLabel, stepOf, tokensCell } from "./parts.js";
+import {
+  agentCounts,
+  badge,
+  costCell,
+  isActive,
+  metadataTexts,
+  progressBar,
+  progressLabel,
+  runName,
+  stepOf,
+  tokensCell,
+} from "./parts.js";
 
 export const FILTERS = {
   all: { label: "All", statuses: null },
@@ -98,10 +109,8 @@ function row(run, actions) {
   const created = parseTime(run.created_at);
   const completed = parseTime(run.completed_at);
   const href = `#/runs/${encodeURIComponent(run.id)}`;
-  const metadata = Object.entries(run.metadata || {})
-    .slice(0, 3)
-    .map(([key, value]) => `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`)
-    .join(" · ");
+  const name = runName(run);
+  const metadata = metadataTexts(run).slice(0, 3).join(" · ");
   const batches = run.progress?.provider_batches?.length || 0;
   return h(
     "tr",
@@ -115,8 +124,9 @@ function row(run, actions) {
     h(
       "td",
       {},
-      h("a", { class: "mono run-id", href }, run.id),
-      metadata ? h("div", { class: "muted small" }, metadata) : null,
+      name ? h("a", { class: "run-name", href }, name) : null,
+      h("a", { class: `mono run-id${name ? " muted small" : ""}`, href }, run.id),
+      metadata ? h("div", { class: "muted small run-metadata" }, metadata) : null,
     ),
     h("td", {}, badge(run.status)),
     h("td", { class: "col-progress" }, progressBar(counts), progressLabel(counts)),
