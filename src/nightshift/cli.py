@@ -229,7 +229,7 @@ def keys_list(
     if not keys:
         console.print("no API keys" + (f" in organization {org!r}" if org else ""), highlight=False)
         return
-    console.print(_keys_table(keys, names))
+    Console().print(_keys_table(keys, names))  # made now: it sees the width (COLUMNS) the command runs in
 
 
 @keys_app.command("revoke")
@@ -259,9 +259,15 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (user-.
 
 
 def _keys_table(keys: list[ApiKey], org_names: dict[str, str]) -> Table:
-    table = Table()
-    for column in ("id", "org", "name", "prefix", "admin", "created", "last used", "revoked"):
-        table.add_column(column, no_wrap=column in {"id", "prefix"}, overflow="fold")
+    # No rules, one space between columns, and the times break after the date: it fits 80 columns.
+    table = Table(box=None, padding=(0, 1, 0, 0), header_style="bold")
+    table.add_column("id", overflow="fold", min_width=10)
+    table.add_column("org", overflow="fold", min_width=4)
+    table.add_column("name", overflow="fold", min_width=4)
+    table.add_column("prefix", no_wrap=True)
+    table.add_column("admin")
+    for column in ("created", "last used", "revoked"):
+        table.add_column(column, min_width=10)
     for key in keys:
         table.add_row(
             key.id,

@@ -59,10 +59,18 @@ def _list(*args: str) -> str:
     return result.output
 
 
+COLUMNS = ("id", "org", "name", "prefix", "admin", "created", "last used", "revoked")
+
+
 def _row(output: str, key_id: str) -> list[str]:
-    """The cells of the table row of ``key_id``."""
-    line = next(line for line in output.splitlines() if key_id in line)
-    return [cell.strip() for cell in re.split("[│┃]", line.strip().strip("│┃"))]
+    """The cells of the table row of ``key_id``, cut where the header's column names start."""
+    lines = output.splitlines()
+    header = next(line for line in lines if line.startswith("id "))
+    starts = [header.index(name) for name in COLUMNS]
+    assert starts == sorted(starts), header
+    line = next(line for line in lines if line.startswith(key_id))
+    ends = [*starts[1:], len(line)]
+    return [line[start:end].strip() for start, end in zip(starts, ends, strict=True)]
 
 
 async def _get(settings: Settings, path: str, secret: str) -> int:
@@ -87,8 +95,7 @@ def test_create_list_use_and_revoke(tmp_path: Path, database: str) -> None:
         assert secret[:11] in everything  # ns- and 8 characters
         assert secret[:12] not in everything
         assert hashlib.sha256(secret.encode()).hexdigest() not in everything
-    header = _row(everything, "id")
-    assert header == ["id", "org", "name", "prefix", "admin", "created", "last used", "revoked"]
+    assert _row(everything, "id ") == list(COLUMNS)
     admin_row = _row(everything, admin_id)
     assert admin_row[:5] == [admin_id, "acme", "ops", admin_secret[:11], "yes"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", admin_row[5])
