@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 from collections.abc import Coroutine
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from nightshift.cli_commands import agents_app, batch_app
 from nightshift.config import Settings
-from nightshift.errors import Conflict, DatabaseUnavailable, InvalidInput
+from nightshift.domain.orgs import ApiKey
+from nightshift.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
 from nightshift.tracing import shutdown_tracing
 
 T = TypeVar("T")
@@ -182,28 +185,120 @@ def db_revision(
 @keys_app.command("create")
 def keys_create(
     org: Annotated[str, typer.Option(help="Organization the key belongs to (created if new)")] = "default",
-    name: Annotated[str, typer.Option(help="A name for the key's user")] = "api-user",
+    name: Annotated[str, typer.Option(help="A name for the key, to recognise it later")] = "api-user",
+    admin: Annotated[
+        bool, typer.Option("--admin", help="The key may list, create and revoke its organization's keys (/v1/keys)")
+    ] = False,
 ) -> None:
-    """Create an API key. It is printed once; only its hash is stored."""
+    """Create an API key. It is printed once; only its hash and prefix are stored."""
+    from nightshift.services.keys import create_key
     from nightshift.store.db import opened, upgrade
-    from nightshift.store.orgs import create_user, ensure_default_org, get_or_create_org
+    from nightshift.store.orgs import ensure_default_org, get_or_create_org
 
     settings = Settings()
-    key = "ns-" + secrets.token_urlsafe(32)
 
-    async def run() -> str:
+    async def run() -> tuple[ApiKey, str]:
         async with opened(settings.resolved_database_url) as engine:
             await upgrade(engine)
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
                 organization = await get_or_create_org(conn, org)
-                await create_user(conn, organization.id, name, key)
-                return organization.id
+                return await create_key(conn, organization.id, name, is_admin=admin)
 
-    org_id = _run(run())
-    console.print(f"organization [bold]{org}[/] ({org_id})")
+    key, secret = _run(run())
+    console.print(f"organization [bold]{escape(org)}[/] ({key.organization_id})", highlight=False)
+    console.print(f"{'admin key' if admin else 'key'} {key.id} ({key.key_prefix}...)", highlight=False)
     console.print("API key (shown once, store it now):")
-    typer.echo(key)
+    typer.echo(secret)
+
+
+@keys_app.command("list")
+def keys_list(
+    org: Annotated[str | None, typer.Option(help="Only this organization's keys (by name)")] = None,
+) -> None:
+    """List API keys, revoked ones included: never a key itself, only its first characters."""
+    from nightshift.store.db import opened, upgrade
+    from nightshift.store.keys import list_keys
+    from nightshift.store.orgs import find_org, org_names
+
+    settings = Settings()
+
+    async def run() -> tuple[list[ApiKey], dict[str, str]] | None:
+        async with opened(settings.resolved_database_url) as engine:
+            await upgrade(engine)
+            async with engine.connect() as conn:
+                org_id = None
+                if org is not None:
+                    found = await find_org(conn, org)
+                    if found is None:
+                        return None
+                    org_id = found.id
+                return await list_keys(conn, org_id=org_id), await org_names(conn)
+
+    listed = _run(run())
+    if listed is None:
+        console.print(f"[red]error:[/] no organization is named {org!r}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    keys, names = listed
+    if not keys:
+        console.print("no API keys" + (f" in organization {org!r}" if org else ""), highlight=False)
+        return
+    Console().print(_keys_table(keys, names))  # made now: it sees the width (COLUMNS) the command runs in
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (user-..., see keys list)")]) -> None:
+    """Revoke an API key: every server refuses it from its next request on. Revoking twice is harmless."""
+    from nightshift.services.keys import revoke_key
+    from nightshift.store.db import opened, upgrade
+
+    settings = Settings()
+
+    async def run() -> tuple[ApiKey, bool]:
+        async with opened(settings.resolved_database_url) as engine:
+            await upgrade(engine)
+            async with engine.begin() as conn:
+                return await revoke_key(conn, key_id)
+
+    try:
+        key, revoked = _run(run())
+    except NotFound:
+        console.print(f"[red]error:[/] no API key has the id {key_id!r} (see nightshift keys list)", highlight=False)
+        raise typer.Exit(1) from None
+    shown = f"{key.id} ({escape(key.name)}, {key.key_prefix or 'prefix unknown'})"
+    if revoked:
+        console.print(f"revoked {shown}", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"{shown} was already revoked at {_when(key.revoked_at)}", highlight=False, soft_wrap=True)
+
+
+def _keys_table(keys: list[ApiKey], org_names: dict[str, str]) -> Table:
+    # No rules, one space between columns, and the times break after the date: it fits 80 columns.
+    table = Table(box=None, padding=(0, 1, 0, 0), header_style="bold")
+    table.add_column("id", overflow="fold", min_width=10)
+    table.add_column("org", overflow="fold", min_width=4)
+    table.add_column("name", overflow="fold", min_width=4)
+    table.add_column("prefix", no_wrap=True)
+    table.add_column("admin")
+    for column in ("created", "last used", "revoked"):
+        table.add_column(column, min_width=10)
+    for key in keys:
+        table.add_row(
+            key.id,
+            escape(org_names.get(key.organization_id, key.organization_id)),
+            escape(key.name),
+            key.key_prefix or "[dim]unknown[/]",
+            "yes" if key.is_admin else "no",
+            _when(key.created_at),
+            _when(key.last_used_at) if key.last_used_at else "[dim]never[/]",
+            f"[red]{_when(key.revoked_at)}[/]" if key.revoked_at else "",
+        )
+    return table
+
+
+def _when(moment: datetime | None) -> str:
+    """A time in the local zone, to the minute."""
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M") if moment is not None else ""
 
 
 @app.command()

@@ -31,6 +31,10 @@ class Unauthorized(NightshiftError):
     """Missing or wrong credentials."""
 
 
+class Forbidden(NightshiftError):
+    """Right credentials, but not for this: the message says what is needed."""
+
+
 class DatabaseUnavailable(NightshiftError):
     """The database cannot be reached or opened; the message says what to check or run."""
 

@@ -15,7 +15,8 @@ from sqlalchemy import text
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.store.db import opened
-from nightshift.store.orgs import create_user, get_or_create_org
+from nightshift.store.keys import create_key
+from nightshift.store.orgs import get_or_create_org
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 PASSWORD = "correct-horse-" + secrets.token_hex(8)
@@ -62,9 +63,9 @@ async def _add_keys(db_url: str) -> dict[str, str]:
     async with opened(db_url) as engine:
         async with engine.begin() as conn:
             acme = await get_or_create_org(conn, "acme")
-            await create_user(conn, acme.id, "alice", KEY_A)
+            await create_key(conn, acme.id, "alice", KEY_A)
             bolt = await get_or_create_org(conn, "bolt")
-            await create_user(conn, bolt.id, "bob", KEY_B)
+            await create_key(conn, bolt.id, "bob", KEY_B)
     return {KEY_A: acme.id, KEY_B: bolt.id}
 
 

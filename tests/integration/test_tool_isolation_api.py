@@ -24,7 +24,8 @@ from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
 from nightshift.store.db import opened
-from nightshift.store.orgs import create_user, get_or_create_org
+from nightshift.store.keys import create_key
+from nightshift.store.orgs import get_or_create_org
 from support.host import host_processes_with
 from support.runs import Runs
 
@@ -175,8 +176,8 @@ async def app(
     async with application.router.lifespan_context(application):
         async with opened(sqlite_url) as engine:
             async with engine.begin() as conn:
-                await create_user(conn, (await get_or_create_org(conn, "acme")).id, "alice", KEY_A)
-                await create_user(conn, (await get_or_create_org(conn, "bolt")).id, "bob", KEY_B)
+                await create_key(conn, (await get_or_create_org(conn, "acme")).id, "alice", KEY_A)
+                await create_key(conn, (await get_or_create_org(conn, "bolt")).id, "bob", KEY_B)
         yield application
 
 

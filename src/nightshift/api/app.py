@@ -14,14 +14,15 @@ from nightshift.api import errors
 from nightshift.api.body_limit import MEGABYTE, BodyLimit
 from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
-from nightshift.api.errors import ERROR_RESPONSES, PROVIDER_ERROR_RESPONSES
+from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import storable_url
-from nightshift.api.routers import agent_messages, agents, batches, blocks, health, tools
+from nightshift.api.routers import agent_messages, agents, batches, blocks, health, keys, tools
 from nightshift.api.routers.health import Readiness, set_readiness
 from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
+from nightshift.services.keys import KeyUsage
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
 from nightshift.tracing import instrument_app
@@ -31,7 +32,8 @@ Stateful LLM agents stepped through the providers' batch APIs, behind a Letta-co
 
 When `NIGHTSHIFT_SERVER_PASSWORD` is set, every route but `/v1/health` and `/v1/ready` needs
 `Authorization: Bearer <password or API key>`. An API key (`nightshift keys create`) scopes the
-caller to its organization: other organizations' objects answer 404.
+caller to its organization: other organizations' objects answer 404. `/v1/keys` manages the
+caller's organization's keys, with an admin key or the server password (default organization).
 """
 
 
@@ -51,7 +53,8 @@ def create_app(settings: Settings) -> FastAPI:
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
             async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
-                app.state.nightshift = AppState(settings=settings, engine=engine, worker=worker)
+                key_usage = KeyUsage(engine)
+                app.state.nightshift = AppState(settings=settings, engine=engine, worker=worker, key_usage=key_usage)
                 poller = asyncio.create_task(poll_forever(worker, http), name="poller") if settings.poller else None
                 set_readiness(app, Readiness.READY)
                 try:
@@ -59,6 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
                 finally:
                     set_readiness(app, Readiness.DRAINING)
                     await drain(worker, poller, grace=settings.shutdown_grace_seconds)
+                    await key_usage.settled()  # the last uses of keys are written before the engine closes
         finally:
             await engine.dispose()
 
@@ -89,4 +93,5 @@ def create_app(settings: Settings) -> FastAPI:
         agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES
     )
     app.include_router(batches.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES)
+    app.include_router(keys.router, dependencies=secured, responses=ERROR_RESPONSES | FORBIDDEN_RESPONSES)
     return app

@@ -1,4 +1,4 @@
-"""Request dependencies: the caller's organization and a transaction per request."""
+"""Request dependencies: the caller (its organization, its key) and a transaction per request."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.worker import Worker
 from nightshift.config import Settings
-from nightshift.domain.orgs import DEFAULT_ORG_ID
+from nightshift.domain.orgs import DEFAULT_ORG_ID, Caller, CallerKind, KeyStatus
 from nightshift.errors import Unauthorized
-from nightshift.store.orgs import org_for_api_key
+from nightshift.services.keys import KeyUsage, check_manages_keys
+from nightshift.store.keys import key_for_secret
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +25,7 @@ class AppState:
     settings: Settings
     engine: AsyncEngine
     worker: Worker
+    key_usage: KeyUsage
 
 
 def app_state(request: Request) -> AppState:
@@ -64,26 +66,50 @@ def _same_secret(token: str, password: str) -> bool:
     return hmac.compare_digest(token.encode("latin-1", "replace"), password.encode("utf-8", "replace"))
 
 
-async def organization(request: Request, state: State) -> str:
-    """The caller's organization id.
+async def caller(request: Request, state: State) -> Caller:
+    """Who sent the request.
 
-    An API key (``nightshift keys create``) maps to its organization. The server password, when
-    set, maps to the default organization; when it is set, a request without either is refused.
-    Without a password, a request without a key belongs to the default organization.
+    An API key (``nightshift keys create``) maps to its organization; a revoked one is refused.
+    The key is looked up in the database on every request (no cache), so a revocation holds at
+    the next request in every process. The server password, when set, maps to the default
+    organization; when it is set, a request without either is refused. Without a password, a
+    request without a key belongs to the default organization.
     """
     token = _bearer(request)
     password = state.settings.server_password
     if token is not None:
         if password is not None and _same_secret(token, password.get_secret_value()):
-            return DEFAULT_ORG_ID
+            return Caller(organization_id=DEFAULT_ORG_ID, kind=CallerKind.PASSWORD)
         async with state.engine.connect() as conn:
-            org_id = await org_for_api_key(conn, token)
-        if org_id is not None:
-            return org_id
-        raise Unauthorized("the API key or password is not valid")
+            key = await key_for_secret(conn, token)
+        if key is None:
+            raise Unauthorized("the API key or password is not valid")
+        if key.status is KeyStatus.REVOKED:
+            raise Unauthorized("this API key has been revoked")
+        state.key_usage.used(key.id)
+        return Caller(
+            organization_id=key.organization_id, kind=CallerKind.API_KEY, key_id=key.id, is_admin=key.is_admin
+        )
     if password is not None:
         raise Unauthorized("this server needs 'Authorization: Bearer <password or API key>'")
-    return DEFAULT_ORG_ID
+    return Caller(organization_id=DEFAULT_ORG_ID, kind=CallerKind.ANONYMOUS)
+
+
+CallerDep = Annotated[Caller, Depends(caller)]
+
+
+async def organization(who: CallerDep) -> str:
+    """The caller's organization id (FastAPI runs :func:`caller` once per request for both)."""
+    return who.organization_id
 
 
 Org = Annotated[str, Depends(organization)]
+
+
+async def key_admin(who: CallerDep) -> Caller:
+    """The caller, if it may manage its organization's API keys (403 otherwise)."""
+    check_manages_keys(who)
+    return who
+
+
+KeyAdmin = Annotated[Caller, Depends(key_admin)]

@@ -21,11 +21,19 @@ from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nightshift.api.input import UNSTORABLE
-from nightshift.errors import Conflict, InvalidInput, NightshiftError, NotFound, ProviderError, Unauthorized
+from nightshift.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NightshiftError,
+    NotFound,
+    ProviderError,
+    Unauthorized,
+)
 
 log = logging.getLogger(__name__)
 
-STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 422, Unauthorized: 401, ProviderError: 502}
+STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 422, Unauthorized: 401, Forbidden: 403, ProviderError: 502}
 
 
 class ErrorBody(BaseModel):
@@ -44,6 +52,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {**_ERROR, "description": "The request conflicts with the current state"},
     413: {**_ERROR, "description": "The request body is over the size limit"},
     422: {**_ERROR, "description": "Bad input; `field` names the part at fault"},
+}
+# The routes that manage API keys can also answer this.
+FORBIDDEN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    403: {**_ERROR, "description": "The caller may not manage keys (it needs an admin key or the server password)"},
 }
 # Routes that call a model provider can also answer this.
 PROVIDER_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

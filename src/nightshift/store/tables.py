@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -94,7 +95,11 @@ users = Table(
     _org(),
     Column("name", String(255), nullable=False),
     Column("api_key_hash", String(128), nullable=False, unique=True, comment="sha256 of the key"),
+    Column("key_prefix", String(16), comment="the key's first characters, shown to tell keys apart; null for old keys"),
+    Column("is_admin", Boolean, nullable=False, server_default=false(), comment="may manage its organization's keys"),
     Column("created_at", UTCDateTime(), nullable=False),
+    Column("last_used_at", UTCDateTime(), comment="written at most once a minute per key and process"),
+    Column("revoked_at", UTCDateTime(), comment="set once: from then on the key is refused"),
 )
 
 agents = Table(

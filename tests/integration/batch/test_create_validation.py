@@ -8,7 +8,8 @@ import httpx
 from fastapi import FastAPI
 
 from nightshift.emulator import EmulatorAdmin
-from nightshift.store.orgs import create_user, get_or_create_org
+from nightshift.store.keys import create_key
+from nightshift.store.orgs import get_or_create_org
 from support.runs import Runs
 
 
@@ -77,7 +78,7 @@ async def test_another_organizations_agent_is_not_found(runs: Runs, app: FastAPI
     before = [await runs.context(mine["id"])]
     async with app.state.nightshift.engine.begin() as conn:
         other = await get_or_create_org(conn, "other-org")
-        await create_user(conn, other.id, "mallory", "key-of-other-org")
+        await create_key(conn, other.id, "mallory", "key-of-other-org")
     headers = {"Authorization": "Bearer key-of-other-org"}
     response = await runs.client.post(
         "/v1/messages/batches", json={"requests": [{"agent_id": mine["id"], "input": "hi"}]}, headers=headers

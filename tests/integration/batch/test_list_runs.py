@@ -8,7 +8,8 @@ from fastapi import FastAPI
 
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
-from nightshift.store.orgs import create_user, get_or_create_org
+from nightshift.store.keys import create_key
+from nightshift.store.orgs import get_or_create_org
 from support.api import json_list
 from support.runs import Runs
 
@@ -91,7 +92,7 @@ async def test_runs_are_listed_per_organization(runs: Runs, app: FastAPI) -> Non
     assert await _list(runs) == []
     async with app.state.nightshift.engine.begin() as conn:
         other = await get_or_create_org(conn, "other-org")
-        await create_user(conn, other.id, "eve", "key-of-other-org")
+        await create_key(conn, other.id, "eve", "key-of-other-org")
     theirs = {"Authorization": "Bearer key-of-other-org"}
     agent = await runs.agent("ours")
     run = await runs.start([{"agent_id": agent["id"], "input": "hi"}])
