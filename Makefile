@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format bench migration clean
+.PHONY: demo test test-fast lint format bench load migration clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -45,6 +45,11 @@ format: $(STAMP)
 bench: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
 	$(BIN)/python -m nightshift.bench $(ARGS)
+
+# The API's latency under concurrent readers, without and with a batch run stepping (loopback only).
+load: $(STAMP)
+	@scripts/system-packages $(DEMO_PACKAGES)
+	$(BIN)/python -m nightshift.load $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

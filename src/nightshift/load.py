@@ -1,0 +1,219 @@
+"""``make load``: how fast the API answers readers, with no run going and while a batch run steps.
+
+Starts the provider emulator and ``nightshift serve`` (a fresh SQLite file, or ``--database-url``)
+as processes of their own on the loopback, creates AGENTS agents through the API, then runs
+CLIENTS concurrent readers for two phases: with no run going (SECONDS long), and while one batch
+run over every agent goes through its two steps (a memory edit, then send_message), until the run
+ends (at most SECONDS * 10). Readers loop over what a user or the dashboard reads: one agent, a
+page of 50 agents, an agent's last 20 messages, the page of runs and the run. It prints the
+latency percentiles of each phase and how long the run's steps took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from nightshift.bench import ASKS, emulator_process
+from nightshift.providers.registry import provider_info
+from nightshift.serving import free_port
+
+console = Console(width=160)
+
+
+@dataclass
+class Latencies:
+    """The answers of one phase: each request's latency and the failed ones."""
+
+    name: str
+    seconds: list[float] = field(default_factory=list)
+    errors: int = 0
+    wall: float = 0.0
+
+    def percentile(self, share: float) -> float:
+        ordered = sorted(self.seconds)
+        return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
+
+
+@contextmanager
+def server_process(database_url: str, home: Path, emulator_url: str) -> Iterator[str]:
+    """``nightshift serve`` in its own process against the emulator; yields its base URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")}
+    env.update(
+        NIGHTSHIFT_HOME=str(home),
+        NIGHTSHIFT_DATABASE_URL=database_url,
+        NIGHTSHIFT_POLL_INTERVAL_SECONDS="0.2",
+        NIGHTSHIFT_LOG_LEVEL="WARNING",
+        ANTHROPIC_BASE_URL=emulator_url,
+        ANTHROPIC_API_KEY="load",
+        OPENAI_BASE_URL=f"{emulator_url}/v1",
+        OPENAI_API_KEY="load",
+    )
+    log = (home / "server.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "nightshift", "serve", "--port", str(port)], env=env, stdout=log, stderr=log
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/v1/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"the server did not start; see {home / 'server.log'}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        log.close()
+
+
+async def create_agents(client: httpx.AsyncClient, count: int, model: str) -> list[str]:
+    """``count`` agents through the API, 16 requests at a time; their ids."""
+    ids: list[str] = []
+    gate = asyncio.Semaphore(16)
+
+    async def one(index: int) -> None:
+        body = {
+            "name": f"load-{index}",
+            "model": model,
+            "memory_blocks": [
+                {"label": "persona", "value": f"I am load agent {index}.", "limit": 2000},
+                {"label": "human", "value": "Nothing known yet.", "limit": 2000},
+            ],
+        }
+        async with gate:
+            answer = await client.post("/v1/agents/", json=body)
+        answer.raise_for_status()
+        ids.append(answer.json()["id"])
+        progress.advance(task)
+
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("creating agents", total=count)
+        await asyncio.gather(*(one(i) for i in range(count)))
+    return ids
+
+
+async def read(client: httpx.AsyncClient, agent_ids: list[str], run_id: str | None, into: Latencies) -> None:
+    """One read of what a user looks at, its latency added to ``into``."""
+    agent_id = random.choice(agent_ids)
+    choices = [
+        f"/v1/agents/{agent_id}",
+        "/v1/agents/?limit=50",
+        f"/v1/agents/{agent_id}/messages?limit=20",
+        "/v1/messages/batches?limit=20",
+    ]
+    if run_id is not None:
+        choices.append(f"/v1/messages/batches/{run_id}")
+    started = time.perf_counter()
+    try:
+        answer = await client.get(random.choice(choices))
+        failed = answer.status_code >= 400
+    except httpx.HTTPError:
+        failed = True
+    into.seconds.append(time.perf_counter() - started)
+    into.errors += failed
+
+
+async def readers(
+    client: httpx.AsyncClient, clients: int, agent_ids: list[str], run_id: str | None, into: Latencies, until: Any
+) -> None:
+    """``clients`` readers in a loop until ``until()`` is true."""
+    started = time.perf_counter()
+
+    async def reader() -> None:
+        while not until():
+            await read(client, agent_ids, run_id, into)
+
+    await asyncio.gather(*(reader() for _ in range(clients)))
+    into.wall = time.perf_counter() - started
+
+
+async def load(url: str, *, agents: int, clients: int, seconds: float, model: str) -> tuple[list[Latencies], float]:
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        agent_ids = await create_agents(client, agents, model)
+        quiet = Latencies("no run going")
+        deadline = time.monotonic() + seconds
+        console.print(f"reading with {clients} clients for {seconds:.0f} s, no run going")
+        await readers(client, clients, agent_ids, None, quiet, lambda: time.monotonic() > deadline)
+
+        console.print(f"a batch run over {agents:,} agents (two steps), read meanwhile by {clients} clients")
+        started = time.perf_counter()
+        answer = await client.post(
+            "/v1/messages/batches",
+            json={"requests": [{"agent_id": a, "input": ASKS["memory"]} for a in agent_ids]},
+        )
+        answer.raise_for_status()
+        run_id = answer.json()["id"]
+        ended = asyncio.Event()
+
+        async def watch() -> None:
+            limit = time.monotonic() + seconds * 10
+            while time.monotonic() < limit:
+                run = (await client.get(f"/v1/messages/batches/{run_id}")).json()
+                if run["status"] not in ("created", "running"):
+                    break
+                await asyncio.sleep(0.5)
+            ended.set()
+
+        busy = Latencies("while the run steps")
+        await asyncio.gather(watch(), readers(client, clients, agent_ids, run_id, busy, ended.is_set))
+        run_seconds = time.perf_counter() - started
+    return [quiet, busy], run_seconds
+
+
+def main(
+    agents: Annotated[int, typer.Option(help="Agents in the organization and in the run")] = 2_000,
+    clients: Annotated[int, typer.Option(help="Concurrent readers")] = 50,
+    seconds: Annotated[float, typer.Option(help="Length of the quiet phase (the run's phase ends with the run)")] = 20,
+    database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file)")] = None,
+    provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai)")] = "anthropic",
+) -> None:
+    """Measure the API's latency under CLIENTS concurrent readers, without and with a run stepping."""
+    model = f"{provider}/{provider_info(provider).example_model}"
+    with tempfile.TemporaryDirectory() as tmp, emulator_process() as (emulator_url, _pid):
+        home = Path(tmp)
+        db = database_url or f"sqlite:///{home / 'load.db'}"
+        with server_process(db, home, emulator_url) as url:
+            phases, run_seconds = asyncio.run(load(url, agents=agents, clients=clients, seconds=seconds, model=model))
+    table = Table(title=f"API latency, {clients} concurrent readers, {agents:,} agents")
+    for column in ("phase", "requests", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"):
+        table.add_column(column, justify="left" if column == "phase" else "right")
+    for phase in phases:
+        table.add_row(
+            phase.name,
+            str(len(phase.seconds)),
+            f"{len(phase.seconds) / phase.wall:.0f}" if phase.wall else "-",
+            *(f"{phase.percentile(p) * 1000:.0f}" for p in (0.5, 0.9, 0.99)),
+            f"{max(phase.seconds, default=0) * 1000:.0f}",
+            str(phase.errors),
+        )
+    console.print(table)
+    console.print(f"database: {db.split(':')[0]}; the run took {run_seconds:.1f} s (two steps)")
+    console.print("the readers run in this process, on the same machine as the server and the emulator")
+
+
+if __name__ == "__main__":
+    typer.run(main)

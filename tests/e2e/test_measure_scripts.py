@@ -1,0 +1,37 @@
+"""``make bench`` and ``make load`` keep working: each runs end to end on a few agents and prints its
+figures (the figures themselves are for people to read, never asserted on)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+
+def _run(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", *args], capture_output=True, text=True, timeout=300, check=False, env=_env()
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")} | {"COLUMNS": "160"}
+
+
+def test_bench_prints_each_phase_of_both_runs() -> None:
+    output = _run("nightshift.bench", "--agents", "20")
+    for phase in ("create run + submit step 1", "poll + resume step 1 (memory tool)", "(custom tool)"):
+        assert phase in output, output
+    assert re.search(r"peak memory \(RSS\) of the server process: [\d,]+ MiB", output), output
+
+
+def test_load_prints_latencies_without_errors() -> None:
+    output = _run("nightshift.load", "--agents", "20", "--clients", "4", "--seconds", "1")
+    rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 9}
+    assert set(rows) == {"no run going", "while the run steps"}, output
+    for cells in rows.values():
+        assert int(cells[0]) > 0 and cells[-2].strip() == "0", output  # requests answered, no errors
+    assert "the run took" in output
