@@ -17,6 +17,7 @@ from nightshift.batch.steps import RunRequest, cancel_run, create_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
     BatchRun,
+    Costs,
     ItemOutcome,
     ProviderBatch,
     ProviderBatchStatus,
@@ -52,7 +53,7 @@ class AgentInRun:
     state: str  # running, or the outcome of its last step (finished, failed, cancelled...)
     steps: int
     usage: dict[str, int]
-    cost_usd: float
+    cost: Costs
     error: str | None
 
 
@@ -184,7 +185,7 @@ async def agents_of_run(
                 state=state,
                 steps=sum(1 for i in items if i.request_status is RequestStatus.COMPLETED),
                 usage=usage,
-                cost_usd=sum(item.cost_usd or 0.0 for item in items),
+                cost=sum((item.cost for item in items), Costs()),
                 error=last.error if last.outcome is ItemOutcome.FAILED else None,
             )
         )

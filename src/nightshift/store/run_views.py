@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
     BatchItem,
+    Costs,
     ItemOutcome,
     RequestStatus,
     RunFailure,
@@ -55,22 +56,30 @@ async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         else:
             outcomes[run_id][ItemOutcome(outcome)] += int(count)
     usage_rows = await conn.execute(
-        select(batch_items.c.batch_run_id, batch_items.c.usage, batch_items.c.cost_usd).where(
-            in_runs, batch_items.c.usage.is_not(None)
-        )
+        select(
+            batch_items.c.batch_run_id,
+            batch_items.c.usage,
+            batch_items.c.cost_usd,
+            batch_items.c.cost_without_batch_usd,
+            batch_items.c.cache_savings_usd,
+        ).where(in_runs, batch_items.c.usage.is_not(None))
     )
     usage: dict[str, Counter[str]] = {run_id: Counter() for run_id in run_ids}
-    cost = dict.fromkeys(run_ids, 0.0)
-    for run_id, row_usage, row_cost in usage_rows:
+    cost = {run_id: Costs() for run_id in run_ids}
+    for run_id, row_usage, billed, without_batch, savings in usage_rows:
         usage[run_id].update({key: int(value) for key, value in (row_usage or {}).items()})
-        cost[run_id] += float(row_cost or 0.0)
+        cost[run_id] += Costs(
+            usd=float(billed or 0.0),
+            without_batch_usd=float(without_batch or 0.0),
+            cache_savings_usd=float(savings or 0.0),
+        )
     return {
         run_id: RunProgress(
             running=running[run_id],
             outcomes=dict(outcomes[run_id]),
             step=steps[run_id],
             usage=dict(usage[run_id]),
-            cost_usd=cost[run_id],
+            cost=cost[run_id],
         )
         for run_id in run_ids
     }
