@@ -165,6 +165,10 @@ async def test_a_finished_run_its_timeline_and_an_agents_memory(browser: Browser
     await expect(page.locator(".run-head .badge")).to_have_text("completed")
     cost = done["progress"]["cost_usd"]
     await expect(page.locator(".cards")).to_contain_text(f"${cost:.4f}" if cost < 0.01 else f"${cost:.2f}")
+    # What the batch and the prompt cache saved, side by side (the cache can lose money).
+    batch_saved, cache_saved = done["progress"]["batch_savings_usd"], done["progress"]["cache_savings_usd"]
+    await expect(page.locator(".cards .batch-saved")).to_have_text(f"batch saved {_usd(batch_saved)}")
+    await expect(page.locator(".cards .cache-saved")).to_have_text(f"prompt cache saved {_usd(cache_saved)}")
 
     # The step timeline: one provider batch (every agent is on Anthropic), applied, 3 succeeded.
     batch = page.locator(".batch-row")
@@ -288,3 +292,10 @@ async def test_a_protected_server_asks_for_the_key_then_shows_the_runs(browser: 
     await page.locator("#forget").click()
     await expect(page.locator("form.auth")).to_be_visible()
     watched.assert_clean(protected_url)
+
+
+def _usd(value: float) -> str:
+    """Dollars as the dashboard writes them (``formatUsd``, with the sign first)."""
+    amount = abs(value)
+    text = "$0" if amount == 0 else f"${amount:.4f}" if amount < 0.01 else f"${amount:.2f}"
+    return f"-{text}" if value < 0 else text

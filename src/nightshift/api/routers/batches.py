@@ -106,7 +106,8 @@ async def batch_agents(
     """Each agent of the run (by agent id): its state, steps answered, tokens, cost and last error.
 
     ``state`` is running, finished, failed or cancelled; ``cost_without_batch_usd`` is what the
-    same tokens cost through the normal API.
+    same tokens cost through the normal API, ``batch_savings_usd`` the difference, and
+    ``cache_savings_usd`` what the prompt cache saved (negative when it cost more than it saved).
     """
     agents = await service.agents_of_run(conn, org, run_id, after=after, limit=limit)
     return {"agents": [agent_in_run_json(agent) for agent in agents]}
