@@ -84,8 +84,9 @@ class Settings(BaseSettings):
     sql_echo: bool = False
     log_format: LogFormat = LogFormat.TEXT
     log_level: LogLevel = LogLevel.INFO
-    # Overrides of the price table, e.g. {"anthropic/claude-3-5-haiku*": {"input": 0.8, "output": 4,
-    # "cache_write": 1, "cache_read": 0.08}} (USD per million tokens, normal-API prices).
+    # Overrides of the price table (genai-prices' data), e.g. {"anthropic/claude-3-5-haiku*":
+    # {"input": 0.8, "output": 4, "cache_write": 1, "cache_read": 0.08, "cache_write_1h": 1.6}} (USD per
+    # million tokens, normal-API prices; cache_write is the 5-minute write, cache_write_1h defaults to it).
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @field_validator("home")

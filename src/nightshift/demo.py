@@ -223,9 +223,12 @@ def _summary(http: httpx.Client, console: Console, run: dict[str, Any]) -> None:
     table.add_row("input tokens (cache read / write)", f"{usage.get('input_tokens', 0):,} "
                   f"({usage.get('cache_read_tokens', 0):,} / {usage.get('cache_write_tokens', 0):,})")  # fmt: skip
     table.add_row("output tokens", f"{usage.get('output_tokens', 0):,}")
-    saved = p["cost_without_batch_usd"] - p["cost_usd"]
-    table.add_row("cost with batch", f"${p['cost_usd']:.4f}")
-    table.add_row("same work without batch", f"${p['cost_without_batch_usd']:.4f} (saved ${saved:.4f})")
+    table.add_row("cost with batch", f"{views.money(p['cost_usd'])}")
+    table.add_row(
+        "same work without batch",
+        f"{views.money(p['cost_without_batch_usd'])} (saved {views.money(p['batch_savings_usd'])})",
+    )
+    table.add_row("saved by the prompt cache", views.money(p["cache_savings_usd"]))
     console.print(table)
     first = http.get(f"/v1/messages/batches/{run['id']}/messages", params={"order": "asc", "limit": 1})
     found = first.raise_for_status().json()["messages"]

@@ -21,6 +21,7 @@ from typer.testing import CliRunner, Result
 
 from nightshift.api.app import create_app
 from nightshift.cli import app
+from nightshift.cli_commands.views import money
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
 from nightshift.serving import free_port, running_server
@@ -173,6 +174,12 @@ def test_submit_the_example_requests_by_agent_name_and_watch(server: str, api: h
     assert "without the batch discount" in submitted.stdout
     run = api.get(f"/v1/messages/batches/{run_id}").json()
     assert run["status"] == "completed"
+    # The summary shows the cache's savings beside the batch's, as the API reports them.
+    progress = run["progress"]
+    assert progress["cache_savings_usd"] != 0
+    batch, cache = money(progress["batch_savings_usd"]), money(progress["cache_savings_usd"])
+    saved = next(line for line in submitted.stdout.splitlines() if "│ saved " in line)
+    assert f"{batch} by batch, {cache} by prompt cache" in saved
     assert run["progress"]["agents"]["finished"] == 4
     # The requests reached the agents named in the file.
     ada_id = api.get("/v1/agents/", params={"name": "ada-shop-assistant"}).json()[0]["id"]

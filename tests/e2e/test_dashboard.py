@@ -190,6 +190,10 @@ async def test_a_finished_run_its_timeline_and_an_agents_memory(browser: Browser
     await expect(page.locator(".chart-cost .chart-value")).to_have_text(money(done["progress"]["cost_usd"]))
     await expect(page.locator(".chart-throughput .chart-bar")).to_have_count(1)
     assert float(await page.locator(".chart-throughput .chart-bar").get_attribute("data-value") or "0") > 0
+    # What the batch and the prompt cache saved, side by side (the cache can lose money).
+    batch_saved, cache_saved = done["progress"]["batch_savings_usd"], done["progress"]["cache_savings_usd"]
+    await expect(page.locator(".cards .batch-saved")).to_have_text(f"batch saved {money(batch_saved)}")
+    await expect(page.locator(".cards .cache-saved")).to_have_text(f"prompt cache saved {money(cache_saved)}")
 
     # The step timeline: one provider batch (every agent is on Anthropic), applied, 3 succeeded.
     batch = page.locator(".batch-row")

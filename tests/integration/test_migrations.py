@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, insert, inspect, select, text
 
 from nightshift.store.db import include_object, opened, upgrade
-from nightshift.store.tables import metadata
+from nightshift.store.tables import agents, batch_items, batch_runs, metadata, organizations, provider_batches
 
 
 def _differences(connection: Connection) -> list[Any]:
@@ -26,7 +27,7 @@ async def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
             assert await conn.run_sync(_differences) == []
             tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
             assert set(metadata.tables) <= tables
-            assert await conn.scalar(text("SELECT version_num FROM alembic_version")) == "0004"
+            assert await conn.scalar(text("SELECT version_num FROM alembic_version")) == "0005"
         # Upgrading again is a no-op, as `nightshift serve` does on every start.
         await upgrade(engine)
 
@@ -41,3 +42,45 @@ async def test_full_text_search_objects_exist(empty_db_url: str) -> None:
             else:
                 names = set((await conn.execute(text("SELECT indexname FROM pg_indexes"))).scalars())
                 assert {"ix_messages_fts", "ix_passages_fts"} <= names
+
+
+async def test_items_priced_before_0005_keep_their_normal_api_cost(empty_db_url: str) -> None:
+    # Items applied before 0005 were priced at exactly half the normal price in a batch: their
+    # cost without batch is twice their cost; what their cache saved was never recorded.
+    now = datetime.now(UTC)
+    times = {"created_at": now, "updated_at": now}
+    async with opened(empty_db_url) as engine:
+        await upgrade(engine, "0004")
+        async with engine.begin() as conn:
+            await conn.execute(insert(organizations).values(id="org-1", name="org", created_at=now))
+            await conn.execute(
+                insert(agents).values(
+                    id="agent-1", organization_id="org-1", name="a", system="", llm_config={}, tool_rules=[],
+                    metadata={}, message_ids=[], message_buffer_autoclear=False, **times,
+                )
+            )  # fmt: skip
+            await conn.execute(
+                insert(batch_runs).values(
+                    id="run-1", organization_id="org-1", status="completed", metadata={}, max_steps=1,
+                    callback_attempts=0, **times,
+                )
+            )  # fmt: skip
+            await conn.execute(
+                insert(provider_batches).values(
+                    id="pb-1", organization_id="org-1", batch_run_id="run-1", provider="anthropic", step_number=0,
+                    status="applied", request_counts={}, **times,
+                )
+            )  # fmt: skip
+            item = {"organization_id": "org-1", "batch_run_id": "run-1", "provider_batch_id": "pb-1",
+                    "agent_id": "agent-1", "request_status": "completed", "step_status": "completed",
+                    "step_state": {"schema_version": 1}, **times}  # fmt: skip
+            await conn.execute(insert(batch_items).values(id="item-1", cost_usd=0.0125, **item))
+            await conn.execute(insert(batch_items).values(id="item-2", cost_usd=None, **item))
+        await upgrade(engine)
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                select(
+                    batch_items.c.id, batch_items.c.cost_without_batch_usd, batch_items.c.cache_savings_usd
+                ).order_by(batch_items.c.id)
+            )
+            assert [tuple(row) for row in rows] == [("item-1", 0.025, None), ("item-2", None, None)]

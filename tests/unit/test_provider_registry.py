@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nightshift.errors import InvalidInput, ProviderError
-from nightshift.pricing import PriceTable
+from nightshift.providers.base import CacheTtl
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.registry import parse_model, provider_info, providers
 
@@ -50,15 +50,7 @@ def test_each_provider_owns_its_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert openai.endpoint() == "https://api.openai.com/v1"
     assert (anthropic.max_batch_requests, openai.max_batch_requests) == (100_000, 50_000)
     assert (anthropic.one_model_per_batch, openai.one_model_per_batch) == (False, True)
+    # Anthropic batch requests ask for a one-hour cache; OpenAI has no choice of lifetime.
+    assert (anthropic.batch_cache_ttl, openai.batch_cache_ttl) == (CacheTtl.ONE_HOUR, None)
     with pytest.raises(ProviderError, match="OPENAI_API_KEY is not set: export it to call openai"):
         openai.api_key()
-
-
-def test_prices_come_from_the_providers_and_settings_override_them() -> None:
-    table = PriceTable({"openai/gpt-4o-mini": {"input": 1, "output": 2, "cache_write": 1, "cache_read": 0.5}})
-
-    haiku = table.price("anthropic/claude-3-5-haiku-20241022")
-    assert haiku is not None and haiku.input == 0.80
-    mini = table.price("openai/gpt-4o-mini")
-    assert mini is not None and mini.output == 2
-    assert table.price("anthropic/claude-unknown") is None

@@ -8,8 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
 from nightshift.api.input import Body
-from nightshift.domain.batches import ItemOutcome
-from nightshift.pricing import BATCH_DISCOUNT
+from nightshift.domain.batches import Costs, ItemOutcome
 from nightshift.services.runs import AgentInRun, RunView
 
 
@@ -108,9 +107,7 @@ class BatchRunPublic(BaseModel):
                     for f in view.failures
                 ],
                 "usage": progress.usage,
-                "cost_usd": round(progress.cost_usd, 6),
-                # The same tokens through the normal API: batch APIs bill at half price.
-                "cost_without_batch_usd": round(progress.cost_usd / BATCH_DISCOUNT, 6),
+                **costs_json(progress.cost),
                 "provider_batches": [
                     {
                         "id": b.id,
@@ -141,7 +138,22 @@ def agent_in_run_json(agent: AgentInRun) -> dict[str, Any]:
         "steps": agent.steps,
         "step_number": agent.step_number,
         "usage": agent.usage,
-        "cost_usd": round(agent.cost_usd, 6),
-        "cost_without_batch_usd": round(agent.cost_usd / BATCH_DISCOUNT, 6),
+        **costs_json(agent.cost),
         "error": agent.error,
+    }
+
+
+def costs_json(cost: Costs) -> dict[str, float]:
+    """A run's or an agent's costs in USD, each rounded to a millionth of a dollar.
+
+    ``cost_without_batch_usd`` is what the same tokens cost through the normal API (so the batch
+    saved the difference); ``cache_savings_usd`` what the prompt cache saved: the cached tokens
+    at the plain input price minus what reading and writing them cost, negative when the writes
+    were not read back enough to pay for themselves.
+    """
+    return {
+        "cost_usd": round(cost.usd, 6),
+        "cost_without_batch_usd": round(cost.without_batch_usd, 6),
+        "batch_savings_usd": round(cost.without_batch_usd - cost.usd, 6),
+        "cache_savings_usd": round(cost.cache_savings_usd, 6),
     }

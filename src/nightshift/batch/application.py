@@ -153,7 +153,7 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
             agent = fresh.get(item.agent_id)
             if item.usage and agent is not None:
                 cost = worker.prices.cost(agent.llm_config.handle, item.usage, batch=True)
-                completions[index] = replace(completions[index], cost_usd=cost)
+                completions[index] = replace(completions[index], cost=cost)
         await item_store.complete_items(conn, completions, now)
         next_batches = await write_step(
             conn, run, entries, now, lease=worker.lease(now), endpoints=worker.providers.endpoints()

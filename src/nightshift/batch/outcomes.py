@@ -17,11 +17,15 @@ REQUEST_STATUS = {
 
 
 def usage_json(usage: Usage) -> dict[str, int]:
+    """Usage as stored on an item; usage stored before the cache writes were split by lifetime
+    lacks the ``cache_write_5m_tokens`` and ``cache_write_1h_tokens`` keys (see ``Usage``)."""
     return {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "cache_read_tokens": usage.cache_read_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
+        "cache_write_5m_tokens": usage.cache_write_5m_tokens,
+        "cache_write_1h_tokens": usage.cache_write_1h_tokens,
     }
 
 

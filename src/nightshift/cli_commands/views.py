@@ -79,8 +79,11 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
     table.add_row("steps", str(_steps(run)))
     table.add_row("provider batches", str(len(progress.get("provider_batches", []))))
     table.add_row("tokens", tokens(usage) or "none")
-    cost, full = progress["cost_usd"], progress["cost_without_batch_usd"]
-    table.add_row("cost", f"{money(cost)} (without the batch discount: {money(full)}, saved {money(full - cost)})")
+    table.add_row(
+        "cost",
+        f"{money(progress['cost_usd'])} (without the batch discount: {money(progress['cost_without_batch_usd'])})",
+    )
+    table.add_row("saved", savings(progress))
     table.add_row("took", duration(run["created_at"], run.get("completed_at") or run["updated_at"]))
     failures = progress.get("failures") or []
     if not failures:
@@ -121,6 +124,7 @@ def stats_text(run: Mapping[str, Any]) -> Text:
     text.append(f"tokens {tokens(progress.get('usage', {})) or '0'}\n")
     text.append(f"cost {money(progress['cost_usd'])}", style="bold green")
     text.append(f" (without the batch discount {money(progress['cost_without_batch_usd'])})")
+    text.append(f" · saved {savings(progress)}")
     return text
 
 
@@ -227,9 +231,18 @@ def tokens(usage: Mapping[str, int]) -> str:
     return " · ".join(f"{usage[k]:,} {label}" for k, label in labels.items() if usage.get(k))
 
 
+def savings(costs: Mapping[str, float]) -> str:
+    """What the batch discount and the prompt cache saved, from a run's or an agent's costs."""
+    batch = costs.get("batch_savings_usd", costs["cost_without_batch_usd"] - costs["cost_usd"])
+    return f"{money(batch)} by batch, {money(costs.get('cache_savings_usd', 0.0))} by prompt cache"
+
+
 def money(value: float) -> str:
-    """Dollars as every screen shows them (the dashboard's ``formatUsd`` too): $1,234.56, $0.0749."""
-    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
+    """Dollars as every screen shows them (the dashboard's ``formatUsd`` too): cents from $1 up,
+    else four decimals; a loss (negative savings) as ``-$0.0012``."""
+    sign = "-" if value < 0 and round(abs(value), 4) > 0 else ""
+    value = abs(value)
+    return sign + (f"${value:,.2f}" if value >= 1 else f"${value:.4f}")
 
 
 def duration(start: str, end: str) -> str:

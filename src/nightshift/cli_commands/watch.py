@@ -1,9 +1,10 @@
 """``batch watch``: poll a run until it is final, with live progress bars on a terminal.
 
-On a terminal the progress (agents done out of all, finished / failed counts, the step, tokens and
-cost against the non-batch cost) is redrawn in place; into a pipe or a file one line is written
-each time the progress changes. A server that stops answering for a while (a restart) is waited
-for, up to ``UNREACHABLE_GRACE`` seconds; an error status from the server ends the watch at once.
+On a terminal the progress (agents done out of all, finished / failed counts, the step, tokens,
+cost against the non-batch cost, and what the batch and the prompt cache saved) is redrawn in
+place; into a pipe or a file one line is written each time the progress changes. A server that
+stops answering for a while (a restart) is waited for, up to ``UNREACHABLE_GRACE`` seconds; an
+error status from the server ends the watch at once.
 """
 
 from __future__ import annotations

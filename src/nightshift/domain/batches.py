@@ -213,11 +213,24 @@ class BatchItem:
     step_state: StepState
     result: dict[str, Any] | None = None
     usage: dict[str, int] | None = None
+    # What its answer cost (see ``Costs``), set when the step is applied; None: no answer, or an
+    # unknown model.
     cost_usd: float | None = None
+    cost_without_batch_usd: float | None = None
+    cache_savings_usd: float | None = None
     error: str | None = None
     outcome: ItemOutcome | None = None  # set when the step is applied
     created_at: datetime
     updated_at: datetime
+
+    @property
+    def cost(self) -> Costs:
+        """Its ``Costs`` (zero when it has none)."""
+        return Costs(
+            usd=self.cost_usd or 0.0,
+            without_batch_usd=self.cost_without_batch_usd or 0.0,
+            cache_savings_usd=self.cache_savings_usd or 0.0,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,13 +248,31 @@ class ItemResult:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Costs:
+    """What some answers cost in USD: as billed, the same tokens through the normal API, and what
+    the prompt cache saved (the cached tokens at the plain input price minus what reading and
+    writing them cost; negative when writes cost more than they saved)."""
+
+    usd: float = 0.0
+    without_batch_usd: float = 0.0
+    cache_savings_usd: float = 0.0
+
+    def __add__(self, other: Costs) -> Costs:
+        return Costs(
+            usd=self.usd + other.usd,
+            without_batch_usd=self.without_batch_usd + other.without_batch_usd,
+            cache_savings_usd=self.cache_savings_usd + other.cache_savings_usd,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ItemCompletion:
     """How an applied step ended for one item: its outcome, the reason for a failure, its cost."""
 
     item_id: str
     outcome: ItemOutcome
     error: str | None = None
-    cost_usd: float | None = None
+    cost: Costs | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,8 +283,8 @@ class RunProgress:
     outcomes: dict[ItemOutcome, int] = field(default_factory=dict)
     step: int = 0
     usage: dict[str, int] = field(default_factory=dict)
-    cost_usd: float = 0.0
-    # The same, per provider batch (by our batch id): what each step cost, for the run's chart.
+    cost: Costs = field(default_factory=Costs)
+    # Per provider batch (by our batch id): what each step used and cost, for the run's chart.
     batch_usage: dict[str, dict[str, int]] = field(default_factory=dict)
     batch_cost_usd: dict[str, float] = field(default_factory=dict)
 

@@ -69,21 +69,26 @@ def _system_text(system: Any) -> str:
 
 def segments(params: Mapping[str, Any]) -> list[Segment]:
     """The prompt in cache order (tools, system, messages), breakpoints where ``cache_control`` is."""
-    out = [
-        Segment(text=json.dumps(t, sort_keys=True), breakpoint="cache_control" in t) for t in params.get("tools") or []
-    ]
+    out = [_segment(json.dumps(t, sort_keys=True), t) for t in params.get("tools") or []]
     system = params.get("system")
     if isinstance(system, str) and system:
         out.append(Segment(text=system))
     elif isinstance(system, list):
-        out.extend(Segment(text=str(b.get("text") or ""), breakpoint="cache_control" in b) for b in system)
+        out.extend(_segment(str(b.get("text") or ""), b) for b in system)
     for message in params["messages"]:
         content = message.get("content")
         if isinstance(content, str):
             out.append(Segment(text=content))
         else:
-            out.extend(Segment(text=json.dumps(b, sort_keys=True), breakpoint="cache_control" in b) for b in content)
+            out.extend(_segment(json.dumps(b, sort_keys=True), b) for b in content)
     return out
+
+
+def _segment(text: str, block: Mapping[str, Any]) -> Segment:
+    control = block.get("cache_control")
+    if not isinstance(control, Mapping):
+        return Segment(text=text)
+    return Segment(text=text, breakpoint=True, ttl=str(control.get("ttl") or "5m"))
 
 
 def run(
@@ -124,6 +129,11 @@ def run(
         input_tokens=usage.input_tokens,
         cache_read_input_tokens=usage.cache_read_tokens,
         cache_creation_input_tokens=usage.cache_write_tokens,
+        # The writes by lifetime, as the real API reports them.
+        cache_creation={
+            "ephemeral_5m_input_tokens": usage.cache_write_5m_tokens,
+            "ephemeral_1h_input_tokens": usage.cache_write_1h_tokens,
+        },
     )
     return RequestResult(ok=True, body=message_body)
 
@@ -164,6 +174,7 @@ def _message(params: Mapping[str, Any], output: ModelOutput, *, seed: str, tier:
             "output_tokens": output_tokens,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
+            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
             "service_tier": tier,
         },
     }

@@ -4,7 +4,8 @@ Tokens are estimated as a quarter of the characters of the JSON the model reads.
 like Anthropic's: a request is a sequence of segments (each tool, system block and content block,
 in that order); a segment marked ``cache_control`` is a breakpoint. The longest prefix ending at a
 breakpoint already seen is read from the cache, the rest up to the last breakpoint is written. The
-first request for a given system + tools prefix writes, the later ones read.
+first request for a given system + tools prefix writes, the later ones read. Written tokens count
+under the lifetime (``ttl``: "5m", the default, or "1h") of the breakpoint that ends their part.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Segment:
 
     text: str
     breakpoint: bool = False
+    ttl: str = "5m"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +36,12 @@ class PromptUsage:
     input_tokens: int
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # the part of the writes made with a one-hour lifetime
+
+    @property
+    def cache_write_5m_tokens(self) -> int:
+        """The part of the writes made with a five-minute lifetime."""
+        return self.cache_write_tokens - self.cache_write_1h_tokens
 
 
 class PromptCache:
@@ -59,15 +67,26 @@ class PromptCache:
         """
         digest = hashlib.sha256(model.encode())
         total = 0
-        prefixes: list[tuple[str, int]] = []  # (digest, tokens up to there) at each breakpoint
+        # (digest, tokens up to there, lifetime) at each breakpoint
+        prefixes: list[tuple[str, int, str]] = []
         for segment in segments:
             digest.update(segment.text.encode())
             total += count_tokens(segment.text)
             if segment.breakpoint and total >= min_tokens:
-                prefixes.append((digest.copy().hexdigest(), total))
+                prefixes.append((digest.copy().hexdigest(), total, segment.ttl))
         if not prefixes:
             return PromptUsage(input_tokens=total)
-        read = max((tokens for key, tokens in prefixes if key in self._seen), default=0)
+        read = max((tokens for key, tokens, _ in prefixes if key in self._seen), default=0)
         written = prefixes[-1][1] - read
-        self._seen.update(key for key, _ in prefixes)
-        return PromptUsage(input_tokens=total - read - written, cache_read_tokens=read, cache_write_tokens=written)
+        hour, start = 0, 0
+        for _, end, ttl in prefixes:
+            if ttl == "1h":
+                hour += max(end - max(start, read), 0)
+            start = end
+        self._seen.update(key for key, _, _ in prefixes)
+        return PromptUsage(
+            input_tokens=total - read - written,
+            cache_read_tokens=read,
+            cache_write_tokens=written,
+            cache_write_1h_tokens=hour,
+        )

@@ -80,14 +80,38 @@ class ModelRequest:
         )
 
 
+class CacheTtl(StrEnum):
+    """How long a prompt-cache entry lives; a write costs more the longer (Anthropic's ``ttl``)."""
+
+    FIVE_MINUTES = "5m"  # the API's default lifetime
+    ONE_HOUR = "1h"  # what batch requests ask for: an agent's steps are minutes apart
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
-    """Tokens of one call. ``input_tokens`` excludes the cached tokens read or written."""
+    """Tokens of one call. ``input_tokens`` excludes the cached tokens read or written.
+
+    ``cache_write_5m_tokens`` and ``cache_write_1h_tokens`` split ``cache_write_tokens`` by the
+    lifetime they were written with, when the provider says (Anthropic's ``usage.cache_creation``);
+    writes it does not attribute were made with the lifetime the request asked for.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cache_write_5m_tokens=self.cache_write_5m_tokens + other.cache_write_5m_tokens,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
 from nightshift.errors import InvalidInput, ProviderError
+from nightshift.providers.base import CacheTtl
 from nightshift.providers.errors import AUTHENTICATION
 
 if TYPE_CHECKING:
@@ -26,16 +27,6 @@ if TYPE_CHECKING:
 
 # The provider packages, in the order they are listed to users.
 _PACKAGES = ("nightshift.providers.anthropic", "nightshift.providers.openai")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Price:
-    """Normal-API prices in USD per million tokens."""
-
-    input: float
-    output: float
-    cache_write: float
-    cache_read: float
 
 
 Closer = Callable[[], Awaitable[None]]
@@ -53,7 +44,8 @@ class ProviderInfo:
         max_batch_requests: The most requests the provider takes in one batch.
         one_model_per_batch: Whether a batch may hold requests for one model only.
         example_model: A cheap model of it, for the demo and examples.
-        prices: Normal-API prices by model name, or by a prefix ending in ``*``.
+        batch_cache_ttl: The prompt-cache lifetime its batch requests ask for (None: it has no
+            choice of lifetime), which is also what their unattributed cache writes are priced at.
         client: The module whose ``connect(max_retries)`` builds the provider over its SDK.
     """
 
@@ -64,7 +56,7 @@ class ProviderInfo:
     max_batch_requests: int
     one_model_per_batch: bool
     example_model: str
-    prices: Mapping[str, Price]
+    batch_cache_ttl: CacheTtl | None
     client: str
 
     @property

@@ -88,12 +88,7 @@ async def step_agent(
             request = requests[agent.id]
             response = await provider.complete(request)
             out.steps += 1
-            out.usage = Usage(
-                input_tokens=out.usage.input_tokens + response.usage.input_tokens,
-                output_tokens=out.usage.output_tokens + response.usage.output_tokens,
-                cache_read_tokens=out.usage.cache_read_tokens + response.usage.cache_read_tokens,
-                cache_write_tokens=out.usage.cache_write_tokens + response.usage.cache_write_tokens,
-            )
+            out.usage += response.usage
             async with engine.connect() as conn:
                 (result,) = await take_turns(
                     [Turn(agent=agent, state=state, response=response)],

@@ -17,6 +17,7 @@ from nightshift.batch.steps import RunRequest, cancel_run, create_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
     BatchRun,
+    Costs,
     ItemOutcome,
     ProviderBatch,
     ProviderBatchStatus,
@@ -54,7 +55,7 @@ class AgentInRun:
     steps: int
     step_number: int  # of its last item: the step it is in, or stopped (or failed) at; from 0
     usage: dict[str, int]
-    cost_usd: float
+    cost: Costs
     error: str | None
 
 
@@ -189,7 +190,7 @@ async def agents_of_run(
                 steps=sum(1 for i in items if i.request_status is RequestStatus.COMPLETED),
                 step_number=last.step_state.step_number,
                 usage=usage,
-                cost_usd=sum(item.cost_usd or 0.0 for item in items),
+                cost=sum((item.cost for item in items), Costs()),
                 error=last.error if last.outcome is ItemOutcome.FAILED else None,
             )
         )

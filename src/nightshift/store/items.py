@@ -114,11 +114,20 @@ async def complete_items(conn: AsyncConnection, completions: Sequence[ItemComple
             outcome=bindparam("outcome"),
             error=bindparam("error"),
             cost_usd=bindparam("cost_usd"),
+            cost_without_batch_usd=bindparam("cost_without_batch_usd"),
+            cache_savings_usd=bindparam("cache_savings_usd"),
             updated_at=now,
         )
     )
     rows = [
-        {"item_id": c.item_id, "outcome": c.outcome.value, "error": c.error, "cost_usd": c.cost_usd}
+        {
+            "item_id": c.item_id,
+            "outcome": c.outcome.value,
+            "error": c.error,
+            "cost_usd": c.cost.usd if c.cost else None,
+            "cost_without_batch_usd": c.cost.without_batch_usd if c.cost else None,
+            "cache_savings_usd": c.cost.cache_savings_usd if c.cost else None,
+        }
         for c in completions
     ]
     await conn.execute(statement, rows)

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
     BatchItem,
+    Costs,
     ItemOutcome,
     RequestStatus,
     RunAgent,
@@ -57,26 +58,35 @@ async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
             outcomes[run_id][ItemOutcome(outcome)] += int(count)
     usage_rows = await conn.execute(
         select(
-            batch_items.c.batch_run_id, batch_items.c.provider_batch_id, batch_items.c.usage, batch_items.c.cost_usd
+            batch_items.c.batch_run_id,
+            batch_items.c.provider_batch_id,
+            batch_items.c.usage,
+            batch_items.c.cost_usd,
+            batch_items.c.cost_without_batch_usd,
+            batch_items.c.cache_savings_usd,
         ).where(in_runs, batch_items.c.usage.is_not(None))
     )
     usage: dict[str, Counter[str]] = {run_id: Counter() for run_id in run_ids}
-    cost = dict.fromkeys(run_ids, 0.0)
+    cost = {run_id: Costs() for run_id in run_ids}
     batch_usage: dict[str, dict[str, Counter[str]]] = {run_id: {} for run_id in run_ids}
     batch_cost: dict[str, dict[str, float]] = {run_id: {} for run_id in run_ids}
-    for run_id, batch_id, row_usage, row_cost in usage_rows:
+    for run_id, batch_id, row_usage, billed, without_batch, savings in usage_rows:
         counted = {key: int(value) for key, value in (row_usage or {}).items()}
         usage[run_id].update(counted)
         batch_usage[run_id].setdefault(batch_id, Counter()).update(counted)
-        cost[run_id] += float(row_cost or 0.0)
-        batch_cost[run_id][batch_id] = batch_cost[run_id].get(batch_id, 0.0) + float(row_cost or 0.0)
+        cost[run_id] += Costs(
+            usd=float(billed or 0.0),
+            without_batch_usd=float(without_batch or 0.0),
+            cache_savings_usd=float(savings or 0.0),
+        )
+        batch_cost[run_id][batch_id] = batch_cost[run_id].get(batch_id, 0.0) + float(billed or 0.0)
     return {
         run_id: RunProgress(
             running=running[run_id],
             outcomes=dict(outcomes[run_id]),
             step=steps[run_id],
             usage=dict(usage[run_id]),
-            cost_usd=cost[run_id],
+            cost=cost[run_id],
             batch_usage={batch_id: dict(counted) for batch_id, counted in batch_usage[run_id].items()},
             batch_cost_usd=batch_cost[run_id],
         )

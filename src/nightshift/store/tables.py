@@ -303,6 +303,8 @@ batch_items = Table(
     Column("result", JSONType),
     Column("usage", JSONType),
     Column("cost_usd", Float),
+    Column("cost_without_batch_usd", Float, comment="the same tokens through the normal API"),
+    Column("cache_savings_usd", Float, comment="the cached tokens as plain input, minus what they cost"),
     Column("error", CleanText),
     *_times(),
     Index("ix_batch_items_provider_batch_id", "provider_batch_id"),

@@ -124,6 +124,18 @@ def test_cache_reads_the_tools_when_the_system_changed() -> None:
     assert usage.cache_write_tokens == count_tokens("new system")
 
 
+def test_cache_writes_count_under_the_lifetime_of_their_breakpoint() -> None:
+    cache = PromptCache()
+    tools = Segment(text="tools" * 100, breakpoint=True, ttl="1h")
+    system = Segment(text="system" * 100, breakpoint=True, ttl="5m")
+    first = cache.account("m", [tools, system])
+    assert first.cache_write_1h_tokens == count_tokens("tools" * 100)
+    assert first.cache_write_5m_tokens == count_tokens("system" * 100)
+    # The tools are read back; only the new system prompt is written, for five minutes.
+    second = cache.account("m", [tools, Segment(text="new system", breakpoint=True, ttl="5m")])
+    assert (second.cache_write_5m_tokens, second.cache_write_1h_tokens) == (count_tokens("new system"), 0)
+
+
 def test_cache_min_tokens_and_models() -> None:
     cache = PromptCache()
     prompt = [Segment(text="short", breakpoint=True)]

@@ -8,7 +8,7 @@ from typing import Any
 
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.providers.anthropic import wire
-from nightshift.providers.base import BatchState, ModelRequest, OutcomeStatus
+from nightshift.providers.base import BatchState, CacheTtl, ModelRequest, OutcomeStatus
 from support.messages import NOW, msg
 
 WEATHER = {
@@ -40,7 +40,7 @@ def test_system_is_top_level_and_cached_with_the_last_tool() -> None:
 
 
 def test_cache_ttl_is_set_when_asked() -> None:
-    params = wire.build_request(request(msg(Role.USER, "hi")), cache_ttl="1h")
+    params = wire.build_request(request(msg(Role.USER, "hi")), cache_ttl=CacheTtl.ONE_HOUR)
 
     assert params["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert params["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
@@ -241,6 +241,23 @@ def test_response_tool_call_is_stripped_of_agent_arguments() -> None:
     assert response.usage.output_tokens == 5
     assert response.usage.cache_write_tokens == 100
     assert response.usage.cache_read_tokens == 0
+
+
+def test_cache_writes_are_split_by_lifetime_when_the_usage_says() -> None:
+    usage = wire.parse_usage(
+        {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "cache_creation_input_tokens": 100,
+            "cache_creation": {"ephemeral_5m_input_tokens": 30, "ephemeral_1h_input_tokens": 70},
+        }
+    )
+    assert (usage.cache_write_tokens, usage.cache_write_5m_tokens, usage.cache_write_1h_tokens) == (100, 30, 70)
+    # Without the split the writes stay unattributed (priced at the lifetime the request asked for).
+    assert (
+        wire.parse_message(MESSAGE).usage.cache_write_5m_tokens,
+        wire.parse_message(MESSAGE).usage.cache_write_1h_tokens,
+    ) == (0, 0)
 
 
 def test_heartbeat_defaults_to_false_and_text_only_answers_are_kept() -> None:

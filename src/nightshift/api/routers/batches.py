@@ -107,7 +107,8 @@ async def batch_agents(
 
     ``state`` is running, finished, failed or cancelled; ``step_number`` is the step (from 0) the
     agent is in, or stopped or failed at; ``cost_without_batch_usd`` is what the same tokens cost
-    through the normal API.
+    through the normal API, ``batch_savings_usd`` the difference, and ``cache_savings_usd`` what
+    the prompt cache saved (negative when it cost more than it saved).
     """
     agents = await service.agents_of_run(conn, org, run_id, after=after, limit=limit)
     return {"agents": [agent_in_run_json(agent) for agent in agents]}

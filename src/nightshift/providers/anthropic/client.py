@@ -16,8 +16,8 @@ import orjson
 from anthropic.types.messages import MessageBatch
 
 from nightshift.errors import ProviderError
-from nightshift.providers.anthropic import wire
-from nightshift.providers.base import BatchOutcome, BatchStatus, FoundBatches, ModelRequest, ModelResponse
+from nightshift.providers.anthropic import INFO, wire
+from nightshift.providers.base import BatchOutcome, BatchStatus, CacheTtl, FoundBatches, ModelRequest, ModelResponse
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
 from nightshift.providers.registry import Closer, ProviderInfo
 
@@ -35,12 +35,14 @@ def connect(info: ProviderInfo, *, max_retries: int) -> tuple[AnthropicProvider,
 class AnthropicProvider:
     """Anthropic as a ``ModelProvider``.
 
-    Batch requests set a one-hour prompt-cache lifetime by default (``batch_cache_ttl``): the
-    steps of an agent are minutes apart when they go through batches, longer than the default
-    five minutes.
+    Batch requests set the prompt-cache lifetime of ``INFO.batch_cache_ttl`` (one hour) by
+    default: the steps of an agent are minutes apart when they go through batches, longer than
+    the default five minutes. The price table reads the same fact to price the cache writes.
     """
 
-    def __init__(self, client: anthropic.AsyncAnthropic, *, batch_cache_ttl: str | None = "1h") -> None:
+    def __init__(
+        self, client: anthropic.AsyncAnthropic, *, batch_cache_ttl: CacheTtl | None = INFO.batch_cache_ttl
+    ) -> None:
         self._client = client
         self._batch_cache_ttl = batch_cache_ttl
 

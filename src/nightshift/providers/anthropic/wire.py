@@ -28,6 +28,7 @@ from nightshift.providers.base import (
     BatchOutcome,
     BatchState,
     BatchStatus,
+    CacheTtl,
     ModelError,
     ModelRequest,
     ModelResponse,
@@ -43,19 +44,19 @@ MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
 Block = dict[str, Any]
 
 
-def build_request(request: ModelRequest, *, cache_ttl: str | None = None) -> dict[str, Any]:
+def build_request(request: ModelRequest, *, cache_ttl: CacheTtl | None = None) -> dict[str, Any]:
     """Messages API params (without ``stream``) for one request.
 
     Args:
         request: The neutral request.
-        cache_ttl: ``"5m"`` or ``"1h"`` to set the cache lifetime; None for the API default (5 min).
+        cache_ttl: The cache lifetime to ask for; None for the API default (5 min).
 
     Returns:
         The params, as sent in ``POST /v1/messages`` or as a batch request's ``params``.
     """
     cache: dict[str, Any] = {"type": "ephemeral"}
     if cache_ttl is not None:
-        cache["ttl"] = cache_ttl
+        cache["ttl"] = cache_ttl.value
     params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
@@ -207,12 +208,20 @@ def parse_message(message: Mapping[str, Any]) -> ModelResponse:
 
 
 def parse_usage(usage: Mapping[str, Any]) -> Usage:
-    """Anthropic ``usage`` as our usage (``None`` counts are zero)."""
+    """Anthropic ``usage`` as our usage (``None`` counts are zero).
+
+    ``cache_creation`` splits the cache writes by lifetime (5 minutes or 1 hour, billed 1.25x and
+    2x the input price); without it the writes stay unattributed, and are priced at the lifetime
+    the request asked for.
+    """
+    creation: Mapping[str, Any] = usage.get("cache_creation") or {}
     return Usage(
         input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0),
         cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
         cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        cache_write_5m_tokens=int(creation.get("ephemeral_5m_input_tokens") or 0),
+        cache_write_1h_tokens=int(creation.get("ephemeral_1h_input_tokens") or 0),
     )
 
 

@@ -67,8 +67,13 @@ export function formatCompact(value) {
  */
 export function formatUsd(value) {
   const n = value || 0;
-  if (Math.abs(n) < 1) return `$${n.toFixed(4)}`;
-  return `$${n.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+  const amount = Math.abs(n);
+  const text =
+    amount < 1
+      ? `$${amount.toFixed(4)}`
+      : `$${amount.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+  // A loss (the prompt cache can lose money) as "-$0.0012", as the CLI's views.money writes it.
+  return n < 0 && Math.round(amount * 1e4) > 0 ? `-${text}` : text;
 }
 
 export function parseTime(value) {

@@ -138,9 +138,16 @@ function cards(run) {
       "Cost",
       formatUsd(cost),
       h("div", { class: "muted" }, `${formatUsd(without)} without batch`),
-      without > cost ? h("div", { class: "text-saved" }, `saved ${formatUsd(without - cost)}`) : null,
+      savedLine("batch-saved", "batch saved", run.progress?.batch_savings_usd ?? without - cost),
+      savedLine("cache-saved", "prompt cache saved", run.progress?.cache_savings_usd || 0),
     ),
   );
+}
+
+// What the batch discount or the prompt cache saved; the cache can lose money (one-hour writes
+// cost twice the input price and may never be read back).
+function savedLine(kind, label, value) {
+  return h("div", { class: `${kind} ${value > 0 ? "text-saved" : "muted"}` }, `${label} ${formatUsd(value)}`);
 }
 
 function failures(run) {
