@@ -14,6 +14,7 @@ LAYERS = {
     "ids": 0,
     "config": 1,
     "logs": 1,
+    "metrics": 1,
     "store": 2,
     "providers": 2,
     "tools": 2,
