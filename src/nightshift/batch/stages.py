@@ -1,8 +1,10 @@
-"""The one log line of each stage a provider batch goes through, with its fields.
+"""The one log line of each stage a provider batch goes through, with its fields, and its duration
+in the metrics.
 
 Each line says which run, step and provider batch, how many agents and how long the stage took,
 in its message and as fields (``extra=``) that the JSON log format writes as they are. Nothing
-of the agents' messages, tool arguments or secrets is in it.
+of the agents' messages, tool arguments or secrets is in it. The same duration goes into the
+``nightshift_stage_duration_seconds`` histogram, so the logs and the metrics agree.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from enum import StrEnum
 
 from nightshift.domain.batches import ProviderBatch
+from nightshift.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +36,20 @@ _DONE = {
 }
 
 
-def log_stage(
-    stage: Stage, batch: ProviderBatch, *, agents: int, started: float, provider_batch_id: str | None = None
+def stage_done(
+    stage: Stage,
+    batch: ProviderBatch,
+    *,
+    agents: int,
+    started: float,
+    metrics: Metrics,
+    provider_batch_id: str | None = None,
 ) -> None:
-    """Log that ``stage`` of ``batch`` is done; ``started`` is when it began (``time.monotonic()``)."""
-    duration_ms = round((time.monotonic() - started) * 1000)
+    """Log that ``stage`` of ``batch`` is done and count its duration in ``metrics``; ``started``
+    is when it began (``time.monotonic()``)."""
+    seconds = time.monotonic() - started
+    metrics.stage_done(stage.value, batch.provider, seconds)
+    duration_ms = round(seconds * 1000)
     provider_id = provider_batch_id or batch.provider_batch_id
     log.info(
         "run %s step %d: %s provider batch %s (%s %s) of %d agents in %d ms",
