@@ -31,6 +31,10 @@ class Unauthorized(NightshiftError):
     """Missing or wrong credentials."""
 
 
+class Forbidden(NightshiftError):
+    """Valid credentials that may not do this (an organization's API key asking for every organization's figures)."""
+
+
 class DatabaseUnavailable(NightshiftError):
     """The database cannot be reached or opened; the message says what to check or run."""
 

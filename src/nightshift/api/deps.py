@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch.worker import Worker
 from nightshift.config import Settings
 from nightshift.domain.orgs import DEFAULT_ORG_ID
-from nightshift.errors import Unauthorized
+from nightshift.errors import Forbidden, Unauthorized
 from nightshift.store.orgs import org_for_api_key
 
 
@@ -87,3 +87,24 @@ async def organization(request: Request, state: State) -> str:
 
 
 Org = Annotated[str, Depends(organization)]
+
+
+async def operator(request: Request, state: State) -> None:
+    """Let through only who may see every organization's figures (``GET /metrics``).
+
+    When the server has a password, that is the password alone: an organization's API key is
+    refused (403), as is anything else (401). Without a password, everyone, like the rest of the API.
+    """
+    password = state.settings.server_password
+    if password is None:
+        return
+    token = _bearer(request)
+    if token is None:
+        raise Unauthorized("this server needs 'Authorization: Bearer <password>'")
+    if _same_secret(token, password.get_secret_value()):
+        return
+    async with state.engine.connect() as conn:
+        org_id = await org_for_api_key(conn, token)
+    if org_id is not None:
+        raise Forbidden("the metrics cover every organization: they need the server password, not an API key")
+    raise Unauthorized("the password is not valid")

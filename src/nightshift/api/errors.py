@@ -21,11 +21,26 @@ from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from nightshift.api.input import UNSTORABLE
-from nightshift.errors import Conflict, InvalidInput, NightshiftError, NotFound, ProviderError, Unauthorized
+from nightshift.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NightshiftError,
+    NotFound,
+    ProviderError,
+    Unauthorized,
+)
 
 log = logging.getLogger(__name__)
 
-STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 422, Unauthorized: 401, ProviderError: 502}
+STATUS = {
+    NotFound: 404,
+    Conflict: 409,
+    InvalidInput: 422,
+    Unauthorized: 401,
+    Forbidden: 403,
+    ProviderError: 502,
+}
 
 
 class ErrorBody(BaseModel):
@@ -44,6 +59,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: {**_ERROR, "description": "The request conflicts with the current state"},
     413: {**_ERROR, "description": "The request body is over the size limit"},
     422: {**_ERROR, "description": "Bad input; `field` names the part at fault"},
+}
+# The routes that only the server password may read (``GET /metrics``).
+OPERATOR_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {**_ERROR, "description": "No password, or a wrong one (when the server has a password)"},
+    403: {**_ERROR, "description": "An organization's API key: these figures cover every organization"},
 }
 # Routes that call a model provider can also answer this.
 PROVIDER_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
