@@ -23,6 +23,8 @@ from nightshift.api.app import create_app
 from nightshift.api.deps import AppState
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
+from nightshift.emulator.config import HttpFault
+from nightshift.providers.clients import DEFAULT_MAX_RETRIES
 from support.api import create_tool, json_object
 from support.runs import ANTHROPIC_MODEL, LOOKUP_TOOL, Runs
 
@@ -197,3 +199,20 @@ async def test_two_processes_count_their_own_work_and_see_the_same_cluster(
     assert mine.cluster() == theirs.cluster()
     assert mine("nightshift_runs", status="completed") == 1
     assert mine("nightshift_provider_batches", status="applied") == 1
+
+
+@pytest.mark.settings(error_backoff_seconds=0.05)
+async def test_failed_provider_calls_are_counted_by_kind(app: FastAPI, runs: Runs, admin: EmulatorAdmin) -> None:
+    agent = await runs.agent("patient")
+    await admin.script(agent["id"], say("done"))
+    run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
+    # The first poll meets an overloaded provider, its SDK's retries included; the next one gets through.
+    await admin.fault(
+        HttpFault(path="/v1/messages/batches/*", method="GET", status=529, count=1 + DEFAULT_MAX_RETRIES, retry_after=0)
+    )
+    done = await drive(app, runs, run["id"])
+    assert done["status"] == "completed", done
+
+    after = await scrape(runs.client)
+    assert after("nightshift_provider_errors_total", provider=PROVIDER, kind="overloaded_error", scope="call") == 1
+    assert after.stages() == {"submit": 1, "poll": 1, "apply": 1, "cancel": 0}
