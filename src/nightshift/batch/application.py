@@ -37,7 +37,7 @@ from nightshift.domain.batches import (
 )
 from nightshift.errors import ProviderError
 from nightshift.metrics import ErrorScope, Metrics
-from nightshift.providers.base import BatchState, BatchStatus
+from nightshift.providers.base import BatchState, BatchStatus, OutcomeStatus
 from nightshift.runtime.persist import write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, take_turns
@@ -100,8 +100,8 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
             item = items.pop(custom_id, None)
             if item is not None:
                 results.append(outcome_result(item.id, outcome))
-                if outcome.error is not None:
-                    errors[outcome.error.type] += 1
+                if outcome.status is OutcomeStatus.ERRORED and outcome.error is not None:
+                    errors[outcome.error.type] += 1  # expired and cancelled requests are no provider error
     except ProviderError as exc:
         log.warning("reading the results of %s failed (%s)", batch.id, exc.message)
         await worker.stage_failed(batch, exc.message, retryable=exc.retryable)
