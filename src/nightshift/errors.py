@@ -32,7 +32,8 @@ class Unauthorized(NightshiftError):
 
 
 class Forbidden(NightshiftError):
-    """Right credentials, but not for this: the message says what is needed."""
+    """Right credentials, but not for this (an organization's API key asking for every organization's
+    figures, a key that is not an admin managing keys): the message says what is needed."""
 
 
 class DatabaseUnavailable(NightshiftError):

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from nightshift.api.app import create_app
@@ -193,6 +194,34 @@ async def test_api_keys_are_let_in_and_scoped(secured_app: FastAPI, recorder: Re
         # The password maps to the default organization, which does not see acme's agent.
         assert (await admin.get("/v1/agents/")).json() == []
         assert (await admin.get(f"/v1/agents/{created.json()['id']}")).status_code == 404
+    recorder.assert_no_secret()
+
+
+async def test_metrics_take_the_password_and_no_api_key(secured_app: FastAPI, recorder: Recorder) -> None:
+    async with http(secured_app, recorder, **bearer(PASSWORD)) as admin:
+        # An organization's key does not read every organization's figures.
+        async with http(secured_app, recorder, **bearer(KEY_A)) as a:
+            refused = await a.get("/metrics")
+            assert refused.status_code == 403, refused.text
+            assert "server password" in refused.json()["detail"]
+            assert "nightshift_" not in refused.text
+        for headers in ({}, bearer("not-the-password"), {"authorization": f"Basic {PASSWORD}"}):
+            async with http(secured_app, recorder, **headers) as client:
+                response = await client.get("/metrics")
+                assert response.status_code == 401, (headers, response.text)
+                assert response.headers["www-authenticate"] == "Bearer"
+        allowed = await admin.get("/metrics")
+        assert allowed.status_code == 200, allowed.text
+        families = {family.name for family in text_string_to_metric_families(allowed.text)}
+        assert {"nightshift_runs", "nightshift_provider_batches", "nightshift_poller_lag_seconds"} <= families
+    recorder.assert_no_secret()
+
+
+async def test_without_password_metrics_are_open(open_app: FastAPI, recorder: Recorder) -> None:
+    async with http(open_app, recorder) as anonymous:
+        response = await anonymous.get("/metrics")
+        assert response.status_code == 200, response.text
+        assert "nightshift_runs{" in response.text
     recorder.assert_no_secret()
 
 

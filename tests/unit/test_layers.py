@@ -15,6 +15,7 @@ LAYERS = {
     "config": 1,
     "logs": 1,
     "tracing": 1,
+    "metrics": 1,
     "store": 2,
     "providers": 2,
     "tools": 2,

@@ -16,7 +16,7 @@ from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
 from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import storable_url
-from nightshift.api.routers import agent_messages, agents, batches, blocks, health, keys, tools
+from nightshift.api.routers import agent_messages, agents, batches, blocks, health, keys, metrics, tools
 from nightshift.api.routers.health import Readiness, set_readiness
 from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.worker import running_worker
@@ -34,6 +34,7 @@ When `NIGHTSHIFT_SERVER_PASSWORD` is set, every route but `/v1/health` and `/v1/
 `Authorization: Bearer <password or API key>`. An API key (`nightshift keys create`) scopes the
 caller to its organization: other organizations' objects answer 404. `/v1/keys` manages the
 caller's organization's keys, with an admin key or the server password (default organization).
+`/metrics` covers every organization: it takes the password only.
 """
 
 
@@ -86,6 +87,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.include_router(health.router)  # public: liveness and readiness, no data
     app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
+    app.include_router(metrics.router)  # the server password only, when there is one (not an API key)
     secured = [Depends(organization), Depends(storable_url)]
     for module in (agents, tools, blocks):
         app.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)

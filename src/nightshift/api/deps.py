@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch.worker import Worker
 from nightshift.config import Settings
 from nightshift.domain.orgs import DEFAULT_ORG_ID, Caller, CallerKind, KeyStatus
-from nightshift.errors import Unauthorized
+from nightshift.errors import Forbidden, Unauthorized
 from nightshift.services.keys import KeyUsage, check_manages_keys
 from nightshift.store.keys import key_for_secret
 
@@ -113,3 +113,14 @@ async def key_admin(who: CallerDep) -> Caller:
 
 
 KeyAdmin = Annotated[Caller, Depends(key_admin)]
+
+
+async def operator(who: CallerDep, state: State) -> None:
+    """Let through only who may see every organization's figures (``GET /metrics``).
+
+    When the server has a password, that is the password alone: an organization's API key is
+    refused (403), as is anything else (401, by :func:`caller`). Without a password, everyone,
+    like the rest of the API.
+    """
+    if state.settings.server_password is not None and who.kind is not CallerKind.PASSWORD:
+        raise Forbidden("the metrics cover every organization: they need the server password, not an API key")

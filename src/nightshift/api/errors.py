@@ -57,6 +57,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 FORBIDDEN_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {**_ERROR, "description": "The caller may not manage keys (it needs an admin key or the server password)"},
 }
+# The routes that only the server password may read (``GET /metrics``).
+OPERATOR_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {**_ERROR, "description": "No password, or a wrong one (when the server has a password)"},
+    403: {**_ERROR, "description": "An organization's API key: these figures cover every organization"},
+}
 # Routes that call a model provider can also answer this.
 PROVIDER_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     502: {**_ERROR, "description": "The model provider failed or refused the request"},

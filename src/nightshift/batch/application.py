@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -22,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import final_status, next_step
 from nightshift.batch.outcomes import failed_result, outcome_result, response_from_json
-from nightshift.batch.stages import Stage, log_stage
+from nightshift.batch.stages import Stage, stage_done
 from nightshift.batch.steps import write_step
 from nightshift.batch.submission import end_batch
 from nightshift.domain.batches import (
@@ -34,7 +36,8 @@ from nightshift.domain.batches import (
     RunStatus,
 )
 from nightshift.errors import ProviderError
-from nightshift.providers.base import BatchState, BatchStatus
+from nightshift.metrics import ErrorScope, Metrics
+from nightshift.providers.base import BatchState, BatchStatus, OutcomeStatus
 from nightshift.runtime.persist import write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, take_turns
@@ -91,11 +94,14 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
             if i.request_status is not RequestStatus.FAILED
         }
     results: list[ItemResult] = []
+    errors: Counter[str] = Counter()
     try:
         async for custom_id, outcome in provider.batch_results(batch.provider_batch_id):
             item = items.pop(custom_id, None)
             if item is not None:
                 results.append(outcome_result(item.id, outcome))
+                if outcome.status is OutcomeStatus.ERRORED and outcome.error is not None:
+                    errors[outcome.error.type] += 1  # expired and cancelled requests are no provider error
     except ProviderError as exc:
         log.warning("reading the results of %s failed (%s)", batch.id, exc.message)
         await worker.stage_failed(batch, exc.message, retryable=exc.retryable)
@@ -111,7 +117,9 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
         snapshot=snapshot,
         release=False,  # resume follows at once in this pass
     )
-    log_stage(Stage.POLL, ended, agents=len(results), started=started)
+    for kind, count in errors.items():
+        worker.metrics.provider_error(batch.provider, kind, ErrorScope.REQUEST, count)
+    stage_done(Stage.POLL, ended, agents=len(results), started=started, metrics=worker.metrics)
     return ended
 
 
@@ -149,11 +157,13 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
         completions, entries = next_step(
             items, {r.agent_id: r for r in results}, {**fresh, **updated}, run_open=run_open
         )
+        usage = _Usage()
         for index, item in enumerate(items):
             agent = fresh.get(item.agent_id)
             if item.usage and agent is not None:
                 cost = worker.prices.cost(agent.llm_config.handle, item.usage, batch=True)
                 completions[index] = replace(completions[index], cost=cost)
+                usage.add(agent.llm_config.provider, agent.llm_config.model, item.usage, cost.usd if cost else None)
         await item_store.complete_items(conn, completions, now)
         next_batches = await write_step(
             conn, run, entries, now, lease=worker.lease(now), endpoints=worker.providers.endpoints()
@@ -161,8 +171,25 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
         if not next_batches:
             await end_run_if_done(conn, run.id, now)
         await batch_store.release(conn, batch.id, worker.owner, next_poll_at=None)
-    log_stage(Stage.APPLY, batch, agents=len(items), started=started)
+    usage.record(worker.metrics)
+    stage_done(Stage.APPLY, batch, agents=len(items), started=started, metrics=worker.metrics)
     return next_batches
+
+
+class _Usage:
+    """The tokens and cost of a step's items, summed by provider and model, for the metrics."""
+
+    def __init__(self) -> None:
+        self.tokens: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+        self.cost: defaultdict[tuple[str, str], float] = defaultdict(float)
+
+    def add(self, provider: str, model: str, tokens: Mapping[str, int], cost_usd: float | None) -> None:
+        self.tokens[provider, model].update(tokens)
+        self.cost[provider, model] += cost_usd or 0.0
+
+    def record(self, metrics: Metrics) -> None:
+        for (provider, model), tokens in self.tokens.items():
+            metrics.usage(provider, model, tokens, self.cost[provider, model])
 
 
 async def end_run_if_done(conn: AsyncConnection, run_id: str, now: datetime) -> None:

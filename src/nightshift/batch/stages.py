@@ -1,8 +1,10 @@
-"""The one log line (and, with tracing on, the one span) of each stage a provider batch goes through.
+"""The one log line of each stage a provider batch goes through, with its fields, its duration in
+the metrics and, with tracing on, its span.
 
 Each line says which run, step and provider batch, how many agents and how long the stage took,
 in its message and as fields (``extra=``) that the JSON log format writes as they are. Nothing
-of the agents' messages, tool arguments or secrets is in it.
+of the agents' messages, tool arguments or secrets is in it. The same duration goes into the
+``nightshift_stage_duration_seconds`` histogram, so the logs and the metrics agree.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from enum import StrEnum
 
 from nightshift.domain.batches import ProviderBatch
+from nightshift.metrics import Metrics
 from nightshift.tracing import stage_span
 
 log = logging.getLogger(__name__)
@@ -34,12 +37,20 @@ _DONE = {
 }
 
 
-def log_stage(
-    stage: Stage, batch: ProviderBatch, *, agents: int, started: float, provider_batch_id: str | None = None
+def stage_done(
+    stage: Stage,
+    batch: ProviderBatch,
+    *,
+    agents: int,
+    started: float,
+    metrics: Metrics,
+    provider_batch_id: str | None = None,
 ) -> None:
-    """Log that ``stage`` of ``batch`` is done; ``started`` is when it began (``time.monotonic()``)."""
-    duration_s = time.monotonic() - started
-    duration_ms = round(duration_s * 1000)
+    """Log that ``stage`` of ``batch`` is done, count its duration in ``metrics`` and trace it;
+    ``started`` is when it began (``time.monotonic()``)."""
+    seconds = time.monotonic() - started
+    metrics.stage_done(stage.value, batch.provider, seconds)
+    duration_ms = round(seconds * 1000)
     provider_id = provider_batch_id or batch.provider_batch_id
     fields = {
         "stage": stage.value,
@@ -64,6 +75,6 @@ def log_stage(
     )
     stage_span(
         f"batch {stage.value}",
-        duration_s=duration_s,
+        duration_s=seconds,
         attributes={f"nightshift.{key}": value for key, value in fields.items() if value is not None},
     )

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from nightshift.batch.outcomes import failed_result
-from nightshift.batch.stages import Stage, log_stage
+from nightshift.batch.stages import Stage, stage_done
 from nightshift.domain.batches import (
     BatchItem,
     ItemResult,
@@ -106,7 +106,7 @@ async def submit(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
         return await _refused(worker, batch, items, exc)
     current = await _submitted(worker, batch, provider_batch_id, refused)
     if current.status is ProviderBatchStatus.RUNNING and current.provider_batch_id == provider_batch_id:
-        log_stage(Stage.SUBMIT, current, agents=len(requests), started=started)
+        stage_done(Stage.SUBMIT, current, agents=len(requests), started=started, metrics=worker.metrics)
     return current
 
 

@@ -36,15 +36,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch import application, submission
 from nightshift.batch.outcomes import failed_result
-from nightshift.batch.stages import Stage, log_stage
+from nightshift.batch.stages import Stage, stage_done
 from nightshift.config import Settings
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.errors import ProviderError
+from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.clients import ProviderSet, preload
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
+from nightshift.tools.metered import MeteredSandbox
 from nightshift.tools.sandbox import Sandbox, build_sandbox
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ class Worker:
     providers: ProviderSet
     sandbox: Sandbox
     owner: str
+    # What this process did (stage durations, provider errors, tokens and cost), for ``GET /metrics``.
+    metrics: Metrics
     poll_interval: float
     prices: PriceTable = field(default_factory=PriceTable)
     lease_seconds: float = 600.0
@@ -260,7 +264,7 @@ class Worker:
             await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
             agents = await item_store.count_items(conn, batch.id) if cancelled else 0
         if cancelled:
-            log_stage(Stage.CANCEL, batch, agents=agents, started=started)
+            stage_done(Stage.CANCEL, batch, agents=agents, started=started, metrics=self.metrics)
 
 
 def worker_id() -> str:
@@ -275,15 +279,17 @@ def process_prefix() -> str:
 
 @asynccontextmanager
 async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterator[Worker]:
-    """A worker with its tool sandbox and provider clients, all closed when the block ends."""
-    async with build_sandbox(settings) as sandbox, ProviderSet() as providers:
+    """A worker with its tool sandbox, provider clients and metrics, all closed when the block ends."""
+    metrics = Metrics()
+    async with build_sandbox(settings) as sandbox, ProviderSet(metrics=metrics) as providers:
         # The SDKs take seconds to import: in a thread, while the server already answers.
         preloading = asyncio.create_task(asyncio.to_thread(preload), name="preload-providers")
         yield Worker(
             engine=engine,
             providers=providers,
-            sandbox=sandbox,
+            sandbox=MeteredSandbox(sandbox, metrics),
             owner=worker_id(),
+            metrics=metrics,
             poll_interval=settings.poll_interval_seconds,
             lease_seconds=settings.lease_seconds
             or max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),

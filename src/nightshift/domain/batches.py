@@ -294,6 +294,20 @@ class RunProgress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BatchCensus:
+    """The batch work of every organization at one moment, as the metrics report it.
+
+    ``oldest_due_at`` is when the claimable provider batch that has been due longest became due
+    (None when no batch is claimable); how late the pollers are is the time since then.
+    """
+
+    runs: Mapping[RunStatus, int]
+    provider_batches: Mapping[ProviderBatchStatus, int]
+    agents_stepping: int  # agents in a step of a batch run that is not yet applied
+    oldest_due_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunFailure:
     """An agent the run failed: at which step, its request's status, and why."""
 

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from nightshift.errors import InvalidInput, ProviderError
+from nightshift.metrics import Metrics
 from nightshift.providers.base import ModelProvider
 from nightshift.providers.errors import INVALID_REQUEST
+from nightshift.providers.metered import MeteredProvider
 from nightshift.providers.registry import Closer, provider_info, providers
 
 DEFAULT_MAX_RETRIES = 2
@@ -32,7 +34,8 @@ class ProviderSet:
     """The providers of one process, each built on first use, all closed together.
 
     Use as ``async with ProviderSet() as providers: providers.get("anthropic")``.
-    ``overrides`` replaces the real provider for some names (e.g. a scripted one in a test).
+    ``overrides`` replaces the real provider for some names (e.g. a scripted one in a test). With
+    ``metrics``, the providers it builds count their failed calls there.
     """
 
     def __init__(
@@ -40,8 +43,10 @@ class ProviderSet:
         *,
         max_retries: int = DEFAULT_MAX_RETRIES,
         overrides: Mapping[str, ModelProvider] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._max_retries = max_retries
+        self._metrics = metrics
         self._providers: dict[str, ModelProvider] = dict(overrides or {})
         self._closers: list[Closer] = []
 
@@ -64,6 +69,8 @@ class ProviderSet:
             raise ProviderError(exc.message, kind=INVALID_REQUEST) from exc
         built, close = info.connect(max_retries=self._max_retries)
         self._closers.append(close)
+        if self._metrics is not None:
+            built = MeteredProvider(name, built, self._metrics)
         self._providers[name] = built
         return built
 

@@ -1,0 +1,148 @@
+"""The process's Prometheus metrics (``GET /metrics``): what this process did, and the batch work
+of the whole cluster.
+
+Two kinds of figures (the README's "Metrics" lists them):
+
+* **per process**, counters and a histogram recorded as the work happens, by whatever the worker
+  hands its ``Metrics`` to: stage durations, provider errors by kind, tokens and cost by provider
+  and model, sandbox calls and failures. Each process counts its own work only, so the figures of
+  several processes add up: Prometheus sums them across the processes it scrapes.
+* **cluster-wide**, gauges read from the shared database when scraped (``BatchCensus``): runs and
+  provider batches by status, agents stepping, the poller lag. Every process reports the same
+  values: take any one of them (``max``), never their sum.
+
+A ``Metrics`` keeps its figures in a ``CollectorRegistry`` of its own, not in prometheus-client's
+process-wide default one: it is built once per worker (``running_worker``, for ``serve`` and
+``poll``) and handed to what records into it, so two apps in one process (as in the tests) never
+see each other's figures, and importing this module creates nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from enum import StrEnum
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+
+from nightshift.domain.batches import BatchCensus, ProviderBatchStatus, RunStatus
+
+# From a submit of a few agents (tens of ms) to the apply of a step of 10,000 agents with tools.
+STAGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# The token counts of an item's usage, by the ``kind`` label they are counted under.
+TOKEN_KINDS = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cache_read_tokens": "cache_read",
+    "cache_write_tokens": "cache_write",
+}
+
+
+class ErrorScope(StrEnum):
+    """What a provider error counted in ``nightshift_provider_errors_total`` was about."""
+
+    CALL = "call"  # a call to the provider's API failed: submit, poll, results, cancel, a synchronous step
+    REQUEST = "request"  # the provider answered one request of a batch with an error
+
+
+class Metrics:
+    """The figures of one process, in a registry of its own; ``exposition`` renders them."""
+
+    def __init__(self) -> None:
+        # No ``*_created`` series beside each counter: a process start time per series is noise
+        # here (Prometheus sees a restart as a counter reset). A switch of the library, not a figure.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # (untyped in prometheus-client)
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self._stage_seconds = Histogram(
+            "nightshift_stage_duration_seconds",
+            "How long each stage of a provider batch took in this process (submit, poll: the results "
+            "stored, apply: the results applied and the next step written, cancel).",
+            ["stage", "provider"],
+            buckets=STAGE_BUCKETS,
+            registry=registry,
+        )
+        self._provider_errors = Counter(
+            "nightshift_provider_errors",
+            "Provider errors this process met, by kind (rate_limit_error, overloaded_error...): a failed "
+            "API call (scope=call) or a request of a batch answered with an error (scope=request).",
+            ["provider", "kind", "scope"],
+            registry=registry,
+        )
+        self._tokens = Counter(
+            "nightshift_tokens",
+            "Tokens of the batch requests whose results this process applied.",
+            ["provider", "model", "kind"],
+            registry=registry,
+        )
+        self._cost = Counter(
+            "nightshift_cost_usd",
+            "Cost in USD (batch prices) of the batch requests whose results this process applied; "
+            "models without a known price are not counted.",
+            ["provider", "model"],
+            registry=registry,
+        )
+        self._sandbox_calls = Counter(
+            "nightshift_sandbox_calls", "Custom tool calls this process ran in the tool sandbox.", registry=registry
+        )
+        self._sandbox_failures = Counter(
+            "nightshift_sandbox_failures",
+            "Custom tool calls that did not return (raised, timed out, went over a limit, could not run).",
+            registry=registry,
+        )
+        self._runs = Gauge(
+            "nightshift_runs",
+            "Batch runs of every organization by status (cluster-wide, read from the database: do not sum).",
+            ["status"],
+            registry=registry,
+        )
+        self._provider_batches = Gauge(
+            "nightshift_provider_batches",
+            "Provider batches of every organization by status (cluster-wide, read from the database: do not sum).",
+            ["status"],
+            registry=registry,
+        )
+        self._agents_stepping = Gauge(
+            "nightshift_agents_stepping",
+            "Agents in a step of a batch run not yet applied (cluster-wide, read from the database: do not sum).",
+            registry=registry,
+        )
+        self._poller_lag = Gauge(
+            "nightshift_poller_lag_seconds",
+            "How long the provider batch that has been due longest has waited for a poller, 0 when none is "
+            "overdue (cluster-wide, read from the database: do not sum).",
+            registry=registry,
+        )
+
+    def stage_done(self, stage: str, provider: str, seconds: float) -> None:
+        """Count one stage of a provider batch of ``provider`` that took ``seconds``."""
+        self._stage_seconds.labels(stage=stage, provider=provider).observe(seconds)
+
+    def provider_error(self, provider: str, kind: str, scope: ErrorScope, count: int = 1) -> None:
+        """Count ``count`` errors of ``kind`` from ``provider``."""
+        self._provider_errors.labels(provider=provider, kind=kind, scope=scope.value).inc(count)
+
+    def usage(self, provider: str, model: str, tokens: Mapping[str, int], cost_usd: float | None) -> None:
+        """Count the tokens (an item's ``usage``, or the sum of several) and their cost, if known."""
+        for key, kind in TOKEN_KINDS.items():
+            if tokens.get(key):
+                self._tokens.labels(provider=provider, model=model, kind=kind).inc(tokens[key])
+        if cost_usd:
+            self._cost.labels(provider=provider, model=model).inc(cost_usd)
+
+    def sandbox_calls(self, calls: int, failures: int) -> None:
+        """Count ``calls`` custom tool calls, ``failures`` of which did not return."""
+        self._sandbox_calls.inc(calls)
+        if failures:
+            self._sandbox_failures.inc(failures)
+
+    def exposition(self, census: BatchCensus, now: datetime) -> bytes:
+        """Every figure in Prometheus's text format, the cluster's as ``census`` found it at ``now``."""
+        for run_status in RunStatus:
+            self._runs.labels(status=run_status.value).set(census.runs.get(run_status, 0))
+        for batch_status in ProviderBatchStatus:
+            self._provider_batches.labels(status=batch_status.value).set(census.provider_batches.get(batch_status, 0))
+        self._agents_stepping.set(census.agents_stepping)
+        due = census.oldest_due_at
+        self._poller_lag.set(max(0.0, (now - due).total_seconds()) if due is not None else 0.0)
+        return generate_latest(self.registry)

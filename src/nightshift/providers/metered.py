@@ -1,0 +1,63 @@
+"""A provider whose failed calls are counted in the process's metrics."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from datetime import datetime
+
+from nightshift.errors import ProviderError
+from nightshift.metrics import ErrorScope, Metrics
+from nightshift.providers.base import (
+    BatchOutcome,
+    BatchStatus,
+    FoundBatches,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+)
+
+
+class MeteredProvider:
+    """A :class:`~nightshift.providers.base.ModelProvider` that counts every ``ProviderError`` its
+    calls raise in ``metrics``, by kind (``nightshift_provider_errors_total{scope="call"}``), and
+    raises it on."""
+
+    def __init__(self, name: str, inner: ModelProvider, metrics: Metrics) -> None:
+        self._name = name
+        self._inner = inner
+        self._metrics = metrics
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        try:
+            yield
+        except ProviderError as exc:
+            self._metrics.provider_error(self._name, exc.kind, ErrorScope.CALL)
+            raise
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        with self._counted():
+            return await self._inner.complete(request)
+
+    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+        with self._counted():
+            return await self._inner.submit_batch(requests, tag=tag)
+
+    async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
+        with self._counted():
+            return await self._inner.find_batches(tag, created_after=created_after, requests=requests)
+
+    async def retrieve_batch(self, batch_id: str) -> BatchStatus:
+        with self._counted():
+            return await self._inner.retrieve_batch(batch_id)
+
+    async def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
+        with self._counted():
+            async with contextlib.aclosing(self._inner.batch_results(batch_id)) as results:
+                async for pair in results:
+                    yield pair
+
+    async def cancel_batch(self, batch_id: str) -> BatchStatus:
+        with self._counted():
+            return await self._inner.cancel_batch(batch_id)

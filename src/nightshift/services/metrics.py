@@ -1,0 +1,17 @@
+"""The metrics of ``GET /metrics``: this process's figures, and the cluster's read from the database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nightshift.metrics import Metrics
+from nightshift.store.census import batch_census
+
+
+async def exposition(engine: AsyncEngine, metrics: Metrics) -> bytes:
+    """Every figure in Prometheus's text format; the cluster's are read now, in three statements."""
+    async with engine.connect() as conn:
+        census = await batch_census(conn)
+    return metrics.exposition(census, datetime.now(UTC))
