@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
@@ -288,7 +287,6 @@ async def test_openai_batch_takes_one_model(providers: ProviderSet) -> None:
 
 
 async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_name: str) -> None:
-    started = time.monotonic()
     small = request(provider_name, tools=(SEND,), system="You are Sam.")
     batch_id = await provider.submit_batch({f"agent-{i:05d}": small for i in range(10_000)}, tag="llm_batch-test")
     ended = await provider.retrieve_batch(batch_id)
@@ -300,7 +298,6 @@ async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_
             assert outcome.status is OutcomeStatus.SUCCEEDED and custom_id.startswith("agent-")
             seen += 1
     assert seen == 10_000
-    assert time.monotonic() - started < 10
 
 
 async def test_find_batches_after_a_lost_answer(provider: ModelProvider, provider_name: str) -> None:
