@@ -119,8 +119,8 @@ def agent(agent_id: str = "agent-1", **fields: Any) -> Agent:
 def answer(
     name: str | None, arguments: str = "{}", *, heartbeat: bool = False, text: str | None = None
 ) -> ModelResponse:
-    call = ToolCall(id="call_1", name=name, arguments=arguments) if name is not None else None
-    return ModelResponse(tool_call=call, reasoning="thinking", request_heartbeat=heartbeat, text=text)
+    calls = (ToolCall(id="call_1", name=name, arguments=arguments),) if name is not None else ()
+    return ModelResponse(tool_calls=calls, reasoning="thinking", request_heartbeat=heartbeat, text=text)
 
 
 def turn(response: ModelResponse, who: Agent | None = None, *, step: int = 0, max_steps: int = 10) -> Turn:
