@@ -27,6 +27,7 @@ LAYERS = {
     "cli_commands": 8,
     "demo": 8,
     "bench": 8,
+    "rounds": 8,
     "__main__": 9,
 }
 ROOT = Path(nightshift.__file__).parent
