@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint format bench load migration clean
+.PHONY: demo test test-fast lint format bench load rounds migration clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -50,6 +50,11 @@ bench: $(STAMP)
 load: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
 	$(BIN)/python -m nightshift.load $(ARGS)
+
+# Provider rounds per task, with and without several tool calls per turn (the README's table).
+rounds: $(STAMP)
+	@scripts/system-packages $(DEMO_PACKAGES)
+	$(BIN)/python -m nightshift.rounds $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nightshift.batch.worker import Worker
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
+from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
 SIZES = (10, 200)
@@ -88,13 +89,20 @@ async def create_agents(runs: Runs, size: int, models: tuple[str, ...]) -> list[
     return list(await asyncio.gather(*(one(i) for i in range(size))))
 
 
-async def run_phases(app: FastAPI, runs: Runs, size: int) -> list[list[str]]:
-    """Take a run of ``size`` fresh agents through the phases; the statements of each phase."""
+async def run_phases(
+    app: FastAPI, runs: Runs, size: int, script: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None
+) -> list[list[str]]:
+    """Take a run of ``size`` fresh agents through the phases; the statements of each phase.
+
+    ``script``, if given, is called with the agents before the run starts (to script their answers).
+    """
     state = app.state.nightshift
     worker: Worker = state.worker
     log = StatementLog(state.engine)
     models = (ANTHROPIC_MODEL, OPENAI_MODEL)
     agents = await create_agents(runs, size, models)
+    if script is not None:
+        await script(agents)
 
     async def step() -> None:
         await asyncio.sleep(worker.poll_interval * 2)  # the batches are due again
@@ -117,22 +125,60 @@ async def run_phases(app: FastAPI, runs: Runs, size: int) -> list[list[str]]:
     return counted
 
 
+def differences(small: list[list[str]], large: list[list[str]], what: tuple[str, str]) -> list[str]:
+    """Per phase, how the statements of the ``large`` case differ from the ``small`` one's."""
+    problems = []
+    for phase, few, many in zip(PHASES, small, large, strict=True):
+        grown = Counter(map(shape, many)) - Counter(map(shape, few))
+        shrunk = Counter(map(shape, few)) - Counter(map(shape, many))
+        if len(few) != len(many) or grown or shrunk:
+            problems.append(f"{phase}: {len(few)} statements for {what[0]}, {len(many)} for {what[1]}")
+            problems.append(f"  only with {what[1]}: {grown.most_common(5)}")
+            problems.append(f"  only with {what[0]}: {shrunk.most_common(5)}")
+    return problems
+
+
 async def test_statements_per_phase_do_not_grow_with_the_agents(
     app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
 ) -> None:
     runs = Runs(client)
     counts = {size: await run_phases(app, runs, size) for size in SIZES}
     small, large = (counts[size] for size in SIZES)
-    problems = []
-    for phase, few, many in zip(PHASES, small, large, strict=True):
-        grown = Counter(map(shape, many)) - Counter(map(shape, few))
-        shrunk = Counter(map(shape, few)) - Counter(map(shape, many))
-        if len(few) != len(many) or grown or shrunk:
-            problems.append(f"{phase}: {len(few)} statements for {SIZES[0]} agents, {len(many)} for {SIZES[1]}")
-            problems.append(f"  only with more agents: {grown.most_common(5)}")
-            problems.append(f"  only with fewer agents: {shrunk.most_common(5)}")
+    problems = differences(small, large, (f"{SIZES[0]} agents", f"{SIZES[1]} agents"))
     assert not problems, "\n".join(problems)
     print({phase: len(few) for phase, few in zip(PHASES, small, strict=True)})
+
+
+def notes(count: int) -> ScriptedReply:
+    """One turn of ``count`` memory appends, asking for another turn."""
+    calls = [
+        ScriptedToolCall(
+            name="core_memory_append", arguments={"label": "human", "content": f"fact {i}"}, request_heartbeat=True
+        )
+        for i in range(count)
+    ]
+    return ScriptedReply(tool_calls=calls)
+
+
+async def test_a_turn_of_three_calls_costs_the_statements_of_a_turn_of_one(
+    app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
+) -> None:
+    runs = Runs(client)
+
+    def scripted(calls: int) -> Callable[[list[dict[str, Any]]], Awaitable[None]]:
+        async def script(agents: list[dict[str, Any]]) -> None:
+            for agent in agents:
+                await admin.script(
+                    agent["id"],
+                    notes(calls),
+                    ScriptedReply(tool_call=ScriptedToolCall(name="send_message", arguments={"message": "ok"})),
+                )
+
+        return script
+
+    one, three = [await run_phases(app, runs, SIZES[0], scripted(calls)) for calls in (1, 3)]
+    problems = differences(one, three, ("one call per turn", "three calls per turn"))
+    assert not problems, "\n".join(problems)
 
 
 async def test_reading_runs_costs_the_same_statements_for_one_run_as_for_five(

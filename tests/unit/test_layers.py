@@ -30,6 +30,7 @@ LAYERS = {
     "demo": 8,
     "bench": 8,
     "load": 8,
+    "rounds": 8,
     "__main__": 9,
 }
 ROOT = Path(nightshift.__file__).parent

@@ -16,7 +16,13 @@ from nightshift.domain.batches import StepState
 from nightshift.domain.blocks import Block
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.passages import Passage
-from nightshift.domain.tool_rules import TerminalToolRule
+from nightshift.domain.tool_rules import (
+    ChildToolRule,
+    ConditionalToolRule,
+    MaxCountPerStepToolRule,
+    RequiredBeforeExitToolRule,
+    TerminalToolRule,
+)
 from nightshift.domain.tools import Tool, ToolType
 from nightshift.providers.base import ModelResponse
 from nightshift.runtime.step import Turn, TurnReason, first_state, take_turns
@@ -44,6 +50,7 @@ class TableSandbox:
     def __init__(self, answers: dict[str, SandboxResult]) -> None:
         self.answers = answers
         self.calls: list[SandboxCall] = []
+        self.waves: list[list[str]] = []  # the functions of each run_many, in order
 
     async def run(self, call: SandboxCall, *, timeout: float | None = None) -> SandboxResult:
         self.calls.append(call)
@@ -55,6 +62,7 @@ class TableSandbox:
         *,
         timeout: float | None = None,
     ) -> list[SandboxResult]:
+        self.waves.append([call.function_name for call in calls])
         return [await self.run(call) for call in calls]
 
     async def aclose(self) -> None:
@@ -119,8 +127,8 @@ def agent(agent_id: str = "agent-1", **fields: Any) -> Agent:
 def answer(
     name: str | None, arguments: str = "{}", *, heartbeat: bool = False, text: str | None = None
 ) -> ModelResponse:
-    call = ToolCall(id="call_1", name=name, arguments=arguments) if name is not None else None
-    return ModelResponse(tool_call=call, reasoning="thinking", request_heartbeat=heartbeat, text=text)
+    calls = (ToolCall(id="call_1", name=name, arguments=arguments),) if name is not None else ()
+    return ModelResponse(tool_calls=calls, reasoning="thinking", request_heartbeat=heartbeat, text=text)
 
 
 def turn(response: ModelResponse, who: Agent | None = None, *, step: int = 0, max_steps: int = 10) -> Turn:
@@ -262,3 +270,144 @@ async def test_a_bug_a_base_tool_runs_into_is_that_agents_tool_error() -> None:
     assert bad.reason is TurnReason.TOOL_ERROR and bad.failure is None
     assert (bad.tool_error or "").startswith("the tool failed: TypeError")
     assert good.reason is TurnReason.NO_HEARTBEAT
+
+
+# Several tool calls in one turn.
+
+
+def answers(*calls: tuple[str, str], heartbeat: bool = False) -> ModelResponse:
+    """One turn with several calls, ids call_1, call_2, ..."""
+    return ModelResponse(
+        tool_calls=tuple(ToolCall(id=f"call_{i}", name=n, arguments=a) for i, (n, a) in enumerate(calls, 1)),
+        reasoning="thinking",
+        request_heartbeat=heartbeat,
+    )
+
+
+def statuses(result: Any) -> list[tuple[str | None, str | None, str]]:
+    return [(m.tool_call_id, m.name, tool_body(m)["status"]) for m in result.messages[1:]]
+
+
+CITIES = (("lookup", '{"city": "Paris"}'), ("lookup", '{"city": "Rome"}'), ("lookup", '{"city": "Oslo"}'))
+
+
+async def test_three_calls_of_one_turn_are_kept_run_side_by_side_and_answered_in_order() -> None:
+    sandbox = TableSandbox({"lookup": ok("sunny")})
+
+    (result,) = await take([turn(answers(*CITIES, heartbeat=True))], sandbox)
+
+    assistant = result.messages[0]
+    assert [c.id for c in assistant.tool_calls] == ["call_1", "call_2", "call_3"]
+    assert statuses(result) == [("call_1", "lookup", "OK"), ("call_2", "lookup", "OK"), ("call_3", "lookup", "OK")]
+    assert sandbox.waves == [["lookup", "lookup", "lookup"]]  # one sandbox round for the three
+    assert [c.arguments for c in sandbox.calls] == [{"city": "Paris"}, {"city": "Rome"}, {"city": "Oslo"}]
+    assert (result.continues, result.reason) == (True, TurnReason.HEARTBEAT)
+    assert result.state.solver.history == ("lookup", "lookup", "lookup")
+
+
+async def test_one_failing_call_of_three_is_a_tool_error_and_the_others_still_run() -> None:
+    class OsloIsDown(TableSandbox):
+        async def run(self, call: SandboxCall, *, timeout: float | None = None) -> SandboxResult:
+            self.calls.append(call)
+            return failed("TimeoutError: Oslo is down") if call.arguments["city"] == "Oslo" else ok("sunny")
+
+    sandbox = OsloIsDown({})
+    (result,) = await take([turn(answers(CITIES[2], CITIES[0], CITIES[1], heartbeat=True))], sandbox)
+
+    assert statuses(result) == [("call_1", "lookup", "Failed"), ("call_2", "lookup", "OK"), ("call_3", "lookup", "OK")]
+    assert tool_body(result.messages[1])["message"] == "TimeoutError: Oslo is down"
+    assert (result.continues, result.reason) == (True, TurnReason.TOOL_ERROR)
+    assert result.tool_error == "TimeoutError: Oslo is down"
+    # A call that ran and failed counts for the rules like the others.
+    assert result.state.solver.history == ("lookup", "lookup", "lookup")
+
+
+async def test_the_rules_judge_each_call_as_the_calls_before_it_left_them() -> None:
+    who = agent(tool_rules=(MaxCountPerStepToolRule(tool_name="lookup", max_count_limit=2),))
+    sandbox = TableSandbox({"lookup": ok("sunny")})
+
+    (result,) = await take([turn(answers(*CITIES, heartbeat=True), who)], sandbox)
+
+    assert statuses(result) == [("call_1", "lookup", "OK"), ("call_2", "lookup", "OK"), ("call_3", "lookup", "Failed")]
+    assert "not allowed after the calls before it in this turn" in tool_body(result.messages[3])["message"]
+    assert len(sandbox.calls) == 2
+    assert result.state.solver.history == ("lookup", "lookup")  # the refused call did not count
+    assert result.reason is TurnReason.TOOL_ERROR
+
+
+async def test_a_child_rule_limits_the_next_call_of_the_same_turn() -> None:
+    who = agent(tool_rules=(ChildToolRule(tool_name="lookup", children=("send_message",)),))
+    note = ("core_memory_append", '{"label": "human", "content": "in Paris"}')
+
+    (result,) = await take([turn(answers(CITIES[0], note), who)], TableSandbox({"lookup": ok("sunny")}))
+
+    assert statuses(result) == [("call_1", "lookup", "OK"), ("call_2", "core_memory_append", "Failed")]
+    assert result.changed_blocks == ()
+    assert result.state.allowed_tools == ("send_message",)
+
+
+async def test_a_conditional_rule_waits_for_the_output_before_the_next_call() -> None:
+    rule = ConditionalToolRule(tool_name="lookup", child_output_mapping={"sunny": "send_message"})
+    who = agent(tool_rules=(rule,))
+    sandbox = TableSandbox({"lookup": ok("sunny")})
+
+    (result,) = await take([turn(answers(CITIES[0], CITIES[1]), who)], sandbox)
+
+    # The second lookup was judged on the first one's output ("sunny" allows only send_message).
+    assert statuses(result) == [("call_1", "lookup", "OK"), ("call_2", "lookup", "Failed")]
+    assert sandbox.waves == [["lookup"]]
+
+
+async def test_calls_run_in_order_a_base_tool_after_custom_ones_waits_for_them() -> None:
+    sandbox = TableSandbox({"lookup": ok("sunny")})
+    note = ("core_memory_append", '{"label": "human", "content": "asked about the weather"}')
+
+    (result,) = await take([turn(answers(CITIES[0], CITIES[1], note, CITIES[2], heartbeat=True))], sandbox)
+
+    assert sandbox.waves == [["lookup", "lookup"], ["lookup"]]
+    assert [status for _, _, status in statuses(result)] == ["OK", "OK", "OK", "OK"]
+    assert result.changed_blocks[0].value == "Likes tea.\nasked about the weather"
+    assert result.state.solver.history == ("lookup", "lookup", "core_memory_append", "lookup")
+
+
+async def test_send_message_with_other_calls_ends_the_run_in_this_round() -> None:
+    note = ("core_memory_append", '{"label": "human", "content": "lives in Lyon"}')
+    said = ("send_message", '{"message": "Noted!"}')
+
+    (result,) = await take([turn(answers(note, said, heartbeat=True))])
+
+    assert (result.continues, result.reason) == (False, TurnReason.SENT_MESSAGE)
+    assert statuses(result) == [("call_1", "core_memory_append", "OK"), ("call_2", "send_message", "OK")]
+    assert result.changed_blocks[0].value == "Likes tea.\nlives in Lyon"
+
+
+async def test_a_terminal_call_ends_the_run_after_the_turns_other_calls_ran() -> None:
+    who = agent(tool_rules=(TerminalToolRule(tool_name="send_message"),))
+    sandbox = TableSandbox({"lookup": ok("sunny")})
+    said = ("send_message", '{"message": "Looking it up."}')
+
+    (result,) = await take([turn(answers(said, CITIES[0], CITIES[1], heartbeat=True), who)], sandbox)
+
+    assert (result.continues, result.reason) == (False, TurnReason.EXIT_LOOP)
+    assert len(sandbox.calls) == 2 and len(result.messages) == 4
+
+
+async def test_a_required_tool_keeps_the_run_open_past_a_terminal_call() -> None:
+    who = agent(tool_rules=(RequiredBeforeExitToolRule(tool_name="archival_memory_insert"),))
+    said = ("send_message", '{"message": "Done."}')
+
+    (result,) = await take([turn(answers(CITIES[0], said), who)], TableSandbox({"lookup": ok("sunny")}))
+
+    assert (result.continues, result.reason) == (True, TurnReason.REQUIRED_BEFORE_EXIT)
+
+
+async def test_turns_of_many_agents_share_the_sandbox_waves() -> None:
+    sandbox = TableSandbox({"lookup": ok("sunny")})
+
+    results = await take(
+        [turn(answers(*CITIES, heartbeat=True), agent("agent-1")), turn(answers(CITIES[0]), agent("agent-2"))],
+        sandbox,
+    )
+
+    assert sandbox.waves == [["lookup", "lookup", "lookup", "lookup"]]
+    assert [len(r.messages) for r in results] == [4, 2]

@@ -53,6 +53,10 @@ class LLMConfigBody(Body):
     max_tokens: MaxTokens | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     handle: Name | None = None
+    parallel_tool_calls: bool | None = Field(
+        default=None,
+        description="Whether the model may call several tools in one turn (default true; an update keeps it)",
+    )
 
 
 class BlockCreate(Body):
@@ -173,8 +177,12 @@ def llm_config_from(
     *,
     max_tokens: int | None = None,
     context_window: int | None = None,
+    parallel_tool_calls: bool = True,
 ) -> LLMConfig:
-    """Our LLMConfig from Letta's ``model`` handle and/or ``llm_config``; one of them is required."""
+    """Our LLMConfig from Letta's ``model`` handle and/or ``llm_config``; one of them is required.
+
+    ``parallel_tool_calls`` is used when ``llm_config`` does not say (an update passes the current value).
+    """
     handle = model or (body.handle if body else None)
     if handle is None and body is not None:
         if "/" in body.model:
@@ -197,6 +205,9 @@ def llm_config_from(
         context_window=context_window or (body.context_window if body else DEFAULT_CONTEXT_WINDOW),
         max_tokens=max_tokens or (body.max_tokens if body and body.max_tokens else DEFAULT_MAX_TOKENS),
         temperature=body.temperature if body else None,
+        parallel_tool_calls=(
+            body.parallel_tool_calls if body and body.parallel_tool_calls is not None else parallel_tool_calls
+        ),
     )
 
 
@@ -292,6 +303,7 @@ class LLMConfigPublic(BaseModel):
     max_tokens: int
     temperature: float | None
     handle: str
+    parallel_tool_calls: bool
 
 
 class MemoryPublic(BaseModel):
@@ -340,6 +352,7 @@ class AgentPublic(BaseModel):
                 max_tokens=config.max_tokens,
                 temperature=config.temperature,
                 handle=config.handle,
+                parallel_tool_calls=config.parallel_tool_calls,
             ),
             embedding=agent.embedding,
             memory=MemoryPublic(blocks=blocks),

@@ -30,9 +30,8 @@ def usage_json(usage: Usage) -> dict[str, int]:
 
 
 def response_json(response: ModelResponse) -> dict[str, Any]:
-    call = response.tool_call
     return {
-        "tool_call": {"id": call.id, "name": call.name, "arguments": call.arguments} if call else None,
+        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
         "reasoning": response.reasoning,
         "request_heartbeat": response.request_heartbeat,
         "text": response.text,
@@ -43,9 +42,10 @@ def response_json(response: ModelResponse) -> dict[str, Any]:
 
 
 def response_from_json(data: dict[str, Any]) -> ModelResponse:
-    call = data.get("tool_call")
+    # Results stored before turns held several calls have one "tool_call" (or null).
+    calls = data["tool_calls"] if "tool_calls" in data else [c for c in [data.get("tool_call")] if c]
     return ModelResponse(
-        tool_call=ToolCall(id=call["id"], name=call["name"], arguments=call["arguments"]) if call else None,
+        tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in calls),
         reasoning=data.get("reasoning"),
         request_heartbeat=bool(data.get("request_heartbeat")),
         text=data.get("text"),

@@ -25,7 +25,9 @@ class LLMConfig:
     """Which model an agent runs on and with what limits.
 
     ``provider`` names a registered provider (``nightshift.providers.registry``), checked where a
-    model handle enters (the API); the domain does not know the providers.
+    model handle enters (the API); the domain does not know the providers. With
+    ``parallel_tool_calls`` the model may call several tools in one turn (Letta's and OpenAI's
+    name); without it, one per turn.
     """
 
     provider: str
@@ -33,6 +35,7 @@ class LLMConfig:
     context_window: int = DEFAULT_CONTEXT_WINDOW
     max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float | None = None
+    parallel_tool_calls: bool = True
 
     @property
     def handle(self) -> str:

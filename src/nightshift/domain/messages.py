@@ -14,7 +14,7 @@ class Role(StrEnum):
 
     SYSTEM = "system"  # the compiled system prompt with memory; always first in context
     USER = "user"  # the user's input, a heartbeat or a system event shown to the model as the user
-    ASSISTANT = "assistant"  # the model's turn: reasoning, optional text and at most one tool call
+    ASSISTANT = "assistant"  # the model's turn: reasoning, optional text and its tool calls, in order
     TOOL = "tool"  # a tool's result, answering the assistant's tool call by ``tool_call_id``
 
 

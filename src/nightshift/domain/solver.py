@@ -28,7 +28,8 @@ surrounding whitespace dropped, ``true``/``false`` in any case are booleans, num
 value (``"1"`` matches ``1.0``), anything else compares as text. A boolean never matches a number.
 Keys are tried in the mapping's order; the first match wins.
 
-Whether the loop continues after a call (first match wins):
+Whether the loop continues after a turn's calls (first match wins; a turn of several calls
+matches a rule when any of its calls does):
 
 1. ``exit_loop`` tool -> ends (even if the tool also has a continue or child rule);
 2. ``continue_loop`` tool -> continues;
@@ -198,13 +199,33 @@ class ToolRulesSolver:
         """
         if tool_name is not None and tool_name != self.last_tool:
             raise ValueError(f"register {tool_name!r} before deciding on it")
-        decision = self._decide_by_rules(tool_name, request_heartbeat)
+        return self.decide_turn(() if tool_name is None else (tool_name,), request_heartbeat, available=available)
+
+    def decide_turn(
+        self, tool_names: Sequence[str], request_heartbeat: bool, *, available: Sequence[str] | None = None
+    ) -> Decision:
+        """After the calls of one turn (all registered, in order), does the loop continue?
+
+        Args:
+            tool_names: the tools the turn called and that ran (none: a text answer).
+            request_heartbeat: whether the model asked to be called again (by any call).
+            available: as for ``decide``.
+        """
+        decision = self._decide_by_rules(set(tool_names), request_heartbeat)
         if not decision.continues and self.pending_required(available):
             return Decision(continues=True, reason=Reason.REQUIRED_BEFORE_EXIT)
         return decision
 
-    def _decide_by_rules(self, tool_name: str | None, request_heartbeat: bool) -> Decision:
-        own = [rule for rule in self._rules if rule.tool_name == tool_name]
+    def is_terminal(self, tool_name: str) -> bool:
+        """Whether the tool has an exit_loop rule."""
+        return any(isinstance(r, TerminalToolRule) and r.tool_name == tool_name for r in self._rules)
+
+    def needs_output(self, tool_name: str) -> bool:
+        """Whether the tools allowed after ``tool_name`` depend on its output (a conditional rule)."""
+        return any(isinstance(r, ConditionalToolRule) and r.tool_name == tool_name for r in self._rules)
+
+    def _decide_by_rules(self, tool_names: set[str], request_heartbeat: bool) -> Decision:
+        own = [rule for rule in self._rules if rule.tool_name in tool_names]
         if any(isinstance(rule, TerminalToolRule) for rule in own):
             return Decision(continues=False, reason=Reason.EXIT_LOOP)
         if any(isinstance(rule, ContinueToolRule) for rule in own):

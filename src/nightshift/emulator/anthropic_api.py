@@ -16,7 +16,7 @@ from nightshift.emulator.anthropic_checks import check_params, content_blocks
 from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult
 from nightshift.emulator.config import ScriptedError
 from nightshift.emulator.errors import ApiError, status_for
-from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn
+from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn, call_id_suffix
 from nightshift.emulator.state import EmulatorState
 from nightshift.emulator.tokens import Segment, count_tokens
 
@@ -52,6 +52,7 @@ def model_input(params: Mapping[str, Any]) -> ModelInput:
         turns=tuple(turns),
         tools=tools,
         tool_choice=ToolChoice(mode=choice["type"], name=choice.get("name")),
+        parallel=not choice.get("disable_parallel_tool_use", False),
     )
 
 
@@ -150,12 +151,11 @@ def _message(params: Mapping[str, Any], output: ModelOutput, *, seed: str, tier:
     content: list[dict[str, Any]] = []
     if output.text:
         content.append({"type": "text", "text": output.text})
-    if output.tool_name is not None:
-        content.append(
-            {"type": "tool_use", "id": f"toolu_{seed[:24]}", "name": output.tool_name, "input": output.arguments}
-        )
+    for index, call in enumerate(output.calls):
+        wire_id = f"toolu_{call_id_suffix(seed, index)}"
+        content.append({"type": "tool_use", "id": wire_id, "name": call.tool_name, "input": call.arguments})
     output_tokens = count_tokens(json.dumps(content))
-    stop = "tool_use" if output.tool_name is not None else "end_turn"
+    stop = "tool_use" if output.calls else "end_turn"
     if output_tokens > params["max_tokens"]:
         # Cut off like a real model: no complete tool call, the text up to the limit.
         text = (output.text or json.dumps(output.arguments))[: max(params["max_tokens"], 0) * 4]

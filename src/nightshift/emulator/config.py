@@ -34,9 +34,14 @@ class ScriptedError(_Frozen):
 
 
 class ScriptedReply(_Frozen):
-    """One exact answer for one request: a tool call and/or a text, or an error."""
+    """One exact answer for one request: tool calls and/or a text, or an error.
+
+    ``tool_call`` and then ``tool_calls`` are the turn's calls, in that order (several calls make
+    one turn whatever the request allows: a script says exactly what the model answers).
+    """
 
     tool_call: ScriptedToolCall | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     text: str | None = None
     error: ScriptedError | None = None
 

@@ -8,10 +8,16 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
    asked to remember something, a memory writer is there and none has run yet: then it saves the
    last result with it first (``request_heartbeat`` true);
 3. when the last user message names a custom tool (not send_message nor a memory tool) it calls
-   that tool with arguments drawn from the message, ``request_heartbeat`` true;
+   that tool with arguments drawn from the message, ``request_heartbeat`` true; when the message
+   lists several things for it ("in Paris, Rome and Oslo") it calls it once per thing: all in one
+   turn when the request allows parallel calls, else one per turn, then summarises every result;
 4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
-   there, it calls that, ``request_heartbeat`` true;
+   there, it calls that, ``request_heartbeat`` true; several facts ("remember: A; B; C") are
+   appended one per call: with parallel calls all in one turn together with ``send_message``,
+   else one per turn and then ``send_message``;
 5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
+
+A turn's results are summarised together (rule 2 looks at every result of the last turn).
 
 Without tools (or with tool choice "none") it answers with text. ``inner_thoughts`` is always
 filled: as an argument when the tool's schema has it, as a text block otherwise.
@@ -19,13 +25,14 @@ filled: as an argument when the tool's schema has it, as a text block otherwise.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from nightshift.emulator.arguments import generate_arguments
+from nightshift.emulator.arguments import SKIPPED, TEXT_FIELDS, generate_arguments
 
 SEND_MESSAGE: Final = "send_message"
 MEMORY_WRITERS: Final = ("core_memory_append", "rethink_memory")
@@ -76,21 +83,47 @@ class ToolChoice:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelInput:
-    """What the model sees, taken out of either provider's request."""
+    """What the model sees, taken out of either provider's request.
+
+    ``parallel``: whether the request lets the model call several tools in one turn.
+    """
 
     system: str = ""
     turns: tuple[Turn, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelCall:
+    """One tool call of an answer: the tool's name and its full arguments."""
+
+    tool_name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelOutput:
-    """The answer: a tool call (name and full arguments) and/or text."""
+    """The answer: tool calls, in order, and/or text."""
 
-    tool_name: str | None = None
-    arguments: dict[str, Any] = field(default_factory=dict)
+    calls: tuple[ModelCall, ...] = ()
     text: str | None = None
+
+    @property
+    def tool_name(self) -> str | None:
+        """The first call's tool, if any."""
+        return self.calls[0].tool_name if self.calls else None
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The first call's arguments (empty without a call)."""
+        return self.calls[0].arguments if self.calls else {}
+
+
+def call_id_suffix(seed: str, index: int) -> str:
+    """24 hex digits for the id of an answer's ``index``-th call (the first's as it always was)."""
+    return seed[:24] if index == 0 else hashlib.sha256(f"{seed}/{index}".encode()).hexdigest()[:24]
 
 
 def respond(model_input: ModelInput) -> ModelOutput:
@@ -124,7 +157,17 @@ def _plan(
 ) -> ModelOutput | None:
     send = tools.get(SEND_MESSAGE)
     writer = next((tools[n] for n in MEMORY_WRITERS if n in tools), None)
+    custom = _named_tool(tools, user_text)
+    several = _several(custom, user_text, results, model_input.parallel)
+    if several is not None:
+        return several
+    facts = _facts(user_text) if writer is not None and writer.name == "core_memory_append" else []
+    if results and 1 < len(facts) and not model_input.parallel and custom is None:
+        appended = sum(1 for r in results if r.tool_name == writer.name) if writer is not None else 0
+        if 0 < appended < len(facts) and writer is not None:
+            return _save_facts(writer, send, facts, user_text, model_input, saved=appended)
     if results:
+        group = _last_group(model_input.turns)
         last = results[-1]
         saved = any(r.tool_name in MEMORY_WRITERS for r in results)
         if writer is not None and not saved and not last.is_error and _REMEMBER.search(user_text):
@@ -134,14 +177,19 @@ def _plan(
             return _remember(writer, fact, label, model_input.system, thoughts, fact)
         if send is None:
             return None
-        message = _summary(last)
+        items = _items(user_text) if custom is not None else []
+        if len(items) > 1 and custom is not None:
+            # Every result of the listed lookups, not only the last turn's.
+            group = [r for r in results if r.tool_name == custom.name] or group
+        message = "; ".join(_summary(r) for r in group or [last])
         thoughts = f"{last.tool_name or 'The tool'} finished; telling the user what came of it."
         return _call(send, _arguments(send, message, {"message": message}), thoughts, heartbeat=False)
-    custom = _named_tool(tools, user_text)
     if custom is not None:
         thoughts = f"The user asked for {custom.name}; calling it with the details from their message."
         return _call(custom, _arguments(custom, user_text), thoughts, heartbeat=True)
     if writer is not None and (_REMEMBER.search(user_text) or _MEMORY.search(user_text)):
+        if len(facts) > 1:
+            return _save_facts(writer, send, facts, user_text, model_input, saved=0)
         fact, label = _fact(user_text)
         thoughts = f"The user wants me to remember that {fact}; saving it to my {label} memory."
         return _remember(writer, fact, label, model_input.system, thoughts, user_text)
@@ -150,6 +198,101 @@ def _plan(
     reply = _reply_text(model_input)
     thoughts = "The user wrote to me; answering directly."
     return _call(send, _arguments(send, reply, {"message": reply}), thoughts, heartbeat=False)
+
+
+def _several(custom: ToolSpec | None, user_text: str, results: list[Turn], parallel: bool) -> ModelOutput | None:
+    """The next calls of the named custom tool over the things the message lists, if some are left."""
+    if custom is None:
+        return None
+    items = _items(user_text)
+    if len(items) < 2:
+        return None
+    done = sum(1 for r in results if r.tool_name == custom.name)
+    if done >= len(items):
+        return None
+    todo = items[done:] if parallel else items[done : done + 1]
+    thoughts = f"The user asked for {custom.name} on {', '.join(items)}; looking up {', '.join(todo)}."
+    return _together(
+        [
+            _call(
+                custom, _arguments(custom, _about(user_text, item), _item_hint(custom, item)), thoughts, heartbeat=True
+            )
+            for item in todo
+        ]
+    )
+
+
+def _item_hint(tool: ToolSpec, item: str) -> dict[str, Any]:
+    """The listed thing as the value of the tool's first plain string argument (``city``...)."""
+    properties: Mapping[str, Any] = tool.parameters.get("properties") or {}
+    for name, schema in properties.items():
+        if name not in SKIPPED and name not in TEXT_FIELDS and isinstance(schema, Mapping):
+            if schema.get("type") == "string" and "enum" not in schema:
+                return {name: item}
+    return {}
+
+
+def _save_facts(
+    writer: ToolSpec, send: ToolSpec | None, facts: list[str], user_text: str, model_input: ModelInput, *, saved: int
+) -> ModelOutput:
+    """Save several facts: all at once with the answer when parallel calls are allowed, else the next."""
+    label = _fact(user_text)[1]
+    todo = facts if model_input.parallel else facts[saved : saved + 1]
+    outputs = [
+        _call(writer, _arguments(writer, fact, {"label": label, "content": fact}), f"Saving: {fact}.", heartbeat=True)
+        for fact in todo
+    ]
+    if model_input.parallel and send is not None:
+        reply = "Got it, I have saved that to my memory."
+        outputs.append(_call(send, _arguments(send, reply, {"message": reply}), "Telling the user.", heartbeat=False))
+    return _together(outputs)
+
+
+def _together(outputs: list[ModelOutput]) -> ModelOutput:
+    """Several one-call answers as one turn."""
+    texts = dict.fromkeys(o.text for o in outputs if o.text)
+    return ModelOutput(calls=tuple(c for o in outputs for c in o.calls), text="\n".join(texts) or None)
+
+
+def _last_group(turns: tuple[Turn, ...]) -> list[Turn]:
+    """The results of the model's last turn (heartbeats after them aside), in order."""
+    group: list[Turn] = []
+    for turn in reversed(turns):
+        if turn.role == "tool":
+            group.append(turn)
+        elif turn.role == "user" and is_heartbeat(turn.text) and not group:
+            continue
+        else:
+            break
+    return group[::-1]
+
+
+_NAME = r"(?:[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*|\d+)"
+_LIST = re.compile(rf"\b({_NAME}(?:\s*,\s*{_NAME})*)\s*,?\s+and\s+({_NAME})\b")
+
+
+def _items(text: str) -> list[str]:
+    """The things a message lists ("Paris, Rome and Oslo"), or none."""
+    match = _LIST.search(text)
+    if match is None:
+        return []
+    return [*(p.strip() for p in match.group(1).split(",")), match.group(2)]
+
+
+def _about(text: str, item: str) -> str:
+    """The message as if it named only ``item`` of its list."""
+    match = _LIST.search(text)
+    assert match is not None
+    return text[: match.start()] + item + text[match.end() :]
+
+
+def _facts(text: str) -> list[str]:
+    """The facts a "remember ..." message gives, split at semicolons and line breaks."""
+    match = _REMEMBER.search(text)
+    if match is None:
+        return []
+    parts = re.split(r"[;\n]+", text[match.end() :])
+    return [f for p in parts if (f := p.strip().rstrip(".!?").strip())]
 
 
 def _remember(writer: ToolSpec, fact: str, label: str, system: str, thoughts: str, text: str) -> ModelOutput:
@@ -170,7 +313,7 @@ def _call(tool: ToolSpec, arguments: dict[str, Any], thoughts: str, *, heartbeat
     full.update(arguments)
     if "request_heartbeat" in properties:
         full["request_heartbeat"] = heartbeat
-    return ModelOutput(tool_name=tool.name, arguments=full, text=text)
+    return ModelOutput(calls=(ModelCall(tool_name=tool.name, arguments=full),), text=text)
 
 
 def _arguments(tool: ToolSpec, text: str, hints: Mapping[str, Any] | None = None) -> dict[str, Any]:

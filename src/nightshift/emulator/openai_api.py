@@ -17,7 +17,7 @@ from typing import Any
 from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult
 from nightshift.emulator.config import ScriptedError
 from nightshift.emulator.errors import ApiError, openai_error, status_for
-from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn
+from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn, call_id_suffix
 from nightshift.emulator.openai_checks import check_body
 from nightshift.emulator.state import EmulatorState
 from nightshift.emulator.tokens import Segment, count_tokens
@@ -45,10 +45,14 @@ def model_input(body: Mapping[str, Any]) -> ModelInput:
             turns.append(Turn(role="tool", text=text, tool_name=name))
         elif role == "assistant":
             calls = message.get("tool_calls") or []
+            if text or not calls:
+                turns.append(Turn(role="assistant", text=text))
             for call in calls:
-                names[str(call.get("id"))] = str(call.get("function", {}).get("name"))
-            tool_name = calls[0].get("function", {}).get("name") if calls else None
-            turns.append(Turn(role="assistant", text=text, tool_name=tool_name))
+                name = str(call.get("function", {}).get("name"))
+                names[str(call.get("id"))] = name
+                turns.append(
+                    Turn(role="assistant", text=str(call.get("function", {}).get("arguments")), tool_name=name)
+                )
         else:
             turns.append(Turn(role="user", text=text))
     choice = body.get("tool_choice")
@@ -60,7 +64,14 @@ def model_input(body: Mapping[str, Any]) -> ModelInput:
         tool_choice = ToolChoice(mode="any")
     else:
         tool_choice = ToolChoice()
-    return ModelInput(system="\n".join(system), turns=tuple(turns), tools=tools, tool_choice=tool_choice)
+    return ModelInput(
+        system="\n".join(system),
+        turns=tuple(turns),
+        tools=tools,
+        tool_choice=tool_choice,
+        # The API's default lets the model call several tools.
+        parallel=body.get("parallel_tool_calls") is not False,
+    )
 
 
 def _text(content: Any) -> str:
@@ -116,14 +127,14 @@ def run(state: EmulatorState, body: Any, *, custom_id: str | None = None, batch_
 def _completion(model: str, output: ModelOutput, *, seed: str, limit: int | None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": output.text, "refusal": None, "annotations": []}
     finish = "stop"
-    if output.tool_name is not None:
-        arguments = json.dumps(output.arguments)
+    if output.calls:
         message["tool_calls"] = [
             {
-                "id": f"call_{seed[:24]}",
+                "id": f"call_{call_id_suffix(seed, index)}",
                 "type": "function",
-                "function": {"name": output.tool_name, "arguments": arguments},
+                "function": {"name": call.tool_name, "arguments": json.dumps(call.arguments)},
             }
+            for index, call in enumerate(output.calls)
         ]
         finish = "tool_calls"
     tokens = count_tokens(json.dumps(message))

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightshift.emulator.batches import BatchJob, Timing
-from nightshift.emulator.config import EmulatorConfig, HttpFault, ScriptedError, ScriptedReply
-from nightshift.emulator.model import ModelInput, ModelOutput, respond
+from nightshift.emulator.config import EmulatorConfig, HttpFault, ScriptedError, ScriptedReply, ScriptedToolCall
+from nightshift.emulator.model import ModelCall, ModelInput, ModelOutput, respond
 from nightshift.emulator.tokens import PromptCache
 
 DAY_SECONDS = 24 * 3600
@@ -195,9 +195,13 @@ def _share(custom_id: str) -> float:
 def _scripted(reply: ScriptedReply, model_input: ModelInput) -> ModelOutput | ScriptedError:
     if reply.error is not None:
         return reply.error
-    call = reply.tool_call
-    if call is None:
+    calls = [*([reply.tool_call] if reply.tool_call is not None else []), *reply.tool_calls]
+    if not calls:
         return ModelOutput(text=reply.text or "")
+    return ModelOutput(calls=tuple(_scripted_call(call, model_input) for call in calls), text=reply.text)
+
+
+def _scripted_call(call: ScriptedToolCall, model_input: ModelInput) -> ModelCall:
     tool = next((t for t in model_input.tools if t.name == call.name), None)
     properties = tool.parameters.get("properties") or {} if tool is not None else {}
     arguments = dict(call.arguments)
@@ -205,4 +209,4 @@ def _scripted(reply: ScriptedReply, model_input: ModelInput) -> ModelOutput | Sc
         arguments = {"inner_thoughts": call.inner_thoughts or f"Calling {call.name}.", **arguments}
     if "request_heartbeat" in properties and "request_heartbeat" not in arguments:
         arguments["request_heartbeat"] = bool(call.request_heartbeat)
-    return ModelOutput(tool_name=call.name, arguments=arguments, text=reply.text)
+    return ModelCall(tool_name=call.name, arguments=arguments)

@@ -9,7 +9,7 @@ Shared by both providers' wire translation; pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -98,6 +98,12 @@ def split_agent_arguments(value: Mapping[str, Any] | str) -> SplitArguments:
         inner_thoughts=_as_text(thoughts),
         request_heartbeat=_as_bool(heartbeat),
     )
+
+
+def joined_reasoning(calls: Sequence[SplitArguments]) -> str | None:
+    """The inner thoughts of a turn's calls as one text: each different one once, in order."""
+    thoughts = dict.fromkeys(c.inner_thoughts for c in calls if c.inner_thoughts)
+    return "\n".join(thoughts) or None
 
 
 def with_reasoning(arguments: str, reasoning: str | None) -> dict[str, Any] | None:

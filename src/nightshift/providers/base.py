@@ -30,8 +30,9 @@ class ModelRequest:
     ``messages`` are the agent's in-context messages after the system message. ``tools`` are
     ``{"name", "description", "parameters"}`` schemas as stored on our tools; the wire layer adds
     the ``inner_thoughts`` and ``request_heartbeat`` arguments to each. With ``require_tool_call``
-    the model must call one tool; ``forced_tool`` names the one it must call. ``temperature`` is
-    dropped for Anthropic, whose current API version refuses it.
+    the model must call a tool; ``forced_tool`` names the one it must call. With
+    ``parallel_tool_calls`` it may call several in one turn. ``temperature`` is dropped for
+    Anthropic, whose current API version refuses it.
     """
 
     model: str
@@ -42,6 +43,7 @@ class ModelRequest:
     temperature: float | None = None
     require_tool_call: bool = True
     forced_tool: str | None = None
+    parallel_tool_calls: bool = False
 
     @classmethod
     def from_config(
@@ -64,6 +66,8 @@ class ModelRequest:
             require_tool_call: Whether the model must call a tool.
             forced_tool: The tool the model must call, if one is forced.
 
+        The config's ``parallel_tool_calls`` says whether the model may call several tools.
+
         Returns:
             The request.
         """
@@ -77,6 +81,7 @@ class ModelRequest:
             temperature=config.temperature,
             require_tool_call=require_tool_call,
             forced_tool=forced_tool,
+            parallel_tool_calls=config.parallel_tool_calls,
         )
 
 
@@ -131,14 +136,15 @@ class ModelError:
 class ModelResponse:
     """What the model answered, provider-neutral.
 
-    ``tool_call`` is the first tool call, its ``arguments`` the JSON text without
-    ``inner_thoughts`` and ``request_heartbeat`` (which are in ``reasoning`` and
-    ``request_heartbeat``). When the model wrote arguments that are not a JSON object, they are
-    kept verbatim so the runtime can report a tool error. ``text`` is visible text the model wrote
-    (the answer, when there is no tool call). ``raw`` is the provider's message as JSON.
+    ``tool_calls`` are the turn's tool calls in the model's order, their ``arguments`` the JSON
+    text without ``inner_thoughts`` and ``request_heartbeat``: ``reasoning`` holds the calls'
+    inner thoughts (each different one once, in order) and ``request_heartbeat`` is true when any
+    call asked for it. When the model wrote arguments that are not a JSON object, they are kept
+    verbatim so the runtime can report a tool error. ``text`` is visible text the model wrote (the
+    answer, when there is no tool call). ``raw`` is the provider's message as JSON.
     """
 
-    tool_call: ToolCall | None
+    tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
     request_heartbeat: bool = False
     text: str | None = None
@@ -146,6 +152,11 @@ class ModelResponse:
     stop_reason: str | None = None
     model: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        """The first tool call, if any."""
+        return self.tool_calls[0] if self.tool_calls else None
 
 
 class OutcomeStatus(StrEnum):

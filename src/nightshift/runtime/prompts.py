@@ -12,6 +12,8 @@ send_message is never shown to them.
 - Put your private reasoning in the inner_thoughts argument of the tool you call. Keep it short.
 - After a tool runs you only get another turn if you set request_heartbeat to true. Ask for one \
 when you need to see a tool's result or want to keep working; leave it false when you are done.
+- You may call several tools in one turn when none of them needs another's result. A turn that \
+calls send_message together with other tools is your last, so send your answer once you have it.
 
 Your memory:
 - Core memory is shown below in <memory_blocks>. It is always in front of you. Keep it accurate \

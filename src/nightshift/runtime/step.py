@@ -6,8 +6,11 @@ to persist, the blocks it changed, the passages it saved and whether it continue
 writes them all in a few bulk statements. Base tools run in-process; custom tools of all agents
 go to the sandbox together.
 
-A failing tool (unknown, not allowed by the rules, malformed arguments, an exception, a timeout)
-becomes a tool message with the error, and the agent gets another step to react to it. Whatever
+A turn may hold several tool calls: each is checked against the tool rules as the calls before it
+left them, runs in order, and gets its own tool message. A failing call (unknown, not allowed by
+the rules, malformed arguments, an exception, a timeout) becomes a tool message with the error,
+the turn's other calls still run, and the agent gets another step to react to it -- unless the
+turn ended the run: a terminal (exit_loop) call, or send_message made with other calls. Whatever
 else goes wrong with one agent's turn (a bug its answer runs into) fails that agent alone: its
 result says why (``failure``) and the other agents' turns go on.
 """
@@ -25,7 +28,7 @@ from typing import Any
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.blocks import Block
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import SEND_MESSAGE, Message, Role, ToolCall
 from nightshift.domain.passages import Passage
 from nightshift.domain.solver import ToolRulesSolver, UnmappedToolOutput
 from nightshift.domain.tools import ToolType
@@ -60,7 +63,8 @@ class TurnReason(StrEnum):
     REQUIRED_BEFORE_EXIT = "required_before_exit"  # goes on: a required tool is still uncalled
     # The runtime's own:
     FINAL_TEXT = "final_text"  # ends: a text answer without a tool call
-    TOOL_ERROR = "tool_error"  # goes on: the call failed, and the model gets a step to react
+    SENT_MESSAGE = "sent_message"  # ends: the turn called send_message along with other calls
+    TOOL_ERROR = "tool_error"  # goes on: a call failed, and the model gets a step to react
     TOOL_RULES = "tool_rules"  # ends: the rules leave no way on (``TurnResult.detail`` says why)
     MAX_STEPS = "max_steps"  # ends: the run's step limit was reached
     ERROR = "error"  # ends: the turn could not be taken at all (``TurnResult.failure`` says why)
@@ -86,14 +90,29 @@ class TurnResult:
 
 
 @dataclass(slots=True)
-class _Pending:
-    turn: Turn
-    call: ToolCall | None
+class _Call:
+    """One tool call of a turn and what became of it."""
+
+    call: ToolCall
     output: str | None = None
     error: str | None = None
     refused: bool = False  # the call never ran: unknown tool, not allowed, malformed arguments
-    context: AgentContext | None = None
+    context: AgentContext | None = None  # a base tool's working copy of the agent's memory
     sandbox_index: int | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    """One agent's turn while its calls run: ``position`` is the next call to check."""
+
+    turn: Turn
+    calls: list[_Call]
+    solver: ToolRulesSolver  # the rules with the calls checked so far registered
+    position: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.calls)
 
 
 def _tool_message(turn: Turn, call: ToolCall, output: str, *, is_error: bool, now: datetime) -> Message:
@@ -121,22 +140,30 @@ def _assistant_message(turn: Turn, now: datetime) -> Message:
         role=Role.ASSISTANT,
         text=response.text or "",
         reasoning=response.reasoning,
-        tool_calls=(response.tool_call,) if response.tool_call else (),
+        tool_calls=response.tool_calls,
         batch_item_id=turn.batch_item_id,
         created_at=now,
     )
 
 
-def _check_call(turn: Turn, call: ToolCall) -> tuple[dict[str, Any] | None, str | None]:
+def _check_call(item: _Pending, call: ToolCall) -> tuple[dict[str, Any] | None, str | None]:
     """The call's arguments, or the error the model should see instead."""
-    agent = turn.agent
+    agent = item.turn.agent
     tool = agent.tool(call.name)
     if tool is None:
         names = ", ".join(t.name for t in agent.tools)
         return None, f"unknown tool {call.name!r}; the tools you have are: {names}"
-    allowed = turn.state.allowed_tools
+    if item.position == 0:
+        allowed = item.turn.state.allowed_tools
+    else:
+        # A later call of the turn: the rules as the calls before it left them.
+        try:
+            allowed = tuple(item.solver.allowed_tools([t.name for t in agent.tools]))
+        except UnmappedToolOutput as exc:
+            return None, f"tool {call.name!r} was not run: {exc.message}"
     if allowed and call.name not in allowed:
-        return None, f"tool {call.name!r} is not allowed at this step by the tool rules; allowed: {', '.join(allowed)}"
+        where = "at this step" if item.position == 0 else "after the calls before it in this turn"
+        return None, f"tool {call.name!r} is not allowed {where} by the tool rules; allowed: {', '.join(allowed)}"
     try:
         return call.parsed_arguments(), None
     except ValueError as exc:
@@ -146,26 +173,69 @@ def _check_call(turn: Turn, call: ToolCall) -> tuple[dict[str, Any] | None, str 
 async def take_turns(
     turns: Sequence[Turn], *, search: MemorySearch, sandbox: Sandbox, now: datetime
 ) -> list[TurnResult]:
-    """Apply each agent's answer; see the module docstring."""
-    pending: list[_Pending] = []
-    sandbox_calls: list[SandboxCall] = []
+    """Apply each agent's answer; see the module docstring.
+
+    A turn's calls are checked and run in order. Base tools run at once; custom tools go to the
+    sandbox in waves, every agent's together: an agent's consecutive custom calls share a wave
+    (they run side by side), and a call after them waits for the next wave, so each call sees
+    the rules (and the memory) as the calls before it left them.
+    """
+    pending = [
+        _Pending(
+            turn=turn,
+            calls=[_Call(call=call) for call in turn.response.tool_calls],
+            solver=ToolRulesSolver(turn.agent.tool_rules, turn.state.solver),
+        )
+        for turn in turns
+    ]
     # Blocks as this step's memory edits left them: agents that share a block each edit the value
     # the one before left, so no edit is lost.
     edited: dict[str, Block] = {}
-    for turn in turns:
-        call = turn.response.tool_call
-        item = _Pending(turn=turn, call=call)
-        pending.append(item)
-        if call is None:
-            continue
-        arguments, error = _check_call(turn, call)
-        if error is not None or arguments is None:
-            item.error, item.refused = error, True
-            continue
+    waiting = [item for item in pending if not item.done]
+    while waiting:
+        sandbox_calls: list[SandboxCall] = []
+        queued: list[tuple[_Pending, _Call]] = []
+        for item in waiting:
+            await _advance(item, sandbox_calls, queued, edited, search)
+        if sandbox_calls:
+            results = await sandbox.run_many(sandbox_calls)
+            for _, entry in queued:
+                assert entry.sandbox_index is not None
+                result = results[entry.sandbox_index]
+                if result.ok:
+                    value = result.value
+                    entry.output = value if isinstance(value, str) else json.dumps(value, default=str)
+                else:
+                    entry.error = result.error or "the tool failed"
+            for item in dict.fromkeys(item for item, _ in queued):
+                item.solver = _replayed(item)
+        waiting = [item for item in waiting if not item.done]
+    return [_finish_alone(item, now) for item in pending]
+
+
+async def _advance(
+    item: _Pending,
+    sandbox_calls: list[SandboxCall],
+    queued: list[tuple[_Pending, _Call]],
+    edited: dict[str, Block],
+    search: MemorySearch,
+) -> None:
+    """Check and run the agent's next calls: base tools until a custom one, custom ones until another kind."""
+    turn = item.turn
+    in_sandbox = False
+    while not item.done:
+        entry = item.calls[item.position]
+        call = entry.call
         tool = turn.agent.tool(call.name)
-        assert tool is not None
+        if in_sandbox and (tool is None or tool.tool_type is not ToolType.CUSTOM):
+            return  # it runs after the custom calls before it, in the next wave
+        arguments, error = _check_call(item, call)
+        item.position += 1
+        if error is not None or arguments is None or tool is None:
+            entry.error, entry.refused = error, True
+            continue
         if tool.tool_type is ToolType.CUSTOM:
-            item.sandbox_index = len(sandbox_calls)
+            entry.sandbox_index = len(sandbox_calls)
             sandbox_calls.append(
                 SandboxCall(
                     organization_id=turn.agent.organization_id,
@@ -175,31 +245,39 @@ async def take_turns(
                     env=turn.agent.secrets,
                 )
             )
+            queued.append((item, entry))
+            # Registered without its output for now (the wave's end replays it with the output).
+            item.solver = item.solver.register(call.name, None)
+            in_sandbox = True
+            if item.solver.needs_output(call.name):
+                return  # what may follow depends on the output
             continue
-        item.context = AgentContext(
+        entry.context = AgentContext(
             agent_id=turn.agent.id, blocks={b.label: edited.get(b.id, b) for b in turn.agent.blocks}, search=search
         )
         try:
-            item.output = await run_base_tool(call.name, item.context, arguments)
+            entry.output = await run_base_tool(call.name, entry.context, arguments)
         except ToolError as exc:
-            item.error = exc.message
+            entry.error = exc.message
         except Exception as exc:  # a bug this call runs into: the model sees it as the tool's failure
             log.exception("base tool %s failed for agent %s", call.name, turn.agent.id)
-            item.error = f"the tool failed: {type(exc).__name__}: {exc}"
-        for label in item.context.changed_labels:
-            edited[item.context.blocks[label].id] = item.context.blocks[label]
+            entry.error = f"the tool failed: {type(exc).__name__}: {exc}"
+        for label in entry.context.changed_labels:
+            edited[entry.context.blocks[label].id] = entry.context.blocks[label]
+        item.solver = item.solver.register(call.name, entry.output if entry.error is None else entry.error)
 
-    results = await sandbox.run_many(sandbox_calls) if sandbox_calls else []
-    for item in pending:
-        if item.sandbox_index is None:
-            continue
-        result = results[item.sandbox_index]
-        if result.ok:
-            value = result.value
-            item.output = value if isinstance(value, str) else json.dumps(value, default=str)
-        else:
-            item.error = result.error or "the tool failed"
-    return [_finish_alone(item, now) for item in pending]
+
+def _replayed(item: _Pending) -> ToolRulesSolver:
+    """The rules with every checked call that ran registered, in order, with its output or error.
+
+    A call that ran and failed counts (max_count_per_step, child rules); one that never ran leaves
+    the rules as they were, so the model gets the same choice again.
+    """
+    solver = ToolRulesSolver(item.turn.agent.tool_rules, item.turn.state.solver)
+    for entry in item.calls[: item.position]:
+        if not entry.refused:
+            solver = solver.register(entry.call.name, entry.output if entry.error is None else entry.error)
+    return solver
 
 
 def _finish_alone(item: _Pending, now: datetime) -> TurnResult:
@@ -218,48 +296,28 @@ def _finish_alone(item: _Pending, now: datetime) -> TurnResult:
 
 
 def _finish(item: _Pending, now: datetime) -> TurnResult:
-    turn, call = item.turn, item.call
+    turn = item.turn
     agent, state = turn.agent, turn.state
     messages = [_assistant_message(turn, now)]
     available = [t.name for t in agent.tools]
-    solver = ToolRulesSolver(agent.tool_rules, state.solver)
-    changed: tuple[Block, ...] = ()
-    detail: str | None = None
-    passages: tuple[Passage, ...] = ()
-    if call is None:
-        # A text answer without a tool call is the agent's final word for this run.
-        decision = solver.decide(None, request_heartbeat=False, available=available)
-        continues = decision.continues
-        reason = TurnReason(decision.reason) if continues else TurnReason.FINAL_TEXT
-    elif item.error is not None:
-        messages.append(_tool_message(turn, call, item.error, is_error=True, now=now))
-        if not item.refused:
-            # A call that ran and failed counts (max_count_per_step, child rules); one that never
-            # ran leaves the rules as they were, so the model gets the same choice again.
-            solver = solver.register(call.name, item.error)
-        continues, reason = True, TurnReason.TOOL_ERROR
-    else:
-        output = item.output or ""
-        tool = agent.tool(call.name)
+    solver = _replayed(item)
+    changed: dict[str, Block] = {}
+    new_passages: list[str] = []
+    for entry in item.calls:
+        if entry.error is not None:
+            messages.append(_tool_message(turn, entry.call, entry.error, is_error=True, now=now))
+            continue
+        output = entry.output or ""
+        tool = agent.tool(entry.call.name)
         limit = tool.return_char_limit if tool else len(output)
         if len(output) > limit:
             output = f"{output[:limit]}... [truncated: the tool returned {len(output)} characters, limit {limit}]"
-        messages.append(_tool_message(turn, call, output, is_error=False, now=now))
-        solver = solver.register(call.name, output)
-        decision = solver.decide(call.name, request_heartbeat=turn.response.request_heartbeat, available=available)
-        continues, reason = decision.continues, TurnReason(decision.reason)
-        if item.context is not None:
-            changed = tuple(item.context.blocks[label] for label in sorted(item.context.changed_labels))
-            passages = tuple(
-                Passage(
-                    id=new_id("passage"),
-                    organization_id=agent.organization_id,
-                    agent_id=agent.id,
-                    text=text,
-                    created_at=now,
-                )
-                for text in item.context.new_passages
-            )
+        messages.append(_tool_message(turn, entry.call, output, is_error=False, now=now))
+        if entry.context is not None:
+            changed.update({label: entry.context.blocks[label] for label in sorted(entry.context.changed_labels)})
+            new_passages.extend(entry.context.new_passages)
+    continues, reason = _decide(item, solver, available)
+    detail: str | None = None
     next_state = StepState(
         step_number=state.step_number + 1,
         max_steps=state.max_steps,
@@ -279,6 +337,7 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
             )
         except UnmappedToolOutput as exc:
             continues, reason, detail = False, TurnReason.TOOL_RULES, exc.message
+    errors = [entry.error for entry in item.calls if entry.error is not None]
     return TurnResult(
         agent_id=agent.id,
         messages=tuple(messages),
@@ -286,10 +345,45 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
         reason=reason,
         detail=detail,
         state=next_state,
-        changed_blocks=changed,
-        passages=passages,
-        tool_error=item.error,
+        changed_blocks=tuple(changed.values()),
+        passages=tuple(
+            Passage(
+                id=new_id("passage"),
+                organization_id=agent.organization_id,
+                agent_id=agent.id,
+                text=text,
+                created_at=now,
+            )
+            for text in new_passages
+        ),
+        tool_error="; ".join(errors) if errors else None,
     )
+
+
+def _decide(item: _Pending, solver: ToolRulesSolver, available: list[str]) -> tuple[bool, TurnReason]:
+    """Whether the agent goes on after its turn, and why (see ``TurnReason``)."""
+    calls = item.calls
+    if not calls:
+        # A text answer without a tool call is the agent's final word for this run.
+        decision = solver.decide_turn((), request_heartbeat=False, available=available)
+        return decision.continues, TurnReason(decision.reason) if decision.continues else TurnReason.FINAL_TEXT
+    ran = [entry.call.name for entry in calls if entry.error is None]
+    # A terminal call ends the run once the turn's other calls ran; so does send_message made
+    # together with other calls: the agent has answered, another round would only say so again.
+    if any(solver.is_terminal(name) for name in ran):
+        ending = TurnReason.EXIT_LOOP
+    elif len(calls) > 1 and SEND_MESSAGE in ran:
+        ending = TurnReason.SENT_MESSAGE
+    else:
+        ending = None
+    if ending is not None:
+        if solver.pending_required(available):
+            return True, TurnReason.REQUIRED_BEFORE_EXIT
+        return False, ending
+    if len(ran) < len(calls):
+        return True, TurnReason.TOOL_ERROR
+    decision = solver.decide_turn(ran, request_heartbeat=item.turn.response.request_heartbeat, available=available)
+    return decision.continues, TurnReason(decision.reason)
 
 
 def first_state(agent: Agent, max_steps: int) -> StepState:

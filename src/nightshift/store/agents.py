@@ -31,6 +31,7 @@ def _llm_config_json(config: LLMConfig) -> dict[str, Any]:
         "context_window": config.context_window,
         "max_tokens": config.max_tokens,
         "temperature": config.temperature,
+        "parallel_tool_calls": config.parallel_tool_calls,
     }
 
 
@@ -41,6 +42,8 @@ def _to_llm_config(data: dict[str, Any]) -> LLMConfig:
         context_window=data["context_window"],
         max_tokens=data["max_tokens"],
         temperature=data.get("temperature"),
+        # Agents stored before the setting existed take its default.
+        parallel_tool_calls=data.get("parallel_tool_calls", True),
     )
 
 

@@ -199,3 +199,76 @@ def test_asked_to_remember_a_tool_result_it_saves_it_then_reports() -> None:
     final = ask(asked, called, result, Turn(role="assistant", tool_name="core_memory_append"), saved, system=system)
     assert final.tool_name == "send_message"
     assert final.arguments["request_heartbeat"] is False
+
+
+# Several calls in one turn, when the request allows them.
+
+CITY = tool("get_weather", {"city": {"type": "string"}})
+THREE = "Look up the weather in Paris, Rome and New York with get_weather, please."
+
+
+def run_task(first: Turn, *, parallel: bool, tools: tuple[ToolSpec, ...] = (SEND, APPEND, CITY)) -> list[list[Any]]:
+    """The calls of each turn until send_message, every call answered with an OK result."""
+    turns = [first]
+    rounds: list[list[Any]] = []
+    for _ in range(8):
+        output = respond(
+            ModelInput(turns=tuple(turns), tools=tools, tool_choice=ToolChoice(mode="any"), parallel=parallel)
+        )
+        rounds.append(
+            [(c.tool_name, {k: v for k, v in c.arguments.items() if k != "inner_thoughts"}) for c in output.calls]
+        )
+        if any(c.tool_name == "send_message" for c in output.calls):
+            return rounds
+        turns.extend(Turn(role="assistant", tool_name=c.tool_name) for c in output.calls)
+        turns.extend(
+            Turn(
+                role="tool",
+                tool_name=c.tool_name,
+                text=json.dumps({"status": "OK", "message": f"Sunny in {c.arguments.get('city')}"}),
+            )
+            for c in output.calls
+        )
+        turns.append(user('{"type": "heartbeat"}'))
+    raise AssertionError("no send_message")
+
+
+def test_listed_things_are_looked_up_in_one_turn_with_parallel_calls() -> None:
+    first, final = run_task(user(THREE), parallel=True)
+
+    assert first == [("get_weather", {"city": c, "request_heartbeat": True}) for c in ("Paris", "Rome", "New York")]
+    (said,) = final
+    assert said[1]["message"] == (
+        "get_weather returned: Sunny in Paris; get_weather returned: Sunny in Rome; "
+        "get_weather returned: Sunny in New York"
+    )
+
+
+def test_listed_things_are_looked_up_one_per_turn_without_parallel_calls() -> None:
+    rounds = run_task(user(THREE), parallel=False)
+
+    assert [r[0][1].get("city") for r in rounds[:3]] == ["Paris", "Rome", "New York"]
+    assert [len(r) for r in rounds] == [1, 1, 1, 1]
+    assert "Sunny in Paris" in rounds[3][0][1]["message"] and "Sunny in New York" in rounds[3][0][1]["message"]
+
+
+def test_several_facts_are_saved_with_the_answer_in_one_turn_with_parallel_calls() -> None:
+    facts = user("Please remember: my name is Ada; I live in Lyon; I like green tea.")
+
+    (only,) = run_task(facts, parallel=True)
+    assert [name for name, _ in only] == ["core_memory_append"] * 3 + ["send_message"]
+    assert [arguments.get("content") for _, arguments in only[:3]] == [
+        "my name is Ada",
+        "I live in Lyon",
+        "I like green tea",
+    ]
+
+    one_by_one = run_task(facts, parallel=False)
+    assert [[name for name, _ in r] for r in one_by_one] == [["core_memory_append"]] * 3 + [["send_message"]]
+    assert [r[0][1]["content"] for r in one_by_one[:3]] == ["my name is Ada", "I live in Lyon", "I like green tea"]
+
+
+def test_one_thing_is_one_call_either_way() -> None:
+    for parallel in (True, False):
+        output = respond(ModelInput(turns=(user("use get_weather for Paris"),), tools=(SEND, CITY), parallel=parallel))
+        assert [c.tool_name for c in output.calls] == ["get_weather"]

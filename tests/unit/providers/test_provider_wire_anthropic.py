@@ -315,3 +315,95 @@ def test_batch_object_maps_to_status() -> None:
 
 def test_request_is_json_serialisable() -> None:
     json.dumps(wire.build_request(request(msg(Role.USER, "hi"))))
+
+
+# Several tool calls in one turn.
+
+CALLS = tuple(
+    ToolCall(id=f"toolu_{i}", name="get_weather", arguments=json.dumps({"city": c}))
+    for i, c in enumerate(("Paris", "Rome", "Oslo"), 1)
+)
+
+
+def test_parallel_calls_are_allowed_when_the_request_says_so() -> None:
+    params = wire.build_request(request(msg(Role.USER, "hi"), parallel_tool_calls=True))
+
+    assert params["tool_choice"] == {"type": "any", "disable_parallel_tool_use": False}
+
+
+def test_a_turn_of_three_calls_is_one_assistant_turn_answered_by_one_user_turn() -> None:
+    messages = wire.to_messages(
+        [
+            msg(Role.USER, "weather in Paris, Rome and Oslo?"),
+            msg(Role.ASSISTANT, reasoning="Three cities.", tool_calls=CALLS),
+            msg(Role.TOOL, "Sunny", tool_call_id="toolu_1", name="get_weather"),
+            msg(Role.TOOL, "Timeout", tool_call_id="toolu_2", name="get_weather", is_error=True),
+            msg(Role.TOOL, "Snow", tool_call_id="toolu_3", name="get_weather"),
+            msg(Role.USER, '{"type": "heartbeat"}'),
+        ]
+    )
+
+    assert [b["input"] for b in messages[1]["content"]] == [
+        {"inner_thoughts": "Three cities.", "city": "Paris"},  # the reasoning once, in the first call
+        {"city": "Rome"},
+        {"city": "Oslo"},
+    ]
+    assert messages[2] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sunny"},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "Timeout", "is_error": True},
+            {"type": "tool_result", "tool_use_id": "toolu_3", "content": "Snow"},
+            {"type": "text", "text": '{"type": "heartbeat"}'},
+        ],
+    }
+    assert len(messages) == 3
+
+
+def test_a_call_of_the_turn_left_without_a_result_gets_an_error_result() -> None:
+    messages = wire.to_messages(
+        [
+            msg(Role.USER, "weather?"),
+            msg(Role.ASSISTANT, tool_calls=CALLS[:2]),
+            msg(Role.TOOL, "Sunny", tool_call_id="toolu_1", name="get_weather"),
+        ]
+    )
+
+    assert [(b["tool_use_id"], b.get("is_error", False)) for b in messages[2]["content"]] == [
+        ("toolu_1", False),
+        ("toolu_2", True),
+    ]
+
+
+def test_every_tool_use_block_of_an_answer_is_a_call_and_any_heartbeat_counts() -> None:
+    content = [
+        {"type": "text", "text": "Looking these up."},
+        {
+            "type": "tool_use",
+            "id": "toolu_a",
+            "name": "get_weather",
+            "input": {"inner_thoughts": "Paris first.", "city": "Paris", "request_heartbeat": False},
+        },
+        {
+            "type": "tool_use",
+            "id": "toolu_b",
+            "name": "get_weather",
+            "input": {"inner_thoughts": "Paris first.", "city": "Rome", "request_heartbeat": True},
+        },
+        {
+            "type": "tool_use",
+            "id": "toolu_c",
+            "name": "send_message",
+            "input": {"inner_thoughts": "Tell them.", "message": "On it"},
+        },
+    ]
+    response = wire.parse_message({**MESSAGE, "content": content})
+
+    assert response.tool_calls == (
+        ToolCall(id="toolu_a", name="get_weather", arguments='{"city": "Paris"}'),
+        ToolCall(id="toolu_b", name="get_weather", arguments='{"city": "Rome"}'),
+        ToolCall(id="toolu_c", name="send_message", arguments='{"message": "On it"}'),
+    )
+    assert response.reasoning == "Paris first.\nTell them."
+    assert response.request_heartbeat is True
+    assert response.text == "Looking these up."

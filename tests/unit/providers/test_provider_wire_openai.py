@@ -260,3 +260,79 @@ def test_failed_batch_reports_its_errors() -> None:
     outcome = wire.missing_outcome(failed)
     assert outcome.status is OutcomeStatus.ERRORED
     assert outcome.error is not None and outcome.error.type == "invalid_request_error"
+
+
+# Several tool calls in one turn.
+
+CALLS = tuple(
+    ToolCall(id=f"call_{i}", name="send_message", arguments=json.dumps({"message": m}))
+    for i, m in enumerate(("one", "two", "three"), 1)
+)
+
+
+def test_parallel_calls_are_allowed_when_the_request_says_so() -> None:
+    assert wire.build_request(request(msg(Role.USER, "hi"), parallel_tool_calls=True))["parallel_tool_calls"] is True
+
+
+def test_a_turn_of_three_calls_is_one_assistant_message_answered_by_a_tool_message_each() -> None:
+    messages = wire.to_messages(
+        [
+            msg(Role.USER, "say three things"),
+            msg(Role.ASSISTANT, reasoning="Three.", tool_calls=CALLS),
+            msg(Role.TOOL, "sent", tool_call_id="call_1", name="send_message"),
+            msg(Role.TOOL, "failed", tool_call_id="call_2", name="send_message", is_error=True),
+            msg(Role.TOOL, "sent", tool_call_id="call_3", name="send_message"),
+        ]
+    )
+
+    assert [json.loads(c["function"]["arguments"]) for c in messages[1]["tool_calls"]] == [
+        {"inner_thoughts": "Three.", "message": "one"},  # the reasoning once, in the first call
+        {"message": "two"},
+        {"message": "three"},
+    ]
+    assert messages[2:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "sent"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "failed"},
+        {"role": "tool", "tool_call_id": "call_3", "content": "sent"},
+    ]
+
+
+def test_a_call_of_the_turn_left_without_a_result_is_answered_with_an_error() -> None:
+    messages = wire.to_messages(
+        [
+            msg(Role.USER, "hi"),
+            msg(Role.ASSISTANT, tool_calls=CALLS[:2]),
+            msg(Role.TOOL, "sent", tool_call_id="call_2", name="send_message"),
+            msg(Role.USER, "next"),
+        ]
+    )
+
+    assert [m.get("tool_call_id") for m in messages[2:4]] == ["call_2", "call_1"]
+    assert messages[3]["content"] == wire.MISSING_TOOL_RESULT
+
+
+def test_every_tool_call_of_an_answer_is_kept_and_any_heartbeat_counts() -> None:
+    body = completion("{}")
+    body["choices"][0]["message"]["tool_calls"] = [
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "send_message", "arguments": json.dumps(arguments)},
+        }
+        for i, arguments in enumerate(
+            (
+                {"inner_thoughts": "First.", "message": "a", "request_heartbeat": False},
+                {"message": "b", "request_heartbeat": True},
+                {"inner_thoughts": "Third.", "message": "c"},
+            )
+        )
+    ]
+    response = wire.parse_completion(body)
+
+    assert [(c.id, c.arguments) for c in response.tool_calls] == [
+        ("call_0", '{"message": "a"}'),
+        ("call_1", '{"message": "b"}'),
+        ("call_2", '{"message": "c"}'),
+    ]
+    assert response.reasoning == "First.\nThird."
+    assert response.request_heartbeat is True

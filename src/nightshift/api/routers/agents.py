@@ -109,6 +109,7 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -
             body.llm_config,
             max_tokens=body.max_tokens or (None if body.llm_config else current.max_tokens),
             context_window=None if body.llm_config else current.context_window,
+            parallel_tool_calls=current.parallel_tool_calls,
         )
     return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes))
 

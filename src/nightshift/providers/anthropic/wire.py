@@ -11,7 +11,10 @@ tested without a network or the SDK. What they guarantee about the request:
   without a result get an error result, because the API refuses either;
 * tool-use ids match ``^[a-zA-Z0-9_-]+$``: a stored id that does not (one another provider made)
   gets a stable stand-in, the same in the call and in its result (``tool_call_ids``);
-* ``temperature`` is never sent: API version 2026-10-21 (anthropic 2.x) refuses it.
+* ``temperature`` is never sent: API version 2026-10-21 (anthropic 2.x) refuses it;
+* several calls of one turn are ``tool_use`` blocks of one assistant turn (the reasoning goes into
+  the first one's ``inner_thoughts``), answered by one ``tool_result`` each in the next user turn;
+  ``disable_parallel_tool_use`` is set unless the request allows parallel calls.
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from datetime import datetime
 from typing import Any, Final
 
 from nightshift.domain.messages import Message, Role, ToolCall
-from nightshift.providers.agent_arguments import split_agent_arguments, with_agent_arguments, with_reasoning
+from nightshift.providers.agent_arguments import (
+    joined_reasoning,
+    split_agent_arguments,
+    with_agent_arguments,
+    with_reasoning,
+)
 from nightshift.providers.base import (
     BatchCounts,
     BatchOutcome,
@@ -85,10 +93,13 @@ def to_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _tool_choice(request: ModelRequest) -> dict[str, Any]:
+    choice: dict[str, Any]
     if request.forced_tool is not None:
-        return {"type": "tool", "name": request.forced_tool, "disable_parallel_tool_use": True}
-    kind = "any" if request.require_tool_call else "auto"
-    return {"type": kind, "disable_parallel_tool_use": True}
+        choice = {"type": "tool", "name": request.forced_tool}
+    else:
+        choice = {"type": "any" if request.require_tool_call else "auto"}
+    choice["disable_parallel_tool_use"] = not request.parallel_tool_calls
+    return choice
 
 
 def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -122,9 +133,11 @@ def _blocks(message: Message) -> tuple[str, list[Block]]:
         blocks: list[Block] = []
         if message.text:
             blocks.append({"type": "text", "text": message.text})
-        for call in message.tool_calls:
+        for index, call in enumerate(message.tool_calls):
             wire_id = anthropic_tool_use_id(call.id)
-            blocks.append({"type": "tool_use", "id": wire_id, "name": call.name, "input": _input(call, message)})
+            # The turn's reasoning once, in its first call, as the model wrote it.
+            reasoning = message.reasoning if index == 0 else None
+            blocks.append({"type": "tool_use", "id": wire_id, "name": call.name, "input": _input(call, reasoning)})
         if not blocks and message.reasoning:
             blocks.append({"type": "text", "text": message.reasoning})
         return "assistant", blocks
@@ -132,11 +145,11 @@ def _blocks(message: Message) -> tuple[str, list[Block]]:
     return "user", [{"type": "text", "text": message.text}] if message.text else []
 
 
-def _input(call: ToolCall, message: Message) -> dict[str, Any]:
-    arguments = with_reasoning(call.arguments, message.reasoning)
+def _input(call: ToolCall, reasoning: str | None) -> dict[str, Any]:
+    arguments = with_reasoning(call.arguments, reasoning)
     if arguments is None:
         # Malformed arguments the model wrote: show them as they were, the API wants an object.
-        base = {"inner_thoughts": message.reasoning} if message.reasoning else {}
+        base = {"inner_thoughts": reasoning} if reasoning else {}
         return {**base, "arguments": call.arguments}
     return arguments
 
@@ -182,23 +195,20 @@ def _results_first(blocks: list[Block]) -> list[Block]:
 def parse_message(message: Mapping[str, Any]) -> ModelResponse:
     """A Messages API response (a ``message`` object as JSON) as a neutral response.
 
-    The first ``tool_use`` block is the tool call; its ``inner_thoughts`` and
+    Every ``tool_use`` block is a tool call, in order; their ``inner_thoughts`` and
     ``request_heartbeat`` are taken out of the arguments.
     """
     content: list[Mapping[str, Any]] = list(message.get("content") or [])
     texts = [str(b.get("text") or "") for b in content if b.get("type") == "text"]
-    call = next((b for b in content if b.get("type") == "tool_use"), None)
-    tool_call: ToolCall | None = None
-    reasoning: str | None = None
-    heartbeat = False
-    if call is not None:
-        split = split_agent_arguments(call.get("input") or {})
-        tool_call = ToolCall(id=str(call.get("id")), name=str(call.get("name")), arguments=split.arguments)
-        reasoning, heartbeat = split.inner_thoughts, split.request_heartbeat
+    calls = [b for b in content if b.get("type") == "tool_use"]
+    splits = [split_agent_arguments(call.get("input") or {}) for call in calls]
     return ModelResponse(
-        tool_call=tool_call,
-        reasoning=reasoning,
-        request_heartbeat=heartbeat,
+        tool_calls=tuple(
+            ToolCall(id=str(call.get("id")), name=str(call.get("name")), arguments=split.arguments)
+            for call, split in zip(calls, splits, strict=True)
+        ),
+        reasoning=joined_reasoning(splits),
+        request_heartbeat=any(split.request_heartbeat for split in splits),
         text="\n".join(t for t in texts if t) or None,
         usage=parse_usage(message.get("usage") or {}),
         stop_reason=message.get("stop_reason"),

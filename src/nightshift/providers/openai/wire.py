@@ -6,8 +6,10 @@ is the first message; an assistant message carries its tool calls with the reaso
 assistant message before it (an orphan result becomes user text, a call without a result gets an
 error result, because the API refuses either); tool-call ids are at most 40 characters (longer
 stored ids, such as other providers' or old greetings', get a stable stand-in: ``tool_call_ids``);
-a tool description is cut to the API's 1,024 characters; one tool call is forced with
-``tool_choice`` and ``parallel_tool_calls: false``.
+a tool description is cut to the API's 1,024 characters; a tool call is required with
+``tool_choice``, and ``parallel_tool_calls`` says whether the model may make several. Several calls
+of one turn are the ``tool_calls`` of one assistant message (the reasoning goes into the first
+one's ``inner_thoughts``), each answered by its own ``tool`` message.
 
 Batch results: successes are lines of the output file, HTTP-level failures and requests that never
 ran (``batch_expired`` / ``batch_cancelled``) lines of the error file.
@@ -21,7 +23,12 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from nightshift.domain.messages import Message, Role, ToolCall
-from nightshift.providers.agent_arguments import split_agent_arguments, with_agent_arguments, with_reasoning
+from nightshift.providers.agent_arguments import (
+    joined_reasoning,
+    split_agent_arguments,
+    with_agent_arguments,
+    with_reasoning,
+)
 from nightshift.providers.base import (
     BatchCounts,
     BatchOutcome,
@@ -59,7 +66,7 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     if request.tools:
         body["tools"] = to_tools(request.tools)
         body["tool_choice"] = _tool_choice(request)
-        body["parallel_tool_calls"] = False
+        body["parallel_tool_calls"] = request.parallel_tool_calls
     return body
 
 
@@ -128,7 +135,8 @@ def _close(open_calls: list[str], out: list[dict[str, Any]]) -> None:
 
 
 def _assistant(message: Message) -> dict[str, Any] | None:
-    calls = [_call(call, message.reasoning) for call in message.tool_calls]
+    # The turn's reasoning once, in its first call, as the model wrote it.
+    calls = [_call(call, message.reasoning if i == 0 else None) for i, call in enumerate(message.tool_calls)]
     content = message.text or (message.reasoning if not calls else None) or None
     if not calls and content is None:
         return None
@@ -145,24 +153,23 @@ def _call(call: ToolCall, reasoning: str | None) -> dict[str, Any]:
 
 
 def parse_completion(body: Mapping[str, Any]) -> ModelResponse:
-    """A Chat Completions response body as a neutral response (the first choice, first tool call)."""
+    """A Chat Completions response body as a neutral response (the first choice, all its tool calls)."""
     choices: list[Mapping[str, Any]] = list(body.get("choices") or [])
     choice: Mapping[str, Any] = choices[0] if choices else {}
     message: Mapping[str, Any] = choice.get("message") or {}
     calls: list[Mapping[str, Any]] = list(message.get("tool_calls") or [])
-    tool_call: ToolCall | None = None
-    reasoning: str | None = None
-    heartbeat = False
-    if calls:
-        function: Mapping[str, Any] = calls[0].get("function") or {}
-        raw_arguments = function.get("arguments")
-        split = split_agent_arguments(raw_arguments if isinstance(raw_arguments, str | dict) else "")
-        tool_call = ToolCall(id=str(calls[0].get("id")), name=str(function.get("name")), arguments=split.arguments)
-        reasoning, heartbeat = split.inner_thoughts, split.request_heartbeat
+    functions: list[Mapping[str, Any]] = [call.get("function") or {} for call in calls]
+    splits = [
+        split_agent_arguments(raw if isinstance(raw := function.get("arguments"), str | dict) else "")
+        for function in functions
+    ]
     return ModelResponse(
-        tool_call=tool_call,
-        reasoning=reasoning,
-        request_heartbeat=heartbeat,
+        tool_calls=tuple(
+            ToolCall(id=str(call.get("id")), name=str(function.get("name")), arguments=split.arguments)
+            for call, function, split in zip(calls, functions, splits, strict=True)
+        ),
+        reasoning=joined_reasoning(splits),
+        request_heartbeat=any(split.request_heartbeat for split in splits),
         text=message.get("content") or message.get("refusal") or None,
         usage=parse_usage(body.get("usage") or {}),
         stop_reason=choice.get("finish_reason"),
