@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block
+from nightshift.domain.limits import MAX_BLOCK_LIMIT, MAX_NAME_CHARS, MAX_RETURN_CHARS, MAX_TAGS
 from nightshift.domain.messages import Message, Role
 from nightshift.domain.tool_rules import dump_tool_rules
 from nightshift.domain.tools import Tool
@@ -42,7 +43,7 @@ class FileBlock(_Part):
     id: str
     label: str = Field(min_length=1)
     value: str = ""
-    limit: int = DEFAULT_BLOCK_LIMIT
+    limit: int = Field(default=DEFAULT_BLOCK_LIMIT, ge=1, le=MAX_BLOCK_LIMIT)
     description: str | None = None
     read_only: bool = False
     metadata: dict[str, Any] | None = None
@@ -58,7 +59,7 @@ class FileTool(_Part):
     source_code: str | None = None
     json_schema: dict[str, Any] | None = None
     tags: list[str] | None = None
-    return_char_limit: int = Field(default=50_000, ge=1)
+    return_char_limit: int = Field(default=50_000, ge=1, le=MAX_RETURN_CHARS)
 
 
 class FileFunction(_Part):
@@ -146,7 +147,7 @@ class FileAgent(_Part):
     """An agent of the file."""
 
     id: str
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     system: str | None = None
     description: str | None = None
     agent_type: str | None = None
@@ -156,7 +157,7 @@ class FileAgent(_Part):
     block_ids: list[str] = Field(default_factory=list)
     tool_ids: list[str] = Field(default_factory=list)
     tool_rules: list[dict[str, Any]] | None = None
-    tags: list[str] | None = None
+    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
     metadata: dict[str, Any] | None = None
     include_base_tools: bool = True
     message_buffer_autoclear: bool = False
@@ -293,14 +294,24 @@ def _check_messages(agent: FileAgent, where: str, seen: set[str]) -> None:
         raise _problem(f"{where}: the in-context window must start with the system message, not {window[0].role}")
     if any(m.role == "system" for m in window[1:]):
         raise _problem(f"{where}: the in-context window holds a second system message")
-    called: set[str] = set()
+    called: dict[str, str] = {}
+    answered: set[str] = set()
     for message in window:
-        called.update(c.id for c in message.tool_calls or [])
-        if message.role == "tool" and message.answered_call() not in called:
+        called.update((c.id, message.id) for c in message.tool_calls or [])
+        answer = message.answered_call()
+        if message.role == "tool" and answer not in called:
             raise _problem(
-                f"{where}: in-context tool message {message.id} answers call {message.answered_call()!r}, "
+                f"{where}: in-context tool message {message.id} answers call {answer!r}, "
                 "which no earlier in-context assistant message made"
             )
+        if message.role == "tool" and answer is not None:
+            answered.add(answer)
+    unanswered = [f"{call} (message {made_in})" for call, made_in in called.items() if call not in answered]
+    if unanswered:
+        raise _problem(
+            f"{where}: in-context tool calls without their result: {', '.join(unanswered)}; a provider "
+            "refuses a conversation with a call left unanswered"
+        )
 
 
 def _tool_json(tool: Tool, file_id: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from nightshift.domain.agent_files import AgentFile, FileAgent, FileMessage, Fil
 from nightshift.domain.agent_files import export_agent_file as agent_file_document
 from nightshift.domain.agents import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Agent, LLMConfig, check_secrets
 from nightshift.domain.blocks import Block
+from nightshift.domain.limits import MAX_NAME_CHARS
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.tool_rules import check_tool_rules, dedupe_tool_rules, parse_tool_rules
 from nightshift.domain.tools import Tool, ToolType
@@ -244,6 +245,8 @@ def _agent(
 ) -> Agent:
     where = f"agent {spec.id} ({spec.name!r})"
     name = options.name or (spec.name + COPY_SUFFIX if options.append_copy_suffix else spec.name)
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidInput(f"{where}: the name {name[:40]!r}... is over {MAX_NAME_CHARS} characters", field="name")
     agent_tools = _tools_of(spec, tools, base)
     try:
         rules = dedupe_tool_rules(parse_tool_rules(spec.tool_rules or []))
