@@ -1,0 +1,470 @@
+"""Agent Files (``.af``): Letta's portable document for agents, read and checked here.
+
+An Agent File is one JSON object: ``agents`` (each with its settings, ``block_ids`` and
+``tool_ids`` naming entries of the file, its ``messages`` and the ``in_context_message_ids``
+among them), and the ``blocks`` and ``tools`` they name, with ids local to the file
+(``agent-0``, ``block-1``, ``message-3``...). Letta's published files are double-encoded: the
+file is a JSON string holding the document, and it is decoded twice, as Letta does.
+
+Everything here is pure: :func:`parse_agent_file` turns bytes into an :class:`AgentFile` or
+raises ``InvalidInput`` naming what is wrong, before anything is written. Unknown fields are
+ignored (Letta writes many that nightshift has no use for); parts that nightshift cannot hold
+(files, folders, groups, MCP servers) are refused rather than dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nightshift.domain.agents import Agent
+from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block
+from nightshift.domain.limits import MAX_BLOCK_LIMIT, MAX_NAME_CHARS, MAX_RETURN_CHARS, MAX_TAGS
+from nightshift.domain.messages import Message, Role
+from nightshift.domain.tool_rules import dump_tool_rules
+from nightshift.domain.tools import Tool
+from nightshift.errors import InvalidInput
+
+MAX_FILE_AGENTS = 1000
+MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class FileBlock(_Part):
+    """A block of the file, shared by every agent that names its id."""
+
+    id: str
+    label: str = Field(min_length=1)
+    value: str = ""
+    limit: int = Field(default=DEFAULT_BLOCK_LIMIT, ge=1, le=MAX_BLOCK_LIMIT)
+    description: str | None = None
+    read_only: bool = False
+    metadata: dict[str, Any] | None = None
+
+
+class FileTool(_Part):
+    """A tool of the file: a custom tool carries its Python source; a built-in one only its name."""
+
+    id: str
+    name: str = Field(min_length=1)
+    tool_type: str = "custom"
+    description: str | None = None
+    source_code: str | None = None
+    json_schema: dict[str, Any] | None = None
+    tags: list[str] | None = None
+    return_char_limit: int = Field(default=50_000, ge=1, le=MAX_RETURN_CHARS)
+
+
+class FileFunction(_Part):
+    """The function a tool call names, with its arguments as JSON text."""
+
+    name: str = Field(min_length=1)
+    arguments: str = ""
+
+
+class FileToolCall(_Part):
+    """One tool call of an assistant message (OpenAI's shape, as Letta stores it)."""
+
+    id: str = Field(min_length=1)
+    function: FileFunction
+
+
+class FileContent(_Part):
+    """One content part: ``text`` parts are the message's text, ``reasoning`` parts its reasoning."""
+
+    type: str
+    text: str | None = None
+    reasoning: str | None = None
+
+
+class FileToolReturn(_Part):
+    """A tool's return as Letta records it beside a tool message."""
+
+    tool_call_id: str | None = None
+    status: str | None = None
+    func_response: str | None = None
+
+
+class FileMessage(_Part):
+    """A message of an agent, in the order the file lists them."""
+
+    id: str
+    role: str
+    content: list[FileContent] | str | None = None
+    name: str | None = None
+    tool_calls: list[FileToolCall] | None = None
+    tool_call_id: str | None = None
+    tool_returns: list[FileToolReturn] | None = None
+    created_at: datetime | None = None
+
+    def text(self) -> str:
+        """The text parts joined (a plain string content as it is), or a tool message's return."""
+        if isinstance(self.content, str):
+            return self.content
+        texts = [p.text for p in self.content or [] if p.type == "text" and p.text is not None]
+        if not texts and self.role == "tool":
+            texts = [r.func_response for r in self.tool_returns or [] if r.func_response is not None][:1]
+        return "\n".join(texts)
+
+    def reasoning(self) -> str | None:
+        """The reasoning parts joined, if any."""
+        if isinstance(self.content, str):
+            return None
+        parts = [p.reasoning for p in self.content or [] if p.type == "reasoning" and p.reasoning]
+        return "\n".join(parts) if parts else None
+
+    def answered_call(self) -> str | None:
+        """The call a tool message answers: its ``tool_call_id``, else the one its return names."""
+        if self.tool_call_id:
+            return self.tool_call_id
+        return next((r.tool_call_id for r in self.tool_returns or [] if r.tool_call_id), None)
+
+    def is_error(self) -> bool:
+        """Whether a tool message reports a failed call."""
+        return any(r.status == "error" for r in self.tool_returns or [])
+
+
+class FileLLMConfig(_Part):
+    """The part of Letta's llm_config that nightshift keeps."""
+
+    model: str = Field(min_length=1)
+    model_endpoint_type: str | None = None
+    handle: str | None = None
+    context_window: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    parallel_tool_calls: bool | None = None
+
+
+class FileAgent(_Part):
+    """An agent of the file."""
+
+    id: str
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    system: str | None = None
+    description: str | None = None
+    agent_type: str | None = None
+    model: str | None = None
+    llm_config: FileLLMConfig | None = None
+    embedding: str | None = None
+    block_ids: list[str] = Field(default_factory=list)
+    tool_ids: list[str] = Field(default_factory=list)
+    tool_rules: list[dict[str, Any]] | None = None
+    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
+    metadata: dict[str, Any] | None = None
+    include_base_tools: bool = True
+    message_buffer_autoclear: bool = False
+    messages: list[FileMessage] = Field(default_factory=list)
+    in_context_message_ids: list[str] = Field(default_factory=list)
+    tool_exec_environment_variables: dict[str, str | None] | None = None
+    secrets: dict[str, str | None] | None = None
+    memory_blocks: list[Any] | None = None
+    tools: list[Any] | None = None
+    source_ids: list[Any] | None = None
+    folder_ids: list[Any] | None = None
+    files_agents: list[Any] | None = None
+    group_ids: list[Any] | None = None
+
+    def secret_names(self) -> list[str]:
+        """The names of the tool secrets the agent expects (their values are never in a file)."""
+        return list(dict.fromkeys([*(self.tool_exec_environment_variables or {}), *(self.secrets or {})]))
+
+
+class AgentFile(_Part):
+    """A whole Agent File."""
+
+    agents: list[FileAgent] = Field(min_length=1, max_length=MAX_FILE_AGENTS)
+    blocks: list[FileBlock] = Field(default_factory=list)
+    tools: list[FileTool] = Field(default_factory=list)
+    groups: list[Any] = Field(default_factory=list)
+    files: list[Any] = Field(default_factory=list)
+    sources: list[Any] = Field(default_factory=list)
+    mcp_servers: list[Any] = Field(default_factory=list)
+
+
+def decode_agent_file(raw: bytes) -> dict[str, Any]:
+    """The document of an Agent File: JSON, decoded a second time when it holds a JSON string.
+
+    Raises:
+        InvalidInput: (field ``file``) not JSON, or not an object with an ``agents`` list.
+    """
+    try:
+        document: Any = json.loads(raw)
+        if isinstance(document, str):
+            document = json.loads(document)  # double-encoded, as Letta publishes them
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"the agent file is not JSON: {exc}", field="file") from None
+    if not isinstance(document, dict) or not isinstance(document.get("agents"), list):
+        raise InvalidInput(
+            "not an Agent File: expected a JSON object with an 'agents' list (Letta's legacy single-agent "
+            "format is not supported)",
+            field="file",
+        )
+    return document
+
+
+def parse_agent_file(raw: bytes) -> AgentFile:
+    """Read and check an Agent File.
+
+    Raises:
+        InvalidInput: (field ``file``) what is wrong with it, with its place in the document.
+    """
+    document = decode_agent_file(raw)
+    try:
+        parsed = AgentFile.model_validate(document)
+    except ValidationError as exc:
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'the document'}: {e['msg']}" for e in exc.errors()[:5]]
+        raise InvalidInput(f"invalid agent file: {'; '.join(problems)}", field="file") from None
+    check_agent_file(parsed)
+    return parsed
+
+
+def _problem(message: str) -> InvalidInput:
+    return InvalidInput(f"invalid agent file: {message}", field="file")
+
+
+def _check_unique(kind: str, ids: Sequence[str], seen: set[str]) -> None:
+    for entity_id in ids:
+        if entity_id in seen:
+            raise _problem(f"the id {entity_id!r} ({kind}) is used twice")
+        seen.add(entity_id)
+
+
+def check_agent_file(document: AgentFile) -> None:
+    """Refuse a file whose parts do not fit together or that holds what nightshift cannot import.
+
+    Checked: ids are unique; every block, tool and in-context message an agent names is in the
+    file; the in-context window starts with a system message; every in-context tool result
+    answers a call made before it; no files, folders, groups or MCP servers.
+
+    Raises:
+        InvalidInput: (field ``file``) the first problem found.
+    """
+    for part in ("groups", "files", "sources", "mcp_servers"):
+        if getattr(document, part):
+            raise _problem(f"it holds {part}, which nightshift does not support; export the agents without them")
+    seen: set[str] = set()
+    _check_unique("agent", [a.id for a in document.agents], seen)
+    _check_unique("block", [b.id for b in document.blocks], seen)
+    _check_unique("tool", [t.id for t in document.tools], seen)
+    block_ids = {b.id for b in document.blocks}
+    tool_ids = {t.id for t in document.tools}
+    for agent in document.agents:
+        where = f"agent {agent.id} ({agent.name!r})"
+        for part in ("source_ids", "folder_ids", "files_agents", "group_ids", "memory_blocks", "tools"):
+            if getattr(agent, part):
+                raise _problem(
+                    f"{where} has {part}, which an agent file import does not support"
+                    + ("; list them in the file's blocks and tools" if part in ("memory_blocks", "tools") else "")
+                )
+        missing_blocks = [i for i in agent.block_ids if i not in block_ids]
+        if missing_blocks:
+            raise _problem(f"{where} names blocks the file does not hold: {', '.join(missing_blocks)}")
+        missing_tools = [i for i in agent.tool_ids if i not in tool_ids]
+        if missing_tools:
+            raise _problem(f"{where} names tools the file does not hold: {', '.join(missing_tools)}")
+        _check_messages(agent, where, seen)
+
+
+def _check_messages(agent: FileAgent, where: str, seen: set[str]) -> None:
+    _check_unique(f"message of {where}", [m.id for m in agent.messages], seen)
+    by_id = {m.id: m for m in agent.messages}
+    for message in agent.messages:
+        if message.role not in MESSAGE_ROLES:
+            raise _problem(
+                f"message {message.id} of {where} has role {message.role!r}; nightshift holds "
+                f"{', '.join(MESSAGE_ROLES)} messages"
+            )
+        if message.role == "tool" and not message.answered_call():
+            raise _problem(f"tool message {message.id} of {where} has no tool_call_id")
+    missing = [i for i in agent.in_context_message_ids if i not in by_id]
+    if missing:
+        raise _problem(f"{where} has in-context message ids the file does not hold: {', '.join(missing)}")
+    if len(set(agent.in_context_message_ids)) != len(agent.in_context_message_ids):
+        raise _problem(f"{where} lists a message twice in its in-context window")
+    window = [by_id[i] for i in agent.in_context_message_ids]
+    if window and window[0].role != "system":
+        raise _problem(f"{where}: the in-context window must start with the system message, not {window[0].role}")
+    if any(m.role == "system" for m in window[1:]):
+        raise _problem(f"{where}: the in-context window holds a second system message")
+    called: dict[str, str] = {}
+    answered: set[str] = set()
+    for message in window:
+        called.update((c.id, message.id) for c in message.tool_calls or [])
+        answer = message.answered_call()
+        if message.role == "tool" and answer not in called:
+            raise _problem(
+                f"{where}: in-context tool message {message.id} answers call {answer!r}, "
+                "which no earlier in-context assistant message made"
+            )
+        if message.role == "tool" and answer is not None:
+            answered.add(answer)
+    unanswered = [f"{call} (message {made_in})" for call, made_in in called.items() if call not in answered]
+    if unanswered:
+        raise _problem(
+            f"{where}: in-context tool calls without their result: {', '.join(unanswered)}; a provider "
+            "refuses a conversation with a call left unanswered"
+        )
+
+
+def _tool_json(tool: Tool, file_id: str) -> dict[str, Any]:
+    return {
+        "id": file_id,
+        "tool_type": tool.tool_type.value,
+        "description": tool.description,
+        "source_type": "python",
+        "name": tool.name,
+        "tags": list(tool.tags),
+        "source_code": tool.source_code,
+        "json_schema": tool.json_schema,
+        "args_json_schema": None,
+        "return_char_limit": tool.return_char_limit,
+        "pip_requirements": None,
+        "npm_requirements": None,
+        "default_requires_approval": None,
+        "enable_parallel_execution": False,
+        "metadata_": dict(tool.metadata),
+    }
+
+
+def _block_json(block: Block, file_id: str) -> dict[str, Any]:
+    return {
+        "id": file_id,
+        "label": block.label,
+        "value": block.value,
+        "limit": block.limit,
+        "description": block.description,
+        "read_only": block.read_only,
+        "metadata": dict(block.metadata),
+        "is_template": False,
+        "template_name": None,
+        "preserve_on_migration": False,
+    }
+
+
+def _message_json(message: Message, file_id: str, agent_file_id: str) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if message.reasoning:
+        content.append({"type": "reasoning", "reasoning": message.reasoning, "is_native": False, "signature": None})
+    if message.text or message.role is not Role.ASSISTANT:
+        content.append({"type": "text", "text": message.text, "signature": None})
+    tool_returns: list[dict[str, Any]] = []
+    if message.role is Role.TOOL:
+        tool_returns.append(
+            {
+                "tool_call_id": message.tool_call_id,
+                "status": "error" if message.is_error else "success",
+                "func_response": message.text,
+                "stdout": None,
+                "stderr": None,
+            }
+        )
+    return {
+        "type": "message",
+        "id": file_id,
+        "agent_id": agent_file_id,
+        "role": message.role.value,
+        "content": content,
+        "name": message.name,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+        or None,
+        "tool_call_id": message.tool_call_id,
+        "tool_returns": tool_returns,
+        "created_at": message.created_at.isoformat(),
+        "batch_item_id": None,
+        "otid": None,
+        "sender_id": None,
+        "group_id": None,
+        "model": None,
+    }
+
+
+def _llm_config_json(agent: Agent) -> dict[str, Any]:
+    config = agent.llm_config
+    return {
+        "model": config.model,
+        "model_endpoint_type": config.provider,
+        "model_endpoint": None,
+        "provider_name": config.provider,
+        "handle": config.handle,
+        "context_window": config.context_window,
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
+        "parallel_tool_calls": config.parallel_tool_calls,
+        "put_inner_thoughts_in_kwargs": True,
+    }
+
+
+def export_agent_file(
+    agents: Sequence[Agent], messages: Mapping[str, Sequence[Message]], *, created_at: datetime
+) -> dict[str, Any]:
+    """The Agent File of ``agents`` with every one of their ``messages`` (by agent id, oldest first).
+
+    Ids become the file's own (``agent-0``, ``block-0``, ``tool-0``, ``message-0``... with blocks
+    sorted by label and tools by name, as Letta writes them). Secrets keep their names, never
+    their values.
+    """
+    blocks = sorted({b.id: b for a in agents for b in a.blocks}.values(), key=lambda b: (b.label, b.id))
+    tools = sorted({t.id: t for a in agents for t in a.tools}.values(), key=lambda t: (t.name, t.id))
+    block_ids = {b.id: f"block-{i}" for i, b in enumerate(blocks)}
+    tool_ids = {t.id: f"tool-{i}" for i, t in enumerate(tools)}
+    message_count = 0
+    agents_json: list[dict[str, Any]] = []
+    for index, agent in enumerate(agents):
+        agent_file_id = f"agent-{index}"
+        own = list(messages.get(agent.id, ()))
+        message_ids = {m.id: f"message-{message_count + i}" for i, m in enumerate(own)}
+        message_count += len(own)
+        secret_names = dict.fromkeys(agent.secrets, "")
+        agents_json.append(
+            {
+                "id": agent_file_id,
+                "name": agent.name,
+                "agent_type": "memgpt_v2_agent",
+                "system": agent.system,
+                "description": agent.description,
+                "model": agent.llm_config.handle,
+                "llm_config": _llm_config_json(agent),
+                "embedding": agent.embedding,
+                "embedding_config": None,
+                "block_ids": [block_ids[b.id] for b in agent.blocks],
+                "tool_ids": [tool_ids[t.id] for t in agent.tools],
+                "tool_rules": dump_tool_rules(agent.tool_rules),
+                "tags": list(agent.tags),
+                "metadata": dict(agent.metadata),
+                "include_base_tools": False,
+                "include_multi_agent_tools": False,
+                "include_base_tool_rules": False,
+                "message_buffer_autoclear": agent.message_buffer_autoclear,
+                "tool_exec_environment_variables": secret_names,
+                "secrets": dict(secret_names),
+                "memory_blocks": [],
+                "tools": [],
+                "source_ids": [],
+                "files_agents": [],
+                "group_ids": [],
+                "messages": [_message_json(m, message_ids[m.id], agent_file_id) for m in own],
+                "in_context_message_ids": [message_ids[i] for i in agent.message_ids if i in message_ids],
+            }
+        )
+    return {
+        "agents": agents_json,
+        "groups": [],
+        "blocks": [_block_json(b, block_ids[b.id]) for b in blocks],
+        "files": [],
+        "sources": [],
+        "tools": [_tool_json(t, tool_ids[t.id]) for t in tools],
+        "mcp_servers": [],
+        "metadata": {"exported_by": "nightshift"},
+        "created_at": created_at.isoformat(),
+    }

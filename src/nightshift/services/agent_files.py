@@ -1,0 +1,359 @@
+"""Importing Agent Files (``.af``) as new agents, and exporting agents as Agent Files.
+
+An import is one transaction (the caller's): the file is read and checked whole, then its
+tools, blocks, agents and messages are written with the bulk store calls. Any problem is an
+``InvalidInput`` naming it, and nothing is created.
+
+Tools: a tool whose name is one of nightshift's base tools (``tools.base.BASE_TOOLS``: Letta's
+built-in names, e.g. ``send_message``, ``conversation_search``, ``core_memory_append``) becomes
+the organization's base tool of that name, whatever the file says of it (as in Letta, built-in
+tools cannot be changed by a file). Any other Letta built-in (``tool_type`` other than
+``custom``) that nightshift lacks refuses the import, naming it. A custom tool needs its source;
+when the organization has a tool of that name already, ``override_existing_tools`` replaces its
+source and schema with the file's (Letta's default), otherwise the existing one is used.
+
+Messages keep the file's order, times and in-context window. The system message (the first of
+the window) is rebuilt from the agent's system prompt and blocks by nightshift, since that is
+what the model will be shown at its next step anyway. Tool-call ids that a provider would
+refuse are replaced, consistently in the call and its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.agent_files import AgentFile, FileAgent, FileMessage, FileTool, parse_agent_file
+from nightshift.domain.agent_files import export_agent_file as agent_file_document
+from nightshift.domain.agents import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Agent, LLMConfig, check_secrets
+from nightshift.domain.blocks import Block
+from nightshift.domain.limits import MAX_NAME_CHARS
+from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.tool_rules import check_tool_rules, dedupe_tool_rules, parse_tool_rules
+from nightshift.domain.tools import Tool, ToolType
+from nightshift.errors import InvalidInput
+from nightshift.ids import new_id, new_tool_call_id
+from nightshift.providers.registry import parse_model
+from nightshift.runtime.memory import compile_system_message
+from nightshift.services.agents import NewBlock, get_agent, new_block
+from nightshift.services.tools import client_json_schema, ensure_base_tools
+from nightshift.store import agents as agent_store
+from nightshift.store import blocks as block_store
+from nightshift.store import messages as message_store
+from nightshift.store import tools as tool_store
+from nightshift.store.pagination import MAX_PAGE, Page
+from nightshift.tools.base import BASE_TOOLS
+from nightshift.tools.schema import schema_from_source
+
+COPY_SUFFIX = "_copy"
+# What both providers take as a tool-call id (OpenAI: at most 40 characters).
+_PROVIDER_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportOptions:
+    """Letta's import options.
+
+    ``name`` replaces every imported agent's name; otherwise ``append_copy_suffix`` adds
+    ``_copy`` to it. ``llm_config`` replaces the file's model. ``secrets`` gives the values of
+    the tool secrets the file names (a file never holds their values; unnamed ones are left out,
+    named ones without a value are empty).
+    """
+
+    append_copy_suffix: bool = True
+    override_existing_tools: bool = True
+    strip_messages: bool = False
+    name: str | None = None
+    llm_config: LLMConfig | None = None
+    embedding: str | None = None
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+def _in_file(message: str) -> InvalidInput:
+    return InvalidInput(message, field="file")
+
+
+async def _custom_tool(
+    conn: AsyncConnection, org_id: str, spec: FileTool, existing: Tool | None, override: bool, now: datetime
+) -> tuple[Tool, bool]:
+    """The organization's tool for a custom tool of the file, and whether it is new."""
+    if existing is not None and not override:
+        return existing, False
+    if not spec.source_code or not spec.source_code.strip():
+        raise _in_file(f"custom tool {spec.name!r} ({spec.id}) has no source_code: nightshift runs tools from source")
+    try:
+        schema = await asyncio.to_thread(schema_from_source, spec.source_code, name=spec.name)
+        json_schema = (
+            client_json_schema(spec.json_schema, schema.name) if spec.json_schema else dict(schema.json_schema)
+        )
+    except InvalidInput as exc:
+        raise _in_file(f"tool {spec.name!r} ({spec.id}): {exc.message}") from None
+    description = spec.description or json_schema.get("description") or schema.description
+    json_schema.setdefault("description", description)
+    if existing is not None:
+        updated = replace(
+            existing,
+            description=description,
+            json_schema=json_schema,
+            source_code=spec.source_code,
+            tags=tuple(spec.tags or ()),
+            return_char_limit=spec.return_char_limit,
+            updated_at=now,
+        )
+        await tool_store.update_tool(conn, updated)
+        return updated, False
+    tool = Tool(
+        id=new_id("tool"),
+        organization_id=org_id,
+        name=spec.name,
+        description=description,
+        json_schema=json_schema,
+        tool_type=ToolType.CUSTOM,
+        source_code=spec.source_code,
+        tags=tuple(spec.tags or ()),
+        return_char_limit=spec.return_char_limit,
+        created_at=now,
+        updated_at=now,
+    )
+    return tool, True
+
+
+async def _import_tools(
+    conn: AsyncConnection, org_id: str, document: AgentFile, *, override: bool, now: datetime
+) -> dict[str, Tool]:
+    """The organization's tool for each tool id of the file, creating or updating custom tools."""
+    names = [t.name for t in document.tools]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise _in_file(f"the file holds several tools named {', '.join(repeated)}")
+    missing = [t for t in document.tools if t.name not in BASE_TOOLS and t.tool_type != ToolType.CUSTOM.value]
+    if missing:
+        listed = ", ".join(f"{t.name} ({t.tool_type})" for t in missing)
+        raise _in_file(
+            f"the file's tools {listed} are Letta built-in tools that nightshift does not have; "
+            f"nightshift's built-in tools are {', '.join(BASE_TOOLS)}. Remove them (and the rules naming them) "
+            "from the file, or give them as custom tools with their source"
+        )
+    base = await ensure_base_tools(conn, org_id) if any(t.name in BASE_TOOLS for t in document.tools) else {}
+    custom = [t for t in document.tools if t.name not in BASE_TOOLS]
+    existing = {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, [t.name for t in custom])}
+    mapping = {t.id: base[t.name] for t in document.tools if t.name in base}
+    created: list[Tool] = []
+    for spec in custom:
+        tool, new = await _custom_tool(conn, org_id, spec, existing.get(spec.name), override, now)
+        mapping[spec.id] = tool
+        if new:
+            created.append(tool)
+    await tool_store.insert_tools(conn, created)
+    return mapping
+
+
+def _llm_config(agent: FileAgent, options: ImportOptions) -> LLMConfig:
+    if options.llm_config is not None:
+        return options.llm_config
+    given = agent.llm_config
+    handle = agent.model or (given.handle if given else None)
+    if handle is None and given is not None:
+        handle = given.model if "/" in given.model else f"{given.model_endpoint_type}/{given.model}"
+    if handle is None:
+        raise _in_file(f"agent {agent.id} ({agent.name!r}) names no model: give its llm_config or a model option")
+    try:
+        provider, model = parse_model(handle)
+    except InvalidInput as exc:
+        raise InvalidInput(
+            f"agent {agent.id} ({agent.name!r}): {exc.message}; import it with another model (the model option)",
+            field="model",
+        ) from None
+    return LLMConfig(
+        provider=provider.name,
+        model=model,
+        context_window=(given.context_window if given and given.context_window else DEFAULT_CONTEXT_WINDOW),
+        max_tokens=(given.max_tokens if given and given.max_tokens else DEFAULT_MAX_TOKENS),
+        temperature=given.temperature if given else None,
+        parallel_tool_calls=given.parallel_tool_calls if given and given.parallel_tool_calls is not None else True,
+    )
+
+
+def _tools_of(agent: FileAgent, tools: Mapping[str, Tool], base: Mapping[str, Tool]) -> tuple[Tool, ...]:
+    chosen = [tools[i] for i in agent.tool_ids] + (list(base.values()) if agent.include_base_tools else [])
+    return tuple({t.id: t for t in chosen}.values())
+
+
+def _aware(moment: datetime | None, now: datetime) -> datetime:
+    if moment is None:
+        return now
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _messages(agent: Agent, spec: FileAgent, options: ImportOptions, now: datetime) -> list[Message]:
+    """The agent's messages, in the file's order, with ``agent.message_ids`` still to be set from them."""
+    kept = [] if options.strip_messages else spec.messages
+    calls: dict[str, str] = {}
+
+    def call_id(given: str) -> str:
+        return given if _PROVIDER_CALL_ID.fullmatch(given) else calls.setdefault(given, new_tool_call_id())
+
+    def stored(message: FileMessage) -> Message:
+        role = Role(message.role)
+        answered = message.answered_call()
+        return Message(
+            id=new_id("message"),
+            organization_id=agent.organization_id,
+            agent_id=agent.id,
+            role=role,
+            text=message.text(),
+            reasoning=message.reasoning(),
+            tool_calls=tuple(
+                ToolCall(id=call_id(c.id), name=c.function.name, arguments=c.function.arguments)
+                for c in message.tool_calls or []
+            ),
+            tool_call_id=call_id(answered) if role is Role.TOOL and answered else None,
+            name=message.name,
+            is_error=message.is_error(),
+            created_at=_aware(message.created_at, now),
+        )
+
+    return [stored(m) for m in kept]
+
+
+def _system_message(agent: Agent, recall_count: int, now: datetime, created_at: datetime) -> Message:
+    return Message(
+        id=new_id("message"),
+        organization_id=agent.organization_id,
+        agent_id=agent.id,
+        role=Role.SYSTEM,
+        text=compile_system_message(agent.system, agent.blocks, now=now, recall_count=recall_count, archival_count=0),
+        created_at=created_at,
+    )
+
+
+def _agent(
+    org_id: str,
+    spec: FileAgent,
+    options: ImportOptions,
+    *,
+    blocks: Mapping[str, Block],
+    tools: Mapping[str, Tool],
+    base: Mapping[str, Tool],
+    now: datetime,
+) -> Agent:
+    where = f"agent {spec.id} ({spec.name!r})"
+    name = options.name or (spec.name + COPY_SUFFIX if options.append_copy_suffix else spec.name)
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidInput(f"{where}: the name {name[:40]!r}... is over {MAX_NAME_CHARS} characters", field="name")
+    agent_tools = _tools_of(spec, tools, base)
+    try:
+        rules = dedupe_tool_rules(parse_tool_rules(spec.tool_rules or []))
+        check_tool_rules(rules, [t.name for t in agent_tools])
+        secrets = check_secrets({n: options.secrets.get(n, "") for n in spec.secret_names()})
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc.message}", field=exc.field) from None
+    labels = [blocks[i].label for i in spec.block_ids]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise _in_file(f"{where} has several blocks labelled {', '.join(repeated)}")
+    return Agent(
+        id=new_id("agent"),
+        organization_id=org_id,
+        name=name,
+        system=spec.system or "",
+        description=spec.description,
+        llm_config=_llm_config(spec, options),
+        embedding=options.embedding or spec.embedding,
+        blocks=tuple(blocks[i] for i in spec.block_ids),
+        tools=agent_tools,
+        tool_rules=tuple(rules),
+        tags=tuple(dict.fromkeys(spec.tags or ())),
+        metadata=dict(spec.metadata or {}),
+        message_buffer_autoclear=spec.message_buffer_autoclear,
+        secrets=secrets,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _with_window(agent: Agent, spec: FileAgent, messages: list[Message], now: datetime) -> tuple[Agent, list[Message]]:
+    """The agent with its in-context window, and its messages with the system message rebuilt."""
+    if not messages:
+        system = _system_message(agent, 0, now, now)
+        return replace(agent, message_ids=(system.id,)), [system]
+    by_file_id = {m.id: stored for m, stored in zip(spec.messages, messages, strict=True)}
+    window = [by_file_id[i] for i in spec.in_context_message_ids]
+    if not window:
+        system = _system_message(agent, len(messages), now, now)
+        return replace(agent, message_ids=(system.id,)), [*messages, system]
+    first = window[0]
+    rebuilt = _system_message(agent, len(messages), now, first.created_at)
+    rebuilt = replace(rebuilt, id=first.id)
+    messages = [rebuilt if m.id == first.id else m for m in messages]
+    return replace(agent, message_ids=tuple(m.id for m in window)), messages
+
+
+async def import_agent_file(conn: AsyncConnection, org_id: str, raw: bytes, options: ImportOptions) -> list[Agent]:
+    """Create the agents of an Agent File, with their blocks, tools and messages.
+
+    Raises:
+        InvalidInput: what is wrong with the file (or what nightshift cannot import of it);
+            nothing is written then, as the caller's transaction is rolled back.
+    """
+    document = parse_agent_file(raw)
+    now = datetime.now(UTC)
+    tools = await _import_tools(conn, org_id, document, override=options.override_existing_tools, now=now)
+    base = await ensure_base_tools(conn, org_id) if any(a.include_base_tools for a in document.agents) else {}
+    blocks: dict[str, Block] = {}
+    for given in document.blocks:
+        try:
+            blocks[given.id] = new_block(
+                org_id,
+                NewBlock(
+                    label=given.label,
+                    value=given.value,
+                    limit=given.limit,
+                    description=given.description,
+                    read_only=given.read_only,
+                    metadata=dict(given.metadata or {}),
+                ),
+                now,
+            )
+        except InvalidInput as exc:
+            raise _in_file(f"block {given.id}: {exc.message}") from None
+    agents: list[Agent] = []
+    messages: list[Message] = []
+    for spec in document.agents:
+        agent = _agent(org_id, spec, options, blocks=blocks, tools=tools, base=base, now=now)
+        own = _messages(agent, spec, options, now)
+        agent, own = _with_window(agent, spec, own, now)
+        agents.append(agent)
+        messages += own
+    await block_store.insert_blocks(conn, list(blocks.values()))
+    await agent_store.insert_agents(conn, agents)
+    await message_store.insert_messages(conn, messages)
+    return agents
+
+
+async def _all_messages(conn: AsyncConnection, agent_id: str) -> list[Message]:
+    found: list[Message] = []
+    after: str | None = None
+    while True:
+        page = await message_store.list_agent_messages(conn, agent_id, Page(after=after, limit=MAX_PAGE))
+        found += page
+        if len(page) < MAX_PAGE:
+            return found
+        after = page[-1].id
+
+
+async def export_agent_file(conn: AsyncConnection, org_id: str, agent_id: str) -> dict[str, Any]:
+    """The agent as an Agent File document (JSON-ready), with every message it has.
+
+    Raises:
+        NotFound: no such agent in this organization.
+    """
+    agent = await get_agent(conn, org_id, agent_id)
+    messages = await _all_messages(conn, agent.id)
+    return agent_file_document([agent], {agent.id: messages}, created_at=datetime.now(UTC))

@@ -1,0 +1,207 @@
+"""Agent Files through HTTP: what a bad file gets (a 422 naming it, nothing created) and the import options."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from support.agent_files import SUPPORT_DESK, document, double_encoded
+from support.api import create_tool, json_list, json_object
+
+Doc = dict[str, Any]
+
+
+async def _import(client: httpx.AsyncClient, content: bytes, **form: str) -> httpx.Response:
+    return await client.post("/v1/agents/import", files={"file": ("agent.af", content)}, data=form)
+
+
+async def _counts(client: httpx.AsyncClient) -> tuple[int, int, int]:
+    agents = json_list(await client.get("/v1/agents/", params={"limit": 1000}))
+    tools = json_list(await client.get("/v1/tools/", params={"limit": 1000}))
+    blocks = json_list(await client.get("/v1/blocks/", params={"limit": 1000}))
+    return len(agents), len(tools), len(blocks)
+
+
+def _agent(doc: Doc, index: int) -> Doc:
+    agent: Doc = doc["agents"][index]
+    return agent
+
+
+def _tool(doc: Doc, name: str) -> Doc:
+    return next(t for t in doc["tools"] if t["name"] == name)
+
+
+def _unknown_builtin(doc: Doc) -> None:
+    doc["tools"].append({"id": "tool-9", "name": "web_search", "tool_type": "letta_builtin", "source_code": None})
+    _agent(doc, 0)["tool_ids"].append("tool-9")
+
+
+def _second_agent_rule(doc: Doc) -> None:
+    # The first agent and every tool are fine: the second agent's rule fails after they were written.
+    _agent(doc, 1)["tool_rules"].append({"tool_name": "escalate", "type": "exit_loop"})
+
+
+def _stray_result(doc: Doc) -> None:
+    _agent(doc, 0)["messages"][5]["tool_call_id"] = "call_nobody"
+    _agent(doc, 0)["messages"][5]["tool_returns"][0]["tool_call_id"] = "call_nobody"
+
+
+BAD_FILES: dict[str, tuple[Callable[[Doc], None], str]] = {
+    "unknown block": (lambda d: _agent(d, 0)["block_ids"].append("block-9"), "block-9"),
+    "unknown tool": (lambda d: _agent(d, 1)["tool_ids"].append("tool-7"), "tool-7"),
+    "built-in we lack": (_unknown_builtin, "web_search (letta_builtin)"),
+    "custom tool without source": (lambda d: _tool(d, "lookup_order").update(source_code=None), "no source_code"),
+    "custom tool that does not parse": (
+        lambda d: _tool(d, "escalate").update(source_code="def escalate(:\n"),
+        "does not parse",
+    ),
+    "rule of the second agent": (_second_agent_rule, "agent agent-1 ('ark'): tool rule 1"),
+    "unknown rule type": (
+        lambda d: _agent(d, 0)["tool_rules"].append({"tool_name": "escalate", "type": "sometimes"}),
+        "invalid tool rule",
+    ),
+    "unknown provider": (
+        lambda d: _agent(d, 0)["llm_config"].update(handle="mistral/large", model_endpoint_type="mistral"),
+        "unknown provider 'mistral'",
+    ),
+    "groups": (lambda d: d["groups"].append({"id": "group-0"}), "groups"),
+    "window without its system message": (
+        lambda d: _agent(d, 0)["in_context_message_ids"].pop(0),
+        "must start with the system message",
+    ),
+    "approval message": (lambda d: _agent(d, 1)["messages"][1].update(role="approval"), "role 'approval'"),
+    "block over its limit": (lambda d: d["blocks"][1].update(limit=5), "over its limit of 5"),
+    "result of no call": (_stray_result, "call_nobody"),
+    "repeated id": (lambda d: d["blocks"][3].update(id="block-0"), "'block-0' (block) is used twice"),
+    "no agents": (lambda d: d.update(agents=[]), "agents"),
+    "a block without label": (lambda d: d["blocks"][0].pop("label"), "blocks.0.label"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+async def test_a_bad_file_is_a_422_naming_it_and_nothing_is_created(client: httpx.AsyncClient, case: str) -> None:
+    await create_tool(client, "def unrelated() -> str:\n    '''A tool made before.'''\n    return 'x'\n")
+    before = await _counts(client)
+    doc = document(SUPPORT_DESK)
+    change, expected = BAD_FILES[case]
+    change(doc)
+    response = await _import(client, double_encoded(doc))
+    assert response.status_code == 422, response.text
+    assert expected in response.json()["detail"]
+    assert await _counts(client) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"{not json", "not JSON"),
+        (json.dumps(json.dumps({"agent": {}})).encode(), "not an Agent File"),
+        (json.dumps([1, 2]).encode(), "not an Agent File"),
+    ],
+)
+async def test_what_is_not_an_agent_file_is_a_422(client: httpx.AsyncClient, content: bytes, expected: str) -> None:
+    response = await _import(client, content)
+    assert response.status_code == 422, response.text
+    assert expected in response.json()["detail"]
+    assert response.json()["field"] == "file"
+
+
+async def test_override_existing_tools_replaces_the_source_or_keeps_it(client: httpx.AsyncClient) -> None:
+    mine = (
+        "def lookup_order(order_id: str) -> str:\n"
+        "    '''Mine.\n\n    Args:\n        order_id: Id.\n    '''\n"
+        "    return 'mine'\n"
+    )
+    existing = await create_tool(client, mine)
+    kept = json_object(await _import(client, SUPPORT_DESK.read_bytes(), override_existing_tools="false"))
+    agent = json_object(await client.get(f"/v1/agents/{kept['agent_ids'][0]}"))
+    (lookup,) = [t for t in agent["tools"] if t["name"] == "lookup_order"]
+    assert lookup["id"] == existing["id"]
+    assert json_object(await client.get(f"/v1/tools/{existing['id']}"))["source_code"] == mine
+
+    await _import(client, SUPPORT_DESK.read_bytes())  # Letta's default: the file's source wins
+    replaced = json_object(await client.get(f"/v1/tools/{existing['id']}"))
+    assert replaced["source_code"] == _tool(document(SUPPORT_DESK), "lookup_order")["source_code"]
+    assert len(json_list(await client.get("/v1/tools/", params={"name": "lookup_order"}))) == 1
+
+
+async def test_built_in_tools_of_the_file_are_the_organizations_base_tools(client: httpx.AsyncClient) -> None:
+    doc = document(SUPPORT_DESK)
+    _tool(doc, "send_message").update(source_code="def send_message(message: str) -> str:\n    return 'hijacked'\n")
+    (tess_id, _) = json_object(await _import(client, double_encoded(doc)))["agent_ids"]
+    tess = json_object(await client.get(f"/v1/agents/{tess_id}"))
+    types = {t["name"]: t["tool_type"] for t in tess["tools"]}
+    assert types == {
+        "escalate": "custom",
+        "send_message": "letta_core",
+        "lookup_order": "custom",
+        "core_memory_append": "letta_memory_core",
+    }
+    send = next(t for t in tess["tools"] if t["name"] == "send_message")
+    assert send["source_code"] is None or "hijacked" not in send["source_code"]
+
+
+async def test_import_options(client: httpx.AsyncClient) -> None:
+    body = json_object(
+        await _import(
+            client,
+            SUPPORT_DESK.read_bytes(),
+            name="desk",
+            strip_messages="true",
+            model="anthropic/claude-3-5-haiku-20241022",
+            secrets=json.dumps({"ORDERS_API_KEY": "k-9931", "UNNAMED": "x"}),
+            project_id="project-1",
+        )
+    )
+    agents = [json_object(await client.get(f"/v1/agents/{i}")) for i in body["agent_ids"]]
+    assert [a["name"] for a in agents] == ["desk", "desk"]
+    assert {a["model"] for a in agents} == {"anthropic/claude-3-5-haiku-20241022"}
+    for agent in agents:
+        (only,) = json_list(await client.get(f"/v1/agents/{agent['id']}/messages"))
+        assert agent["message_ids"] == [only["id"]]
+        assert only["message_type"] == "system_message"
+    assert [s["key"] for s in agents[0]["secrets"]] == ["ORDERS_API_KEY"]
+    exported = (await client.get(f"/v1/agents/{agents[0]['id']}/export")).text
+    assert "k-9931" not in exported
+    assert json.loads(exported)["agents"][0]["tool_exec_environment_variables"] == {"ORDERS_API_KEY": ""}
+
+    kept = json_object(await _import(client, SUPPORT_DESK.read_bytes(), append_copy_suffix="false"))
+    assert json_object(await client.get(f"/v1/agents/{kept['agent_ids'][0]}"))["name"] == "tess"
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"secrets": "[1]"}, "secrets"),
+        ({"env_vars_json": "{"}, "env_vars_json"),
+        ({"model": "nowhere/model"}, "model"),
+        ({"append_copy_suffix": "maybe"}, None),
+    ],
+)
+async def test_bad_options_are_a_422(client: httpx.AsyncClient, form: dict[str, str], field: str | None) -> None:
+    before = await _counts(client)
+    response = await _import(client, SUPPORT_DESK.read_bytes(), **form)
+    assert response.status_code == 422, response.text
+    if field is not None:
+        assert response.json()["field"] == field
+    assert await _counts(client) == before
+
+
+async def test_export_of_an_unknown_agent_is_a_404(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/agents/agent-00000000-0000-7000-8000-000000000000/export")
+    assert response.status_code == 404
+    agent_id = json_object(await _import(client, SUPPORT_DESK.read_bytes()))["agent_ids"][0]
+    legacy = await client.get(f"/v1/agents/{agent_id}/export", params={"use_legacy_format": "true"})
+    assert legacy.status_code == 422
+
+
+async def test_a_file_is_imported_whole_as_many_times_as_asked(client: httpx.AsyncClient) -> None:
+    first = json_object(await _import(client, SUPPORT_DESK.read_bytes()))["agent_ids"]
+    second = json_object(await _import(client, SUPPORT_DESK.read_bytes()))["agent_ids"]
+    assert len(set(first + second)) == 4
+    blocks = [{b["id"] for b in json_object(await client.get(f"/v1/agents/{i}"))["blocks"]} for i in (*first, *second)]
+    assert blocks[0] & blocks[1] and not blocks[0] & blocks[2]  # shared within an import, not across
