@@ -27,6 +27,7 @@ from nightshift.domain.limits import (
     MAX_OUTPUT_TOKENS,
     MAX_RETURN_CHARS,
     MAX_SOURCE_CHARS,
+    MAX_TAGS,
 )
 from nightshift.domain.tool_rules import ToolRule, dedupe_tool_rules, dump_tool_rules
 from nightshift.domain.tools import Tool
@@ -169,6 +170,22 @@ class ToolPublic(BaseModel):
             created_at=tool.created_at,
             updated_at=tool.updated_at,
         )
+
+
+class ToolSearch(Body):
+    """Letta's tool search: words to look for, and filters. Every search mode is a word search here."""
+
+    query: Text | None = None
+    search_mode: Literal["vector", "fts", "hybrid"] = "hybrid"
+    tags: Tags | None = None
+    tool_types: Annotated[list[Name], Field(max_length=MAX_TAGS)] | None = None
+    limit: int = Field(default=50, ge=1, le=MAX_LIST_ITEMS)
+
+
+class ToolRunBody(Body):
+    """The arguments of a direct tool run."""
+
+    args: dict[str, Any] = Field(default_factory=dict)
 
 
 def llm_config_from(

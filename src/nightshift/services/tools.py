@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from nightshift.domain.tools import Tool, ToolType
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.store import tools as tool_store
+from nightshift.store.pagination import Page
 from nightshift.tools.base import BASE_TOOLS
 from nightshift.tools.schema import ToolSchema, schema_from_function, schema_from_source
 
@@ -249,3 +251,65 @@ async def delete_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> None:
             "remove those rules before deleting the tool"
         )
     await tool_store.delete_tool(conn, org_id, tool_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolMatch:
+    """A tool found by :func:`search_tools`, its score and its place in the ranking (1 is best)."""
+
+    tool: Tool
+    score: float
+    rank: int
+    text: str
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> list[str]:
+    return [word.lower() for word in _WORD.findall(text)]
+
+
+async def search_tools(
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    query: str | None,
+    tags: Sequence[str] = (),
+    tool_types: Sequence[str] = (),
+    limit: int = 50,
+) -> list[ToolMatch]:
+    """The organization's tools whose name, description or tags hold the query's words, best first.
+
+    The score is the share of the query's words a tool holds (1.0: all of them); ties go by name.
+    Without a query every tool matches with score 0. ``tags`` keeps tools with any of those tags,
+    ``tool_types`` those of these types (``custom``, ``letta_core``, ``letta_memory_core``).
+
+    Raises:
+        InvalidInput: an unknown tool type.
+    """
+    known_types = {t.value for t in ToolType}
+    unknown = [t for t in tool_types if t not in known_types]
+    if unknown:
+        raise InvalidInput(
+            f"unknown tool types: {', '.join(unknown)} (known: {', '.join(sorted(known_types))})", field="tool_types"
+        )
+    await ensure_base_tools(conn, org_id)
+    wanted = _words(query or "")
+    found: list[tuple[float, str, Tool]] = []
+    for tool in await tool_store.list_tools(conn, org_id, Page(limit=None)):
+        if tags and not set(tags) & set(tool.tags):
+            continue
+        if tool_types and tool.tool_type.value not in tool_types:
+            continue
+        text = " ".join([tool.name, tool.name.replace("_", " "), tool.description, *tool.tags])
+        held = set(_words(text))
+        score = sum(word in held for word in wanted) / len(wanted) if wanted else 0.0
+        if wanted and score == 0:
+            continue
+        found.append((score, text, tool))
+    found.sort(key=lambda entry: (-entry[0], entry[2].name))
+    return [
+        ToolMatch(tool=tool, score=score, rank=rank, text=text)
+        for rank, (score, text, tool) in enumerate(found[:limit], start=1)
+    ]
