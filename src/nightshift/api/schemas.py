@@ -131,6 +131,11 @@ class ToolCreate(Body):
         default=None,
         description="Replaces the schema made from the source: {name, description, parameters (an object schema)}",
     )
+    args_json_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="The JSON schema of a pydantic model of the arguments (model_json_schema()); the function "
+        "then gets model instances",
+    )
 
 
 class ToolUpdate(Body):
@@ -148,6 +153,7 @@ class ToolPublic(BaseModel):
     source_type: str | None
     source_code: str | None
     json_schema: dict[str, Any]
+    args_json_schema: dict[str, Any] | None
     tags: list[str]
     return_char_limit: int
     metadata_: dict[str, Any]
@@ -164,6 +170,7 @@ class ToolPublic(BaseModel):
             source_type="python" if tool.source_code else None,
             source_code=tool.source_code,
             json_schema=tool.json_schema,
+            args_json_schema=tool.args_json_schema,
             tags=list(tool.tags),
             return_char_limit=tool.return_char_limit,
             metadata_=tool.metadata,

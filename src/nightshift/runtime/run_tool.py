@@ -25,6 +25,7 @@ from nightshift.store import blocks as block_store
 from nightshift.store import items as item_store
 from nightshift.store import passages as passage_store
 from nightshift.tools.base import AgentContext, run_base_tool
+from nightshift.tools.models import sandbox_source
 from nightshift.tools.sandbox import Sandbox, SandboxCall
 
 
@@ -61,7 +62,7 @@ async def run_agent_tool(
         result = await sandbox.run(
             SandboxCall(
                 organization_id=org_id,
-                source_code=tool.source_code or "",
+                source_code=sandbox_source(tool),
                 function_name=tool.name,
                 arguments=arguments,
                 env=agent.secrets,

@@ -36,6 +36,7 @@ from nightshift.errors import ToolError
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelResponse
 from nightshift.tools.base import AgentContext, MemorySearch, run_base_tool
+from nightshift.tools.models import sandbox_source
 from nightshift.tools.sandbox import Sandbox, SandboxCall
 
 log = logging.getLogger(__name__)
@@ -261,7 +262,7 @@ async def _advance(
             sandbox_calls.append(
                 SandboxCall(
                     organization_id=turn.agent.organization_id,
-                    source_code=tool.source_code or "",
+                    source_code=sandbox_source(tool),
                     function_name=tool.name,
                     arguments=arguments,
                     env=turn.agent.secrets,

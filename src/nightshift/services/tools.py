@@ -21,7 +21,7 @@ from nightshift.ids import new_id
 from nightshift.store import tools as tool_store
 from nightshift.store.pagination import Page
 from nightshift.tools.base import BASE_TOOLS
-from nightshift.tools.schema import ToolSchema, schema_from_function, schema_from_source
+from nightshift.tools.schema import ToolSchema, schema_from_args_model, schema_from_function, schema_from_source
 
 
 def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
@@ -119,20 +119,32 @@ async def create_tool(
     tags: Sequence[str] = (),
     return_char_limit: int = 50_000,
     json_schema: dict[str, Any] | None = None,
+    args_json_schema: dict[str, Any] | None = None,
     upsert: bool = False,
 ) -> Tool:
     """A custom tool from Python source; its schema comes from the function's signature and docstring.
+
+    With ``args_json_schema`` (a pydantic model's schema) the parameters come from the model
+    instead, and the function gets model instances (see ``tools.models``). A client's
+    ``json_schema`` replaces either.
 
     Raises:
         InvalidInput: the source does not give a usable function.
         Conflict: a tool with that name exists (unless ``upsert``, which replaces it).
     """
-    schema = await _schema_of(source_code)
+    if args_json_schema:
+        schema = await asyncio.to_thread(schema_from_args_model, source_code, args_json_schema)
+    else:
+        schema = await _schema_of(source_code)
     name = schema.name
     if name in BASE_TOOLS:
         raise Conflict(f"{name!r} is a base tool name; pick another function name")
     final_schema = client_json_schema(json_schema, name) if json_schema else dict(schema.json_schema)
     final_description = description or final_schema.get("description") or schema.description
+    if not final_description:
+        raise InvalidInput(
+            f"tool {name!r} has no description: give one, or a docstring to the function", field="description"
+        )
     final_schema["description"] = final_description
     final_schema["name"] = name  # the model calls the tool by the function's name
     now = datetime.now(UTC)
@@ -145,6 +157,7 @@ async def create_tool(
             description=final_description,
             json_schema=final_schema,
             source_code=source_code,
+            args_json_schema=args_json_schema or None,
             tags=tuple(tags),
             return_char_limit=return_char_limit,
             updated_at=now,
@@ -159,6 +172,7 @@ async def create_tool(
         json_schema=final_schema,
         tool_type=ToolType.CUSTOM,
         source_code=source_code,
+        args_json_schema=args_json_schema or None,
         tags=tuple(tags),
         return_char_limit=return_char_limit,
         created_at=now,
@@ -192,7 +206,10 @@ async def update_tool(
         raise InvalidInput(f"{tool.name!r} is a base tool; its source cannot change", field="source_code")
     changes: dict[str, Any] = {"updated_at": datetime.now(UTC)}
     if source_code is not None:
-        schema = await _schema_of(source_code)
+        if tool.args_json_schema is not None:
+            schema = await asyncio.to_thread(schema_from_args_model, source_code, tool.args_json_schema)
+        else:
+            schema = await _schema_of(source_code)
         if schema.name != tool.name:
             raise InvalidInput(
                 f"the function is named {schema.name!r} but the tool is {tool.name!r}; create a new tool to rename",

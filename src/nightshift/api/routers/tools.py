@@ -36,6 +36,7 @@ async def _create(body: ToolCreate, conn: Conn, org: Org, *, upsert: bool) -> To
         tags=body.tags,
         return_char_limit=body.return_char_limit,
         json_schema=body.json_schema,
+        args_json_schema=body.args_json_schema,
         upsert=upsert,
     )
     return ToolPublic.of(tool)
