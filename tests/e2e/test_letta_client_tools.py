@@ -14,7 +14,7 @@ import httpx
 import letta_client
 import pytest
 from letta_client import Letta
-from letta_client.types import BaseTool
+from letta_client.types.tool import BaseTool
 from pydantic import BaseModel
 
 from nightshift.api.app import create_app
@@ -43,14 +43,16 @@ class InventoryEntryData(BaseModel):
 
 class ManageInventoryTool(BaseTool):
     name: str = "manage_inventory"
-    args_schema: type[BaseModel] | None = InventoryEntryData
+    # letta-client types this as its own model base; users' models are plain pydantic ones, as here.
+    args_schema: type[BaseModel] | None = InventoryEntryData  # type: ignore[assignment]
     description: str = "Update the inventory with a new entry."
     tags: list[str] = ["inventory"]  # noqa: RUF012 (a pydantic field default, copied per instance)
 
     def run(self, data: InventoryEntry, quantity_change: int) -> str:
         """Record an inventory change."""
         print(f"updating {data.item.sku}")
-        return f"{type(data).__name__}/{type(data.item).__name__}: {data.item.name} x{quantity_change} at {data.item.price}"
+        kinds = f"{type(data).__name__}/{type(data.item).__name__}"
+        return f"{kinds}: {data.item.name} x{quantity_change} at {data.item.price}"
 
 
 class Restock(BaseModel):
@@ -124,7 +126,8 @@ ENTRY = {"item": {"sku": "W-1", "name": "Widget", "price": 2.5}, "transaction_id
 
 def test_tools_with_pydantic_arguments_run_in_a_sync_step_and_a_batch_run(served: tuple[Letta, httpx.Client]) -> None:
     letta, admin = served
-    managed = letta.tools.add(tool=ManageInventoryTool())
+    # letta-client 1.7.0 types BaseTool as a Tool, whose id is required; the server gives its own.
+    managed = letta.tools.add(tool=ManageInventoryTool(id="local"))
     assert (managed.name, managed.description, managed.tags) == (
         "manage_inventory",
         "Update the inventory with a new entry.",
@@ -164,7 +167,9 @@ def test_tools_with_pydantic_arguments_run_in_a_sync_step_and_a_batch_run(served
     _script(
         admin,
         agent.id,
-        _call("manage_inventory", data={**ENTRY, "item": {"sku": "G-2", "name": "Gadget", "price": 4}}, quantity_change=-1),
+        _call(
+            "manage_inventory", data={**ENTRY, "item": {"sku": "G-2", "name": "Gadget", "price": 4}}, quantity_change=-1
+        ),
         _call("manage_inventory", data={"item": {"sku": "X"}}, quantity_change=1),
         _say("done again"),
     )
@@ -183,7 +188,7 @@ def test_tools_with_pydantic_arguments_run_in_a_sync_step_and_a_batch_run(served
 
 def test_client_schemas_are_checked(served: tuple[Letta, httpx.Client]) -> None:
     letta, _ = served
-    schema = {
+    schema: dict[str, object] = {
         "name": "chatty",
         "description": "Repeat a word (the client's words).",
         "parameters": {"type": "object", "properties": {"word": {"type": "string", "minLength": 1}}, "required": []},
@@ -207,8 +212,11 @@ def test_client_schemas_are_checked(served: tuple[Letta, httpx.Client]) -> None:
         ({**fine, "required": ["item"], "properties": {"count": {"type": "integer"}}}, "['item'] of 'restock'"),
         ({"type": "object", "properties": {"a": {"$ref": "#/$defs/Nowhere"}}}, "does not define"),
         (
-            {"type": "object", "properties": {"item": {"$ref": "#/$defs/Node"}}, "$defs": {"Node": {
-                "type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}}},
+            {
+                "type": "object",
+                "properties": {"item": {"$ref": "#/$defs/Node"}},
+                "$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
+            },
             "contains itself",
         ),
     ]:
@@ -246,11 +254,18 @@ def test_agents_tools_run(served: tuple[Letta, httpx.Client]) -> None:
     )
 
     ran = letta.agents.tools.run("chatty", agent_id=agent.id, args={"word": "ab"})
-    assert (ran.status, ran.func_return, ran.stdout, ran.stderr) == ("success", "ab" * 50, ["repeating ab\n"], ["careful\n"])
+    assert (ran.status, ran.func_return, ran.stdout, ran.stderr) == (
+        "success",
+        "ab" * 50,
+        ["repeating ab\n"],
+        ["careful\n"],
+    )
     failed = letta.agents.tools.run("broken", agent_id=agent.id, args={"order_id": "7"})
     assert failed.status == "error"
     assert failed.func_return == "Error executing function broken: ConnectionError: no route to the order system for 7"
-    edited = letta.agents.tools.run("memory_insert", agent_id=agent.id, args={"label": "human", "new_str": "Likes: tea"})
+    edited = letta.agents.tools.run(
+        "memory_insert", agent_id=agent.id, args={"label": "human", "new_str": "Likes: tea"}
+    )
     assert edited.status == "success"
     assert letta.agents.blocks.retrieve("human", agent_id=agent.id).value == "Name: Ada\nLikes: tea"
     refused = letta.agents.tools.run("memory_insert", agent_id=agent.id, args={"label": "pets", "new_str": "x"})
@@ -280,5 +295,7 @@ def test_tool_returns_carry_errors_truncation_notes_and_output(served: tuple[Let
         "Error executing function broken: ConnectionError: no route to the order system for 12"
     )
     # The stored messages show the same fields.
-    listed = [m for m in letta.agents.messages.list(agent_id=agent.id, limit=100) if m.message_type == "tool_return_message"]
+    listed = [
+        m for m in letta.agents.messages.list(agent_id=agent.id, limit=100) if m.message_type == "tool_return_message"
+    ]
     assert any(m.stdout == ["repeating hey\n"] for m in listed)
