@@ -17,6 +17,8 @@ import re
 from typing import Any
 
 from nightshift.domain.tools import Tool
+from nightshift.errors import InvalidInput
+from nightshift.tools.schema import inlined_parameters
 
 # Runs in the tool's process (which has pydantic, as the server's runtime does), before the
 # client's source. Names start with _ns_ to stay out of the way of the tool's own.
@@ -97,7 +99,11 @@ def sandbox_source(tool: Tool) -> str:
     source = tool.source_code or ""
     if tool.args_json_schema is None:
         return source
-    parameters: Any = tool.json_schema.get("parameters") or {}
+    # The model's own schema (the client's json_schema, when it gave one too, may lack the titles).
+    try:
+        parameters: Any = inlined_parameters(tool.args_json_schema)
+    except InvalidInput:  # checked when the tool was stored; a schema stored otherwise falls back
+        parameters = tool.json_schema.get("parameters") or {}
     # A __future__ import must come first in a module: it moves above the prelude.
     futures = "".join(f"{line}\n" for line in _FUTURE.findall(source))
     header = (

@@ -107,7 +107,7 @@ def schema_from_args_model(source_code: str, args_json_schema: Mapping[str, Any]
         description = (docstring_parser.parse(docstring).description or "").strip()
     except docstring_parser.ParseError:
         description = docstring.strip()
-    parameters = _inlined_parameters(args_json_schema)
+    parameters = inlined_parameters(args_json_schema)
     signature = _signature_from_ast(node)
     names = {p.name for p in signature.parameters if p.name not in _INJECTED_PARAMETERS}
     fields = set(parameters["properties"])
@@ -136,8 +136,12 @@ _ARGS_FIELD = "args_json_schema"
 _MAX_INLINED_NODES = 10_000
 
 
-def _inlined_parameters(args_json_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The model schema as an object schema without ``$defs`` and ``$ref``; see :func:`schema_from_args_model`."""
+def inlined_parameters(args_json_schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A pydantic model's schema as an object schema without ``$defs`` and ``$ref``.
+
+    Raises:
+        InvalidInput: (field ``args_json_schema``) see :func:`schema_from_args_model`.
+    """
     if args_json_schema.get("type") != "object" or not isinstance(args_json_schema.get("properties"), dict):
         raise InvalidInput(
             'args_json_schema must be an object schema with properties ({"type": "object", "properties": {...}}), '
