@@ -105,7 +105,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 # One route of each router, plus a few with ids and bodies: all need credentials.
-SECURED = [
+SECURED: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/v1/agents/", None),
     ("GET", "/v1/agents", None),
     ("POST", "/v1/agents/", {"name": "x", "model": MODEL}),
