@@ -18,7 +18,7 @@ from letta_client import Letta
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.serving import running_server
-from support.api import BASE_TOOL_NAMES
+from support.api import BASE_TOOL_NAMES, DEFAULT_TOOL_NAMES
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 PASSWORD = "e2e-password-0c9f"
@@ -148,7 +148,7 @@ def test_agent_lifecycle(letta: Letta) -> None:
     assert [b.label for b in agent.blocks] == ["persona", "human"]
     assert [b.value for b in agent.memory.blocks] == ["I am Ada, a careful archivist.", "The user likes birds."]
     assert agent.blocks[0].limit == 200
-    assert {t.name for t in agent.tools} == BASE_TOOL_NAMES | {"roll_dice"}
+    assert {t.name for t in agent.tools} == DEFAULT_TOOL_NAMES | {"roll_dice"}
     assert agent.tags == ["demo"]
     assert agent.message_ids is not None and len(agent.message_ids) == 4
     assert agent.system and "send_message" in agent.system
@@ -181,12 +181,12 @@ def test_agent_lifecycle(letta: Letta) -> None:
     assert attached is not None
     assert "shout" in {t.name for t in attached.tools}
     agent_tools = every(letta.agents.tools.list(agent.id))
-    assert {t.name for t in agent_tools} == BASE_TOOL_NAMES | {"roll_dice", "shout"}
+    assert {t.name for t in agent_tools} == DEFAULT_TOOL_NAMES | {"roll_dice", "shout"}
     assert [t.id for t in every(letta.agents.tools.list(agent.id, limit=2))] == [t.id for t in agent_tools]
     detached = letta.agents.tools.detach(dice.id, agent_id=agent.id)
     assert detached is not None
-    assert {t.name for t in detached.tools} == BASE_TOOL_NAMES | {"shout"}
-    assert {t.name for t in letta.agents.retrieve(agent.id).tools} == BASE_TOOL_NAMES | {"shout"}
+    assert {t.name for t in detached.tools} == DEFAULT_TOOL_NAMES | {"shout"}
+    assert {t.name for t in letta.agents.retrieve(agent.id).tools} == DEFAULT_TOOL_NAMES | {"shout"}
 
     messages = every(letta.agents.messages.list(agent.id, order="asc"))
     assert [m.message_type for m in messages] == [

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from support.api import BASE_TOOL_NAMES, json_object
+from support.api import DEFAULT_TOOL_NAMES, json_object
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
@@ -46,7 +46,7 @@ async def test_create_agent_has_memory_tools_and_four_messages(client: httpx.Asy
     assert agent["llm_config"]["model_endpoint_type"] == "anthropic"
     assert [b["label"] for b in agent["blocks"]] == ["persona", "human"]
     tool_names = {t["name"] for t in agent["tools"]}
-    assert tool_names == BASE_TOOL_NAMES
+    assert tool_names == DEFAULT_TOOL_NAMES
     assert len(agent["message_ids"]) == 4
 
     messages = (await client.get(f"/v1/agents/{agent['id']}/messages", params={"order": "asc"})).json()

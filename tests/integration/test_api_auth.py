@@ -105,7 +105,7 @@ def bearer(token: str) -> dict[str, str]:
 
 
 # One route of each router, plus a few with ids and bodies: all need credentials.
-SECURED = [
+SECURED: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/v1/agents/", None),
     ("GET", "/v1/agents", None),
     ("POST", "/v1/agents/", {"name": "x", "model": MODEL}),
@@ -116,6 +116,8 @@ SECURED = [
     ("POST", "/v1/tools/", {"source_code": TOOL}),
     ("PUT", "/v1/tools/", {"source_code": TOOL}),
     ("GET", "/v1/tools/tool-nope", None),
+    ("POST", "/v1/tools/search", {"query": "lookup"}),
+    ("POST", "/v1/agents/agent-nope/tools/lookup/run", {"args": {}}),
     ("GET", "/v1/blocks/", None),
     ("POST", "/v1/blocks/", {"label": "x", "value": "y"}),
     ("PATCH", "/v1/blocks/block-nope", {"value": "y"}),
@@ -264,6 +266,7 @@ async def test_organizations_cannot_see_or_touch_each_other(secured_app: FastAPI
             ("PATCH", f"/v1/agents/{agent_id}", {"name": "stolen"}),
             ("DELETE", f"/v1/agents/{agent_id}", None),
             ("GET", f"/v1/agents/{agent_id}/tools", None),
+            ("POST", f"/v1/agents/{agent_id}/tools/send_message/run", {"args": {"message": "hi"}}),
             ("GET", f"/v1/agents/{agent_id}/messages", None),
             ("GET", f"/v1/agents/{agent_id}/core-memory/blocks", None),
             ("GET", f"/v1/agents/{agent_id}/core-memory/blocks/persona", None),

@@ -282,7 +282,9 @@ async def test_children_cannot_pass_the_memory_limit(acme: Runs, admin: Emulator
     status, text = await _tool_result(acme, admin, agent, mode, "hoard", children=8)
 
     assert status == "Failed"
-    assert text == "the tool used more than 512 MB of memory (all its processes together)"
+    assert (
+        text == "Error executing function hoard: the tool used more than 512 MB of memory (all its processes together)"
+    )
     await _healthy(acme, admin, mode)
 
 

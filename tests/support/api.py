@@ -6,9 +6,9 @@ from typing import Any
 
 import httpx
 
-# The base tools every organization has (listed here, not read from the code, so that a tool
-# lost or added by mistake fails the tests).
-BASE_TOOL_NAMES = frozenset(
+# The base tools an agent gets by default, and those every organization has (listed here, not
+# read from the code, so that a tool lost or added by mistake fails the tests).
+DEFAULT_TOOL_NAMES = frozenset(
     {
         "send_message",
         "conversation_search",
@@ -17,6 +17,15 @@ BASE_TOOL_NAMES = frozenset(
         "core_memory_append",
         "core_memory_replace",
         "rethink_memory",
+    }
+)
+BASE_TOOL_NAMES = DEFAULT_TOOL_NAMES | frozenset(
+    {
+        "memory_insert",
+        "memory_replace",
+        "memory_rethink",
+        "memory_finish_edits",
+        "memory",
     }
 )
 

@@ -230,7 +230,7 @@ async def test_a_failing_custom_tool_is_a_tool_error() -> None:
     (result,) = await take([turn(answer("lookup"), agent())], sandbox)
 
     assert result.reason is TurnReason.TOOL_ERROR
-    assert tool_body(result.messages[1])["message"] == "ValueError: no such order"
+    assert tool_body(result.messages[1])["message"] == "Error executing function lookup: ValueError: no such order"
 
 
 async def test_long_results_are_cut_to_the_tools_limit() -> None:
@@ -240,7 +240,7 @@ async def test_long_results_are_cut_to_the_tools_limit() -> None:
     (result,) = await take([turn(answer("lookup"), who)], sandbox)
 
     assert tool_body(result.messages[1])["message"] == (
-        "yyyyyyyyyy... [truncated: the tool returned 30 characters, limit 10]"
+        "yyyyyyyyyy... [NOTE: function output was truncated since it exceeded the character limit (30 > 10)]"
     )
 
 
@@ -268,7 +268,7 @@ async def test_a_bug_a_base_tool_runs_into_is_that_agents_tool_error() -> None:
     )
 
     assert bad.reason is TurnReason.TOOL_ERROR and bad.failure is None
-    assert (bad.tool_error or "").startswith("the tool failed: TypeError")
+    assert (bad.tool_error or "").startswith("Error executing function core_memory_append: TypeError")
     assert good.reason is TurnReason.NO_HEARTBEAT
 
 
@@ -315,9 +315,9 @@ async def test_one_failing_call_of_three_is_a_tool_error_and_the_others_still_ru
     (result,) = await take([turn(answers(CITIES[2], CITIES[0], CITIES[1], heartbeat=True))], sandbox)
 
     assert statuses(result) == [("call_1", "lookup", "Failed"), ("call_2", "lookup", "OK"), ("call_3", "lookup", "OK")]
-    assert tool_body(result.messages[1])["message"] == "TimeoutError: Oslo is down"
+    assert tool_body(result.messages[1])["message"] == "Error executing function lookup: TimeoutError: Oslo is down"
     assert (result.continues, result.reason) == (True, TurnReason.TOOL_ERROR)
-    assert result.tool_error == "TimeoutError: Oslo is down"
+    assert result.tool_error == "Error executing function lookup: TimeoutError: Oslo is down"
     # A call that ran and failed counts for the rules like the others.
     assert result.state.solver.history == ("lookup", "lookup", "lookup")
 

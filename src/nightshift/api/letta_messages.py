@@ -39,6 +39,8 @@ def to_letta_messages(message: Message) -> list[dict[str, Any]]:
                 "tool_return": message.text,
                 "status": "error" if message.is_error else "success",
                 "tool_call_id": message.tool_call_id or "",
+                "stdout": message.extra.get("stdout"),
+                "stderr": message.extra.get("stderr"),
             }
         ]
     parts: list[dict[str, Any]] = []

@@ -27,6 +27,7 @@ from nightshift.domain.limits import (
     MAX_OUTPUT_TOKENS,
     MAX_RETURN_CHARS,
     MAX_SOURCE_CHARS,
+    MAX_TAGS,
 )
 from nightshift.domain.tool_rules import ToolRule, dedupe_tool_rules, dump_tool_rules
 from nightshift.domain.tools import Tool
@@ -130,6 +131,11 @@ class ToolCreate(Body):
         default=None,
         description="Replaces the schema made from the source: {name, description, parameters (an object schema)}",
     )
+    args_json_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="The JSON schema of a pydantic model of the arguments (model_json_schema()); the function "
+        "then gets model instances",
+    )
 
 
 class ToolUpdate(Body):
@@ -147,6 +153,7 @@ class ToolPublic(BaseModel):
     source_type: str | None
     source_code: str | None
     json_schema: dict[str, Any]
+    args_json_schema: dict[str, Any] | None
     tags: list[str]
     return_char_limit: int
     metadata_: dict[str, Any]
@@ -163,12 +170,29 @@ class ToolPublic(BaseModel):
             source_type="python" if tool.source_code else None,
             source_code=tool.source_code,
             json_schema=tool.json_schema,
+            args_json_schema=tool.args_json_schema,
             tags=list(tool.tags),
             return_char_limit=tool.return_char_limit,
             metadata_=tool.metadata,
             created_at=tool.created_at,
             updated_at=tool.updated_at,
         )
+
+
+class ToolSearch(Body):
+    """Letta's tool search: words to look for, and filters. Every search mode is a word search here."""
+
+    query: Text | None = None
+    search_mode: Literal["vector", "fts", "hybrid"] = "hybrid"
+    tags: Tags | None = None
+    tool_types: Annotated[list[Name], Field(max_length=MAX_TAGS)] | None = None
+    limit: int = Field(default=50, ge=1, le=MAX_LIST_ITEMS)
+
+
+class ToolRunBody(Body):
+    """The arguments of a direct tool run."""
+
+    args: dict[str, Any] = Field(default_factory=dict)
 
 
 def llm_config_from(

@@ -32,6 +32,9 @@ class Tool:
     json_schema: dict[str, Any]
     tool_type: ToolType
     source_code: str | None = None
+    # Set when the tool's arguments are pydantic models: the client's model schema, from which
+    # the sandbox rebuilds the models (``json_schema`` holds it with every reference inlined).
+    args_json_schema: dict[str, Any] | None = None
     tags: tuple[str, ...] = ()
     return_char_limit: int = 50_000
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -36,6 +36,7 @@ from nightshift.errors import ToolError
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelResponse
 from nightshift.tools.base import AgentContext, MemorySearch, run_base_tool
+from nightshift.tools.models import sandbox_source
 from nightshift.tools.sandbox import Sandbox, SandboxCall
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ class _Call:
     output: str | None = None
     error: str | None = None
     refused: bool = False  # the call never ran: unknown tool, not allowed, malformed arguments
+    stdout: str = ""  # what a sandboxed tool printed
+    stderr: str = ""
     context: AgentContext | None = None  # a base tool's working copy of the agent's memory
     sandbox_index: int | None = None
 
@@ -115,8 +118,26 @@ class _Pending:
         return self.position >= len(self.calls)
 
 
-def _tool_message(turn: Turn, call: ToolCall, output: str, *, is_error: bool, now: datetime) -> Message:
+def failed_text(name: str, error: str) -> str:
+    """A tool's failure as Letta words it (the model and Letta's clients know this shape)."""
+    return f"Error executing function {name}: {error}"
+
+
+def _truncated(output: str, limit: int) -> str:
+    """``output`` cut to ``limit`` characters, with a note saying it was, as Letta's tools are."""
+    if len(output) <= limit:
+        return output
+    return (
+        f"{output[:limit]}... [NOTE: function output was truncated since it exceeded the character limit "
+        f"({len(output)} > {limit})]"
+    )
+
+
+def _tool_message(turn: Turn, entry: _Call, output: str, *, is_error: bool, now: datetime) -> Message:
+    call = entry.call
     body = {"status": "Failed" if is_error else "OK", "message": output, "time": now.isoformat()}
+    # Letta's tool returns carry what the tool printed as lists of text; kept only when there is some.
+    printed = {key: [text] for key, text in (("stdout", entry.stdout), ("stderr", entry.stderr)) if text}
     return Message(
         id=new_id("message"),
         organization_id=turn.agent.organization_id,
@@ -128,6 +149,7 @@ def _tool_message(turn: Turn, call: ToolCall, output: str, *, is_error: bool, no
         is_error=is_error,
         batch_item_id=turn.batch_item_id,
         created_at=now,
+        extra=printed,
     )
 
 
@@ -202,11 +224,12 @@ async def take_turns(
             for _, entry in queued:
                 assert entry.sandbox_index is not None
                 result = results[entry.sandbox_index]
+                entry.stdout, entry.stderr = result.stdout, result.stderr
                 if result.ok:
                     value = result.value
                     entry.output = value if isinstance(value, str) else json.dumps(value, default=str)
                 else:
-                    entry.error = result.error or "the tool failed"
+                    entry.error = failed_text(entry.call.name, result.error or "the tool failed")
             for item in dict.fromkeys(item for item, _ in queued):
                 item.solver = _replayed(item)
         waiting = [item for item in waiting if not item.done]
@@ -239,7 +262,7 @@ async def _advance(
             sandbox_calls.append(
                 SandboxCall(
                     organization_id=turn.agent.organization_id,
-                    source_code=tool.source_code or "",
+                    source_code=sandbox_source(tool),
                     function_name=tool.name,
                     arguments=arguments,
                     env=turn.agent.secrets,
@@ -252,16 +275,16 @@ async def _advance(
             if item.solver.needs_output(call.name):
                 return  # what may follow depends on the output
             continue
-        entry.context = AgentContext(
-            agent_id=turn.agent.id, blocks={b.label: edited.get(b.id, b) for b in turn.agent.blocks}, search=search
-        )
+        # Keyed by the label as this step's edits left it (the memory tool may rename a block).
+        current = (edited.get(b.id, b) for b in turn.agent.blocks)
+        entry.context = AgentContext(agent_id=turn.agent.id, blocks={b.label: b for b in current}, search=search)
         try:
             entry.output = await run_base_tool(call.name, entry.context, arguments)
         except ToolError as exc:
-            entry.error = exc.message
+            entry.error = failed_text(call.name, exc.message)
         except Exception as exc:  # a bug this call runs into: the model sees it as the tool's failure
             log.exception("base tool %s failed for agent %s", call.name, turn.agent.id)
-            entry.error = f"the tool failed: {type(exc).__name__}: {exc}"
+            entry.error = failed_text(call.name, f"{type(exc).__name__}: {exc}")
         for label in entry.context.changed_labels:
             edited[entry.context.blocks[label].id] = entry.context.blocks[label]
         item.solver = item.solver.register(call.name, entry.output if entry.error is None else entry.error)
@@ -305,16 +328,15 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
     new_passages: list[str] = []
     for entry in item.calls:
         if entry.error is not None:
-            messages.append(_tool_message(turn, entry.call, entry.error, is_error=True, now=now))
+            messages.append(_tool_message(turn, entry, entry.error, is_error=True, now=now))
             continue
         output = entry.output or ""
         tool = agent.tool(entry.call.name)
-        limit = tool.return_char_limit if tool else len(output)
-        if len(output) > limit:
-            output = f"{output[:limit]}... [truncated: the tool returned {len(output)} characters, limit {limit}]"
-        messages.append(_tool_message(turn, entry.call, output, is_error=False, now=now))
+        output = _truncated(output, tool.return_char_limit if tool else len(output))
+        messages.append(_tool_message(turn, entry, output, is_error=False, now=now))
         if entry.context is not None:
-            changed.update({label: entry.context.blocks[label] for label in sorted(entry.context.changed_labels)})
+            blocks = entry.context.blocks
+            changed.update({blocks[label].id: blocks[label] for label in sorted(entry.context.changed_labels)})
             new_passages.extend(entry.context.new_passages)
     continues, reason = _decide(item, solver, available)
     detail: str | None = None

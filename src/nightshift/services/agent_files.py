@@ -48,7 +48,7 @@ from nightshift.store import blocks as block_store
 from nightshift.store import messages as message_store
 from nightshift.store import tools as tool_store
 from nightshift.store.pagination import MAX_PAGE, Page
-from nightshift.tools.base import BASE_TOOLS
+from nightshift.tools.base import BASE_TOOLS, DEFAULT_BASE_TOOLS
 from nightshift.tools.schema import schema_from_source
 
 COPY_SUFFIX = "_copy"
@@ -181,7 +181,9 @@ def _llm_config(agent: FileAgent, options: ImportOptions) -> LLMConfig:
 
 
 def _tools_of(agent: FileAgent, tools: Mapping[str, Tool], base: Mapping[str, Tool]) -> tuple[Tool, ...]:
-    chosen = [tools[i] for i in agent.tool_ids] + (list(base.values()) if agent.include_base_tools else [])
+    # As on agent creation: the base tools an agent gets by default, not every base tool there is.
+    defaults = [tool for name, tool in base.items() if name in DEFAULT_BASE_TOOLS] if agent.include_base_tools else []
+    chosen = [tools[i] for i in agent.tool_ids] + defaults
     return tuple({t.id: t for t in chosen}.values())
 
 

@@ -25,6 +25,7 @@ from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import messages as message_store
 from nightshift.store.pagination import Page
+from nightshift.tools.base import DEFAULT_BASE_TOOLS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,7 +152,7 @@ async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[Agen
         _check_unique_labels(blocks)
         tools: list[Tool] = [known_tools[i] for i in spec.tool_ids] + [tools_by_name[n] for n in spec.tool_names]
         if spec.include_base_tools:
-            tools += list(base_tools.values())
+            tools += [tool for name, tool in base_tools.items() if name in DEFAULT_BASE_TOOLS]
         tools = list({t.id: t for t in tools}.values())
         check_tool_rules(spec.tool_rules, [t.name for t in tools])
         agent_id = new_id("agent")

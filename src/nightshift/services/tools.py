@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,8 +19,9 @@ from nightshift.domain.tools import Tool, ToolType
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.store import tools as tool_store
+from nightshift.store.pagination import Page
 from nightshift.tools.base import BASE_TOOLS
-from nightshift.tools.schema import ToolSchema, schema_from_function, schema_from_source
+from nightshift.tools.schema import ToolSchema, schema_from_args_model, schema_from_function, schema_from_source
 
 
 def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
@@ -117,20 +119,32 @@ async def create_tool(
     tags: Sequence[str] = (),
     return_char_limit: int = 50_000,
     json_schema: dict[str, Any] | None = None,
+    args_json_schema: dict[str, Any] | None = None,
     upsert: bool = False,
 ) -> Tool:
     """A custom tool from Python source; its schema comes from the function's signature and docstring.
+
+    With ``args_json_schema`` (a pydantic model's schema) the parameters come from the model
+    instead, and the function gets model instances (see ``tools.models``). A client's
+    ``json_schema`` replaces either.
 
     Raises:
         InvalidInput: the source does not give a usable function.
         Conflict: a tool with that name exists (unless ``upsert``, which replaces it).
     """
-    schema = await _schema_of(source_code)
+    if args_json_schema:
+        schema = await asyncio.to_thread(schema_from_args_model, source_code, args_json_schema)
+    else:
+        schema = await _schema_of(source_code)
     name = schema.name
     if name in BASE_TOOLS:
         raise Conflict(f"{name!r} is a base tool name; pick another function name")
     final_schema = client_json_schema(json_schema, name) if json_schema else dict(schema.json_schema)
     final_description = description or final_schema.get("description") or schema.description
+    if not final_description:
+        raise InvalidInput(
+            f"tool {name!r} has no description: give one, or a docstring to the function", field="description"
+        )
     final_schema["description"] = final_description
     final_schema["name"] = name  # the model calls the tool by the function's name
     now = datetime.now(UTC)
@@ -143,6 +157,7 @@ async def create_tool(
             description=final_description,
             json_schema=final_schema,
             source_code=source_code,
+            args_json_schema=args_json_schema or None,
             tags=tuple(tags),
             return_char_limit=return_char_limit,
             updated_at=now,
@@ -157,6 +172,7 @@ async def create_tool(
         json_schema=final_schema,
         tool_type=ToolType.CUSTOM,
         source_code=source_code,
+        args_json_schema=args_json_schema or None,
         tags=tuple(tags),
         return_char_limit=return_char_limit,
         created_at=now,
@@ -190,7 +206,10 @@ async def update_tool(
         raise InvalidInput(f"{tool.name!r} is a base tool; its source cannot change", field="source_code")
     changes: dict[str, Any] = {"updated_at": datetime.now(UTC)}
     if source_code is not None:
-        schema = await _schema_of(source_code)
+        if tool.args_json_schema is not None:
+            schema = await asyncio.to_thread(schema_from_args_model, source_code, tool.args_json_schema)
+        else:
+            schema = await _schema_of(source_code)
         if schema.name != tool.name:
             raise InvalidInput(
                 f"the function is named {schema.name!r} but the tool is {tool.name!r}; create a new tool to rename",
@@ -249,3 +268,65 @@ async def delete_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> None:
             "remove those rules before deleting the tool"
         )
     await tool_store.delete_tool(conn, org_id, tool_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolMatch:
+    """A tool found by :func:`search_tools`, its score and its place in the ranking (1 is best)."""
+
+    tool: Tool
+    score: float
+    rank: int
+    text: str
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> list[str]:
+    return [word.lower() for word in _WORD.findall(text)]
+
+
+async def search_tools(
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    query: str | None,
+    tags: Sequence[str] = (),
+    tool_types: Sequence[str] = (),
+    limit: int = 50,
+) -> list[ToolMatch]:
+    """The organization's tools whose name, description or tags hold the query's words, best first.
+
+    The score is the share of the query's words a tool holds (1.0: all of them); ties go by name.
+    Without a query every tool matches with score 0. ``tags`` keeps tools with any of those tags,
+    ``tool_types`` those of these types (``custom``, ``letta_core``, ``letta_memory_core``).
+
+    Raises:
+        InvalidInput: an unknown tool type.
+    """
+    known_types = {t.value for t in ToolType}
+    unknown = [t for t in tool_types if t not in known_types]
+    if unknown:
+        raise InvalidInput(
+            f"unknown tool types: {', '.join(unknown)} (known: {', '.join(sorted(known_types))})", field="tool_types"
+        )
+    await ensure_base_tools(conn, org_id)
+    wanted = _words(query or "")
+    found: list[tuple[float, str, Tool]] = []
+    for tool in await tool_store.list_tools(conn, org_id, Page(limit=None)):
+        if tags and not set(tags) & set(tool.tags):
+            continue
+        if tool_types and tool.tool_type.value not in tool_types:
+            continue
+        text = " ".join([tool.name, tool.name.replace("_", " "), tool.description, *tool.tags])
+        held = set(_words(text))
+        score = sum(word in held for word in wanted) / len(wanted) if wanted else 0.0
+        if wanted and score == 0:
+            continue
+        found.append((score, text, tool))
+    found.sort(key=lambda entry: (-entry[0], entry[2].name))
+    return [
+        ToolMatch(tool=tool, score=score, rank=rank, text=text)
+        for rank, (score, text, tool) in enumerate(found[:limit], start=1)
+    ]

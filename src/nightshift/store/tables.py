@@ -171,6 +171,8 @@ tools = Table(
     Column("tool_type", String(32), nullable=False),
     Column("source_code", CleanText),
     Column("json_schema", JSONType, nullable=False),
+    # The client's pydantic argument model as a JSON schema, when the tool takes model-typed arguments.
+    Column("args_json_schema", JSONType),
     Column("tags", JSONType, nullable=False),
     Column("return_char_limit", Integer, nullable=False),
     Column("metadata", JSONType, nullable=False),

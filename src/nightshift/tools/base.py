@@ -1,5 +1,10 @@
 """Base tools: sending messages, editing core memory, and searching recall and archival memory.
 
+The memory tools come in Letta's three generations, all kept since agents of each exist:
+``core_memory_append`` / ``core_memory_replace`` / ``rethink_memory``; ``memory_insert`` /
+``memory_replace`` / ``memory_rethink`` / ``memory_finish_edits``; and the single ``memory`` tool
+whose ``command`` picks the edit.
+
 They run in-process against an ``AgentContext``: a working copy of one agent's memory for one
 step. Memory edits change the copy; the caller writes every changed block of every agent of a
 step in one statement afterwards. Edits that would pass a block's limit are refused with a
@@ -14,10 +19,11 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from nightshift.domain.blocks import Block
 from nightshift.domain.messages import Message, said_text
@@ -70,6 +76,25 @@ class AgentContext:
             )
         self.blocks[label] = replace(block, value=value, updated_at=datetime.now(UTC))
         self.changed_labels.add(label)
+
+    def relabel(self, label: str, new_label: str | None, description: str | None) -> None:
+        """Give a block a new label and/or description, refusing read-only blocks and taken labels."""
+        block = self.block(label)
+        if block.read_only:
+            raise ToolError(f"memory block {label!r} is read-only")
+        target = new_label or label
+        if target != label and target in self.blocks:
+            raise ToolError(f"there is already a memory block labelled {target!r}")
+        changed = replace(
+            block,
+            label=target,
+            description=block.description if description is None else description,
+            updated_at=datetime.now(UTC),
+        )
+        del self.blocks[label]
+        self.changed_labels.discard(label)
+        self.blocks[target] = changed
+        self.changed_labels.add(target)
 
 
 def send_message(agent_state: AgentContext, message: str) -> str:
@@ -131,6 +156,189 @@ def rethink_memory(agent_state: AgentContext, new_memory: str, target_block_labe
     return f"Rewrote {target_block_label!r}; it now holds {len(new_memory)} characters."
 
 
+# Line numbers may be shown next to a block to help the model point at a line; they are never
+# part of its value, so an edit that carries them would write them into memory.
+_LINE_NUMBER = re.compile(r"(^|\n)Line \d+: ")
+_EDITED = (
+    "Memory block {label!r} was edited; your system prompt now shows its new contents. Check that the "
+    "change is what you meant (no repeated or missing lines) and edit again if it is not."
+)
+
+
+def _no_line_numbers(argument: str, text: str) -> None:
+    if _LINE_NUMBER.search(text):
+        raise ToolError(
+            f"{argument} holds a line number prefix ('Line N: '); line numbers are only shown to you, "
+            "leave them out of memory edits"
+        )
+
+
+def _replace_once(agent_state: AgentContext, label: str, old: str, new: str, argument: str) -> None:
+    _no_line_numbers(argument, new)
+    current = agent_state.block(label).value.expandtabs()
+    old, new = old.expandtabs(), new.expandtabs()
+    found = current.count(old) if old else 0
+    if found == 0:
+        raise ToolError(f"nothing was replaced: the text to replace does not occur exactly in block {label!r}")
+    if found > 1:
+        lines = [number for number, line in enumerate(current.split("\n"), start=1) if old in line]
+        raise ToolError(
+            f"nothing was replaced: the text to replace occurs {found} times in block {label!r} (lines {lines}); "
+            "give more of the surrounding text so that it occurs once"
+        )
+    agent_state.set_value(label, current.replace(old, new))
+
+
+def _insert_lines(agent_state: AgentContext, label: str, text: str, line: int) -> None:
+    _no_line_numbers("the inserted text", text)
+    lines = agent_state.block(label).value.expandtabs().split("\n")
+    position = len(lines) if line == -1 else line
+    if not 0 <= position <= len(lines):
+        raise ToolError(
+            f"insert_line {line} is outside block {label!r}: use 0 (before the first line) to {len(lines)} "
+            "(after the last), or -1 for the end"
+        )
+    agent_state.set_value(label, "\n".join([*lines[:position], *text.expandtabs().split("\n"), *lines[position:]]))
+
+
+def memory_replace(agent_state: AgentContext, label: str, old_str: str, new_str: str) -> str:
+    """Replace one exact piece of text in a memory block with new text, for a precise edit.
+
+    The text to replace must occur exactly once in the block. Do not use this to rewrite a whole
+    block (use memory_rethink), and never include line numbers.
+
+    Args:
+        label: The label of the memory block to edit.
+        old_str: The exact text to replace, whitespace included; it must occur once in the block.
+        new_str: The text to put in its place (an empty string deletes the old text).
+
+    Returns:
+        A confirmation.
+    """
+    _replace_once(agent_state, label, old_str, new_str, "new_str")
+    return _EDITED.format(label=label)
+
+
+def memory_insert(agent_state: AgentContext, label: str, new_str: str, insert_line: int = -1) -> str:
+    """Insert text into a memory block as new lines, after a given line.
+
+    Args:
+        label: The label of the memory block to edit.
+        new_str: The text to insert, without line numbers.
+        insert_line: The line after which to insert (0 puts it first); -1, the default, puts it at the end.
+
+    Returns:
+        A confirmation.
+    """
+    _insert_lines(agent_state, label, new_str, insert_line)
+    return _EDITED.format(label=label)
+
+
+def memory_rethink(agent_state: AgentContext, label: str, new_memory: str) -> str:
+    """Rewrite a whole memory block, to reorganise or condense it; for small edits use memory_replace or memory_insert.
+
+    Args:
+        label: The label of the memory block to rewrite.
+        new_memory: The block's complete new contents, with what is still true of the old ones folded in.
+
+    Returns:
+        A confirmation.
+    """
+    _no_line_numbers("new_memory", new_memory)
+    agent_state.set_value(label, new_memory)
+    return _EDITED.format(label=label)
+
+
+def memory_finish_edits(agent_state: AgentContext) -> str:
+    """Say that you have finished editing your memory blocks.
+
+    Returns:
+        A confirmation.
+    """
+    return "Memory edits finished."
+
+
+MemoryCommand = Literal["create", "str_replace", "insert", "delete", "rename"]
+_MEMORY_PATH_PREFIX = "/memories/"
+
+
+def _label_of(path: str | None, argument: str) -> str:
+    if not path or not path.strip():
+        raise ToolError(f"this command needs {argument}: the block's path, e.g. /memories/human")
+    label = path.strip()
+    label = label.removeprefix(_MEMORY_PATH_PREFIX).strip("/")
+    if not label:
+        raise ToolError(f"{argument} {path!r} names no block; write /memories/<label>")
+    return label
+
+
+def memory(
+    agent_state: AgentContext,
+    command: MemoryCommand,
+    path: str | None = None,
+    file_text: str | None = None,
+    description: str | None = None,
+    old_string: str | None = None,
+    new_string: str | None = None,
+    insert_line: int | None = None,
+    insert_text: str | None = None,
+    old_path: str | None = None,
+    new_path: str | None = None,
+) -> str:
+    """Edit your memory blocks; the command says how, and a block's path is /memories/<label>.
+
+    Commands: str_replace (path, old_string, new_string) replaces text that occurs once; insert
+    (path, insert_text, insert_line) adds lines; rename (old_path and new_path, and/or path and
+    description) renames a block or changes its description. Blocks are created and deleted
+    through the API, not by this tool.
+
+    Args:
+        command: What to do: str_replace, insert or rename (create and delete are refused).
+        path: The block to edit, as /memories/<label>.
+        file_text: The contents of a new block (create).
+        description: The block's new description (rename).
+        old_string: The exact text to replace (str_replace); it must occur once in the block.
+        new_string: The text to put in its place (str_replace); empty deletes the old text.
+        insert_line: The line after which to insert (insert); 0 puts it first, -1 or nothing at the end.
+        insert_text: The text to insert (insert).
+        old_path: The block to rename (rename), as /memories/<label>.
+        new_path: The block's new path (rename), as /memories/<new label>.
+
+    Returns:
+        A confirmation.
+    """
+    if command == "str_replace":
+        label = _label_of(path, "path")
+        if old_string is None or new_string is None:
+            raise ToolError("str_replace needs old_string and new_string")
+        _replace_once(agent_state, label, old_string, new_string, "new_string")
+        return _EDITED.format(label=label)
+    if command == "insert":
+        label = _label_of(path, "path")
+        if insert_text is None:
+            raise ToolError("insert needs insert_text")
+        _insert_lines(agent_state, label, insert_text, -1 if insert_line is None else insert_line)
+        return _EDITED.format(label=label)
+    if command == "rename":
+        if old_path or new_path:
+            label = _label_of(old_path, "old_path")
+            new_label = _label_of(new_path, "new_path")
+        else:
+            label, new_label = _label_of(path, "path"), None
+            if description is None:
+                raise ToolError("rename needs old_path and new_path, or path and description")
+        agent_state.relabel(label, new_label, description)
+        return f"Memory block {label!r} is now {new_label or label!r}" + (
+            "" if description is None else f", described as {description!r}."
+        )
+    if command in ("create", "delete"):
+        raise ToolError(
+            f"the {command} command is not available here: your memory blocks are created and deleted by your "
+            "operator; edit the blocks you have with str_replace, insert or rename"
+        )
+    raise ToolError(f"unknown command {command!r}; use str_replace, insert or rename")
+
+
 def archival_memory_insert(agent_state: AgentContext, content: str) -> str:
     """Save a passage to archival memory, to find it again later with archival_memory_search.
 
@@ -190,7 +398,26 @@ BASE_TOOLS: dict[str, tuple[BaseToolFunction, ToolType]] = {
     "core_memory_append": (core_memory_append, ToolType.MEMORY),
     "core_memory_replace": (core_memory_replace, ToolType.MEMORY),
     "rethink_memory": (rethink_memory, ToolType.MEMORY),
+    "memory_insert": (memory_insert, ToolType.MEMORY),
+    "memory_replace": (memory_replace, ToolType.MEMORY),
+    "memory_rethink": (memory_rethink, ToolType.MEMORY),
+    "memory_finish_edits": (memory_finish_edits, ToolType.MEMORY),
+    "memory": (memory, ToolType.MEMORY),
 }
+
+# What an agent created with include_base_tools gets. The newer memory tools are attached by
+# name (``tools=["memory_insert", ...]``), as Letta's agents that use them name them.
+DEFAULT_BASE_TOOLS = frozenset(
+    {
+        "send_message",
+        "conversation_search",
+        "archival_memory_insert",
+        "archival_memory_search",
+        "core_memory_append",
+        "core_memory_replace",
+        "rethink_memory",
+    }
+)
 
 
 @functools.cache

@@ -15,12 +15,14 @@ import inspect
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import docstring_parser
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from nightshift.domain.limits import MAX_SOURCE_CHARS, TOOL_NAME, TOOL_NAME_PATTERN, storage_problem
 from nightshift.errors import InvalidInput
@@ -73,6 +75,121 @@ def schema_from_source(source_code: str, *, name: str | None = None) -> ToolSche
         InvalidInput: (field ``source_code``) the source does not parse, defines no such function,
             or the function's signature or docstring cannot be described as a JSON schema.
     """
+    try:
+        return _build(_signature_from_ast(_function_node(source_code, name)))
+    except (RecursionError, MemoryError) as exc:
+        # Reading a deeply nested annotation or default (ast.unparse, literal_eval) recurses too.
+        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
+
+
+def schema_from_args_model(source_code: str, args_json_schema: Mapping[str, Any]) -> ToolSchema:
+    """The schema of a tool whose arguments a client's pydantic model describes (Letta's ``args_json_schema``).
+
+    The function's annotations may name the model's classes, which the source does not define
+    (the sandbox rebuilds them from the model schema); so only the function's name, docstring
+    and parameter names are read from the source. The parameters shown to the model are the
+    model's schema with every ``$ref`` inlined, since not every provider follows references.
+
+    Raises:
+        InvalidInput: (field ``source_code`` or ``args_json_schema``) no usable function, a
+            schema that is not an object schema, a recursive model, or parameters and model
+            fields that do not match.
+    """
+    try:
+        node = _function_node(source_code, None)
+    except (RecursionError, MemoryError) as exc:
+        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
+    fn = node.name
+    if isinstance(node, ast.AsyncFunctionDef):
+        raise InvalidInput(f"function {fn!r} is async: tools must be plain 'def' functions", field=_FIELD)
+    docstring = ast.get_docstring(node, clean=True) or ""
+    try:
+        description = (docstring_parser.parse(docstring).description or "").strip()
+    except docstring_parser.ParseError:
+        description = docstring.strip()
+    parameters = inlined_parameters(args_json_schema)
+    signature = _signature_from_ast(node)
+    names = {p.name for p in signature.parameters if p.name not in _INJECTED_PARAMETERS}
+    fields = set(parameters["properties"])
+    if signature.parameters and signature.parameters[-1].kind is _Kind.VAR_KEYWORD:
+        names |= fields
+    extra = sorted(fields - names)
+    if extra:
+        raise InvalidInput(f"args_json_schema has fields {extra} that are not parameters of {fn!r}", field=_ARGS_FIELD)
+    unset = sorted(
+        p.name
+        for p in signature.parameters
+        if p.name in names - fields and not p.has_default and p.kind is _Kind.KEYWORD
+    )
+    if unset:
+        raise InvalidInput(
+            f"parameters {unset} of {fn!r} have no default and are not fields of args_json_schema", field=_ARGS_FIELD
+        )
+    json_schema = {"name": fn, "description": description, "parameters": parameters}
+    problem = storage_problem(json_schema)
+    if problem is not None:
+        raise InvalidInput(f"args_json_schema at {problem.where} {problem.reason}", field=_ARGS_FIELD)
+    return ToolSchema(name=fn, description=description, json_schema=json_schema)
+
+
+_ARGS_FIELD = "args_json_schema"
+_MAX_INLINED_NODES = 10_000
+
+
+def inlined_parameters(args_json_schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A pydantic model's schema as an object schema without ``$defs`` and ``$ref``.
+
+    Raises:
+        InvalidInput: (field ``args_json_schema``) see :func:`schema_from_args_model`.
+    """
+    if args_json_schema.get("type") != "object" or not isinstance(args_json_schema.get("properties"), dict):
+        raise InvalidInput(
+            'args_json_schema must be an object schema with properties ({"type": "object", "properties": {...}}), '
+            "as pydantic's model_json_schema() gives",
+            field=_ARGS_FIELD,
+        )
+    try:
+        Draft202012Validator.check_schema(dict(args_json_schema))
+    except SchemaError as exc:
+        where = ".".join(str(part) for part in exc.path)
+        raise InvalidInput(
+            f"args_json_schema is not a valid JSON Schema: at {where or 'its top'}: {exc.message[:200]}",
+            field=_ARGS_FIELD,
+        ) from None
+    definitions = args_json_schema.get("$defs") or args_json_schema.get("definitions") or {}
+    budget = [_MAX_INLINED_NODES]
+
+    def inline(node: Any, seen: tuple[str, ...]) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise InvalidInput("args_json_schema is too large once its references are inlined", field=_ARGS_FIELD)
+        if isinstance(node, list):
+            return [inline(item, seen) for item in node]
+        if not isinstance(node, dict):
+            return node
+        reference = node.get("$ref")
+        if isinstance(reference, str):
+            name = reference.rsplit("/", 1)[-1]
+            if not reference.startswith(("#/$defs/", "#/definitions/")) or name not in definitions:
+                raise InvalidInput(
+                    f"args_json_schema refers to {reference!r}, which it does not define", field=_ARGS_FIELD
+                )
+            if name in seen:
+                raise InvalidInput(
+                    f"args_json_schema's model {name!r} contains itself; tool arguments cannot be recursive",
+                    field=_ARGS_FIELD,
+                )
+            rest = {k: inline(v, seen) for k, v in node.items() if k != "$ref"}
+            return {**inline(definitions[name], (*seen, name)), **rest}
+        return {k: inline(v, seen) for k, v in node.items() if k not in ("$defs", "definitions")}
+
+    parameters: dict[str, Any] = inline(dict(args_json_schema), ())
+    parameters.setdefault("required", [])
+    return parameters
+
+
+def _function_node(source_code: str, name: str | None) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The function ``name`` (or the last one) of ``source_code``, parsed; see :func:`schema_from_source`."""
     if len(source_code) > MAX_SOURCE_CHARS:
         raise InvalidInput(
             f"source_code holds {len(source_code)} characters; a tool's source takes at most {MAX_SOURCE_CHARS}",
@@ -87,7 +204,6 @@ def schema_from_source(source_code: str, *, name: str | None = None) -> ToolSche
     except (RecursionError, MemoryError) as exc:
         # CPython's parser gives up on very deep nesting (e.g. 100,000 minus signs in a row).
         raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
-
     functions = [node for node in module.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
     if name is not None:
         functions = [node for node in functions if node.name == name]
@@ -96,11 +212,7 @@ def schema_from_source(source_code: str, *, name: str | None = None) -> ToolSche
     elif not functions:
         raise InvalidInput("source_code defines no function", field=_FIELD)
     # The last definition wins, as it would when the module runs.
-    try:
-        return _build(_signature_from_ast(functions[-1]))
-    except (RecursionError, MemoryError) as exc:
-        # Reading a deeply nested annotation or default (ast.unparse, literal_eval) recurses too.
-        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
+    return functions[-1]
 
 
 def schema_from_function(fn: Callable[..., Any]) -> ToolSchema:

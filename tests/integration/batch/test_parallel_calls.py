@@ -88,7 +88,7 @@ async def test_a_turn_of_three_calls_one_failing_is_stored_and_answered_in_a_bat
     assert [call_id for call_id, _ in results] == [c["id"] for c in turn["tool_calls"]]
     assert [(b["status"], b["message"]) for _, b in results] == [
         ("OK", "Paris: sunny"),
-        ("Failed", "LookupError: no weather station in Atlantis"),
+        ("Failed", "Error executing function get_weather: LookupError: no weather station in Atlantis"),
         ("OK", "Oslo: sunny"),
     ]
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from nightshift.api.deps import Conn, Org
+from nightshift.api.deps import Conn, Org, State
 from nightshift.api.routers.params import PageQuery
-from nightshift.api.schemas import ToolCreate, ToolPublic, ToolUpdate
+from nightshift.api.schemas import ToolCreate, ToolPublic, ToolRunBody, ToolSearch, ToolUpdate
+from nightshift.runtime.run_tool import run_agent_tool
 from nightshift.services import tools as service
 from nightshift.store import tools as tool_store
 
@@ -35,6 +36,7 @@ async def _create(body: ToolCreate, conn: Conn, org: Org, *, upsert: bool) -> To
         tags=body.tags,
         return_char_limit=body.return_char_limit,
         json_schema=body.json_schema,
+        args_json_schema=body.args_json_schema,
         upsert=upsert,
     )
     return ToolPublic.of(tool)
@@ -55,6 +57,46 @@ async def list_tools(
     """The organization's tools (base tools appear once an agent has used them)."""
     await service.ensure_base_tools(conn, org)
     return [ToolPublic.of(t) for t in await tool_store.list_tools(conn, org, page, name=name)]
+
+
+@router.post("/v1/tools/search")
+async def search_tools(body: ToolSearch, conn: Conn, org: Org) -> list[dict[str, Any]]:
+    """Tools whose name, description or tags hold the query's words, best first (Letta's ToolSearchResult).
+
+    nightshift has no tool embeddings: every ``search_mode`` is this word search, and the score
+    is the share of the query's words a tool holds.
+    """
+    found = await service.search_tools(
+        conn, org, query=body.query, tags=body.tags or (), tool_types=body.tool_types or (), limit=body.limit
+    )
+    return [
+        {
+            "tool": ToolPublic.of(match.tool).model_dump(mode="json"),
+            "combined_score": match.score,
+            "embedded_text": match.text,
+            "fts_rank": match.rank,
+            "vector_rank": None,
+        }
+        for match in found
+    ]
+
+
+@router.post("/v1/agents/{agent_id}/tools/{tool_name}/run")
+async def run_tool(agent_id: str, tool_name: str, body: ToolRunBody, state: State, org: Org) -> dict[str, Any]:
+    """Run one of the agent's tools now, outside any step (Letta's ToolExecutionResult).
+
+    A tool that fails is a 200 with status "error"; a 404 when the agent has no such tool.
+    Memory edits of base tools are kept; no message is written.
+    """
+    result = await run_agent_tool(state.engine, state.worker.sandbox, org, agent_id, tool_name, body.args)
+    return {
+        "status": "success" if result.ok else "error",
+        "func_return": result.value,
+        "agent_state": None,
+        "stdout": [result.stdout] if result.stdout else [],
+        "stderr": [result.stderr] if result.stderr else [],
+        "sandbox_config_fingerprint": None,
+    }
 
 
 @router.get("/v1/tools/{tool_id}")
