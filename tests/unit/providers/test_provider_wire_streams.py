@@ -16,7 +16,7 @@ ARGUMENTS = {"inner_thoughts": "Check the weather.", "city": "Paris", "request_h
 def anthropic_stream() -> list[dict[str, Any]]:
     """A streamed tool call as the Messages API sends it: text, then a tool_use in three pieces."""
     text = json.dumps(ARGUMENTS)
-    start = {
+    start: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
         "role": "assistant",
