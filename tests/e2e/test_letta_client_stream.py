@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -186,3 +187,24 @@ def test_stream_framing_and_refusals(base_url: str, agent_id: str) -> None:
         assert empty.status_code == 422
         steps = http.post(f"/v1/agents/{agent_id}/messages/stream", json={"input": "hi", "max_steps": 0})
         assert steps.status_code == 422
+
+
+def test_a_client_that_leaves_does_not_stop_the_run(base_url: str, letta: Letta, agent_id: str) -> None:
+    with (
+        httpx.Client(base_url=base_url, timeout=30) as http,
+        http.stream("POST", f"/v1/agents/{agent_id}/messages/stream", json={"input": ASK}) as response,
+    ):
+        first = next(response.iter_lines())
+        assert json.loads(first.removeprefix("data: "))["message_type"] == "user_message"
+    # Gone after the first event: the run goes on and is stored whole; the agent is free again after.
+    deadline = time.monotonic() + 60
+    while [m["message_type"] for m in stored(letta, agent_id, len(STEP_KINDS))] != STEP_KINDS:
+        assert time.monotonic() < deadline, "the run did not finish"
+        time.sleep(0.05)
+    while True:
+        again = httpx.post(f"{base_url}/v1/agents/{agent_id}/messages", json={"input": "hi"}, timeout=30)
+        if again.status_code != 409:  # the run's hold is released just after its last write
+            break
+        assert time.monotonic() < deadline, "the agent stayed held"
+        time.sleep(0.05)
+    assert again.status_code == 200, again.text

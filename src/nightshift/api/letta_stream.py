@@ -43,6 +43,14 @@ PING_SECONDS: Final = 30.0  # Letta's keep-alive interval
 DONE: Final = "data: [DONE]\n\n"
 PING: Final[Chunk] = {"message_type": "ping"}
 
+# The OpenAPI description of a streamed 200.
+STREAMED: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "description": "Letta's response; its server-sent events when streamed",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
 # Runs whose client went away: held here until they finish (the event loop keeps only weak references).
 _DETACHED: set[asyncio.Task[SyncResult]] = set()
 

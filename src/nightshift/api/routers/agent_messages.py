@@ -11,7 +11,7 @@ from pydantic import Field
 from nightshift.api.batch_schemas import InputMessage, TextPart, input_texts
 from nightshift.api.deps import Org, State
 from nightshift.api.letta_messages import to_letta_messages
-from nightshift.api.letta_stream import StreamOptions, streamed_run
+from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
 from nightshift.errors import InvalidInput
 from nightshift.runtime.step import TurnReason
@@ -35,7 +35,7 @@ class SendMessages(StreamOptions):
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
 
 
-@router.post("/v1/agents/{agent_id}/messages", response_model=None)
+@router.post("/v1/agents/{agent_id}/messages", response_model=None, responses=STREAMED)
 async def send_messages(
     agent_id: str, body: SendMessages, state: State, org: Org
 ) -> dict[str, Any] | StreamingResponse:

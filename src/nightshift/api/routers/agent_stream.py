@@ -21,12 +21,13 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from nightshift.api.deps import Org, State
+from nightshift.api.letta_stream import STREAMED
 from nightshift.api.routers.agent_messages import SendMessages, send_messages
 
 router = APIRouter(tags=["agents"])
 
 
-@router.post("/v1/agents/{agent_id}/messages/stream", response_class=StreamingResponse)
+@router.post("/v1/agents/{agent_id}/messages/stream", response_class=StreamingResponse, responses=STREAMED)
 async def stream_messages(agent_id: str, body: SendMessages, state: State, org: Org) -> StreamingResponse:
     """Send messages to an agent and stream its run as server-sent events (Letta's stream).
 
