@@ -13,6 +13,10 @@ it as they read the real thing:
   reason, with ``stream_options.include_usage`` a last chunk with no choices and the usage (every
   chunk before it has ``usage: null``), and ``data: [DONE]``.
 
+An Anthropic ``overloaded_error`` or ``api_error`` on a streamed call comes inside the stream
+(``message_start``, then ``event: error``), as the real API sends a failure during generation;
+other refusals come before the stream, as an HTTP error.
+
 Pure functions; cutting is deterministic (``PIECE`` characters at a time).
 """
 
@@ -68,6 +72,26 @@ def anthropic_events(message: Mapping[str, Any]) -> Iterator[bytes]:
         },
     )
     yield _sse("message_stop", {"type": "message_stop"})
+
+
+# The Anthropic errors a streamed call gets inside the stream rather than as its HTTP status.
+IN_STREAM_ERRORS: Final = frozenset({"overloaded_error", "api_error"})
+
+
+def anthropic_failed_events(message_id: str, model: str, error_type: str, message: str) -> Iterator[bytes]:
+    """A streamed Messages call that fails once begun: ``message_start``, then ``event: error``."""
+    start: dict[str, Any] = {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 0, "output_tokens": 1},
+    }
+    yield _sse("message_start", {"type": "message_start", "message": start})
+    yield _sse("error", {"type": "error", "error": {"type": error_type, "message": message}})
 
 
 def openai_chunks(completion: Mapping[str, Any], *, include_usage: bool) -> Iterator[bytes]:

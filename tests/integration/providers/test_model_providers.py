@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nightshift.domain.messages import Message, Role
-from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedReply, ScriptedToolCall
+from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedError, ScriptedReply, ScriptedToolCall
 from nightshift.errors import ProviderError
 from nightshift.providers.base import (
     BatchOutcome,
@@ -386,3 +386,15 @@ async def test_streamed_request_on_the_wire(provider: ModelProvider, provider_na
     assert body["stream"] is True
     if provider_name == "openai":
         assert body["stream_options"] == {"include_usage": True}
+
+
+async def test_anthropic_error_inside_the_stream(providers: ProviderSet, admin: EmulatorAdmin) -> None:
+    await admin.script("*", ScriptedReply(error=ScriptedError(type="overloaded_error", message="Overloaded")))
+    received: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as caught:
+        async with aclosing(providers.get("anthropic").stream(request("anthropic"))) as stream:
+            received.extend([event async for event in stream])
+
+    assert received == []
+    assert caught.value.kind == "overloaded_error" and caught.value.retryable
+    assert "Overloaded" in str(caught.value)
