@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 
 from nightshift.api.letta_messages import to_letta_messages
-from nightshift.api.letta_stream import LettaStream, arguments_so_far, partial_object
+from nightshift.api.letta_stream import LettaStream, arguments_so_far, sse_events
+from nightshift.api.partial_json import partial_object
 from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.errors import ProviderError
 from nightshift.providers.agent_arguments import split_agent_arguments
-from nightshift.providers.base import TextDelta, ToolCallDelta
+from nightshift.providers.base import TextDelta, ToolCallDelta, Usage
+from nightshift.runtime.step import TurnReason
+from nightshift.runtime.sync import SyncResult
 from support.messages import msg
 
 
@@ -130,3 +135,63 @@ async def test_without_tokens_every_message_goes_whole() -> None:
     await stream.messages([message])
 
     assert await chunks_of(stream) == to_letta_messages(message)
+
+
+async def collect(events: Any) -> list[str]:
+    return [event async for event in events]
+
+
+async def test_events_ping_while_the_run_is_quiet_then_end() -> None:
+    stream = LettaStream("a", tokens=False)
+    go_on = asyncio.Event()
+
+    async def run() -> SyncResult:
+        await go_on.wait()
+        await stream.messages([msg(Role.TOOL, "{}", tool_call_id="c1")])
+        return SyncResult(stop=TurnReason.MAX_STEPS, usage=Usage(input_tokens=5, output_tokens=2), steps=3)
+
+    task = asyncio.create_task(run())
+    events = sse_events(stream, task, {"message_type": "user_message"}, ping_every=0.001, stop_reasons={})
+    first, second = await anext(events), await anext(events)
+    assert json.loads(first.removeprefix("data: "))["message_type"] == "user_message"
+    assert second == 'data: {"message_type": "ping"}\n\n'
+    go_on.set()
+    rest = [e for e in await collect(events) if "ping" not in e]
+
+    assert [json.loads(e.removeprefix("data: "))["message_type"] for e in rest[:-1]] == [
+        "tool_return_message",
+        "stop_reason",
+        "usage_statistics",
+    ]
+    assert json.loads(rest[1].removeprefix("data: "))["stop_reason"] == "end_turn"  # not in stop_reasons
+    usage = json.loads(rest[2].removeprefix("data: "))
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["step_count"]) == (5, 2, 3)
+    assert rest[-1] == "data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize(
+    ("error", "stop", "kind", "text"),
+    [
+        (
+            ProviderError("Anthropic returned 529 overloaded_error: Overloaded", kind="overloaded_error"),
+            "llm_api_error",
+            "llm_api_error",
+            "Overloaded",
+        ),
+        (RuntimeError("secret internals"), "error", "internal_error", "An error occurred during agent execution."),
+    ],
+)
+async def test_events_after_an_error(error: Exception, stop: str, kind: str, text: str) -> None:
+    async def run() -> SyncResult:
+        raise error
+
+    task = asyncio.create_task(run())
+    events = await collect(sse_events(LettaStream("a", tokens=False), task, None, ping_every=None, stop_reasons={}))
+
+    assert json.loads(events[0].removeprefix("data: ")) == {"message_type": "stop_reason", "stop_reason": stop}
+    name, data = events[1].split("\n", 1)
+    assert name == "event: error"
+    payload = json.loads(data.removeprefix("data: "))
+    assert payload["message_type"] == "error_message" and payload["error_type"] == kind
+    assert text in payload["message"] and "secret" not in events[1]
+    assert events[2] == "data: [DONE]\n\n"

@@ -28,6 +28,7 @@ from fastapi.responses import StreamingResponse
 from nightshift.api.deps import AppState
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import SEND_MESSAGE, to_letta_messages
+from nightshift.api.partial_json import partial_object
 from nightshift.domain.messages import Message, Role
 from nightshift.errors import NightshiftError, ProviderError
 from nightshift.providers.agent_arguments import INNER_THOUGHTS, REQUEST_HEARTBEAT
@@ -90,13 +91,23 @@ async def streamed_run(
             state.engine, worker.providers, worker.sandbox, org, agent_id, texts, max_steps=max_steps, listener=listener
         )
     )
-    first = await _next(listener, run, ping_after=None)
+    try:
+        first = await _next(listener, run, ping_after=None)
+    except BaseException:
+        _detach(run)  # the client left before the first event: the run goes on
+        raise
     refused = run.exception() if first is None else None
     if refused is not None:
         # Nothing was written: refused as the non-streaming send refuses it.
         raise refused
     return StreamingResponse(
-        _events(listener, run, first, pings=options.include_pings, stop_reasons=stop_reasons),
+        sse_events(
+            listener,
+            run,
+            first,
+            ping_every=PING_SECONDS if options.include_pings else None,
+            stop_reasons=stop_reasons,
+        ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -247,19 +258,20 @@ async def _next(listener: LettaStream, run: asyncio.Task[SyncResult], *, ping_af
     return None if run.done() else PING
 
 
-async def _events(
+async def sse_events(
     listener: LettaStream,
     run: asyncio.Task[SyncResult],
     first: Chunk | None,
     *,
-    pings: bool,
+    ping_every: float | None,
     stop_reasons: Mapping[TurnReason, str],
 ) -> AsyncIterator[str]:
+    """The server-sent events of ``run``: its chunks from ``first`` on, then its end (see the module)."""
     try:
-        chunk = first
+        chunk = first if first is not None else await _next(listener, run, ping_after=ping_every)
         while chunk is not None:
             yield _data(chunk)
-            chunk = await _next(listener, run, ping_after=PING_SECONDS if pings else None)
+            chunk = await _next(listener, run, ping_after=ping_every)
         error = run.exception()
         if error is None:
             result = run.result()
@@ -270,9 +282,14 @@ async def _events(
                 yield event
         yield DONE
     finally:
-        if not run.done():
-            _DETACHED.add(run)
-            run.add_done_callback(_forget)
+        _detach(run)
+
+
+def _detach(run: asyncio.Task[SyncResult]) -> None:
+    """Keep a run whose client left until it finishes."""
+    if not run.done():
+        _DETACHED.add(run)
+        run.add_done_callback(_forget)
 
 
 def _forget(run: asyncio.Task[SyncResult]) -> None:
@@ -348,80 +365,3 @@ def arguments_so_far(members: dict[str, Any], open_member: tuple[str, str] | Non
         key, text = open_member
         parts.append(f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(text, ensure_ascii=False)[:-1]}")
     return "{" + ", ".join(parts)
-
-
-_DECODER: Final = json.JSONDecoder()
-_WHITESPACE: Final = " \t\n\r"
-
-
-def partial_object(text: str) -> tuple[dict[str, Any], tuple[str, str] | None]:
-    """The members of a JSON object whose text is only partly written.
-
-    Returns:
-        The members whose value is complete, in order, and the member whose string value is
-        still being written with its text so far (None when the text ends elsewhere). A number
-        at the very end may go on, so it is not complete yet.
-    """
-    members: dict[str, Any] = {}
-    index = _skip(text, 0)
-    if not text.startswith("{", index):
-        return members, None
-    index += 1
-    while True:
-        index = _skip(text, index)
-        if index >= len(text) or text[index] != '"':
-            return members, None
-        try:
-            key, index = _DECODER.raw_decode(text, index)
-        except ValueError:
-            return members, None
-        index = _skip(text, index)
-        if not text.startswith(":", index):
-            return members, None
-        index = _skip(text, index + 1)
-        if index >= len(text):
-            return members, None
-        try:
-            value, end = _DECODER.raw_decode(text, index)
-        except ValueError:
-            if text[index] == '"':
-                return members, (key, _open_string(text, index + 1))
-            return members, None
-        if isinstance(value, int | float) and not isinstance(value, bool) and _skip(text, end) >= len(text):
-            return members, None
-        members[key] = value
-        index = _skip(text, end)
-        if not text.startswith(",", index):
-            return members, None
-        index += 1
-
-
-def _skip(text: str, index: int) -> int:
-    while index < len(text) and text[index] in _WHITESPACE:
-        index += 1
-    return index
-
-
-def _open_string(text: str, index: int) -> str:
-    """The characters of a JSON string started before ``index`` and not yet closed, decoded."""
-    out: list[str] = []
-    while index < len(text):
-        char = text[index]
-        if char != "\\":
-            out.append(char)
-            index += 1
-            continue
-        if text[index + 1 : index + 2] == "u":
-            # A high surrogate is decoded with the low one that follows it.
-            size = 12 if text[index + 2 : index + 4].lower() in ("d8", "d9", "da", "db") else 6
-        else:
-            size = 2
-        escape = text[index : index + size]
-        if len(escape) < size:
-            break
-        try:
-            out.append(json.loads(f'"{escape}"'))
-        except ValueError:
-            break
-        index += size
-    return "".join(out)
