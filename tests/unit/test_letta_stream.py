@@ -195,3 +195,24 @@ async def test_events_after_an_error(error: Exception, stop: str, kind: str, tex
     assert payload["message_type"] == "error_message" and payload["error_type"] == kind
     assert text in payload["message"] and "secret" not in events[1]
     assert events[2] == "data: [DONE]\n\n"
+
+
+async def test_several_calls_of_one_answer() -> None:
+    first = json.dumps({"inner_thoughts": "Both.", "order_id": "A", "request_heartbeat": True})
+    second = json.dumps({"inner_thoughts": "Then B.", "order_id": "B", "request_heartbeat": True})
+    stream = LettaStream("a", tokens=True)
+    await stream.delta("m-answer", ToolCallDelta(index=0, id="c1", name="lookup_order"))
+    await stream.delta("m-answer", ToolCallDelta(index=1, id="c2", name="lookup_order"))
+    for start in range(0, max(len(first), len(second)), 5):  # the two calls' pieces interleaved
+        await stream.delta("m-answer", ToolCallDelta(index=0, arguments=first[start : start + 5]))
+        await stream.delta("m-answer", ToolCallDelta(index=1, arguments=second[start : start + 5]))
+    splits = [split_agent_arguments(first), split_agent_arguments(second)]
+    calls = [ToolCall(id=f"c{i + 1}", name="lookup_order", arguments=s.arguments) for i, s in enumerate(splits)]
+    await stream.messages([assistant(*calls, reasoning="Both.\nThen B.")])
+    everything = await chunks_of(stream)
+
+    assert joined(everything, "reasoning_message", "reasoning") == "Both.\nThen B."
+    for call in calls:
+        pieces = [c for c in everything if c.get("tool_call", {}).get("tool_call_id") == call.id]
+        assert len(pieces) > 1
+        assert "".join(p["tool_call"]["arguments"] for p in pieces) == call.arguments

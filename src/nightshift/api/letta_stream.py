@@ -9,8 +9,8 @@ assistant message they become, as Letta sends them: ``reasoning_message`` pieces
 answer), ``tool_call_message`` pieces of another call's arguments (the first one with the tool's
 name and call id); the rest of the step's messages (tool returns, heartbeats) follow whole. Joined
 in order, the pieces of a part are exactly that part of the stored message: what the model's
-pieces did not show (a number still being written, a turn's reasoning joined from several calls)
-is sent once the step is written.
+pieces did not show (a number still being written, the reasoning of a turn's later calls) is
+sent once the step is written.
 """
 
 from __future__ import annotations
@@ -192,7 +192,9 @@ class LettaStream:
         call.text.append(delta.arguments)
         members, open_member = partial_object("".join(call.text))
         thoughts = _string_so_far(members, open_member, INNER_THOUGHTS)
-        if thoughts.startswith(call.reasoning) and len(thoughts) > len(call.reasoning):
+        # The first call's thoughts stream; a later call's (joined, or dropped when the same) come
+        # with the stored message.
+        if delta.index == 0 and thoughts.startswith(call.reasoning) and len(thoughts) > len(call.reasoning):
             new = thoughts[len(call.reasoning) :]
             call.reasoning = thoughts
             answer.reasoning += new
