@@ -16,7 +16,18 @@ from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
 from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import storable_url
-from nightshift.api.routers import agent_files, agent_messages, agents, batches, blocks, health, keys, metrics, tools
+from nightshift.api.routers import (
+    agent_files,
+    agent_messages,
+    agent_stream,
+    agents,
+    batches,
+    blocks,
+    health,
+    keys,
+    metrics,
+    tools,
+)
 from nightshift.api.routers.health import Readiness, set_readiness
 from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.worker import running_worker
@@ -95,5 +106,6 @@ def create_app(settings: Settings) -> FastAPI:
         agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES
     )
     app.include_router(batches.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES)
+    app.include_router(agent_stream.router, dependencies=secured, responses=ERROR_RESPONSES)
     app.include_router(keys.router, dependencies=secured, responses=ERROR_RESPONSES | FORBIDDEN_RESPONSES)
     return app

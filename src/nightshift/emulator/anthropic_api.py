@@ -113,7 +113,7 @@ def run(
         The result; ``body`` is the message, or ``{"type", "message"}`` of the error.
     """
     try:
-        checked = check_params(params, version=version)
+        checked = check_params(params, version=version, allow_stream=custom_id is None)
     except ApiError as error:
         return RequestResult(ok=False, status=error.status, body={"type": error.type, "message": error.message})
     answer = state.answer(model_input(checked), api="anthropic", body=checked, custom_id=custom_id, batch_id=batch_id)

@@ -5,7 +5,8 @@ the API writes it (``tools.0.custom.name: String should match pattern '...'``,
 ``messages.1.content.0.tool_use.id: ...``, ``foo: Extra inputs are not permitted``), or is the
 API's own sentence for tool pairing. ``check_params`` refuses:
 
-* fields the Messages API does not have; a missing ``model`` or ``max_tokens``; ``stream``;
+* fields the Messages API does not have; a missing ``model`` or ``max_tokens``; ``stream`` in a
+  batch request;
   ``temperature`` / ``top_p`` / ``top_k`` from API version 2026-10-21 on;
 * tools: unknown fields of a custom tool, a name outside ``^[a-zA-Z0-9_-]{1,128}$`` or used twice,
   an ``input_schema`` that is not of type object or not a valid JSON Schema (draft 2020-12); a
@@ -95,7 +96,7 @@ _SCHEMA_INVALID: Final = (
 )
 
 
-def check_params(params: Any, *, version: str | None) -> Mapping[str, Any]:
+def check_params(params: Any, *, version: str | None, allow_stream: bool = False) -> Mapping[str, Any]:
     """Refuse params the Messages API would refuse; returns them typed as a mapping.
 
     Args:
@@ -119,8 +120,8 @@ def check_params(params: Any, *, version: str | None) -> Mapping[str, Any]:
         raise invalid("max_tokens: Field required")
     if max_tokens < 0:
         raise invalid("max_tokens: Input should be greater than or equal to 0")
-    if params.get("stream"):
-        raise invalid("stream: streaming is not supported by the nightshift emulator")
+    if params.get("stream") and not allow_stream:
+        raise invalid("stream: a batch request cannot be streamed")
     if version is not None and version >= STRICT_VERSION:
         for name in SAMPLING:
             if name in params:

@@ -120,8 +120,10 @@ def check_body(body: Any) -> Mapping[str, Any]:
                 param=name,
                 code="integer_below_min_value",
             )
-    if body.get("stream"):
-        raise invalid("stream: streaming is not supported by the nightshift emulator", param="stream")
+    if body.get("stream_options") is not None and not body.get("stream"):
+        raise invalid(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
+        )
     tools = _check_tools(body.get("tools"))
     if not tools and body.get("tool_choice") is not None:
         raise invalid(

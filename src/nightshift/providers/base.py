@@ -8,6 +8,9 @@ from its wire format. A provider batch moves through::
                    cancel_batch -> CANCELING -> ENDED    (unprocessed requests come back canceled)
 
 and each request of an ended batch has exactly one outcome: succeeded, errored, canceled or expired.
+
+A streamed call (``ChatProvider.stream``) yields ``TextDelta`` and ``ToolCallDelta`` as the model
+writes, then one ``StreamEnd`` holding the whole answer, the same ``ModelResponse`` as ``complete``.
 """
 
 from __future__ import annotations
@@ -159,6 +162,38 @@ class ModelResponse:
         return self.tool_calls[0] if self.tool_calls else None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """A piece of the visible text the model is writing."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallDelta:
+    """A piece of the ``index``-th tool call of the turn, as the model writes it.
+
+    The first piece of a call carries its ``id`` and ``name``; ``arguments`` is the next piece of
+    the arguments' JSON text as the model writes it, agent arguments (``inner_thoughts``,
+    ``request_heartbeat``) included: the pieces of one call joined are its whole arguments text.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamEnd:
+    """The last event of a streamed call: the whole answer, as ``complete`` returns it."""
+
+    response: ModelResponse
+
+
+StreamEvent = TextDelta | ToolCallDelta | StreamEnd
+
+
 class OutcomeStatus(StrEnum):
     """What became of one request of a batch. Every value is final."""
 
@@ -235,13 +270,21 @@ class FoundBatches:
 class ChatProvider(Protocol):
     """A provider's normal API.
 
-    Contract: ``complete`` raises ``ProviderError`` (with ``kind`` and ``retryable``) when the
+    Contract: ``complete`` and ``stream`` raise ``ProviderError`` (with ``kind`` and ``retryable``) when the
     provider cannot be reached or refuses the call; SDK exceptions never escape. A missing API key
     is a ``ProviderError`` naming the environment variable, raised on first use.
     """
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one request through the normal (non-batch) API and return the answer."""
+        ...
+
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Run one request through the normal API's streaming: deltas as they come, then ``StreamEnd``.
+
+        Exactly one ``StreamEnd`` ends a stream that did not raise. An error the provider sends in
+        the middle of the stream is a ``ProviderError`` too, raised where it arrives.
+        """
         ...
 
 

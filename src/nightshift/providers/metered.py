@@ -15,6 +15,7 @@ from nightshift.providers.base import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
+    StreamEvent,
 )
 
 
@@ -39,6 +40,12 @@ class MeteredProvider:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         with self._counted():
             return await self._inner.complete(request)
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        with self._counted():
+            async with contextlib.aclosing(self._inner.stream(request)) as events:
+                async for event in events:
+                    yield event
 
     async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
         with self._counted():

@@ -50,6 +50,8 @@ class Turn:
     state: StepState
     response: ModelResponse
     batch_item_id: str | None = None
+    # The id the turn's assistant message gets, when it was given out before (a streamed answer).
+    message_id: str | None = None
 
 
 class TurnReason(StrEnum):
@@ -156,7 +158,7 @@ def _tool_message(turn: Turn, entry: _Call, output: str, *, is_error: bool, now:
 def _assistant_message(turn: Turn, now: datetime) -> Message:
     response = turn.response
     return Message(
-        id=new_id("message"),
+        id=turn.message_id or new_id("message"),
         organization_id=turn.agent.organization_id,
         agent_id=turn.agent.id,
         role=Role.ASSISTANT,

@@ -1,21 +1,35 @@
 """Synchronous stepping: one agent through the provider's normal API, with the batch step logic.
 
 For building and debugging agents before running them in batch: the same requests, tools, rules
-and persistence as a batch step, one model call at a time, until the agent stops.
+and persistence as a batch step, one model call at a time, until the agent stops. A
+``SyncListener`` hears the run as it goes (the streaming API): the messages of each step once they
+are written and, when it asks for tokens, the model's answer piece by piece as it streams.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.messages import Message
-from nightshift.errors import Conflict, InvalidInput, NotFound
-from nightshift.providers.base import Usage
+from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError
+from nightshift.ids import new_id
+from nightshift.providers.base import (
+    ChatProvider,
+    ModelRequest,
+    ModelResponse,
+    StreamEnd,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
 from nightshift.providers.clients import ProviderSet
+from nightshift.providers.errors import API_ERROR
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_turns
 from nightshift.runtime.search import StoreSearch
@@ -26,6 +40,23 @@ from nightshift.tools.sandbox import Sandbox
 
 # How long a synchronous step holds its agent at most (a crashed server's hold expires then).
 SYNC_HOLD = timedelta(minutes=15)
+
+
+class SyncListener(Protocol):
+    """Hears a synchronous run as it goes. A listener that raises stops the run (as a provider error would)."""
+
+    @property
+    def tokens(self) -> bool:
+        """Whether the model's answers stream through ``delta`` (the provider's streaming API)."""
+        ...
+
+    async def messages(self, messages: Sequence[Message]) -> None:
+        """Messages the run has just written (committed), in order: the input, then each step's."""
+        ...
+
+    async def delta(self, message_id: str, delta: TextDelta | ToolCallDelta) -> None:
+        """A piece of the answer that becomes the assistant message ``message_id`` once the step is written."""
+        ...
 
 
 @dataclass(slots=True, kw_only=True)
@@ -47,8 +78,11 @@ async def step_agent(
     texts: Sequence[str],
     *,
     max_steps: int,
+    listener: SyncListener | None = None,
 ) -> SyncResult:
     """Send ``texts`` to the agent and step it until it stops or reaches ``max_steps``.
+
+    ``listener``, if given, hears the messages as they are written and the streamed answers.
 
     Raises:
         InvalidInput: no message text.
@@ -78,6 +112,8 @@ async def step_agent(
         await inputs.write(conn, now)
     try:
         out.messages.extend(messages)
+        if listener is not None:
+            await listener.messages(messages)
         state = first_state(agent, max_steps)
         provider = providers.get(agent.llm_config.provider)
         while True:
@@ -86,30 +122,50 @@ async def step_agent(
             if agent.id in problems:
                 raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
             request = requests[agent.id]
-            response = await provider.complete(request)
+            message_id = new_id("message")
+            if listener is not None and listener.tokens:
+                response = await _streamed(provider, request, message_id, listener)
+            else:
+                response = await provider.complete(request)
             out.steps += 1
             out.usage += response.usage
             async with engine.connect() as conn:
                 (result,) = await take_turns(
-                    [Turn(agent=agent, state=state, response=response)],
+                    [Turn(agent=agent, state=state, response=response, message_id=message_id)],
                     search=StoreSearch(conn),
                     sandbox=sandbox,
                     now=datetime.now(UTC),
                 )
             now = datetime.now(UTC)
+            written = list(result.messages)
             async with engine.begin() as conn:
                 fresh = await agent_store.load_agents(conn, org_id, [agent.id])
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
-                out.messages.extend(result.messages)
-                if not result.continues:
-                    out.stop = result.reason
-                    return out
-                inputs = StepInputs()
-                heartbeat = heartbeat_message(agent, now)
-                agent = inputs.add(agent, [heartbeat])
-                await inputs.write(conn, now)
-                out.messages.append(heartbeat)
+                if result.continues:
+                    inputs = StepInputs()
+                    heartbeat = heartbeat_message(agent, now)
+                    agent = inputs.add(agent, [heartbeat])
+                    await inputs.write(conn, now)
+                    written.append(heartbeat)
+            out.messages.extend(written)
+            if listener is not None:
+                await listener.messages(written)
+            if not result.continues:
+                out.stop = result.reason
+                return out
             state = result.state
     finally:
         async with engine.begin() as conn:
             await agent_store.release_sync_step(conn, agent_id)
+
+
+async def _streamed(
+    provider: ChatProvider, request: ModelRequest, message_id: str, listener: SyncListener
+) -> ModelResponse:
+    """The answer to ``request`` through the provider's streaming API, its pieces told to ``listener``."""
+    async with aclosing(provider.stream(request)) as events:
+        async for event in events:
+            if isinstance(event, StreamEnd):
+                return event.response
+            await listener.delta(message_id, event)
+    raise ProviderError("the provider's stream ended without its answer", kind=API_ERROR, retryable=True)

@@ -11,9 +11,20 @@ from typing import Any
 import pytest
 
 from nightshift.domain.messages import Message, Role
-from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedReply, ScriptedToolCall
+from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedError, ScriptedReply, ScriptedToolCall
 from nightshift.errors import ProviderError
-from nightshift.providers.base import BatchOutcome, BatchState, ModelProvider, ModelRequest, OutcomeStatus
+from nightshift.providers.base import (
+    BatchOutcome,
+    BatchState,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    OutcomeStatus,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+)
 from nightshift.providers.clients import ProviderSet
 from support.messages import msg
 
@@ -316,3 +327,74 @@ async def test_find_batches_after_a_lost_answer(provider: ModelProvider, provide
     assert other not in found.ids
     assert found.tagged is (provider_name == "openai")  # Anthropic's batches carry no metadata
     assert later.ids == ()
+
+
+async def events(provider: ModelProvider, name: str, *messages: Message, **fields: Any) -> list[StreamEvent]:
+    async with aclosing(provider.stream(request(name, *messages, **fields))) as stream:
+        return [event async for event in stream]
+
+
+async def test_stream_builds_the_answer_complete_gives(provider: ModelProvider, provider_name: str) -> None:
+    question = msg(Role.USER, "Please use get_weather for Paris")
+    streamed = await events(provider, provider_name, question)
+    whole = await provider.complete(request(provider_name, question))
+
+    *deltas, end = streamed
+    assert isinstance(end, StreamEnd)
+    assert all(isinstance(d, TextDelta | ToolCallDelta) for d in deltas)
+    calls = [d for d in deltas if isinstance(d, ToolCallDelta)]
+    assert len(calls) > 2, "the arguments come in several pieces"
+    assert calls[0].name == "get_weather" and calls[0].id is not None
+    assert all(d.index == 0 for d in calls)
+    written = json.loads("".join(d.arguments for d in calls))
+    assert written["city"] == "Paris" and written["request_heartbeat"] is True
+
+    response: ModelResponse = end.response
+    assert response.tool_call is not None and whole.tool_call is not None
+    assert response.tool_call.name == "get_weather"
+    assert json.loads(response.tool_call.arguments) == {"city": "Paris"}
+    assert response.tool_call.id == calls[0].id
+    assert (response.reasoning, response.request_heartbeat) == (whole.reasoning, whole.request_heartbeat)
+    assert response.stop_reason == whole.stop_reason
+    assert response.usage.output_tokens == whole.usage.output_tokens > 0
+    assert response.usage.input_tokens + response.usage.cache_read_tokens > 0
+
+
+async def test_stream_of_a_text_answer(provider: ModelProvider, provider_name: str) -> None:
+    streamed = await events(provider, provider_name, msg(Role.USER, "hello there, how are you today?"), tools=())
+
+    *deltas, end = streamed
+    assert isinstance(end, StreamEnd)
+    texts = [d.text for d in deltas if isinstance(d, TextDelta)]
+    assert len(texts) > 1
+    assert end.response.text == "".join(texts)
+    assert end.response.tool_calls == ()
+
+
+async def test_refused_stream_is_a_provider_error(provider: ModelProvider, provider_name: str) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await events(provider, provider_name, forced_tool="not_a_tool")
+
+    assert caught.value.kind == "invalid_request_error" and not caught.value.retryable
+
+
+async def test_streamed_request_on_the_wire(provider: ModelProvider, provider_name: str, admin: EmulatorAdmin) -> None:
+    await events(provider, provider_name)
+
+    path = "/v1/messages" if provider_name == "anthropic" else "/v1/chat/completions"
+    body = (await admin.requests(path=path))[0]["body"]
+    assert body["stream"] is True
+    if provider_name == "openai":
+        assert body["stream_options"] == {"include_usage": True}
+
+
+async def test_anthropic_error_inside_the_stream(providers: ProviderSet, admin: EmulatorAdmin) -> None:
+    await admin.script("*", ScriptedReply(error=ScriptedError(type="overloaded_error", message="Overloaded")))
+    received: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as caught:
+        async with aclosing(providers.get("anthropic").stream(request("anthropic"))) as stream:
+            received.extend([event async for event in stream])
+
+    assert received == []
+    assert caught.value.kind == "overloaded_error" and caught.value.retryable
+    assert "Overloaded" in str(caught.value)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
 from pydantic import Field
 
 from nightshift.api.batch_schemas import InputMessage, TextPart, input_texts
 from nightshift.api.deps import Org, State
-from nightshift.api.input import Body
 from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
 from nightshift.errors import InvalidInput
 from nightshift.runtime.step import TurnReason
@@ -26,26 +27,34 @@ LETTA_STOP_REASONS = {
 }
 
 
-class SendMessages(Body):
-    """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, and a step limit."""
+class SendMessages(StreamOptions):
+    """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, a step limit, and whether to stream."""
 
     messages: list[InputMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
 
 
-@router.post("/v1/agents/{agent_id}/messages")
-async def send_messages(agent_id: str, body: SendMessages, state: State, org: Org) -> dict[str, Any]:
+@router.post("/v1/agents/{agent_id}/messages", response_model=None, responses=STREAMED)
+async def send_messages(
+    agent_id: str, body: SendMessages, state: State, org: Org
+) -> dict[str, Any] | StreamingResponse:
     """Send messages to an agent and step it through the provider's normal API until it stops.
 
     Returns Letta's response: every message the run wrote (in Letta's shapes), the stop reason
-    and the token usage. A 409 while the agent is in an open step of a batch run.
+    and the token usage. A 409 while the agent is in an open step of a batch run. With
+    ``streaming: true``, the same run as server-sent events (``/messages/stream``).
     """
     texts = input_texts(body.messages, body.input)
     size = sum(len(text) for text in texts)
     if size > MAX_MESSAGE_CHARS:
         raise InvalidInput(
             f"the messages hold {size} characters; one request takes at most {MAX_MESSAGE_CHARS}", field="messages"
+        )
+    max_steps = body.max_steps or state.settings.default_max_steps
+    if body.streaming:
+        return await streamed_run(
+            state, org, agent_id, texts, max_steps=max_steps, options=body, stop_reasons=LETTA_STOP_REASONS
         )
     worker = state.worker
     result = await step_agent(
@@ -55,7 +64,7 @@ async def send_messages(agent_id: str, body: SendMessages, state: State, org: Or
         org,
         agent_id,
         texts,
-        max_steps=body.max_steps or state.settings.default_max_steps,
+        max_steps=max_steps,
     )
     usage = result.usage
     prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens

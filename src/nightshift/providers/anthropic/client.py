@@ -17,7 +17,16 @@ from anthropic.types.messages import MessageBatch
 
 from nightshift.errors import ProviderError
 from nightshift.providers.anthropic import INFO, wire
-from nightshift.providers.base import BatchOutcome, BatchStatus, CacheTtl, FoundBatches, ModelRequest, ModelResponse
+from nightshift.providers.base import (
+    BatchOutcome,
+    BatchStatus,
+    CacheTtl,
+    FoundBatches,
+    ModelRequest,
+    ModelResponse,
+    StreamEnd,
+    StreamEvent,
+)
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
 from nightshift.providers.registry import Closer, ProviderInfo
 
@@ -57,6 +66,18 @@ class AnthropicProvider:
             # than ten minutes; batches have no such limit.
             raise ProviderError(f"Anthropic client refused the request: {exc}", kind=INVALID_REQUEST) from exc
         return wire.parse_message(message.to_dict(mode="json", warnings=False))
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Run one request through ``POST /v1/messages`` with ``stream: true``, piece by piece."""
+        params = wire.build_request(request)
+        assembler = wire.StreamAssembler()
+        with _sdk_errors():
+            events = await self._client.messages.create(**params, stream=True)
+            async with events:
+                async for event in events:
+                    for delta in assembler.feed(event.to_dict(mode="json", warnings=False)):
+                        yield delta
+        yield StreamEnd(response=assembler.response())
 
     async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
         """Create a Message Batch with one request per custom_id; returns its ``msgbatch_...`` id.

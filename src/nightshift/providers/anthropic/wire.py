@@ -41,6 +41,8 @@ from nightshift.providers.base import (
     ModelRequest,
     ModelResponse,
     OutcomeStatus,
+    TextDelta,
+    ToolCallDelta,
     Usage,
 )
 from nightshift.providers.errors import API_ERROR
@@ -233,6 +235,77 @@ def parse_usage(usage: Mapping[str, Any]) -> Usage:
         cache_write_5m_tokens=int(creation.get("ephemeral_5m_input_tokens") or 0),
         cache_write_1h_tokens=int(creation.get("ephemeral_1h_input_tokens") or 0),
     )
+
+
+class StreamAssembler:
+    """The events of a streamed Messages call (``stream: true``), folded into the message they build.
+
+    ``feed`` takes each server-sent event's data as JSON (``message_start``, ``content_block_start``,
+    ``content_block_delta``, ``content_block_stop``, ``message_delta``, ``message_stop``; ``ping``
+    and unknown events are ignored) and returns the deltas it carries; ``response`` is the whole
+    answer once the stream has ended, parsed as ``parse_message`` parses a non-streamed one.
+    """
+
+    def __init__(self) -> None:
+        self._message: dict[str, Any] = {}
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self._calls: dict[int, int] = {}  # content block index -> index of the tool call in the turn
+
+    def feed(self, event: Mapping[str, Any]) -> list[TextDelta | ToolCallDelta]:
+        """Take one event; returns the text and tool-call pieces it holds, in order."""
+        kind = event.get("type")
+        if kind == "message_start":
+            self._message = dict(event.get("message") or {})
+            self._message["usage"] = dict(self._message.get("usage") or {})
+            return []
+        if kind == "message_delta":
+            delta: Mapping[str, Any] = event.get("delta") or {}
+            for key in ("stop_reason", "stop_sequence"):
+                if key in delta:
+                    self._message[key] = delta[key]
+            # The usage of message_delta is cumulative; counts it leaves out keep their start value.
+            usage: Mapping[str, Any] = event.get("usage") or {}
+            self._message.setdefault("usage", {}).update({k: v for k, v in usage.items() if v is not None})
+            return []
+        index = int(event.get("index") or 0)
+        if kind == "content_block_start":
+            block = dict(event.get("content_block") or {})
+            self._blocks[index] = block
+            if block.get("type") == "tool_use":
+                call = self._calls[index] = len(self._calls)
+                self._json[index] = []
+                return [ToolCallDelta(index=call, id=block.get("id"), name=block.get("name"))]
+            if block.get("type") == "text" and block.get("text"):
+                return [TextDelta(text=str(block["text"]))]
+            return []
+        if kind == "content_block_delta":
+            return self._delta(index, event.get("delta") or {})
+        if kind == "content_block_stop" and index in self._calls:
+            text = "".join(self._json.get(index, []))
+            try:
+                value = json.loads(text) if text.strip() else {}
+            except ValueError:
+                value = text  # kept verbatim: the runtime reports arguments that are not JSON
+            self._blocks[index]["input"] = value
+        return []
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> list[TextDelta | ToolCallDelta]:
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        if delta.get("type") == "text_delta":
+            text = str(delta.get("text") or "")
+            block["text"] = str(block.get("text") or "") + text
+            return [TextDelta(text=text)] if text else []
+        if delta.get("type") == "input_json_delta" and index in self._calls:
+            piece = str(delta.get("partial_json") or "")
+            self._json[index].append(piece)
+            return [ToolCallDelta(index=self._calls[index], arguments=piece)] if piece else []
+        return []  # thinking and signature deltas: nightshift asks for no extended thinking
+
+    def response(self) -> ModelResponse:
+        """The answer the stream built (call once it has ended)."""
+        message = {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)]}
+        return parse_message(message)
 
 
 def parse_result_line(line: Mapping[str, Any]) -> tuple[str, BatchOutcome]:

@@ -26,6 +26,8 @@ from nightshift.providers.base import (
     FoundBatches,
     ModelRequest,
     ModelResponse,
+    StreamEnd,
+    StreamEvent,
 )
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
 from nightshift.providers.openai import wire
@@ -57,6 +59,23 @@ class OpenAIProvider:
         with _sdk_errors():
             completion = await self._client.chat.completions.create(**body)
         return wire.parse_completion(completion.to_dict(mode="json", warnings=False))
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        """Run one request through ``POST /v1/chat/completions`` with ``stream: true``, piece by piece.
+
+        ``stream_options.include_usage`` asks for the usage, which comes in a last chunk.
+        """
+        body = wire.build_request(request)
+        assembler = wire.StreamAssembler()
+        with _sdk_errors():
+            chunks = await self._client.chat.completions.create(
+                **body, stream=True, stream_options={"include_usage": True}
+            )
+            async with chunks:
+                async for chunk in chunks:
+                    for delta in assembler.feed(chunk.to_dict(mode="json", warnings=False)):
+                        yield delta
+        yield StreamEnd(response=assembler.response())
 
     async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
         """Upload the input file and create the batch, ``tag`` in its metadata; returns its ``batch_...`` id."""

@@ -38,6 +38,8 @@ from nightshift.providers.base import (
     ModelRequest,
     ModelResponse,
     OutcomeStatus,
+    TextDelta,
+    ToolCallDelta,
     Usage,
 )
 from nightshift.providers.errors import API_ERROR, INVALID_REQUEST, kind_for_status
@@ -176,6 +178,76 @@ def parse_completion(body: Mapping[str, Any]) -> ModelResponse:
         model=body.get("model"),
         raw=body,
     )
+
+
+class StreamAssembler:
+    """The chunks of a streamed chat completion (``stream: true``), folded into the completion.
+
+    ``feed`` takes each ``chat.completion.chunk`` as JSON and returns the deltas of its first
+    choice; with ``stream_options.include_usage`` the last chunk (no choices) brings the usage.
+    ``response`` is the whole answer, parsed as ``parse_completion`` parses a non-streamed one.
+    """
+
+    def __init__(self) -> None:
+        self._body: dict[str, Any] = {}
+        self._text: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: str | None = None
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[TextDelta | ToolCallDelta]:
+        """Take one chunk; returns the text and tool-call pieces it holds, in order."""
+        for key in ("id", "model", "created"):
+            if chunk.get(key) is not None:
+                self._body[key] = chunk[key]
+        if chunk.get("usage"):
+            self._body["usage"] = chunk["usage"]
+        out: list[TextDelta | ToolCallDelta] = []
+        for choice in chunk.get("choices") or []:
+            if int(choice.get("index") or 0) != 0:
+                continue  # nightshift asks for one choice
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+            delta: Mapping[str, Any] = choice.get("delta") or {}
+            if delta.get("content"):
+                self._text.append(delta["content"])
+                out.append(TextDelta(text=delta["content"]))
+            if delta.get("refusal"):
+                self._refusal.append(delta["refusal"])
+            for piece in delta.get("tool_calls") or []:
+                index = int(piece.get("index") or 0)
+                call = self._calls.setdefault(index, {"id": None, "type": "function", "name": "", "arguments": []})
+                function: Mapping[str, Any] = piece.get("function") or {}
+                if piece.get("id"):
+                    call["id"] = piece["id"]
+                if function.get("name"):
+                    call["name"] += function["name"]
+                arguments = str(function.get("arguments") or "")
+                call["arguments"].append(arguments)
+                if piece.get("id") or function.get("name") or arguments:
+                    out.append(
+                        ToolCallDelta(index=index, id=piece.get("id"), name=function.get("name"), arguments=arguments)
+                    )
+        return out
+
+    def response(self) -> ModelResponse:
+        """The answer the stream built (call once it has ended)."""
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self._text) or None,
+            "refusal": "".join(self._refusal) or None,
+        }
+        if self._calls:
+            message["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["arguments"])},
+                }
+                for _, call in sorted(self._calls.items())
+            ]
+        body = {**self._body, "choices": [{"index": 0, "message": message, "finish_reason": self._finish}]}
+        return parse_completion(body)
 
 
 def parse_usage(usage: Mapping[str, Any]) -> Usage:

@@ -1,0 +1,369 @@
+"""A synchronous run as Letta's server-sent events (``POST /v1/agents/{id}/messages/stream``).
+
+``LettaStream`` is the run's ``SyncListener``: it turns what the run reports into Letta's stream
+chunks (JSON objects) on a queue that the route reads. Without ``stream_tokens`` each message the
+run writes is sent whole, in the shapes of the non-streaming send, as its step completes. With
+``stream_tokens`` the model's answer is sent as it is written, in pieces that share the id of the
+assistant message they become, as Letta sends them: ``reasoning_message`` pieces of the call's
+``inner_thoughts``, ``assistant_message`` pieces of send_message's ``message`` (and of a plain text
+answer), ``tool_call_message`` pieces of another call's arguments (the first one with the tool's
+name and call id); the rest of the step's messages (tool returns, heartbeats) follow whole. Joined
+in order, the pieces of a part are exactly that part of the stored message: what the model's
+pieces did not show (a number still being written, the reasoning of a turn's later calls) is
+sent once the step is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from fastapi.responses import StreamingResponse
+
+from nightshift.api.deps import AppState
+from nightshift.api.input import Body
+from nightshift.api.letta_messages import SEND_MESSAGE, to_letta_messages
+from nightshift.api.partial_json import partial_object
+from nightshift.domain.messages import Message, Role
+from nightshift.errors import NightshiftError, ProviderError
+from nightshift.providers.agent_arguments import INNER_THOUGHTS, REQUEST_HEARTBEAT
+from nightshift.providers.base import TextDelta, ToolCallDelta
+from nightshift.runtime.step import TurnReason
+from nightshift.runtime.sync import SyncResult, step_agent
+
+log = logging.getLogger(__name__)
+
+Chunk = dict[str, Any]
+MESSAGE_ARGUMENT: Final = "message"  # send_message's argument that is the assistant's text
+PING_SECONDS: Final = 30.0  # Letta's keep-alive interval
+DONE: Final = "data: [DONE]\n\n"
+PING: Final[Chunk] = {"message_type": "ping"}
+
+# The OpenAPI description of a streamed 200.
+STREAMED: Final[dict[int | str, dict[str, Any]]] = {
+    200: {
+        "description": "Letta's response; its server-sent events when streamed",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+# Runs whose client went away: held here until they finish (the event loop keeps only weak references).
+_DETACHED: set[asyncio.Task[SyncResult]] = set()
+
+
+class StreamOptions(Body):
+    """How to answer a send: Letta's ``streaming``, ``stream_tokens``, ``include_pings``, ``background``.
+
+    ``background`` is accepted and the run streams in the foreground (a stream cannot be resumed
+    from another connection).
+    """
+
+    streaming: bool = False
+    stream_tokens: bool = False
+    include_pings: bool = False
+    background: bool = False
+
+
+async def streamed_run(
+    state: AppState,
+    org: str,
+    agent_id: str,
+    texts: Sequence[str],
+    *,
+    max_steps: int,
+    options: StreamOptions,
+    stop_reasons: Mapping[TurnReason, str],
+) -> StreamingResponse:
+    """Start the synchronous run of a send and answer with its server-sent events.
+
+    Raises:
+        NightshiftError: the run was refused before it wrote anything (as ``step_agent`` raises).
+    """
+    listener = LettaStream(agent_id, tokens=options.stream_tokens)
+    worker = state.worker
+    run = asyncio.create_task(
+        step_agent(
+            state.engine, worker.providers, worker.sandbox, org, agent_id, texts, max_steps=max_steps, listener=listener
+        )
+    )
+    try:
+        first = await _next(listener, run, ping_after=None)
+    except BaseException:
+        _detach(run)  # the client left before the first event: the run goes on
+        raise
+    refused = run.exception() if first is None else None
+    if refused is not None:
+        # Nothing was written: refused as the non-streaming send refuses it.
+        raise refused
+    return StreamingResponse(
+        sse_events(
+            listener,
+            run,
+            first,
+            ping_every=PING_SECONDS if options.include_pings else None,
+            stop_reasons=stop_reasons,
+        ),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@dataclass(slots=True)
+class _Call:
+    """What has been received, and sent, of one tool call of a streamed answer."""
+
+    id: str = ""
+    name: str = ""
+    text: list[str] = field(default_factory=list)
+    reasoning: str = ""  # the call's inner_thoughts sent so far
+    said: str = ""  # send_message's message sent so far
+    arguments: str = ""  # the arguments (without the agent arguments) sent so far
+
+
+@dataclass(slots=True)
+class _Answer:
+    """What has been sent of one streamed answer (one assistant message)."""
+
+    calls: dict[int, _Call] = field(default_factory=dict)
+    text: str = ""
+    reasoning: str = ""  # every call's reasoning sent, in the order sent
+
+
+class LettaStream:
+    """A ``SyncListener`` that queues Letta's stream chunks for the run it hears.
+
+    Args:
+        agent_id: The agent the run steps.
+        tokens: Whether the answers stream in pieces (Letta's ``stream_tokens``).
+    """
+
+    def __init__(self, agent_id: str, *, tokens: bool) -> None:
+        self._agent_id = agent_id
+        self._tokens = tokens
+        self._answers: dict[str, _Answer] = {}
+        self.chunks: asyncio.Queue[Chunk] = asyncio.Queue()
+
+    @property
+    def tokens(self) -> bool:
+        """Whether the answers stream in pieces."""
+        return self._tokens
+
+    async def messages(self, messages: Sequence[Message]) -> None:
+        """Queue the messages a step wrote; a streamed answer only gets what its pieces did not show."""
+        for message in messages:
+            answer = self._answers.pop(message.id, None)
+            if answer is None:
+                for part in to_letta_messages(message):
+                    self.chunks.put_nowait(part)
+            else:
+                for chunk in self._rest(message, answer):
+                    self.chunks.put_nowait(chunk)
+
+    async def delta(self, message_id: str, delta: TextDelta | ToolCallDelta) -> None:
+        """Queue the chunks one piece of an answer makes."""
+        answer = self._answers.setdefault(message_id, _Answer())
+        for chunk in self._pieces(message_id, answer, delta):
+            self.chunks.put_nowait(chunk)
+
+    def _chunk(self, message_id: str, message_type: str, **fields: Any) -> Chunk:
+        return {
+            "id": message_id,
+            "date": datetime.now(UTC).isoformat(),
+            "message_type": message_type,
+            "name": None,
+            "agent_id": self._agent_id,
+            "batch_item_id": None,
+            **fields,
+        }
+
+    def _pieces(self, message_id: str, answer: _Answer, delta: TextDelta | ToolCallDelta) -> list[Chunk]:
+        if isinstance(delta, TextDelta):
+            answer.text += delta.text
+            return [self._chunk(message_id, "assistant_message", content=delta.text)] if delta.text else []
+        call = answer.calls.setdefault(delta.index, _Call())
+        out: list[Chunk] = []
+        call.id = delta.id or call.id
+        call.name += delta.name or ""
+        call.text.append(delta.arguments)
+        members, open_member = partial_object("".join(call.text))
+        thoughts = _string_so_far(members, open_member, INNER_THOUGHTS)
+        # The first call's thoughts stream; a later call's (joined, or dropped when the same) come
+        # with the stored message.
+        if delta.index == 0 and thoughts.startswith(call.reasoning) and len(thoughts) > len(call.reasoning):
+            new = thoughts[len(call.reasoning) :]
+            call.reasoning = thoughts
+            answer.reasoning += new
+            out.append(self._chunk(message_id, "reasoning_message", reasoning=new))
+        if call.name == SEND_MESSAGE:
+            said = _string_so_far(members, open_member, MESSAGE_ARGUMENT)
+            if said.startswith(call.said) and len(said) > len(call.said):
+                out.append(self._chunk(message_id, "assistant_message", content=said[len(call.said) :]))
+                call.said = said
+            return out
+        # The call starts (with its name) once its own arguments do, after the reasoning before them.
+        shown = arguments_so_far(members, open_member)
+        if shown != "{" and shown.startswith(call.arguments) and len(shown) > len(call.arguments):
+            out.append(self._tool_call(message_id, call, shown[len(call.arguments) :]))
+            call.arguments = shown
+        return out
+
+    def _tool_call(self, message_id: str, call: _Call, arguments: str) -> Chunk:
+        tool_call = {"name": call.name, "arguments": arguments, "tool_call_id": call.id}
+        return self._chunk(message_id, "tool_call_message", tool_call=tool_call)
+
+    def _rest(self, message: Message, answer: _Answer) -> list[Chunk]:
+        """What the pieces of ``answer`` did not show of the stored assistant ``message``."""
+        if message.role is not Role.ASSISTANT:
+            return to_letta_messages(message)
+        out: list[Chunk] = []
+        reasoning = message.reasoning or ""
+        if reasoning.startswith(answer.reasoning) and len(reasoning) > len(answer.reasoning):
+            out.append(self._chunk(message.id, "reasoning_message", reasoning=reasoning[len(answer.reasoning) :]))
+        if message.text.startswith(answer.text) and len(message.text) > len(answer.text):
+            out.append(self._chunk(message.id, "assistant_message", content=message.text[len(answer.text) :]))
+        for index, stored in enumerate(message.tool_calls):
+            call = answer.calls.get(index, _Call(id=stored.id, name=stored.name))
+            if stored.name == SEND_MESSAGE:
+                said = _said(stored.arguments)
+                if said is not None:
+                    if said.startswith(call.said) and len(said) > len(call.said):
+                        out.append(self._chunk(message.id, "assistant_message", content=said[len(call.said) :]))
+                    continue
+            if not call.arguments or not stored.arguments.startswith(call.arguments):
+                call = _Call(id=stored.id, name=stored.name)  # nothing of it was shown as it is stored
+            if not call.arguments or len(stored.arguments) > len(call.arguments):
+                out.append(self._tool_call(message.id, call, stored.arguments[len(call.arguments) :]))
+        return out
+
+
+async def _next(listener: LettaStream, run: asyncio.Task[SyncResult], *, ping_after: float | None) -> Chunk | None:
+    """The next chunk; PING after ``ping_after`` seconds without one; None once the run is over and all is sent."""
+    queue = listener.chunks
+    if not queue.empty():
+        return queue.get_nowait()
+    if run.done():
+        return None
+    getter = asyncio.ensure_future(queue.get())
+    try:
+        await asyncio.wait({getter, run}, timeout=ping_after, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        getter.cancel()
+    if getter.done() and not getter.cancelled():
+        return getter.result()
+    if not queue.empty():
+        return queue.get_nowait()
+    return None if run.done() else PING
+
+
+async def sse_events(
+    listener: LettaStream,
+    run: asyncio.Task[SyncResult],
+    first: Chunk | None,
+    *,
+    ping_every: float | None,
+    stop_reasons: Mapping[TurnReason, str],
+) -> AsyncIterator[str]:
+    """The server-sent events of ``run``: its chunks from ``first`` on, then its end (see the module)."""
+    try:
+        chunk = first if first is not None else await _next(listener, run, ping_after=ping_every)
+        while chunk is not None:
+            yield _data(chunk)
+            chunk = await _next(listener, run, ping_after=ping_every)
+        error = run.exception()
+        if error is None:
+            result = run.result()
+            yield _data({"message_type": "stop_reason", "stop_reason": stop_reasons.get(result.stop, "end_turn")})
+            yield _data(_usage(result))
+        else:
+            for event in _error_events(error):
+                yield event
+        yield DONE
+    finally:
+        _detach(run)
+
+
+def _detach(run: asyncio.Task[SyncResult]) -> None:
+    """Keep a run whose client left until it finishes."""
+    if not run.done():
+        _DETACHED.add(run)
+        run.add_done_callback(_forget)
+
+
+def _forget(run: asyncio.Task[SyncResult]) -> None:
+    _DETACHED.discard(run)
+    if not run.cancelled() and (error := run.exception()) is not None and not isinstance(error, NightshiftError):
+        log.error("a streamed run failed after its client left", exc_info=error)
+
+
+def _error_events(error: BaseException) -> list[str]:
+    """Letta's end of a stream that failed: the stop reason, then an ``event: error``."""
+    if isinstance(error, ProviderError):
+        stop, kind, message = "llm_api_error", "llm_api_error", str(error)
+    elif isinstance(error, NightshiftError):
+        stop, kind, message = "error", "internal_error", str(error)
+    else:
+        log.error("a streamed run failed", exc_info=error)
+        stop, kind, message = "error", "internal_error", "An error occurred during agent execution."
+    detail = error.kind if isinstance(error, ProviderError) else None
+    payload = {"message_type": "error_message", "run_id": "", "error_type": kind, "message": message, "detail": detail}
+    return [
+        _data({"message_type": "stop_reason", "stop_reason": stop}),
+        f"event: error\ndata: {json.dumps(payload)}\n\n",
+    ]
+
+
+def _usage(result: SyncResult) -> dict[str, Any]:
+    usage = result.usage
+    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    return {
+        "message_type": "usage_statistics",
+        "prompt_tokens": prompt,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": prompt + usage.output_tokens,
+        "cached_input_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "step_count": result.steps,
+    }
+
+
+def _data(chunk: Chunk) -> str:
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
+def _said(arguments: str) -> str | None:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return None
+    said = value.get(MESSAGE_ARGUMENT) if isinstance(value, dict) else None
+    return said if isinstance(said, str) else None
+
+
+def _string_so_far(members: dict[str, Any], open_member: tuple[str, str] | None, key: str) -> str:
+    """The text of the string member ``key`` as far as it has been written ('' if not yet)."""
+    if open_member is not None and open_member[0] == key:
+        return open_member[1]
+    value = members.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def arguments_so_far(members: dict[str, Any], open_member: tuple[str, str] | None) -> str:
+    """The start of the arguments' JSON text without the agent arguments, as it will be stored.
+
+    The stored text is ``json.dumps`` of the remaining object (``agent_arguments``), so the
+    members written so far, in order, then the open string member's text so far, are its start.
+    """
+    parts = [
+        f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
+        for key, value in members.items()
+        if key not in (INNER_THOUGHTS, REQUEST_HEARTBEAT)
+    ]
+    if open_member is not None and open_member[0] not in (INNER_THOUGHTS, REQUEST_HEARTBEAT):
+        key, text = open_member
+        parts.append(f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(text, ensure_ascii=False)[:-1]}")
+    return "{" + ", ".join(parts)
