@@ -27,7 +27,7 @@ async def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
             assert await conn.run_sync(_differences) == []
             tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
             assert set(metadata.tables) <= tables
-            assert await conn.scalar(text("SELECT version_num FROM alembic_version")) == "0005"
+            assert await conn.scalar(text("SELECT version_num FROM alembic_version")) == "0006"
         # Upgrading again is a no-op, as `nightshift serve` does on every start.
         await upgrade(engine)
 
