@@ -35,8 +35,8 @@ class LettaView:
     """How a send asked to see its messages (Letta's request_config).
 
     ``use_assistant_message``: a call of ``assistant_tool`` shows as an assistant message whose
-    content is its ``assistant_kwarg`` argument, and its tool return is left out; without it, as a
-    tool call and a tool return like any other. ``types``: only these message types (None: all).
+    content is its ``assistant_kwarg`` argument; without it, as a tool call like any other. Its
+    tool return is shown either way. ``types``: only these message types (None: all).
     """
 
     use_assistant_message: bool = True
@@ -100,8 +100,6 @@ def _parts(message: Message, view: LettaView) -> list[dict[str, Any]]:
     if message.role is Role.USER:
         return [_base(message, "user_message") | {"content": message.text}]
     if message.role is Role.TOOL:
-        if view.use_assistant_message and message.name == view.assistant_tool:
-            return []
         return [
             _base(message, "tool_return_message")
             | {

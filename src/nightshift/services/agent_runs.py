@@ -45,6 +45,7 @@ LETTA_STOP_REASONS = {
     TurnReason.TOOL_RULES: "tool_rule",
     TurnReason.ERROR: "error",
 }
+STOPPED = "the server stopped while the run was stepping"
 CALLBACK_ATTEMPTS = 5
 CALLBACK_DELAY = timedelta(seconds=2)
 
@@ -67,26 +68,30 @@ class BackgroundRuns:
         self.engine = engine
         self.worker = worker
         self.allow_private_callbacks = allow_private_callbacks
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], AgentRun] = {}
 
-    def start(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        """Run ``work`` in the background, keeping a reference until it ends."""
-        task = asyncio.create_task(work, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def settled(self) -> None:
-        """Wait for the runs in flight (tests use it to see a run end)."""
-        while self._tasks:
-            await asyncio.wait(set(self._tasks))
+    def start(self, work: Coroutine[Any, Any, None], run: AgentRun) -> None:
+        """Step ``run`` with ``work`` in the background, keeping a reference until it ends."""
+        task = asyncio.create_task(work, name=f"run {run.id}")
+        self._tasks[task] = run
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def close(self) -> None:
-        """Stop the runs in flight and fail them: this process will not finish them."""
-        for task in self._tasks:
+        """Stop the runs in flight and fail them, letting go of their agents: this process will
+        not finish them."""
+        runs = dict(self._tasks)
+        for task in runs:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*runs, return_exceptions=True)
+        now = datetime.now(UTC)
         async with self.engine.begin() as conn:
-            await run_store.fail_interrupted(conn, datetime.now(UTC) + timedelta(seconds=1))
+            for run in runs.values():
+                current = await run_store.get_run(conn, run.organization_id, run.id)
+                if current is None or current.status.ended:
+                    continue
+                await run_store.finish_run(conn, run.id, AgentRunStatus.FAILED, now, stop_reason="error", error=STOPPED)
+                if current.status is AgentRunStatus.RUNNING:  # it holds its agent (a created one does not yet)
+                    await agent_store.release_sync_step(conn, run.agent_id)
 
 
 async def fail_stopped_runs(conn: AsyncConnection) -> int:
@@ -174,7 +179,7 @@ async def send_later(background: BackgroundRuns, org_id: str, send: Send) -> Age
     if send.callback_url is not None:
         await check_callback_url(send.callback_url, allow_private=background.allow_private_callbacks)
     run = await _new_run(background.engine, org_id, send, background=True)
-    background.start(_background(background, run, send), name=f"run {run.id}")
+    background.start(_background(background, run, send), run)
     return run
 
 

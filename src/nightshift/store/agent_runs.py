@@ -142,7 +142,7 @@ async def fail_interrupted(conn: AsyncConnection, now: datetime, *, agent_id: st
         .values(
             status=AgentRunStatus.FAILED.value,
             stop_reason="error",
-            error="the server stopped while the run was stepping",
+            error="the server stopped while the run was stepping (found at the next start)",
             completed_at=now,
             updated_at=now,
         )

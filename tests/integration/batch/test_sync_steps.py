@@ -41,6 +41,7 @@ async def test_sync_step_runs_a_tool_then_answers(runs: Runs, admin: EmulatorAdm
         "tool_return_message",
         "reasoning_message",
         "assistant_message",
+        "tool_return_message",
     ]
     messages = body["messages"]
     assert messages[1]["tool_call"]["name"] == "lookup_order"
@@ -59,7 +60,7 @@ async def test_sync_step_runs_a_tool_then_answers(runs: Runs, admin: EmulatorAdm
     assert "where is A1?" in seen and "order A1 shipped" in seen
 
     # Everything it returned is stored, in the same order, after the input and around the heartbeat.
-    stored = (await runs.context(agent["id"]))[-7:]
+    stored = (await runs.context(agent["id"]))[-8:]
     assert stored[0]["content"] == "where is A1?" and json.loads(stored[4]["content"])["type"] == "heartbeat"
     assert [(m["id"], m["message_type"]) for m in stored if m["message_type"] != "user_message"] == [
         (m["id"], m["message_type"]) for m in messages
