@@ -6,10 +6,12 @@ the emulator's scripted model calls the custom tool a message names, then ``send
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
 from pathlib import Path
@@ -23,8 +25,14 @@ from letta_client.types.agents import ToolCallMessage
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings
+from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
+from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
+from nightshift.ids import new_id
 from nightshift.serving import running_server
+from nightshift.store import agent_runs as agent_run_store
+from nightshift.store import agents as agent_store
+from nightshift.store.db import opened
 from support.runs import LOOKUP_TOOL
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -332,3 +340,37 @@ def test_a_background_run_cut_off_by_a_shutdown_is_failed(tmp_path: Path, db_url
         _script(emulator, _call("send_message", heartbeat=False, message="back"))
         answer = letta.agents.messages.create(agent_id=agent_id, input="hello again")
         assert answer.messages[-2].message_type == "assistant_message"
+
+
+async def _leave_running(db_url: str, agent_id: str, *, held: bool) -> str:
+    """What a server process that crashed mid-run leaves: a running run (its agent still held or not)."""
+    now = datetime.now(UTC)
+    run = AgentRun(
+        id=new_id("run"),
+        organization_id=DEFAULT_ORG_ID,
+        agent_id=agent_id,
+        status=AgentRunStatus.RUNNING,
+        background=True,
+        created_at=now,
+        updated_at=now,
+    )
+    async with opened(db_url) as engine, engine.begin() as conn:
+        await agent_run_store.insert_run(conn, run)
+        if held:
+            await agent_store.hold_for_sync_step(conn, agent_id, now, now + timedelta(minutes=15))
+    return run.id
+
+
+def test_a_crash_left_run_is_failed_at_the_next_start(tmp_path: Path, db_url: str, emulator: str) -> None:
+    settings = _settings(tmp_path, db_url)
+    with running_server(create_app(settings)) as url, Letta(base_url=url, max_retries=0, timeout=30) as letta:
+        lost, busy = _agent(letta), _agent(letta)
+    lost_run = asyncio.run(_leave_running(db_url, lost, held=False))
+    # Another process may still be stepping this one: its agent is held, and its run stays.
+    busy_run = asyncio.run(_leave_running(db_url, busy, held=True))
+    with running_server(create_app(settings)) as url, Letta(base_url=url, max_retries=0, timeout=30) as letta:
+        failed = letta.runs.retrieve(lost_run)
+        assert (failed.status, failed.stop_reason) == ("failed", "error")
+        assert failed.metadata is not None and "server stopped" in str(failed.metadata["error"])
+        assert letta.runs.retrieve(busy_run).status == "running"
+        assert [r.id for r in islice(letta.runs.list(active=True), 10)] == [busy_run]
