@@ -139,10 +139,12 @@ async def _step(engine: AsyncEngine, worker: Worker, run: AgentRun, send: Send) 
             max_steps=send.max_steps,
             run_id=run.id,
         )
-    except NightshiftError as exc:
+    except Exception as exc:
+        # A bug is a failed run too (its message stays in the log, not on the run).
+        error = exc.message if isinstance(exc, NightshiftError) else "internal error"
         async with engine.begin() as conn:
             await run_store.finish_run(
-                conn, run.id, AgentRunStatus.FAILED, datetime.now(UTC), stop_reason="error", error=exc.message
+                conn, run.id, AgentRunStatus.FAILED, datetime.now(UTC), stop_reason="error", error=error
             )
         raise
     status = AgentRunStatus.COMPLETED
@@ -191,10 +193,6 @@ async def _background(background: BackgroundRuns, run: AgentRun, send: Send) -> 
         log.warning("background run %s failed: %s", run.id, exc.message)
     except Exception:
         log.exception("background run %s failed", run.id)
-        async with engine.begin() as conn:
-            await run_store.finish_run(
-                conn, run.id, AgentRunStatus.FAILED, datetime.now(UTC), stop_reason="error", error="internal error"
-            )
     if run.callback_url is not None:
         await _callback(background, run.id, run.organization_id)
 
