@@ -61,7 +61,7 @@ def test_batches_and_synchronous_messages(tmp_path: Path, db_url: str, emulator:
             agent_id=agents[0].id, messages=[{"role": "user", "content": "Please use lookup_order for B-2"}]
         )
         types = [m.message_type for m in response.messages]
-        assert types[0] == "user_message"
+        assert types[0] == "reasoning_message" and "user_message" not in types
         assert "tool_call_message" in types and "tool_return_message" in types and "assistant_message" in types
         assert response.stop_reason.stop_reason == "end_turn"
         assert response.usage.step_count == 2

@@ -151,7 +151,7 @@ async def test_events_ping_while_the_run_is_quiet_then_end() -> None:
         return SyncResult(stop=TurnReason.MAX_STEPS, usage=Usage(input_tokens=5, output_tokens=2), steps=3)
 
     task = asyncio.create_task(run())
-    events = sse_events(stream, task, {"message_type": "user_message"}, ping_every=0.001, stop_reasons={})
+    events = sse_events(stream, task, {"message_type": "user_message"}, ping_every=0.001)
     first, second = await anext(events), await anext(events)
     assert json.loads(first.removeprefix("data: "))["message_type"] == "user_message"
     assert second == 'data: {"message_type": "ping"}\n\n'
@@ -163,7 +163,7 @@ async def test_events_ping_while_the_run_is_quiet_then_end() -> None:
         "stop_reason",
         "usage_statistics",
     ]
-    assert json.loads(rest[1].removeprefix("data: "))["stop_reason"] == "end_turn"  # not in stop_reasons
+    assert json.loads(rest[1].removeprefix("data: "))["stop_reason"] == "max_steps"
     usage = json.loads(rest[2].removeprefix("data: "))
     assert (usage["prompt_tokens"], usage["completion_tokens"], usage["step_count"]) == (5, 2, 3)
     assert rest[-1] == "data: [DONE]\n\n"
@@ -186,7 +186,7 @@ async def test_events_after_an_error(error: Exception, stop: str, kind: str, tex
         raise error
 
     task = asyncio.create_task(run())
-    events = await collect(sse_events(LettaStream("a", tokens=False), task, None, ping_every=None, stop_reasons={}))
+    events = await collect(sse_events(LettaStream("a", tokens=False), task, None, ping_every=None))
 
     assert json.loads(events[0].removeprefix("data: ")) == {"message_type": "stop_reason", "stop_reason": stop}
     name, data = events[1].split("\n", 1)

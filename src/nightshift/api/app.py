@@ -26,6 +26,7 @@ from nightshift.api.routers import (
     health,
     keys,
     metrics,
+    runs,
     tools,
 )
 from nightshift.api.routers.health import Readiness, set_readiness
@@ -33,6 +34,7 @@ from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
+from nightshift.services.agent_runs import BackgroundRuns, fail_stopped_runs
 from nightshift.services.keys import KeyUsage
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
@@ -64,15 +66,20 @@ def create_app(settings: Settings) -> FastAPI:
             await upgrade(engine)
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
+                await fail_stopped_runs(conn)
             async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
                 key_usage = KeyUsage(engine)
-                app.state.nightshift = AppState(settings=settings, engine=engine, worker=worker, key_usage=key_usage)
+                background = BackgroundRuns(engine, worker, allow_private_callbacks=settings.callback_allow_private)
+                app.state.nightshift = AppState(
+                    settings=settings, engine=engine, worker=worker, key_usage=key_usage, background=background
+                )
                 poller = asyncio.create_task(poll_forever(worker, http), name="poller") if settings.poller else None
                 set_readiness(app, Readiness.READY)
                 try:
                     yield
                 finally:
                     set_readiness(app, Readiness.DRAINING)
+                    await background.close()
                     await drain(worker, poller, grace=settings.shutdown_grace_seconds)
                     await key_usage.settled()  # the last uses of keys are written before the engine closes
         finally:
@@ -105,6 +112,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(
         agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES
     )
+    app.include_router(runs.router, dependencies=secured, responses=ERROR_RESPONSES)
     app.include_router(batches.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES)
     app.include_router(agent_stream.router, dependencies=secured, responses=ERROR_RESPONSES)
     app.include_router(keys.router, dependencies=secured, responses=ERROR_RESPONSES | FORBIDDEN_RESPONSES)

@@ -14,6 +14,7 @@ from nightshift.batch.worker import Worker
 from nightshift.config import Settings
 from nightshift.domain.orgs import DEFAULT_ORG_ID, Caller, CallerKind, KeyStatus
 from nightshift.errors import Forbidden, Unauthorized
+from nightshift.services.agent_runs import BackgroundRuns
 from nightshift.services.keys import KeyUsage, check_manages_keys
 from nightshift.store.keys import key_for_secret
 
@@ -26,6 +27,7 @@ class AppState:
     engine: AsyncEngine
     worker: Worker
     key_usage: KeyUsage
+    background: BackgroundRuns  # the message sends this process steps in the background
 
 
 def app_state(request: Request) -> AppState:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -27,14 +27,14 @@ from fastapi.responses import StreamingResponse
 
 from nightshift.api.deps import AppState
 from nightshift.api.input import Body
-from nightshift.api.letta_messages import SEND_MESSAGE, to_letta_messages
+from nightshift.api.letta_messages import DEFAULT_VIEW, SEND_MESSAGE, LettaView, to_letta_messages
 from nightshift.api.partial_json import partial_object
 from nightshift.domain.messages import Message, Role
 from nightshift.errors import NightshiftError, ProviderError
 from nightshift.providers.agent_arguments import INNER_THOUGHTS, REQUEST_HEARTBEAT
 from nightshift.providers.base import TextDelta, ToolCallDelta
-from nightshift.runtime.step import TurnReason
-from nightshift.runtime.sync import SyncResult, step_agent
+from nightshift.runtime.sync import SyncResult
+from nightshift.services.agent_runs import Send, letta_stop_reason, send_now
 
 log = logging.getLogger(__name__)
 
@@ -72,25 +72,24 @@ class StreamOptions(Body):
 async def streamed_run(
     state: AppState,
     org: str,
-    agent_id: str,
-    texts: Sequence[str],
+    send: Send,
     *,
-    max_steps: int,
     options: StreamOptions,
-    stop_reasons: Mapping[TurnReason, str],
+    view: LettaView,
 ) -> StreamingResponse:
-    """Start the synchronous run of a send and answer with its server-sent events.
+    """Start the run of a send (an agent run, as the non-streaming send's) and answer with its
+    server-sent events, its messages shown in ``view``.
 
     Raises:
-        NightshiftError: the run was refused before it wrote anything (as ``step_agent`` raises).
+        NightshiftError: the run was refused before it wrote anything (as ``send_now`` raises).
     """
-    listener = LettaStream(agent_id, tokens=options.stream_tokens)
-    worker = state.worker
-    run = asyncio.create_task(
-        step_agent(
-            state.engine, worker.providers, worker.sandbox, org, agent_id, texts, max_steps=max_steps, listener=listener
-        )
-    )
+    listener = LettaStream(send.agent_id, tokens=options.stream_tokens, view=view)
+
+    async def stepped() -> SyncResult:
+        _, result = await send_now(state.engine, state.worker, org, send, listener=listener)
+        return result
+
+    run = asyncio.create_task(stepped())
     try:
         first = await _next(listener, run, ping_after=None)
     except BaseException:
@@ -106,7 +105,6 @@ async def streamed_run(
             run,
             first,
             ping_every=PING_SECONDS if options.include_pings else None,
-            stop_reasons=stop_reasons,
         ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -142,9 +140,10 @@ class LettaStream:
         tokens: Whether the answers stream in pieces (Letta's ``stream_tokens``).
     """
 
-    def __init__(self, agent_id: str, *, tokens: bool) -> None:
+    def __init__(self, agent_id: str, *, tokens: bool, view: LettaView = DEFAULT_VIEW) -> None:
         self._agent_id = agent_id
         self._tokens = tokens
+        self._view = view
         self._answers: dict[str, _Answer] = {}
         self.chunks: asyncio.Queue[Chunk] = asyncio.Queue()
 
@@ -158,7 +157,7 @@ class LettaStream:
         for message in messages:
             answer = self._answers.pop(message.id, None)
             if answer is None:
-                for part in to_letta_messages(message):
+                for part in to_letta_messages(message, self._view):
                     self.chunks.put_nowait(part)
             else:
                 for chunk in self._rest(message, answer):
@@ -219,7 +218,7 @@ class LettaStream:
     def _rest(self, message: Message, answer: _Answer) -> list[Chunk]:
         """What the pieces of ``answer`` did not show of the stored assistant ``message``."""
         if message.role is not Role.ASSISTANT:
-            return to_letta_messages(message)
+            return to_letta_messages(message, self._view)
         out: list[Chunk] = []
         reasoning = message.reasoning or ""
         if reasoning.startswith(answer.reasoning) and len(reasoning) > len(answer.reasoning):
@@ -266,7 +265,6 @@ async def sse_events(
     first: Chunk | None,
     *,
     ping_every: float | None,
-    stop_reasons: Mapping[TurnReason, str],
 ) -> AsyncIterator[str]:
     """The server-sent events of ``run``: its chunks from ``first`` on, then its end (see the module)."""
     try:
@@ -277,7 +275,7 @@ async def sse_events(
         error = run.exception()
         if error is None:
             result = run.result()
-            yield _data({"message_type": "stop_reason", "stop_reason": stop_reasons.get(result.stop, "end_turn")})
+            yield _data({"message_type": "stop_reason", "stop_reason": letta_stop_reason(result)})
             yield _data(_usage(result))
         else:
             for event in _error_events(error):

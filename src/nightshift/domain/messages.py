@@ -59,6 +59,8 @@ class Message:
     name: str | None = None
     is_error: bool = False
     batch_item_id: str | None = None
+    run_id: str | None = None  # the agent run that wrote it (a synchronous or background send)
+    step_id: str | None = None  # the step of that run
     extra: dict[str, Any] = field(default_factory=dict)
 
 

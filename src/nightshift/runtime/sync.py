@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nightshift.domain.agent_runs import RunStep
 from nightshift.domain.messages import Message
 from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError
 from nightshift.ids import new_id
@@ -34,6 +35,7 @@ from nightshift.runtime.context import StepInputs, build_requests, heartbeat_mes
 from nightshift.runtime.persist import write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, TurnReason, first_state, take_turns
+from nightshift.store import agent_runs as run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import items as item_store
 from nightshift.tools.sandbox import Sandbox
@@ -61,12 +63,28 @@ class SyncListener(Protocol):
 
 @dataclass(slots=True, kw_only=True)
 class SyncResult:
-    """Everything the agent's run wrote, in order, with why it stopped and what it used."""
+    """Everything the agent's run wrote, in order, with why it stopped and what it used.
+
+    ``cancelled``: the run was cancelled, before it started or between two steps.
+    """
 
     messages: list[Message] = field(default_factory=list)
     stop: TurnReason = TurnReason.FINAL_TEXT
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncInput:
+    """One input message: its text and the client's own id for it (Letta's ``otid``), if any."""
+
+    text: str
+    otid: str | None = None
+
+
+def _tie(message: Message, run_id: str, step_id: str) -> Message:
+    return replace(message, run_id=run_id, step_id=step_id)
 
 
 async def step_agent(
@@ -75,12 +93,17 @@ async def step_agent(
     sandbox: Sandbox,
     org_id: str,
     agent_id: str,
-    texts: Sequence[str],
+    inputs: Sequence[SyncInput],
     *,
     max_steps: int,
+    run_id: str,
     listener: SyncListener | None = None,
 ) -> SyncResult:
-    """Send ``texts`` to the agent and step it until it stops or reaches ``max_steps``.
+    """Send ``inputs`` to the agent and step it until it stops, reaches ``max_steps`` or is cancelled.
+
+    The agent run ``run_id`` (created, not started) is started here; each model call is recorded
+    on it as a step, and every message written carries the run's id and its step's id. Ending
+    the run is the caller's business.
 
     ``listener``, if given, hears the messages as they are written and the streamed answers.
 
@@ -90,10 +113,11 @@ async def step_agent(
         Conflict: the agent is in an open step of a batch run, or in another synchronous step.
         ProviderError: the provider failed (what was written before stays written).
     """
-    if not any(t.strip() for t in texts):
+    if not any(i.text.strip() for i in inputs):
         raise InvalidInput("give at least one message with text", field="messages")
     out = SyncResult()
     now = datetime.now(UTC)
+    step_id = new_id("step")
     async with engine.begin() as conn:
         found = await agent_store.load_agents(conn, org_id, [agent_id])
         if agent_id not in found:
@@ -106,10 +130,23 @@ async def step_agent(
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
-        inputs = StepInputs()
-        messages = [user_message(agent, t, now) for t in texts if t.strip()]
-        agent = inputs.add(agent, messages)
-        await inputs.write(conn, now)
+        # Holding the agent, no other run of it can be stepping: a running one was cut off.
+        await run_store.fail_interrupted(conn, now, agent_id=agent_id)
+        if not await run_store.start_run(conn, run_id, now):
+            out.cancelled = True
+            await agent_store.release_sync_step(conn, agent_id)
+            return out
+        run = await run_store.get_run(conn, org_id, run_id)
+        assert run is not None
+        step_inputs = StepInputs()
+        messages = [
+            replace(user_message(agent, i.text, now), extra={"otid": i.otid} if i.otid else {})
+            for i in inputs
+            if i.text.strip()
+        ]
+        messages = [_tie(m, run_id, step_id) for m in messages]
+        agent = step_inputs.add(agent, messages)
+        await step_inputs.write(conn, now)
     try:
         out.messages.extend(messages)
         if listener is not None:
@@ -118,6 +155,9 @@ async def step_agent(
         provider = providers.get(agent.llm_config.provider)
         while True:
             async with engine.connect() as conn:
+                if out.steps and await run_store.is_cancelled(conn, run_id):
+                    out.cancelled = True
+                    return out
                 requests, problems = await build_requests(conn, [agent], {agent.id: state})
             if agent.id in problems:
                 raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
@@ -136,16 +176,30 @@ async def step_agent(
                     sandbox=sandbox,
                     now=datetime.now(UTC),
                 )
+            result = replace(result, messages=tuple(_tie(m, run_id, step_id) for m in result.messages))
             now = datetime.now(UTC)
+            step = RunStep(
+                id=step_id,
+                model=agent.llm_config.model,
+                created_at=now,
+                prompt_tokens=response.usage.input_tokens
+                + response.usage.cache_read_tokens
+                + response.usage.cache_write_tokens,
+                completion_tokens=response.usage.output_tokens,
+                cache_read_tokens=response.usage.cache_read_tokens,
+                cache_write_tokens=response.usage.cache_write_tokens,
+            )
             written = list(result.messages)
             async with engine.begin() as conn:
+                run = await run_store.add_step(conn, run, step, now)
                 fresh = await agent_store.load_agents(conn, org_id, [agent.id])
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
                 if result.continues:
-                    inputs = StepInputs()
-                    heartbeat = heartbeat_message(agent, now)
-                    agent = inputs.add(agent, [heartbeat])
-                    await inputs.write(conn, now)
+                    step_id = new_id("step")
+                    step_inputs = StepInputs()
+                    heartbeat = _tie(heartbeat_message(agent, now), run_id, step_id)
+                    agent = step_inputs.add(agent, [heartbeat])
+                    await step_inputs.write(conn, now)
                     written.append(heartbeat)
             out.messages.extend(written)
             if listener is not None:

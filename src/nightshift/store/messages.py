@@ -29,6 +29,8 @@ def to_message(row: Row[Any]) -> Message:
         name=row.name,
         is_error=row.is_error,
         batch_item_id=row.batch_item_id,
+        run_id=row.run_id,
+        step_id=row.step_id,
         extra=row.extra,
         created_at=row.created_at,
     )
@@ -48,6 +50,8 @@ def _values(message: Message) -> dict[str, Any]:
         "name": message.name,
         "is_error": message.is_error,
         "batch_item_id": message.batch_item_id,
+        "run_id": message.run_id,
+        "step_id": message.step_id,
         "extra": message.extra,
         "created_at": message.created_at,
     }
@@ -102,3 +106,9 @@ async def update_system_texts(conn: AsyncConnection, texts: Sequence[tuple[str, 
         update(messages).where(messages.c.id == bindparam("m_id")).values(text=bindparam("t")),
         [{"m_id": message_id, "t": text} for message_id, text in texts],
     )
+
+
+async def list_run_messages(conn: AsyncConnection, run_id: str, page: Page) -> list[Message]:
+    """A page of the messages an agent run wrote, in creation order (or reversed)."""
+    query = select(messages).where(messages.c.run_id == run_id)
+    return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]

@@ -206,8 +206,11 @@ messages = Table(
     Column("batch_item_id", String(64), ForeignKey("batch_items.id", ondelete="SET NULL")),
     Column("extra", JSONType, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
+    Column("run_id", String(64), comment="the agent run (run-...) that wrote it, if any"),
+    Column("step_id", String(64), comment="the step of that run"),
     Index("ix_messages_agent_id_id", "agent_id", "id"),
     Index("ix_messages_batch_item_id", "batch_item_id"),
+    Index("ix_messages_run_id", "run_id"),
 )
 
 passages = Table(
@@ -220,6 +223,30 @@ passages = Table(
     Column("tags", JSONType, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Index("ix_passages_agent_id", "agent_id"),
+)
+
+agent_runs = Table(
+    "agent_runs",
+    metadata,
+    _id("run-... (time-ordered)"),
+    _org(),
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("background", Boolean, nullable=False),
+    Column("request_config", JSONType, nullable=False),
+    Column("metadata", JSONType, nullable=False),
+    Column("stop_reason", String(32)),
+    Column("error", CleanText),
+    Column("steps", JSONType, nullable=False, comment="one entry per model call: id, model, tokens"),
+    Column("callback_url", Text),
+    Column("callback_sent_at", UTCDateTime()),
+    Column("callback_status_code", Integer),
+    Column("callback_error", CleanText),
+    Column("completed_at", UTCDateTime()),
+    *_times(),
+    Index("ix_agent_runs_org_id", "organization_id", "id"),
+    Index("ix_agent_runs_agent_id", "agent_id"),
+    Index("ix_agent_runs_status", "status"),
 )
 
 batch_runs = Table(

@@ -109,15 +109,16 @@ async def test_a_turn_of_three_calls_one_failing_in_a_synchronous_step(
     body = json_object(response)
 
     assert body["usage"]["step_count"] == 2
+    # The new messages only: not the input, not the heartbeat.
     kinds = [m["message_type"] for m in body["messages"]]
-    assert kinds[:8] == ["user_message", "reasoning_message", *["tool_call_message"] * 3, *["tool_return_message"] * 3]
-    assert kinds[8:] == ["user_message", "reasoning_message", "assistant_message", "tool_return_message"]
-    calls = [m["tool_call"] for m in body["messages"][2:5]]
-    returns = body["messages"][5:8]
+    assert kinds[:7] == ["reasoning_message", *["tool_call_message"] * 3, *["tool_return_message"] * 3]
+    assert kinds[7:] == ["reasoning_message", "assistant_message", "tool_return_message"]
+    calls = [m["tool_call"] for m in body["messages"][1:4]]
+    returns = body["messages"][4:7]
     assert [r["tool_call_id"] for r in returns] == [c["tool_call_id"] for c in calls]
     assert [r["status"] for r in returns] == ["success", "error", "success"]
-    assert body["messages"][1]["reasoning"] == "Paris next.\nAtlantis next.\nOslo next."
-    assert body["messages"][10]["content"] == "Paris and Oslo are sunny."
+    assert body["messages"][0]["reasoning"] == "Paris next.\nAtlantis next.\nOslo next."
+    assert body["messages"][8]["content"] == "Paris and Oslo are sunny."
 
 
 async def test_the_rules_judge_each_call_of_a_turn(runs: Runs, admin: EmulatorAdmin) -> None:

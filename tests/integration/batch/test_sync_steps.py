@@ -33,34 +33,39 @@ async def test_sync_step_runs_a_tool_then_answers(runs: Runs, admin: EmulatorAdm
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
+    # Only what the run wrote after the input: not the input, not the heartbeat between the steps.
     kinds = [m["message_type"] for m in body["messages"]]
     assert kinds == [
-        "user_message",
         "reasoning_message",
         "tool_call_message",
         "tool_return_message",
-        "user_message",
         "reasoning_message",
         "assistant_message",
         "tool_return_message",
     ]
     messages = body["messages"]
-    assert messages[0]["content"] == "where is A1?"
-    assert messages[2]["tool_call"]["name"] == "lookup_order"
-    assert json.loads(messages[3]["tool_return"])["message"] == "order A1 shipped"
-    assert messages[3]["status"] == "success"
-    assert json.loads(messages[4]["content"])["type"] == "heartbeat"
-    assert messages[6]["content"] == "Your order A1 shipped."
+    assert messages[1]["tool_call"]["name"] == "lookup_order"
+    assert json.loads(messages[2]["tool_return"])["message"] == "order A1 shipped"
+    assert messages[2]["status"] == "success"
+    assert messages[4]["content"] == "Your order A1 shipped."
     assert all(m["agent_id"] == agent["id"] and m["batch_item_id"] is None for m in messages)
+    # One run, two steps: the tool call and its return in the first, the answer in the second.
+    assert len({m["run_id"] for m in messages}) == 1 and messages[0]["run_id"].startswith("run-")
+    assert messages[0]["step_id"] == messages[2]["step_id"] != messages[3]["step_id"] == messages[4]["step_id"]
+    assert len({m["otid"] for m in messages}) == len(messages)
 
     first, second = await _normal_calls(admin)
     assert "lookup_order" in tool_names(first)
     seen = "\n".join(conversation(second))
     assert "where is A1?" in seen and "order A1 shipped" in seen
 
-    # Everything it returned is stored, in the same order, after the agent's first messages.
-    stored = (await runs.context(agent["id"]))[-len(messages) :]
-    assert [m["id"] for m in stored] == [m["id"] for m in messages]
+    # Everything it returned is stored, in the same order, after the input and around the heartbeat.
+    stored = (await runs.context(agent["id"]))[-8:]
+    assert stored[0]["content"] == "where is A1?" and json.loads(stored[4]["content"])["type"] == "heartbeat"
+    assert [(m["id"], m["message_type"]) for m in stored if m["message_type"] != "user_message"] == [
+        (m["id"], m["message_type"]) for m in messages
+    ]
+    assert stored[0]["run_id"] == stored[4]["run_id"] == messages[0]["run_id"]
 
 
 async def test_sync_step_reports_tool_errors_and_limits(runs: Runs, admin: EmulatorAdmin) -> None:

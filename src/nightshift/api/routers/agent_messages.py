@@ -1,38 +1,96 @@
-"""POST /v1/agents/{id}/messages: step one agent synchronously, as a batch step would."""
+"""Sending messages to one agent, in the request or in the background (``/async``), and cancelling its runs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import Field
+from pydantic import Field, HttpUrl, model_validator
 
-from nightshift.api.batch_schemas import InputMessage, TextPart, input_texts
+from nightshift.api.batch_schemas import InputMessage, TextPart
 from nightshift.api.deps import Org, State
-from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.input import Body
+from nightshift.api.letta_messages import MESSAGE_KWARG, SEND_MESSAGE, LettaMessageType, LettaView, to_letta_messages
 from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
+from nightshift.api.run_schemas import run_json
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
+from nightshift.domain.messages import Role
 from nightshift.errors import InvalidInput
-from nightshift.runtime.step import TurnReason
-from nightshift.runtime.sync import step_agent
+from nightshift.runtime.sync import SyncInput
+from nightshift.services import agent_runs
+from nightshift.services.agent_runs import Send, letta_stop_reason
 
 router = APIRouter(tags=["agents"])
 
-# Letta's stop reasons, by why the agent's last turn ended its run (the rest are "end_turn").
-LETTA_STOP_REASONS = {
-    TurnReason.MAX_STEPS: "max_steps",
-    TurnReason.TOOL_RULES: "tool_rule",
-    TurnReason.ERROR: "error",
-}
+
+class OwnMessage(InputMessage):
+    """A message to the agent, with the sender's own id for it (``otid``), kept on the stored message."""
+
+    otid: str | None = Field(default=None, max_length=255)
 
 
 class SendMessages(StreamOptions):
-    """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, a step limit, and whether to stream."""
+    """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, a step limit, how to show the
+    messages and whether to stream them."""
 
-    messages: list[InputMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+    messages: list[OwnMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    use_assistant_message: bool = True
+    assistant_message_tool_name: str = Field(default=SEND_MESSAGE, min_length=1, max_length=255)
+    assistant_message_tool_kwarg: str = Field(default=MESSAGE_KWARG, min_length=1, max_length=255)
+    include_return_message_types: list[LettaMessageType] | None = None
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> Self:
+        if self.messages is not None and self.input is not None:
+            raise ValueError("give either 'messages' or 'input', not both")
+        return self
+
+    def inputs(self) -> list[SyncInput]:
+        """The input messages, checked against the size a request may carry."""
+        found = [SyncInput(text=m.as_text(), otid=m.otid) for m in self.messages or ()]
+        if self.input is not None:
+            text = self.input if isinstance(self.input, str) else "\n".join(p.text for p in self.input)
+            found.append(SyncInput(text=text))
+        size = sum(len(i.text) for i in found)
+        if size > MAX_MESSAGE_CHARS:
+            raise InvalidInput(
+                f"the messages hold {size} characters; one request takes at most {MAX_MESSAGE_CHARS}",
+                field="messages",
+            )
+        return found
+
+    def request_config(self) -> dict[str, Any]:
+        """Letta's request_config of the run: how its messages are shown."""
+        return {
+            "use_assistant_message": self.use_assistant_message,
+            "assistant_message_tool_name": self.assistant_message_tool_name,
+            "assistant_message_tool_kwarg": self.assistant_message_tool_kwarg,
+            "include_return_message_types": self.include_return_message_types,
+        }
+
+
+class SendLater(SendMessages):
+    """Letta's LettaAsyncRequest: a send, and the URL to POST when its run ends."""
+
+    callback_url: HttpUrl | None = None
+
+
+class CancelRuns(Body):
+    run_ids: list[str] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+
+
+def view_of(config: dict[str, Any]) -> LettaView:
+    """The view a run's request_config asks for."""
+    types = config.get("include_return_message_types")
+    return LettaView(
+        use_assistant_message=config.get("use_assistant_message", True),
+        assistant_tool=config.get("assistant_message_tool_name") or SEND_MESSAGE,
+        assistant_kwarg=config.get("assistant_message_tool_kwarg") or MESSAGE_KWARG,
+        types=frozenset(types) if types is not None else None,
+    )
 
 
 @router.post("/v1/agents/{agent_id}/messages", response_model=None, responses=STREAMED)
@@ -41,36 +99,28 @@ async def send_messages(
 ) -> dict[str, Any] | StreamingResponse:
     """Send messages to an agent and step it through the provider's normal API until it stops.
 
-    Returns Letta's response: every message the run wrote (in Letta's shapes), the stop reason
-    and the token usage. A 409 while the agent is in an open step of a batch run. With
-    ``streaming: true``, the same run as server-sent events (``/messages/stream``).
+    Returns Letta's response: the messages the run wrote after the input (reasoning, tool calls,
+    tool returns, assistant messages; not the input itself nor the heartbeats between steps), each
+    with its run and step, then the stop reason and the token usage. A 409 while the agent is in
+    an open step of a batch run or of another send. With ``streaming: true``, the same run as
+    server-sent events (``/messages/stream``).
     """
-    texts = input_texts(body.messages, body.input)
-    size = sum(len(text) for text in texts)
-    if size > MAX_MESSAGE_CHARS:
-        raise InvalidInput(
-            f"the messages hold {size} characters; one request takes at most {MAX_MESSAGE_CHARS}", field="messages"
-        )
-    max_steps = body.max_steps or state.settings.default_max_steps
-    if body.streaming:
-        return await streamed_run(
-            state, org, agent_id, texts, max_steps=max_steps, options=body, stop_reasons=LETTA_STOP_REASONS
-        )
-    worker = state.worker
-    result = await step_agent(
-        state.engine,
-        worker.providers,
-        worker.sandbox,
-        org,
-        agent_id,
-        texts,
-        max_steps=max_steps,
+    send = Send(
+        agent_id=agent_id,
+        inputs=body.inputs(),
+        max_steps=body.max_steps or state.settings.default_max_steps,
+        request_config=body.request_config(),
     )
+    view = view_of(send.request_config)
+    if body.streaming:
+        return await streamed_run(state, org, send, options=body, view=view)
+    _, result = await agent_runs.send_now(state.engine, state.worker, org, send)
     usage = result.usage
     prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    new = [m for m in result.messages if m.role is not Role.USER]
     return {
-        "messages": [part for message in result.messages for part in to_letta_messages(message)],
-        "stop_reason": {"message_type": "stop_reason", "stop_reason": LETTA_STOP_REASONS.get(result.stop, "end_turn")},
+        "messages": [part for message in new for part in to_letta_messages(message, view)],
+        "stop_reason": {"message_type": "stop_reason", "stop_reason": letta_stop_reason(result)},
         "usage": {
             "message_type": "usage_statistics",
             "prompt_tokens": prompt,
@@ -81,3 +131,28 @@ async def send_messages(
             "step_count": result.steps,
         },
     }
+
+
+@router.post("/v1/agents/{agent_id}/messages/async")
+async def send_messages_later(agent_id: str, body: SendLater, state: State, org: Org) -> dict[str, Any]:
+    """Send messages to an agent and step it in the background; returns the run, still ``created``.
+
+    The run is stepped by this server process; follow it with ``GET /v1/runs/{run_id}``. Its
+    ``callback_url``, if any, gets a POST when it ends.
+    """
+    send = Send(
+        agent_id=agent_id,
+        inputs=body.inputs(),
+        max_steps=body.max_steps or state.settings.default_max_steps,
+        request_config=body.request_config(),
+        callback_url=str(body.callback_url) if body.callback_url is not None else None,
+    )
+    run = await agent_runs.send_later(state.background, org, send)
+    return run_json(run)
+
+
+@router.post("/v1/agents/{agent_id}/messages/cancel")
+async def cancel_runs(agent_id: str, state: State, org: Org, body: CancelRuns | None = None) -> dict[str, Any]:
+    """Cancel the agent's open runs (those of ``run_ids``, or all); a running one stops before its next step."""
+    ids = await agent_runs.cancel(state.engine, org, agent_id, body.run_ids if body is not None else None)
+    return dict.fromkeys(ids, "cancelled")

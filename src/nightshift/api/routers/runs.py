@@ -1,0 +1,92 @@
+"""Letta's runs: ``GET /v1/runs`` and a run's messages, steps and usage; batch runs are runs too."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+
+from nightshift.api.deps import Conn, Org
+from nightshift.api.letta_messages import DEFAULT_VIEW, to_letta_messages
+from nightshift.api.routers.agent_messages import view_of
+from nightshift.api.routers.params import PageQuery, page_of
+from nightshift.api.run_schemas import batch_run_json, run_json, step_json, usage_json
+from nightshift.domain.agent_runs import AgentRun
+from nightshift.services import agent_runs
+from nightshift.store.pagination import MAX_PAGE, Page
+from nightshift.store.run_listing import Listed, RunFilter
+
+router = APIRouter(tags=["runs"])
+
+RunStatusName = Literal["created", "running", "completed", "failed", "cancelled"]
+OPEN_STATUSES: list[RunStatusName] = ["created", "running"]
+
+
+def _json(run: Listed) -> dict[str, Any]:
+    return run_json(run) if isinstance(run, AgentRun) else batch_run_json(run.run, run.agent_id)
+
+
+@router.get("/v1/runs")
+@router.get("/v1/runs/", include_in_schema=False)
+async def list_runs(
+    conn: Conn,
+    org: Org,
+    agent_id: str | None = None,
+    agent_ids: Annotated[list[str] | None, Query(max_length=MAX_PAGE)] = None,
+    statuses: Annotated[list[RunStatusName] | None, Query()] = None,
+    background: bool | None = None,
+    active: bool = False,
+    stop_reason: str | None = None,
+    before: str | None = None,
+    after: str | None = None,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE)] = 100,
+    order: Literal["asc", "desc"] | None = None,
+    ascending: bool | None = None,
+) -> list[dict[str, Any]]:
+    """The organization's runs, newest first: one per message send, and the batch runs.
+
+    Filters: ``agent_id`` (or the older ``agent_ids``), ``statuses``, ``active`` (created or
+    running), ``background`` and ``stop_reason`` (a batch run counts as background and has none).
+    """
+    wanted = [*(agent_ids or ()), *([agent_id] if agent_id else [])]
+    chosen = list(statuses or ())
+    if active:
+        chosen = [s for s in chosen if s in OPEN_STATUSES] if chosen else list(OPEN_STATUSES)
+        if not chosen:
+            return []
+    if order is None:
+        order = "asc" if ascending else "desc"
+    where = RunFilter(agent_ids=wanted, statuses=chosen, background=background, stop_reason=stop_reason)
+    page = Page(after=after, before=before, limit=limit, order=order)
+    return [_json(run) for run in await agent_runs.list_any_runs(conn, org, where, page)]
+
+
+@router.get("/v1/runs/{run_id}")
+async def retrieve_run(run_id: str, conn: Conn, org: Org) -> dict[str, Any]:
+    """One run: a send to one agent (``run-...``) or a batch run (``batch-...``)."""
+    return _json(await agent_runs.get_any_run(conn, org, run_id))
+
+
+@router.get("/v1/runs/{run_id}/messages")
+async def list_run_messages(run_id: str, conn: Conn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
+    """The messages the run wrote, inputs and heartbeats too, shown as its send asked."""
+    run, messages = await agent_runs.messages_of_any_run(conn, org, run_id, page)
+    view = view_of(run.request_config) if isinstance(run, AgentRun) else DEFAULT_VIEW
+    return [part for message in messages for part in to_letta_messages(message, view)]
+
+
+@router.get("/v1/runs/{run_id}/steps")
+async def list_run_steps(run_id: str, conn: Conn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
+    """The model calls of an agent run, each with its tokens (a batch run's steps are its provider
+    batches: see ``GET /v1/messages/batches/{id}``; here its list is empty)."""
+    run = await agent_runs.get_any_run(conn, org, run_id)
+    if not isinstance(run, AgentRun):
+        return []
+    return [step_json(run, step) for step in page_of(run.steps, page, lambda s: s.id)]
+
+
+@router.get("/v1/runs/{run_id}/usage")
+async def run_usage(run_id: str, conn: Conn, org: Org) -> dict[str, Any]:
+    """The tokens the run used, over all its steps (and agents, for a batch run)."""
+    usage = await agent_runs.usage_of_any_run(conn, org, run_id)
+    return usage_json(usage.prompt, usage.completion, usage.cache_read, usage.cache_write)

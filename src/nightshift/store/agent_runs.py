@@ -1,0 +1,161 @@
+"""Agent runs: one message send to one agent, its steps, status and callback (see ``domain.agent_runs``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.domain.agent_runs import AgentRun, AgentRunStatus, RunStep
+from nightshift.store.mapping import from_row, to_values
+from nightshift.store.pagination import Page, paginate
+from nightshift.store.tables import agent_runs, agents
+
+OPEN = (AgentRunStatus.CREATED.value, AgentRunStatus.RUNNING.value)
+
+
+def _steps(data: list[dict[str, Any]]) -> tuple[RunStep, ...]:
+    return tuple(RunStep.from_json(s) for s in data)
+
+
+def to_run(row: Row[Any]) -> AgentRun:
+    """Map an ``agent_runs`` row to the domain type."""
+    return from_row(AgentRun, row, status=AgentRunStatus, steps=_steps)
+
+
+async def insert_run(conn: AsyncConnection, run: AgentRun) -> None:
+    values = to_values(run, agent_runs, steps=lambda steps: [s.to_json() for s in steps])
+    await conn.execute(insert(agent_runs).values(values))
+
+
+async def get_run(conn: AsyncConnection, org_id: str, run_id: str) -> AgentRun | None:
+    query = select(agent_runs).where(agent_runs.c.organization_id == org_id, agent_runs.c.id == run_id)
+    row = (await conn.execute(query)).first()
+    return to_run(row) if row is not None else None
+
+
+async def list_runs(
+    conn: AsyncConnection,
+    org_id: str,
+    page: Page,
+    *,
+    agent_ids: Sequence[str] = (),
+    statuses: Sequence[AgentRunStatus] = (),
+    background: bool | None = None,
+    stop_reason: str | None = None,
+) -> list[AgentRun]:
+    """A page of the organization's agent runs, filtered by agent, status, mode and stop reason."""
+    query = select(agent_runs).where(agent_runs.c.organization_id == org_id)
+    if agent_ids:
+        query = query.where(agent_runs.c.agent_id.in_(list(agent_ids)))
+    if statuses:
+        query = query.where(agent_runs.c.status.in_([s.value for s in statuses]))
+    if background is not None:
+        query = query.where(agent_runs.c.background == background)
+    if stop_reason is not None:
+        query = query.where(agent_runs.c.stop_reason == stop_reason)
+    return [to_run(r) for r in await conn.execute(paginate(query, agent_runs.c.id, page))]
+
+
+async def start_run(conn: AsyncConnection, run_id: str, now: datetime) -> bool:
+    """created -> running; False when the run was cancelled (or failed) before it started."""
+    result = await conn.execute(
+        update(agent_runs)
+        .where(agent_runs.c.id == run_id, agent_runs.c.status == AgentRunStatus.CREATED.value)
+        .values(status=AgentRunStatus.RUNNING.value, updated_at=now)
+    )
+    return result.rowcount > 0
+
+
+async def add_step(conn: AsyncConnection, run: AgentRun, step: RunStep, now: datetime) -> AgentRun:
+    """Record a model call of the run (only the process stepping the run writes its steps)."""
+    steps = (*run.steps, step)
+    await conn.execute(
+        update(agent_runs).where(agent_runs.c.id == run.id).values(steps=[s.to_json() for s in steps], updated_at=now)
+    )
+    return replace(run, steps=steps, updated_at=now)
+
+
+async def is_cancelled(conn: AsyncConnection, run_id: str) -> bool:
+    """Whether the run was cancelled (its stepping stops before the next model call)."""
+    status = await conn.scalar(select(agent_runs.c.status).where(agent_runs.c.id == run_id))
+    return status == AgentRunStatus.CANCELLED.value
+
+
+async def finish_run(
+    conn: AsyncConnection,
+    run_id: str,
+    status: AgentRunStatus,
+    now: datetime,
+    *,
+    stop_reason: str,
+    error: str | None = None,
+) -> bool:
+    """An open run ends with ``status``; False when it had already ended (a cancel stays a cancel)."""
+    result = await conn.execute(
+        update(agent_runs)
+        .where(agent_runs.c.id == run_id, agent_runs.c.status.in_(OPEN))
+        .values(status=status.value, stop_reason=stop_reason, error=error, completed_at=now, updated_at=now)
+    )
+    return result.rowcount > 0
+
+
+async def cancel_runs(
+    conn: AsyncConnection, org_id: str, agent_id: str, run_ids: Sequence[str] | None, now: datetime
+) -> list[str]:
+    """Cancel the agent's open runs (all, or those of ``run_ids``); returns the ids cancelled."""
+    where = [
+        agent_runs.c.organization_id == org_id,
+        agent_runs.c.agent_id == agent_id,
+        agent_runs.c.status.in_(OPEN),
+    ]
+    if run_ids is not None:
+        where.append(agent_runs.c.id.in_(list(run_ids)))
+    ids = [str(i) for i in await conn.scalars(select(agent_runs.c.id).where(*where))]
+    if ids:
+        await conn.execute(
+            update(agent_runs)
+            .where(agent_runs.c.id.in_(ids), agent_runs.c.status.in_(OPEN))
+            .values(status=AgentRunStatus.CANCELLED.value, stop_reason="cancelled", completed_at=now, updated_at=now)
+        )
+    return ids
+
+
+async def fail_interrupted(conn: AsyncConnection, now: datetime, *, agent_id: str | None = None) -> int:
+    """Fail the open runs that no process is stepping: their agent holds no synchronous step.
+
+    With ``agent_id`` (called by a step that has just taken that agent's hold, so any other open
+    run of the agent is dead), only that agent's runs that are already running.
+    """
+    if agent_id is not None:
+        where = [agent_runs.c.agent_id == agent_id, agent_runs.c.status == AgentRunStatus.RUNNING.value]
+    else:
+        unheld = select(agents.c.id).where(or_(agents.c.stepping_until.is_(None), agents.c.stepping_until < now))
+        where = [agent_runs.c.status.in_(OPEN), agent_runs.c.agent_id.in_(unheld), agent_runs.c.updated_at < now]
+    result = await conn.execute(
+        update(agent_runs)
+        .where(*where)
+        .values(
+            status=AgentRunStatus.FAILED.value,
+            stop_reason="error",
+            error="the server stopped while the run was stepping (found at the next start)",
+            completed_at=now,
+            updated_at=now,
+        )
+    )
+    return result.rowcount
+
+
+async def record_callback(
+    conn: AsyncConnection, run_id: str, *, sent_at: datetime, status_code: int | None, error: str | None
+) -> None:
+    """What the last attempt to POST the run's callback_url gave."""
+    await conn.execute(
+        update(agent_runs)
+        .where(agent_runs.c.id == run_id)
+        .values(callback_sent_at=sent_at, callback_status_code=status_code, callback_error=error)
+    )
