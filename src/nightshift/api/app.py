@@ -16,7 +16,7 @@ from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
 from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import storable_url
-from nightshift.api.routers import agent_messages, agents, batches, blocks, health, keys, metrics, tools
+from nightshift.api.routers import agent_messages, agents, batches, blocks, catalog, health, keys, metrics, tools
 from nightshift.api.routers.health import Readiness, set_readiness
 from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.worker import running_worker
@@ -89,7 +89,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
     app.include_router(metrics.router)  # the server password only, when there is one (not an API key)
     secured = [Depends(organization), Depends(storable_url)]
-    for module in (agents, tools, blocks):
+    for module in (agents, tools, blocks, catalog):
         app.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
     app.include_router(
         agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES

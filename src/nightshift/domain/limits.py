@@ -25,6 +25,8 @@ MAX_NAME_CHARS: Final = 255
 MAX_TEXT_CHARS: Final = 1_000_000
 MAX_SOURCE_CHARS: Final = 1_000_000
 MAX_BLOCK_LIMIT: Final = MAX_TEXT_CHARS
+# A block's character limit when none is given: Letta's (CORE_MEMORY_BLOCK_CHAR_LIMIT).
+DEFAULT_BLOCK_LIMIT: Final = 20_000
 # Tags of one agent or tool.
 MAX_TAGS: Final = 100
 # Ids or names in one list of a request (tool_ids, block_ids, tools, memory_blocks, tool_rules).
