@@ -200,7 +200,13 @@ def test_tool_rules_may_name_missing_tools_and_repeats_are_dropped(letta: Letta)
     assert response.stop_reason.stop_reason == "end_turn"
 
 
-def test_generate_calls_the_model_once_and_changes_nothing(letta: Letta, http: httpx.Client) -> None:
+def model_calls(emulator: str) -> list[dict[str, Any]]:
+    """What the emulator's model was asked through the normal APIs (not in a batch), oldest first."""
+    calls = httpx.get(f"{emulator}/_emulator/model_calls", timeout=30).raise_for_status().json()["data"]
+    return [c["body"] for c in calls if c["custom_id"] is None]
+
+
+def test_generate_calls_the_model_once_and_changes_nothing(letta: Letta, http: httpx.Client, emulator: str) -> None:
     agent = letta.agents.create(name="oracle", model=MODEL)
     before = ids(letta.agents.messages.list(agent.id))
     answer = http.post(f"/v1/agents/{agent.id}/generate", json={"prompt": "Say something short."})
@@ -209,11 +215,18 @@ def test_generate_calls_the_model_once_and_changes_nothing(letta: Letta, http: h
     assert isinstance(body["content"], str) and body["content"]
     assert body["usage"]["total_tokens"] > 0
     assert ids(letta.agents.messages.list(agent.id)) == before
+    (call,) = model_calls(emulator)
+    assert call["model"] == "claude-3-5-haiku-20241022"
+    assert call["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Say something short."}]}]
+    assert "tools" not in call and "system" not in call
     other = http.post(
         f"/v1/agents/{agent.id}/generate",
         json={"prompt": "Hi", "system_prompt": "Answer in one word.", "override_model": "openai/gpt-4o-mini"},
     )
     assert other.status_code == 200, other.text
+    last = model_calls(emulator)[-1]
+    assert last["model"] == "gpt-4o-mini"
+    assert last["messages"][0] == {"role": "system", "content": "Answer in one word."}
     assert http.post(f"/v1/agents/{agent.id}/generate", json={"prompt": ""}).status_code == 422
     assert http.post(f"/v1/agents/{agent.id}/generate", json={"prompt": "x", "override_model": "nope"}).status_code == (
         422
