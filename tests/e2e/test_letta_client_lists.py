@@ -47,6 +47,12 @@ def ids(page: Any) -> list[str]:
     return [m.id for m in page.items]
 
 
+def window(agent: Any) -> list[str]:
+    """The agent's in-context message ids (the client types them as optional)."""
+    assert agent.message_ids is not None
+    return list(agent.message_ids)
+
+
 def test_message_cursors_are_times_whatever_the_order(letta: Letta) -> None:
     agent = letta.agents.create(
         name="talker",
@@ -56,7 +62,7 @@ def test_message_cursors_are_times_whatever_the_order(letta: Letta) -> None:
     )
     oldest_first = ids(letta.agents.messages.list(agent.id, order="asc"))
     assert len(oldest_first) == 7  # the system message and the six notes
-    assert oldest_first == list(agent.message_ids)
+    assert oldest_first == window(agent)
     newest_first = ids(letta.agents.messages.list(agent.id))
     assert newest_first == oldest_first[::-1]
     middle = oldest_first[3]
@@ -65,8 +71,9 @@ def test_message_cursors_are_times_whatever_the_order(letta: Letta) -> None:
     assert ids(letta.agents.messages.list(agent.id, after=middle, order="desc")) == oldest_first[4:][::-1]
     assert ids(letta.agents.messages.list(agent.id, before=middle, order="asc")) == oldest_first[:3]
     assert ids(letta.agents.messages.list(agent.id, before=middle, order="desc")) == oldest_first[:3][::-1]
-    assert ids(letta.agents.messages.list(agent.id, after=oldest_first[1], before=oldest_first[5], order="asc")) == (
-        oldest_first[2:5]
+    assert (
+        ids(letta.agents.messages.list(agent.id, after=oldest_first[1], before=oldest_first[5], order="asc"))
+        == (oldest_first[2:5])
     )
     # limit keeps the first of the order: the newest with desc, the oldest with asc.
     assert ids(letta.agents.messages.list(agent.id, after=oldest_first[0], limit=2)) == oldest_first[-1:-3:-1]
@@ -92,11 +99,12 @@ def test_initial_message_sequence_replaces_the_greeting(letta: Letta) -> None:
     )
     messages = list(letta.agents.messages.list(agent.id, order="asc").items)
     assert [m.message_type for m in messages] == ["system_message", "user_message", "assistant_message", "user_message"]
-    assert [getattr(m, "content", None) for m in messages[1:]] == ["My name is Ada.", "Hello Ada.", "[system] Be brief."]
+    contents = [getattr(m, "content", None) for m in messages[1:]]
+    assert contents == ["My name is Ada.", "Hello Ada.", "[system] Be brief."]
     empty = letta.agents.create(name="bare", model=MODEL, initial_message_sequence=[])
-    assert len(empty.message_ids) == 1
+    assert len(window(empty)) == 1
     plain = letta.agents.create(name="plain", model=MODEL)
-    assert len(plain.message_ids) == 4  # system, greeting, its result, login
+    assert len(window(plain)) == 4  # system, greeting, its result, login
 
 
 def test_reset_messages_keeps_the_system_message(letta: Letta) -> None:
@@ -106,7 +114,7 @@ def test_reset_messages_keeps_the_system_message(letta: Letta) -> None:
         memory_blocks=[{"label": "human", "value": "Likes tea."}],
         initial_message_sequence=[{"role": "user", "content": f"fact {n}"} for n in range(3)],
     )
-    system_id = agent.message_ids[0]
+    system_id = window(agent)[0]
     reset = letta.agents.messages.reset(agent.id)
     assert reset is not None
     assert reset.message_ids == [system_id]
@@ -114,8 +122,8 @@ def test_reset_messages_keeps_the_system_message(letta: Letta) -> None:
     assert letta.agents.blocks.retrieve("human", agent_id=agent.id).value == "Likes tea."
     again = letta.agents.messages.reset(agent.id, add_default_initial_messages=True)
     assert again is not None
-    assert len(again.message_ids) == 4
-    assert again.message_ids[0] == system_id
+    assert len(window(again)) == 4
+    assert window(again)[0] == system_id
     listed = list(letta.agents.messages.list(agent.id, order="asc").items)
     assert [m.message_type for m in listed] == [
         "system_message",

@@ -25,6 +25,7 @@ from nightshift.domain.limits import (
     MAX_BLOCK_LIMIT,
     MAX_CONTEXT_WINDOW,
     MAX_LIST_ITEMS,
+    MAX_MESSAGE_PARTS,
     MAX_NAME_CHARS,
     MAX_OUTPUT_TOKENS,
     MAX_RETURN_CHARS,
@@ -221,7 +222,7 @@ class InitialMessageBody(Body):
     """
 
     role: Literal["user", "system", "assistant"] = "user"
-    content: Text | Annotated[list[TextPart], Field(max_length=MAX_LIST_ITEMS)]
+    content: Text | Annotated[list[TextPart], Field(max_length=MAX_MESSAGE_PARTS)]
 
     def to_spec(self) -> InitialMessage:
         text = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)

@@ -31,6 +31,8 @@ DEFAULT_BLOCK_LIMIT: Final = 20_000
 MAX_TAGS: Final = 100
 # Ids or names in one list of a request (tool_ids, block_ids, tools, memory_blocks, tool_rules).
 MAX_LIST_ITEMS: Final = 1000
+# Content parts of one message of an agent's initial_message_sequence.
+MAX_MESSAGE_PARTS: Final = 100
 # The text of the messages of one synchronous request (POST /v1/agents/{id}/messages).
 MAX_MESSAGE_CHARS: Final = 1_000_000
 # Model limits, in tokens: larger than any model's today, small enough for the columns.
