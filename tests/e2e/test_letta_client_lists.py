@@ -5,6 +5,7 @@ an agent lacks. A real server (uvicorn in a thread) on SQLite and PostgreSQL, th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import httpx
 import letta_client
 import pytest
 from letta_client import Letta
+from letta_client.types.agents.image_content_param import ImageContentParam
+from letta_client.types.agents.text_content_param import TextContentParam
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings
@@ -240,3 +243,76 @@ def test_generate_calls_the_model_once_and_changes_nothing(letta: Letta, http: h
         422
     )
     assert http.post("/v1/agents/agent-nope/generate", json={"prompt": "x"}).status_code == 404
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+@pytest.mark.parametrize("model", [MODEL, "openai/gpt-4o-mini"])
+def test_an_image_part_reaches_the_provider(letta: Letta, emulator: str, model: str) -> None:
+    agent = letta.agents.create(name="viewer", model=model)
+    content: list[TextContentParam | ImageContentParam] = [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+    ]
+    response = letta.agents.messages.create(agent.id, messages=[{"role": "user", "content": content}])
+    assert response.stop_reason.stop_reason == "end_turn"
+    first = model_calls(emulator)[0]
+    user_turns = [m for m in first["messages"] if m["role"] == "user" and isinstance(m["content"], list)]
+    seen = user_turns[-1]["content"]
+    if model == MODEL:
+        assert seen[-3:] == [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+        ]
+    else:
+        assert seen == [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
+        ]
+    # The image is stored with the message: the listing shows it, and the next step sends it again.
+    (sent,) = [m for m in letta.agents.messages.list(agent.id, order="asc").items if m.message_type == "user_message"][
+        -1:
+    ]
+    assert isinstance(sent.content, list)
+    assert [part.type for part in sent.content] == ["text", "image", "image"]
+    letta.agents.messages.create(agent.id, messages=[{"role": "user", "content": "And now?"}])
+    assert PNG in json.dumps(model_calls(emulator)[-1]["messages"])
+
+
+def test_bad_image_parts_are_422_and_nothing_is_written(letta: Letta, http: httpx.Client) -> None:
+    agent = letta.agents.create(name="strict", model=MODEL)
+    before = ids(letta.agents.messages.list(agent.id))
+    for source in (
+        {"type": "base64", "media_type": "image/bmp", "data": PNG},
+        {"type": "base64", "media_type": "image/png", "data": "not base64!"},
+        {"type": "url", "url": "file:///etc/passwd"},
+        {"type": "letta", "file_id": "file-1"},
+    ):
+        answer = http.post(
+            f"/v1/agents/{agent.id}/messages",
+            json={"messages": [{"role": "user", "content": [{"type": "image", "source": source}]}]},
+        )
+        assert answer.status_code == 422, answer.text
+    batch = http.post(
+        "/v1/messages/batches",
+        json={
+            "requests": [
+                {
+                    "agent_id": agent.id,
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [{"type": "image", "source": {"type": "url", "url": "https://x.org/a.png"}}],
+                        }
+                    ],
+                }
+            ]
+        },
+    )
+    assert batch.status_code == 422, batch.text
+    assert "not yet in batch runs" in batch.text
+    assert ids(letta.agents.messages.list(agent.id)) == before

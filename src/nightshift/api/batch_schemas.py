@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
 from nightshift.api.input import Body
 from nightshift.domain.batches import Costs, ItemOutcome
+from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.services.runs import AgentInRun, RunView
 
 
@@ -18,16 +21,81 @@ class TextPart(BaseModel):
     text: str
 
 
+class ImageSource(BaseModel):
+    """Letta's image source: ``base64`` (``media_type`` and ``data``) or ``url``."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["base64", "url", "letta"]
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ImageSource:
+        if self.type == "letta":
+            raise ValueError("an image by Letta file id is not supported: send its bytes (base64) or a URL")
+        if self.type == "url":
+            if not self.url or not self.url.startswith(("http://", "https://")):
+                raise ValueError("an image url must be an http(s) URL")
+            return self
+        if self.media_type not in IMAGE_MEDIA_TYPES:
+            raise ValueError(f"media_type must be one of {', '.join(IMAGE_MEDIA_TYPES)}")
+        try:
+            base64.b64decode(self.data or "", validate=True)
+        except binascii.Error:
+            raise ValueError("data is not valid base64") from None
+        if not self.data:
+            raise ValueError("data must hold the image's bytes, base64-encoded")
+        return self
+
+    def to_image(self) -> Image:
+        if self.type == "url":
+            return Image(url=self.url)
+        return Image(media_type=self.media_type, data=self.data)
+
+
+class ImagePart(BaseModel):
+    """Letta's ImageContent: an image the model sees with the message's text."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["image"]
+    source: ImageSource
+
+
 class InputMessage(BaseModel):
     """A message to the agent. System messages reach the model as user turns marked [system]."""
 
     model_config = ConfigDict(extra="ignore")
     role: Literal["user", "system"] = "user"
-    content: str | list[TextPart]
+    content: str | list[TextPart | ImagePart]
 
     def as_text(self) -> str:
-        text = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+        text = (
+            self.content
+            if isinstance(self.content, str)
+            else "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+        )
         return f"[system] {text}" if self.role == "system" else text
+
+    def images(self) -> tuple[Image, ...]:
+        if isinstance(self.content, str):
+            return ()
+        return tuple(p.source.to_image() for p in self.content if isinstance(p, ImagePart))
+
+    def as_input(self) -> str | UserInput:
+        """The message's text, or a ``UserInput`` when it has images."""
+        images = self.images()
+        return UserInput(text=self.as_text(), images=images) if images else self.as_text()
+
+
+def input_turns(
+    messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None
+) -> tuple[str | UserInput, ...]:
+    """As ``input_texts``, with a message that has images as a ``UserInput``."""
+    found: list[str | UserInput] = [m.as_input() for m in messages or ()]
+    if shorthand is not None:
+        found.append(shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
+    return tuple(found)
 
 
 def input_texts(messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None) -> tuple[str, ...]:
@@ -46,6 +114,14 @@ class BatchRequestBody(BaseModel):
     messages: list[InputMessage] | None = None
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=1000)
+
+    @field_validator("messages")
+    @classmethod
+    def _no_images(cls, messages: list[InputMessage] | None) -> list[InputMessage] | None:
+        # A batch step's inputs are texts; an image would be lost, so it is refused, not dropped.
+        if any(m.images() for m in messages or ()):
+            raise ValueError("image parts are taken by POST /v1/agents/{agent_id}/messages, not yet in batch runs")
+        return messages
 
     def texts(self) -> tuple[str, ...]:
         return input_texts(self.messages, self.input)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.domain.messages import Message
+from nightshift.domain.messages import Message, UserInput
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.providers.base import Usage
 from nightshift.providers.clients import ProviderSet
@@ -44,11 +44,13 @@ async def step_agent(
     sandbox: Sandbox,
     org_id: str,
     agent_id: str,
-    texts: Sequence[str],
+    texts: Sequence[str | UserInput],
     *,
     max_steps: int,
 ) -> SyncResult:
     """Send ``texts`` to the agent and step it until it stops or reaches ``max_steps``.
+
+    Each of ``texts`` is one user message: its text, or a ``UserInput`` with images too.
 
     Raises:
         InvalidInput: no message text.
@@ -56,7 +58,8 @@ async def step_agent(
         Conflict: the agent is in an open step of a batch run, or in another synchronous step.
         ProviderError: the provider failed (what was written before stays written).
     """
-    if not any(t.strip() for t in texts):
+    turns = [t if isinstance(t, UserInput) else UserInput(text=t) for t in texts]
+    if not any(t.text.strip() or t.images for t in turns):
         raise InvalidInput("give at least one message with text", field="messages")
     out = SyncResult()
     now = datetime.now(UTC)
@@ -73,7 +76,7 @@ async def step_agent(
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
         inputs = StepInputs()
-        messages = [user_message(agent, t, now) for t in texts if t.strip()]
+        messages = [user_message(agent, t.text, now, images=t.images) for t in turns if t.text.strip() or t.images]
         agent = inputs.add(agent, messages)
         await inputs.write(conn, now)
     try:

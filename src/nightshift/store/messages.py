@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Row, bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.messages import Message, Role, ToolCall, search_text
+from nightshift.domain.messages import Image, Message, Role, ToolCall, search_text
 from nightshift.store.bulk import count_per_agent, in_ids
 from nightshift.store.pagination import MAX_PAGE, Page
 from nightshift.store.search import ranked_select
@@ -29,9 +29,17 @@ def to_message(row: Row[Any]) -> Message:
         name=row.name,
         is_error=row.is_error,
         batch_item_id=row.batch_item_id,
-        extra=row.extra,
+        extra={k: v for k, v in row.extra.items() if k != _IMAGES},
         created_at=row.created_at,
+        images=tuple(Image(**image) for image in row.extra.get(_IMAGES, ())),
     )
+
+
+_IMAGES = "images"
+
+
+def _image(image: Image) -> dict[str, str]:
+    return {k: v for k, v in (("media_type", image.media_type), ("data", image.data), ("url", image.url)) if v}
 
 
 def _values(message: Message) -> dict[str, Any]:
@@ -48,7 +56,8 @@ def _values(message: Message) -> dict[str, Any]:
         "name": message.name,
         "is_error": message.is_error,
         "batch_item_id": message.batch_item_id,
-        "extra": message.extra,
+        # Images ride in the extra JSON (under a key of their own), so no column is needed for them.
+        "extra": message.extra | {_IMAGES: [_image(i) for i in message.images]} if message.images else message.extra,
         "created_at": message.created_at,
     }
 

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import Field
 
-from nightshift.api.batch_schemas import InputMessage, TextPart, input_texts
+from nightshift.api.batch_schemas import InputMessage, TextPart, input_turns
 from nightshift.api.deps import Org, State
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import to_letta_messages
@@ -41,8 +41,8 @@ async def send_messages(agent_id: str, body: SendMessages, state: State, org: Or
     Returns Letta's response: every message the run wrote (in Letta's shapes), the stop reason
     and the token usage. A 409 while the agent is in an open step of a batch run.
     """
-    texts = input_texts(body.messages, body.input)
-    size = sum(len(text) for text in texts)
+    texts = input_turns(body.messages, body.input)
+    size = sum(len(text if isinstance(text, str) else text.text) for text in texts)
     if size > MAX_MESSAGE_CHARS:
         raise InvalidInput(
             f"the messages hold {size} characters; one request takes at most {MAX_MESSAGE_CHARS}", field="messages"
