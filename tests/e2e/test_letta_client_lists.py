@@ -6,6 +6,7 @@ an agent lacks. A real server (uvicorn in a thread) on SQLite and PostgreSQL, th
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -297,22 +298,16 @@ def test_bad_image_parts_are_422_and_nothing_is_written(letta: Letta, http: http
             json={"messages": [{"role": "user", "content": [{"type": "image", "source": source}]}]},
         )
         assert answer.status_code == 422, answer.text
-    batch = http.post(
-        "/v1/messages/batches",
-        json={
-            "requests": [
-                {
-                    "agent_id": agent.id,
-                    "messages": [
-                        {
-                            "role": "user",
-                            "content": [{"type": "image", "source": {"type": "url", "url": "https://x.org/a.png"}}],
-                        }
-                    ],
-                }
-            ]
-        },
-    )
-    assert batch.status_code == 422, batch.text
-    assert "not yet in batch runs" in batch.text
     assert ids(letta.agents.messages.list(agent.id)) == before
+
+
+def test_an_image_part_reaches_the_provider_in_a_batch_run(letta: Letta, emulator: str) -> None:
+    agent = letta.agents.create(name="batch-viewer", model=MODEL)
+    image: ImageContentParam = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}}
+    run = letta.batches.create(requests=[{"agent_id": agent.id, "messages": [{"role": "user", "content": [image]}]}])
+    while (current := letta.batches.retrieve(run.id)).status in ("created", "running"):
+        time.sleep(0.05)  # pytest-timeout ends a run that never finishes
+    assert current.status == "completed"
+    calls = httpx.get(f"{emulator}/_emulator/model_calls", params={"custom_id": agent.id}, timeout=30).json()["data"]
+    first_user_turns = [m for m in calls[0]["body"]["messages"] if m["role"] == "user"]
+    assert first_user_turns[-1]["content"][-1] == image

@@ -7,7 +7,7 @@ import binascii
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 from nightshift.api.input import Body
 from nightshift.domain.batches import Costs, ItemOutcome
@@ -91,16 +91,9 @@ class InputMessage(BaseModel):
 def input_turns(
     messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None
 ) -> tuple[str | UserInput, ...]:
-    """As ``input_texts``, with a message that has images as a ``UserInput``."""
+    """Letta's ``messages`` and its ``input`` shorthand, in that order: each a text, or a
+    ``UserInput`` when the message has images."""
     found: list[str | UserInput] = [m.as_input() for m in messages or ()]
-    if shorthand is not None:
-        found.append(shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
-    return tuple(found)
-
-
-def input_texts(messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None) -> tuple[str, ...]:
-    """The texts of Letta's ``messages`` and of its ``input`` shorthand, in that order."""
-    found = [m.as_text() for m in messages or ()]
     if shorthand is not None:
         found.append(shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
     return tuple(found)
@@ -115,16 +108,9 @@ class BatchRequestBody(BaseModel):
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=1000)
 
-    @field_validator("messages")
-    @classmethod
-    def _no_images(cls, messages: list[InputMessage] | None) -> list[InputMessage] | None:
-        # A batch step's inputs are texts; an image would be lost, so it is refused, not dropped.
-        if any(m.images() for m in messages or ()):
-            raise ValueError("image parts are taken by POST /v1/agents/{agent_id}/messages, not yet in batch runs")
-        return messages
-
-    def texts(self) -> tuple[str, ...]:
-        return input_texts(self.messages, self.input)
+    def texts(self) -> tuple[str | UserInput, ...]:
+        """The messages, each a text or (with images) a ``UserInput``."""
+        return input_turns(self.messages, self.input)
 
 
 class BatchCreate(Body):
