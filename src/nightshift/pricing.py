@@ -272,3 +272,64 @@ def _rate(prices: ModelPrice, key: str) -> _Rate | None:
     if isinstance(value, TieredPrices):
         return _Rate(float(value.base), tuple((tier.start, float(tier.price)) for tier in value.tiers))
     return _Rate(float(value))
+
+
+# Models of the price data that do not answer chat requests (speech, images, search, embeddings,
+# fine-tunes).
+_NOT_CHAT: Final = (
+    "audio",
+    "realtime",
+    "transcribe",
+    "tts",
+    "image",
+    "search",
+    "computer-use",
+    "instruct",
+    "embedding",
+    ":",
+    "ft",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KnownModel:
+    """A chat model of a provider that the price data knows, with its context window in tokens."""
+
+    provider: str
+    name: str
+    context_window: int
+
+
+def known_models() -> list[KnownModel]:
+    """The chat models of every registered provider that the bundled price data lists with a
+    context window, in the providers' order, then by name, each provider's example model included."""
+    found: list[KnownModel] = []
+    for info in providers():
+        listed = {
+            model.id: model.context_window
+            for provider in _snapshot().providers
+            if provider.id == info.name
+            for model in provider.models
+            if model.context_window and not model.deprecated and not any(word in model.id for word in _NOT_CHAT)
+        }
+        if info.example_model not in listed:
+            _, example = _snapshot().find_provider_model(info.example_model, None, info.name, None)
+            listed[info.example_model] = example.context_window or 0
+        found += [
+            KnownModel(provider=info.name, name=name, context_window=window)
+            for name, window in sorted(listed.items())
+            if window
+        ]
+    return found
+
+
+def known_embedding_models() -> list[tuple[str, str]]:
+    """``(provider, model)`` of every embedding model of a registered provider in the price data."""
+    names = {info.name for info in providers()}
+    return sorted(
+        (provider.id, model.id)
+        for provider in _snapshot().providers
+        if provider.id in names
+        for model in provider.models
+        if "embedding" in model.id and not model.deprecated
+    )

@@ -211,7 +211,9 @@ def test_agent_lifecycle(letta: Letta) -> None:
     assert [m.message_type for m in every(letta.agents.messages.list(agent.id, order="asc", limit=2))] == [
         m.message_type for m in messages
     ]
-    newest_first = every(letta.agents.messages.list(agent.id))
+    # One page: as in Letta, `after` means newer, so the client's auto-paging (which passes the
+    # last id as `after`) does not walk a newest-first listing; `before` does (see test_letta_client_lists).
+    newest_first = letta.agents.messages.list(agent.id).items
     assert newest_first[0].message_type == "user_message"
     assert len(newest_first) == len(messages)
 

@@ -53,7 +53,7 @@ async def test_create_and_retrieve(client: httpx.AsyncClient) -> None:
     assert (await client.get(f"/v1/blocks/{block['id']}")).json() == block
 
     plain = (await client.post("/v1/blocks", json={"label": "notes", "value": ""})).json()
-    assert plain["limit"] == 5000
+    assert plain["limit"] == 20_000
     assert plain["description"] is None
     assert plain["read_only"] is False
     assert plain["metadata"] == {}

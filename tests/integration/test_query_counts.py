@@ -236,3 +236,42 @@ async def test_reading_a_runs_agents_costs_the_same_statements_for_2_agents_as_f
         assert {a["state"] for a in found} == {"finished"}
     assert Counter(map(shape, read[2])) == Counter(map(shape, read[20]))
     print({"run agents": len(read[20])})
+
+
+async def test_listing_messages_tags_and_agents_costs_the_same_statements_for_2_as_for_20(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    log = StatementLog(app.state.nightshift.engine)
+    read: dict[int, dict[str, list[str]]] = {}
+    for size in (2, 20):
+        agent = (
+            await client.post(
+                "/v1/agents/",
+                json={
+                    "name": f"lister-{size}",
+                    "model": ANTHROPIC_MODEL,
+                    "initial_message_sequence": [{"role": "user", "content": f"m{n}"} for n in range(size)],
+                },
+            )
+        ).json()
+        for index in range(size):
+            tags = [f"t{size}-{index}", "shared"]
+            made = await client.post(
+                "/v1/agents/",
+                json={"name": f"tagged-{size}-{index}", "model": ANTHROPIC_MODEL, "tags": tags},
+            )
+            assert made.status_code == 200, made.text
+        read[size] = {}
+        queries = {
+            "messages": (f"/v1/agents/{agent['id']}/messages", {"after": agent["message_ids"][0]}),
+            "tags": ("/v1/tags/", {"limit": 1000}),
+            "agents": ("/v1/agents/", {"query_text": f"tagged-{size}-", "limit": 1000}),
+        }
+        for what, (path, params) in queries.items():
+            with log.recording() as statements:
+                found = (await client.get(path, params=params)).json()
+            read[size][what] = statements
+            assert len(found) >= size, (what, found)
+    for what in ("messages", "tags", "agents"):
+        assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
+    print({what: len(read[20][what]) for what in read[20]})

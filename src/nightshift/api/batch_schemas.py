@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 from nightshift.api.input import Body
 from nightshift.domain.batches import Costs, ItemOutcome
+from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.services.runs import AgentInRun, RunView
 
 
@@ -18,21 +21,79 @@ class TextPart(BaseModel):
     text: str
 
 
+class ImageSource(BaseModel):
+    """Letta's image source: ``base64`` (``media_type`` and ``data``) or ``url``."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["base64", "url", "letta"]
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ImageSource:
+        if self.type == "letta":
+            raise ValueError("an image by Letta file id is not supported: send its bytes (base64) or a URL")
+        if self.type == "url":
+            if not self.url or not self.url.startswith(("http://", "https://")):
+                raise ValueError("an image url must be an http(s) URL")
+            return self
+        if self.media_type not in IMAGE_MEDIA_TYPES:
+            raise ValueError(f"media_type must be one of {', '.join(IMAGE_MEDIA_TYPES)}")
+        try:
+            base64.b64decode(self.data or "", validate=True)
+        except binascii.Error:
+            raise ValueError("data is not valid base64") from None
+        if not self.data:
+            raise ValueError("data must hold the image's bytes, base64-encoded")
+        return self
+
+    def to_image(self) -> Image:
+        if self.type == "url":
+            return Image(url=self.url)
+        return Image(media_type=self.media_type, data=self.data)
+
+
+class ImagePart(BaseModel):
+    """Letta's ImageContent: an image the model sees with the message's text."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["image"]
+    source: ImageSource
+
+
 class InputMessage(BaseModel):
     """A message to the agent. System messages reach the model as user turns marked [system]."""
 
     model_config = ConfigDict(extra="ignore")
     role: Literal["user", "system"] = "user"
-    content: str | list[TextPart]
+    content: str | list[TextPart | ImagePart]
 
     def as_text(self) -> str:
-        text = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+        text = (
+            self.content
+            if isinstance(self.content, str)
+            else "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+        )
         return f"[system] {text}" if self.role == "system" else text
 
+    def images(self) -> tuple[Image, ...]:
+        if isinstance(self.content, str):
+            return ()
+        return tuple(p.source.to_image() for p in self.content if isinstance(p, ImagePart))
 
-def input_texts(messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None) -> tuple[str, ...]:
-    """The texts of Letta's ``messages`` and of its ``input`` shorthand, in that order."""
-    found = [m.as_text() for m in messages or ()]
+    def as_input(self) -> str | UserInput:
+        """The message's text, or a ``UserInput`` when it has images."""
+        images = self.images()
+        return UserInput(text=self.as_text(), images=images) if images else self.as_text()
+
+
+def input_turns(
+    messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None
+) -> tuple[str | UserInput, ...]:
+    """Letta's ``messages`` and its ``input`` shorthand, in that order: each a text, or a
+    ``UserInput`` when the message has images."""
+    found: list[str | UserInput] = [m.as_input() for m in messages or ()]
     if shorthand is not None:
         found.append(shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
     return tuple(found)
@@ -47,8 +108,9 @@ class BatchRequestBody(BaseModel):
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=1000)
 
-    def texts(self) -> tuple[str, ...]:
-        return input_texts(self.messages, self.input)
+    def texts(self) -> tuple[str | UserInput, ...]:
+        """The messages, each a text or (with images) a ``UserInput``."""
+        return input_turns(self.messages, self.input)
 
 
 class BatchCreate(Body):

@@ -77,6 +77,21 @@ def _base(message: Message, message_type: str, index: int = 0) -> dict[str, Any]
     }
 
 
+def _user_content(message: Message) -> str | list[dict[str, Any]]:
+    """A user's text, or Letta's content parts when images came with it (text first, as the model saw it)."""
+    if not message.images:
+        return message.text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+    for image in message.images:
+        source = (
+            {"type": "url", "url": image.url}
+            if image.url
+            else {"type": "base64", "media_type": image.media_type, "data": image.data}
+        )
+        parts.append({"type": "image", "source": source})
+    return parts
+
+
 def is_heartbeat(message: Message) -> bool:
     """Whether the message is the automatic user turn between two steps of a run."""
     return message.role is Role.USER and message.extra.get("event") == "heartbeat"
@@ -98,7 +113,7 @@ def _parts(message: Message, view: LettaView) -> list[dict[str, Any]]:
     if message.role is Role.SYSTEM:
         return [_base(message, "system_message") | {"content": message.text}]
     if message.role is Role.USER:
-        return [_base(message, "user_message") | {"content": message.text}]
+        return [_base(message, "user_message") | {"content": _user_content(message)}]
     if message.role is Role.TOOL:
         return [
             _base(message, "tool_return_message")

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from nightshift.api.batch_schemas import TextPart
 from nightshift.api.input import Body, Name, Tags, Text
 from nightshift.domain.agents import (
     DEFAULT_CONTEXT_WINDOW,
@@ -18,22 +19,25 @@ from nightshift.domain.agents import (
     Agent,
     LLMConfig,
 )
-from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block
+from nightshift.domain.blocks import Block
 from nightshift.domain.limits import (
+    DEFAULT_BLOCK_LIMIT,
     MAX_BLOCK_LIMIT,
     MAX_CONTEXT_WINDOW,
     MAX_LIST_ITEMS,
+    MAX_MESSAGE_PARTS,
     MAX_NAME_CHARS,
     MAX_OUTPUT_TOKENS,
     MAX_RETURN_CHARS,
     MAX_SOURCE_CHARS,
     MAX_TAGS,
 )
+from nightshift.domain.messages import Role
 from nightshift.domain.tool_rules import ToolRule, dedupe_tool_rules, dump_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput
 from nightshift.providers.registry import known_names, parse_model, providers
-from nightshift.services.agents import NewBlock
+from nightshift.services.agents import InitialMessage, NewBlock
 
 Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
 ContextWindow = Annotated[int, Field(ge=1, le=MAX_CONTEXT_WINDOW)]
@@ -235,6 +239,22 @@ def llm_config_from(
     )
 
 
+class InitialMessageBody(Body):
+    """A message of Letta's ``initial_message_sequence``: a user, system or assistant turn.
+
+    A system message reaches the model as a user turn marked [system], as in a request's messages.
+    """
+
+    role: Literal["user", "system", "assistant"] = "user"
+    content: Text | Annotated[list[TextPart], Field(max_length=MAX_MESSAGE_PARTS)]
+
+    def to_spec(self) -> InitialMessage:
+        text = self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
+        if self.role == "assistant":
+            return InitialMessage(role=Role.ASSISTANT, text=text)
+        return InitialMessage(role=Role.USER, text=f"[system] {text}" if self.role == "system" else text)
+
+
 class AgentCreate(Body):
     """Letta's CreateAgentRequest, the parts nightshift uses."""
 
@@ -260,6 +280,10 @@ class AgentCreate(Body):
     )
     tool_exec_environment_variables: dict[str, str] | None = Field(
         default=None, description="Letta's older name for secrets"
+    )
+    initial_message_sequence: Annotated[list[InitialMessageBody], Field(max_length=MAX_LIST_ITEMS)] | None = Field(
+        default=None,
+        description="The messages after the system message in the agent's first window (default: a greeting, a login)",
     )
 
     @field_validator("memory_blocks", "block_ids", "tool_ids", "tools", "tool_rules", "tags", mode="before")

@@ -20,6 +20,7 @@ from nightshift.domain.batches import (
     RunStatus,
     StepState,
 )
+from nightshift.domain.messages import UserInput
 from nightshift.runtime.step import TurnResult
 
 # Transient per-request errors (rate limits, overload) are retried in the next step this often.
@@ -32,7 +33,7 @@ class StepEntry:
 
     agent: Agent
     state: StepState
-    inputs: tuple[str, ...] = ()
+    inputs: tuple[str | UserInput, ...] = ()
     heartbeat: bool = False
 
 

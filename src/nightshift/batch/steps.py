@@ -27,7 +27,7 @@ from nightshift.domain.batches import (
     RunStatus,
     StepStatus,
 )
-from nightshift.domain.messages import Message
+from nightshift.domain.messages import Message, UserInput
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.providers.registry import provider_info
@@ -51,10 +51,11 @@ CANCEL_PASSES = 10
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRequest:
-    """One agent of a new run: its id, the user's messages (texts) and an optional step limit."""
+    """One agent of a new run: its id, the user's messages (texts, or ``UserInput`` with images) and an
+    optional step limit."""
 
     agent_id: str
-    messages: tuple[str, ...]
+    messages: tuple[str | UserInput, ...]
     max_steps: int | None = None
 
 
@@ -88,11 +89,12 @@ async def create_run(
     repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
     if repeated:
         raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
-    size = sum(len(text.encode()) for r in requests for text in r.messages)
+    turns = [[m if isinstance(m, UserInput) else UserInput(text=m) for m in r.messages] for r in requests]
+    size = sum(len(t.text.encode()) + sum(len(i.data or i.url or "") for i in t.images) for ts in turns for t in ts)
     if size > MAX_INPUT_BYTES:
         raise InvalidInput(f"the messages hold {size} bytes; a run takes at most {MAX_INPUT_BYTES}", field="requests")
     for index, request in enumerate(requests):
-        if not request.messages or not any(text.strip() for text in request.messages):
+        if not any(t.text.strip() or t.images for t in turns[index]):
             raise InvalidInput(f"requests[{index}] has no message text", field=f"requests.{index}.messages")
         if request.max_steps is not None and request.max_steps < 1:
             raise InvalidInput("max_steps must be at least 1", field=f"requests.{index}.max_steps")
@@ -202,7 +204,9 @@ async def write_step(
                 )
                 items.append(item)
                 messages: list[Message] = [
-                    user_message(entry.agent, text, now, batch_item_id=item.id) for text in entry.inputs if text.strip()
+                    user_message(entry.agent, t.text, now, batch_item_id=item.id, images=t.images)
+                    for t in (i if isinstance(i, UserInput) else UserInput(text=i) for i in entry.inputs)
+                    if t.text.strip() or t.images
                 ]
                 if entry.heartbeat:
                     messages.append(heartbeat_message(entry.agent, now, batch_item_id=item.id))

@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nightshift.domain.agents import Agent
-from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block
-from nightshift.domain.limits import MAX_BLOCK_LIMIT, MAX_NAME_CHARS, MAX_RETURN_CHARS, MAX_TAGS
+from nightshift.domain.blocks import Block
+from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT, MAX_BLOCK_LIMIT, MAX_NAME_CHARS, MAX_RETURN_CHARS, MAX_TAGS
 from nightshift.domain.messages import Message, Role
 from nightshift.domain.tool_rules import dump_tool_rules
 from nightshift.domain.tools import Tool

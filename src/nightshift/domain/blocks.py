@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.errors import InvalidInput
-
-DEFAULT_BLOCK_LIMIT = 5000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,10 +25,14 @@ MAX_NAME_CHARS: Final = 255
 MAX_TEXT_CHARS: Final = 1_000_000
 MAX_SOURCE_CHARS: Final = 1_000_000
 MAX_BLOCK_LIMIT: Final = MAX_TEXT_CHARS
+# A block's character limit when none is given: Letta's (CORE_MEMORY_BLOCK_CHAR_LIMIT).
+DEFAULT_BLOCK_LIMIT: Final = 20_000
 # Tags of one agent or tool.
 MAX_TAGS: Final = 100
 # Ids or names in one list of a request (tool_ids, block_ids, tools, memory_blocks, tool_rules).
 MAX_LIST_ITEMS: Final = 1000
+# Content parts of one message of an agent's initial_message_sequence.
+MAX_MESSAGE_PARTS: Final = 100
 # The text of the messages of one synchronous request (POST /v1/agents/{id}/messages).
 MAX_MESSAGE_CHARS: Final = 1_000_000
 # Model limits, in tokens: larger than any model's today, small enough for the columns.

@@ -38,6 +38,32 @@ class ToolCall:
         return value
 
 
+# The image types both providers take.
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Image:
+    """An image in a user's message: base64 ``data`` with its ``media_type`` (one of
+    ``IMAGE_MEDIA_TYPES``), or a ``url`` the provider fetches."""
+
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+    def data_url(self) -> str:
+        """The image as one URL: its ``url``, or a ``data:`` URL of its bytes."""
+        return self.url or f"data:{self.media_type};base64,{self.data}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserInput:
+    """What a user sends in one message: its text and the images that come with it."""
+
+    text: str
+    images: tuple[Image, ...] = ()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """A persisted message of one agent.
@@ -45,6 +71,7 @@ class Message:
     ``text`` is the content: the prompt for system, what the user said, the assistant's visible
     text (usually empty: agents talk through ``send_message``), or a tool's result. ``reasoning``
     holds the assistant's inner thoughts. ``is_error`` marks a tool result that is an error.
+    ``images`` are the images of a user's message, shown to the model after its text.
     """
 
     id: str
@@ -62,6 +89,7 @@ class Message:
     run_id: str | None = None  # the agent run that wrote it (a synchronous or background send)
     step_id: str | None = None  # the step of that run
     extra: dict[str, Any] = field(default_factory=dict)
+    images: tuple[Image, ...] = ()
 
 
 SEND_MESSAGE = "send_message"

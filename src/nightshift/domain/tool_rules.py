@@ -140,9 +140,10 @@ def dedupe_tool_rules(rules: Sequence[ToolRule]) -> list[ToolRule]:
 def check_tool_rules(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> None:
     """Raise ``InvalidInput`` (field ``tool_rules``) when the rules cannot hold for an agent with these tools.
 
-    Refused, each with the reason:
+    A rule may name tools the agent does not have (as Letta allows: the tool may be attached
+    later); the solver never offers a tool the agent lacks, so such a rule only narrows what is
+    left or, when nothing is left, lets every tool through. Refused, each with the reason:
 
-    - a rule naming a tool the agent does not have;
     - a ``max_count_per_step`` limit over ``MAX_STEPS`` (a run never takes more steps);
     - ``constrain_child_tools`` or ``parent_last_tool`` with no children, ``conditional`` with
       neither ``child_output_mapping`` nor ``default_child``;
@@ -151,7 +152,6 @@ def check_tool_rules(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> No
     - a ``required_before_exit`` tool that no run can reach (see :func:`reachable_tools`).
     """
     tools = list(dict.fromkeys(tool_names))
-    _check_names(rules, tools)
     for index, rule in enumerate(rules):
         if isinstance(rule, ChildToolRule | ParentToolRule) and not rule.children:
             raise InvalidInput(
@@ -184,7 +184,10 @@ def check_tool_rules(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> No
             f"run_first names {len(first)} tools ({', '.join(first)}): only one tool can run first",
             field="tool_rules",
         )
-    required = list(dict.fromkeys(r.tool_name for r in rules if isinstance(r, RequiredBeforeExitToolRule)))
+    # A required tool the agent lacks does not hold the loop open (see ToolRulesSolver.decide).
+    required = list(
+        dict.fromkeys(r.tool_name for r in rules if isinstance(r, RequiredBeforeExitToolRule) and r.tool_name in tools)
+    )
     reachable = reachable_tools(rules, tools)
     unreachable = [name for name in required if name not in reachable]
     if unreachable:
@@ -194,18 +197,6 @@ def check_tool_rules(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> No
             "before max_steps",
             field="tool_rules",
         )
-
-
-def _check_names(rules: Sequence[ToolRule], tools: Sequence[str]) -> None:
-    known = set(tools)
-    for index, rule in enumerate(rules):
-        missing = [name for name in rule.named_tools() if name not in known]
-        if missing:
-            raise InvalidInput(
-                f"tool rule {index} ({rule.type}) names tools the agent does not have: "
-                f"{', '.join(sorted(set(missing)))}",
-                field="tool_rules",
-            )
 
 
 def reachable_tools(rules: Sequence[ToolRule], tool_names: Iterable[str]) -> set[str]:

@@ -25,6 +25,8 @@ later, when the batch processes it (an ``errored`` result), as the API documents
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -89,7 +91,10 @@ _BLOCK_FIELDS: Final = {
     "text": frozenset({"type", "text", "cache_control", "citations"}),
     "tool_use": frozenset({"type", "id", "name", "input", "cache_control", "caller"}),
     "tool_result": frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"}),
+    "image": frozenset({"type", "source", "cache_control"}),
 }
+# The image types the Messages API takes in a base64 source.
+IMAGE_MEDIA_TYPES: Final = ("image/jpeg", "image/png", "image/gif", "image/webp")
 _SCHEMA_INVALID: Final = (
     "JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). "
     "Learn more about tool use at https://docs.claude.com/en/docs/tool-use."
@@ -240,6 +245,8 @@ def _check_block(block: Mapping[str, Any], where: str) -> None:
     _no_extra(block, allowed, f"{where}.{kind}.")
     if kind == "text" and not block.get("text"):
         raise invalid(f"{where}.text: text content blocks must be non-empty")
+    if kind == "image":
+        _check_image_source(block.get("source"), f"{where}.image.source")
     if kind == "tool_use":
         if not isinstance(block.get("id"), str) or not TOOL_USE_ID.fullmatch(block["id"]):
             raise invalid(f"{where}.tool_use.id: String should match pattern '{TOOL_USE_ID.pattern}'")
@@ -283,6 +290,28 @@ def _check_calls(turn: _Turn, following: _Turn | None) -> None:
             f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block in the "
             "next message."
         )
+
+
+def _check_image_source(source: Any, where: str) -> None:
+    """An image block's source: base64 bytes of a known image type, or a URL."""
+    if not isinstance(source, Mapping) or source.get("type") not in ("base64", "url"):
+        raise invalid(f"{where}: Input tag does not match any of the expected tags: 'base64', 'url'")
+    if source["type"] == "url":
+        _no_extra(source, frozenset({"type", "url"}), f"{where}.url.")
+        if not isinstance(source.get("url"), str) or not source["url"]:
+            raise invalid(f"{where}.url.url: Field required")
+        return
+    _no_extra(source, frozenset({"type", "media_type", "data"}), f"{where}.base64.")
+    if source.get("media_type") not in IMAGE_MEDIA_TYPES:
+        expected = ", ".join(f"'{t}'" for t in IMAGE_MEDIA_TYPES)
+        raise invalid(f"{where}.base64.media_type: Input should be {expected}")
+    data = source.get("data")
+    if not isinstance(data, str) or not data:
+        raise invalid(f"{where}.base64.data: Field required")
+    try:
+        base64.b64decode(data, validate=True)
+    except binascii.Error:
+        raise invalid(f"{where}.base64.data: The image data is not valid base64") from None
 
 
 def content_blocks(content: Any, where: str) -> list[Mapping[str, Any]]:

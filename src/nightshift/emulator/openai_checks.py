@@ -90,6 +90,7 @@ _MESSAGE_FIELDS: Final = {
     "tool": frozenset({"role", "content", "tool_call_id"}),
 }
 _TOOL_FIELDS: Final = frozenset({"type", "function"})
+_IMAGE_DATA_URL: Final = re.compile(r"data:image/(jpeg|png|gif|webp);base64,[A-Za-z0-9+/]+={0,2}")
 _FUNCTION_FIELDS: Final = frozenset({"name", "description", "parameters", "strict"})
 _CALL_FIELDS: Final = frozenset({"id", "type", "function"})
 _CALL_FUNCTION_FIELDS: Final = frozenset({"name", "arguments"})
@@ -252,10 +253,37 @@ def _check_messages(messages: list[Any]) -> None:
             continue
         if open_calls:
             raise _unanswered(open_calls, f"messages.[{i}].role")
+        if role == "user" and isinstance(message.get("content"), list):
+            _check_user_parts(message["content"], f"messages[{i}].content")
         if role == "assistant":
             open_calls = _check_calls(message.get("tool_calls"), f"messages[{i}].tool_calls")
     if open_calls:
         raise _unanswered(open_calls, "messages")
+
+
+def _check_user_parts(parts: list[Any], where: str) -> None:
+    """A user message's content parts: text, or an image by an http(s) or base64 ``data:`` URL."""
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise _missing(f"{where}[{j}].text")
+            continue
+        if kind != "image_url":
+            raise invalid(
+                f"Invalid value: '{kind}'. Supported values are: 'text', 'image_url', 'input_audio', 'refusal', "
+                "'audio', and 'file'.",
+                param=f"{where}[{j}].type",
+            )
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else None
+        if not isinstance(url, str):
+            raise _missing(f"{where}[{j}].image_url.url")
+        if not (url.startswith(("http://", "https://")) or _IMAGE_DATA_URL.match(url)):
+            raise invalid(
+                "Invalid image URL: expected an http(s) URL or a base64-encoded data URL of an image.",
+                param=f"{where}[{j}].image_url.url",
+            )
 
 
 def _check_calls(calls: Any, where: str) -> list[str]:

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
-from nightshift.domain.messages import Message, Role
+from nightshift.domain.messages import Image, Message, Role
 from nightshift.domain.tools import schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
@@ -24,7 +24,13 @@ HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continu
 
 
 def user_message(
-    agent: Agent, text: str, now: datetime, *, batch_item_id: str | None = None, event: str | None = None
+    agent: Agent,
+    text: str,
+    now: datetime,
+    *,
+    batch_item_id: str | None = None,
+    event: str | None = None,
+    images: Sequence[Image] = (),
 ) -> Message:
     """A message from the user to ``agent`` (or, with ``event``, from the system in the user's turn)."""
     return Message(
@@ -36,6 +42,7 @@ def user_message(
         created_at=now,
         batch_item_id=batch_item_id,
         extra={"event": event} if event else {},
+        images=tuple(images),
     )
 
 

@@ -17,7 +17,7 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.agent_runs import RunStep
-from nightshift.domain.messages import Message
+from nightshift.domain.messages import Image, Message
 from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError
 from nightshift.ids import new_id
 from nightshift.providers.base import (
@@ -77,10 +77,12 @@ class SyncResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SyncInput:
-    """One input message: its text and the client's own id for it (Letta's ``otid``), if any."""
+    """One input message: its text, the images that come with it, and the client's own id for it
+    (Letta's ``otid``), if any."""
 
     text: str
     otid: str | None = None
+    images: tuple[Image, ...] = ()
 
 
 def _tie(message: Message, run_id: str, step_id: str) -> Message:
@@ -113,7 +115,7 @@ async def step_agent(
         Conflict: the agent is in an open step of a batch run, or in another synchronous step.
         ProviderError: the provider failed (what was written before stays written).
     """
-    if not any(i.text.strip() for i in inputs):
+    if not any(i.text.strip() or i.images for i in inputs):
         raise InvalidInput("give at least one message with text", field="messages")
     out = SyncResult()
     now = datetime.now(UTC)
@@ -140,9 +142,9 @@ async def step_agent(
         assert run is not None
         step_inputs = StepInputs()
         messages = [
-            replace(user_message(agent, i.text, now), extra={"otid": i.otid} if i.otid else {})
+            replace(user_message(agent, i.text, now, images=i.images), extra={"otid": i.otid} if i.otid else {})
             for i in inputs
-            if i.text.strip()
+            if i.text.strip() or i.images
         ]
         messages = [_tie(m, run_id, step_id) for m in messages]
         agent = step_inputs.add(agent, messages)

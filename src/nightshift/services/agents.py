@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.domain.agents import Agent, LLMConfig, check_secrets
-from nightshift.domain.blocks import DEFAULT_BLOCK_LIMIT, Block, check_block
+from nightshift.domain.blocks import Block, check_block
+from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.tool_rules import ToolRule, check_tool_rules
 from nightshift.domain.tools import Tool
-from nightshift.errors import InvalidInput, NotFound
+from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id, new_tool_call_id
+from nightshift.providers.base import ModelRequest, ModelResponse
+from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import refresh_system_messages
 from nightshift.runtime.memory import compile_system_message
 from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_MESSAGE
 from nightshift.services.tools import ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
+from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
 from nightshift.store.pagination import Page
 from nightshift.tools.base import DEFAULT_BASE_TOOLS
@@ -38,6 +42,14 @@ class NewBlock:
     description: str | None = None
     read_only: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitialMessage:
+    """A message of Letta's ``initial_message_sequence``: a user or assistant turn, by its text."""
+
+    role: Role
+    text: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +71,8 @@ class AgentSpec:
     metadata: dict[str, Any] = field(default_factory=dict)
     message_buffer_autoclear: bool = False
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The messages after the system message; None: the default greeting and login.
+    initial_messages: Sequence[InitialMessage] | None = None
 
 
 def new_block(org_id: str, spec: NewBlock, now: datetime) -> Block:
@@ -87,11 +101,11 @@ def _check_unique_labels(blocks: Sequence[Block]) -> None:
         )
 
 
-def _first_messages(agent_id: str, org_id: str, system_text: str, now: datetime) -> list[Message]:
-    """The four messages an agent starts with: system, a greeting through send_message, its result, a login."""
-    greeting = json.dumps({"message": FIRST_ASSISTANT_MESSAGE})
-    call = ToolCall(id=new_tool_call_id(), name="send_message", arguments=greeting)
-    login = {"type": "login", "last_login": "Never (first login)", "time": now.isoformat()}
+def _first_messages(
+    agent_id: str, org_id: str, system_text: str, now: datetime, given: Sequence[InitialMessage] | None = None
+) -> list[Message]:
+    """The messages an agent starts with: system, then ``given`` or by default a greeting through
+    send_message, its result and a login."""
 
     def message(role: Role, text: str, **extra: Any) -> Message:
         return Message(
@@ -104,8 +118,18 @@ def _first_messages(agent_id: str, org_id: str, system_text: str, now: datetime)
             **extra,
         )
 
+    system = message(Role.SYSTEM, system_text)
+    if given is not None:
+        return [system, *(message(m.role, m.text) for m in given)]
+    return [system, *_default_messages(message, now)]
+
+
+def _default_messages(message: Callable[..., Message], now: datetime) -> list[Message]:
+    """The greeting through send_message, its result, and a login event."""
+    greeting = json.dumps({"message": FIRST_ASSISTANT_MESSAGE})
+    call = ToolCall(id=new_tool_call_id(), name="send_message", arguments=greeting)
+    login = {"type": "login", "last_login": "Never (first login)", "time": now.isoformat()}
     return [
-        message(Role.SYSTEM, system_text),
         message(
             Role.ASSISTANT,
             "",
@@ -127,7 +151,7 @@ async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[Agen
 
     Raises:
         InvalidInput: an unknown tool or block, a repeated block label, a block over its limit,
-            or a tool rule naming a tool the agent lacks.
+            or tool rules that contradict each other.
     """
     now = datetime.now(UTC)
     base_tools = await ensure_base_tools(conn, org_id) if any(s.include_base_tools for s in specs) else {}
@@ -158,7 +182,7 @@ async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[Agen
         agent_id = new_id("agent")
         system = spec.system if spec.system and spec.system.strip() else DEFAULT_SYSTEM_PROMPT
         system_text = compile_system_message(system, blocks, now=now, recall_count=0, archival_count=0)
-        messages = _first_messages(agent_id, org_id, system_text, now)
+        messages = _first_messages(agent_id, org_id, system_text, now, spec.initial_messages)
         created_blocks += own
         first_messages += messages
         created.append(
@@ -204,9 +228,12 @@ async def list_agents(
     name: str | None = None,
     tags: Sequence[str] = (),
     match_all_tags: bool = False,
+    query_text: str | None = None,
 ) -> list[Agent]:
-    """A page of agents, filtered by name and tags, in the page's order."""
-    ids = await agent_store.list_agent_ids(conn, org_id, page, name=name, tags=tags, match_all_tags=match_all_tags)
+    """A page of agents, filtered by name (exact, or containing ``query_text``) and tags, in the page's order."""
+    ids = await agent_store.list_agent_ids(
+        conn, org_id, page, name=name, tags=tags, match_all_tags=match_all_tags, query_text=query_text
+    )
     loaded = await agent_store.load_agents(conn, org_id, ids)
     return [loaded[i] for i in ids if i in loaded]
 
@@ -289,7 +316,7 @@ async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id
 
 
 async def detach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str) -> Agent:
-    """Take a tool away from the agent; refused while a tool rule still names it."""
+    """Take a tool away from the agent (its tool rules stay, as Letta keeps them)."""
     agent = await get_agent(conn, org_id, agent_id)
     if not any(t.id == tool_id for t in agent.tools):
         raise NotFound(f"tool {tool_id} is not attached to agent {agent_id}")
@@ -331,3 +358,70 @@ async def list_messages(conn: AsyncConnection, org_id: str, agent_id: str, page:
     """A page of the agent's stored messages."""
     await get_agent(conn, org_id, agent_id)
     return await message_store.list_agent_messages(conn, agent_id, page)
+
+
+async def reset_messages(conn: AsyncConnection, org_id: str, agent_id: str, *, add_default_messages: bool) -> Agent:
+    """Delete the agent's messages but its system message, as Letta's reset does.
+
+    With ``add_default_messages`` the agent gets the greeting and login it started with. Its
+    memory, tools and archival passages stay.
+
+    Raises:
+        NotFound: no such agent.
+        Conflict: the agent is in an open step of a batch run or in a synchronous step.
+    """
+    await agent_store.lock_agents(conn, [agent_id])
+    agent = await get_agent(conn, org_id, agent_id)
+    now = datetime.now(UTC)
+    if await agent_store.agents_stepping(conn, [agent_id], now) or await item_store.agents_in_open_steps(
+        conn, [agent_id]
+    ):
+        raise Conflict(f"agent {agent_id} is stepping; reset its messages once the step is over")
+    system_id = agent.message_ids[0]
+    await message_store.delete_agent_messages(conn, agent_id, keep=[system_id])
+    added: list[Message] = []
+    if add_default_messages:
+        (_, *added) = _first_messages(agent_id, org_id, "", now)
+        await message_store.insert_messages(conn, added)
+    window = (system_id, *(m.id for m in added))
+    await agent_store.set_message_ids(conn, [(agent_id, window)], now)
+    reset = replace(agent, message_ids=window, updated_at=now)
+    await refresh_system_message(conn, reset)  # the memory metadata counts the messages
+    return reset
+
+
+async def generate(
+    engine: AsyncEngine,
+    providers: ProviderSet,
+    org_id: str,
+    agent_id: str,
+    prompt: str,
+    *,
+    system: str | None = None,
+    llm_config: LLMConfig | None = None,
+) -> ModelResponse:
+    """One call of the provider's normal API with ``prompt``, on the agent's model (or ``llm_config``).
+
+    Nothing of the agent is read but its model, and nothing is written: no memory, no tools, no
+    message. Letta's ``POST /v1/agents/{id}/generate``.
+
+    Raises:
+        NotFound: no such agent.
+        InvalidInput: an empty prompt.
+        ProviderError: the provider failed.
+    """
+    if not prompt.strip():
+        raise InvalidInput("prompt must not be empty", field="prompt")
+    async with engine.connect() as conn:  # not held while the provider answers
+        agent = await get_agent(conn, org_id, agent_id)
+    config = llm_config or agent.llm_config
+    message = Message(
+        id=new_id("message"),
+        organization_id=org_id,
+        agent_id=agent_id,
+        role=Role.USER,
+        text=prompt,
+        created_at=datetime.now(UTC),
+    )
+    request = ModelRequest.from_config(config, system=system or "", messages=[message], require_tool_call=False)
+    return await providers.get(config.provider).complete(request)

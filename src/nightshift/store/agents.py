@@ -196,11 +196,15 @@ async def list_agent_ids(
     name: str | None = None,
     tags: Sequence[str] = (),
     match_all_tags: bool = False,
+    query_text: str | None = None,
 ) -> list[str]:
-    """Ids of a page of the organization's agents, filtered by exact name and by tags."""
+    """Ids of a page of the organization's agents, filtered by exact name, by a part of the name
+    (``query_text``, any case) and by tags."""
     query = select(agents.c.id).where(agents.c.organization_id == org_id)
     if name is not None:
         query = query.where(agents.c.name == name)
+    if query_text:
+        query = query.where(func.lower(agents.c.name).contains(query_text.lower(), autoescape=True))
     if tags:
         tagged = select(agent_tags.c.agent_id).where(agent_tags.c.tag.in_(list(tags))).group_by(agent_tags.c.agent_id)
         if match_all_tags:
@@ -309,3 +313,33 @@ async def agents_stepping(conn: AsyncConnection, agent_ids: Sequence[str], now: 
     """Which of these agents are held by a synchronous step right now."""
     query = select(agents.c.id).where(in_ids(conn, agents.c.id, agent_ids), agents.c.stepping_until > now)
     return {str(i) for i in await conn.scalars(query)}
+
+
+async def list_tags(
+    conn: AsyncConnection,
+    org_id: str,
+    *,
+    after: str | None,
+    before: str | None,
+    limit: int,
+    descending: bool,
+    containing: str | None,
+) -> list[str]:
+    """A page of the distinct tags of the organization's agents, in alphabetical order (or reversed), in
+    one statement. ``after`` / ``before`` are tags, taken in the listing's order; ``containing``
+    keeps the tags holding that text, in any case."""
+    tag = agent_tags.c.tag
+    query = (
+        select(tag)
+        .distinct()
+        .select_from(agent_tags.join(agents, agents.c.id == agent_tags.c.agent_id))
+        .where(agents.c.organization_id == org_id)
+    )
+    if containing:
+        query = query.where(func.lower(tag).contains(containing.lower(), autoescape=True))
+    if after is not None:
+        query = query.where(tag < after if descending else tag > after)
+    if before is not None:
+        query = query.where(tag > before if descending else tag < before)
+    query = query.order_by(tag.desc() if descending else tag.asc()).limit(limit)
+    return [str(t) for t in await conn.scalars(query)]

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, bindparam, insert, select, update
+from sqlalchemy import Row, bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.messages import Message, Role, ToolCall, search_text
+from nightshift.domain.messages import Image, Message, Role, ToolCall, search_text
 from nightshift.store.bulk import count_per_agent, in_ids
-from nightshift.store.pagination import Page, paginate
+from nightshift.store.pagination import MAX_PAGE, Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
 
@@ -31,9 +31,17 @@ def to_message(row: Row[Any]) -> Message:
         batch_item_id=row.batch_item_id,
         run_id=row.run_id,
         step_id=row.step_id,
-        extra=row.extra,
+        extra={k: v for k, v in row.extra.items() if k != _IMAGES},
         created_at=row.created_at,
+        images=tuple(Image(**image) for image in row.extra.get(_IMAGES, ())),
     )
+
+
+_IMAGES = "images"
+
+
+def _image(image: Image) -> dict[str, str]:
+    return {k: v for k, v in (("media_type", image.media_type), ("data", image.data), ("url", image.url)) if v}
 
 
 def _values(message: Message) -> dict[str, Any]:
@@ -52,7 +60,8 @@ def _values(message: Message) -> dict[str, Any]:
         "batch_item_id": message.batch_item_id,
         "run_id": message.run_id,
         "step_id": message.step_id,
-        "extra": message.extra,
+        # Images ride in the extra JSON (under a key of their own), so no column is needed for them.
+        "extra": message.extra | {_IMAGES: [_image(i) for i in message.images]} if message.images else message.extra,
         "created_at": message.created_at,
     }
 
@@ -73,9 +82,28 @@ async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, M
 
 
 async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) -> list[Message]:
-    """A page of an agent's messages, in creation order (or reversed)."""
+    """A page of an agent's messages, in one statement, as Letta lists them.
+
+    Unlike the other listings, the cursors are times whatever the order: ``after`` keeps the
+    messages created later than that message, ``before`` those created earlier, and ``order``
+    only sorts what is kept (``desc``: the newest ``limit`` of them, newest first).
+    """
     query = select(messages).where(messages.c.agent_id == agent_id)
-    return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
+    if page.after is not None:
+        query = query.where(messages.c.id > page.after)
+    if page.before is not None:
+        query = query.where(messages.c.id < page.before)
+    ordered = messages.c.id.asc() if page.order == "asc" else messages.c.id.desc()
+    limit = MAX_PAGE if page.limit is None else max(1, min(page.limit, MAX_PAGE))
+    return [to_message(r) for r in await conn.execute(query.order_by(ordered).limit(limit))]
+
+
+async def delete_agent_messages(conn: AsyncConnection, agent_id: str, *, keep: Sequence[str]) -> None:
+    """Delete the agent's stored messages but those in ``keep``, in one statement."""
+    statement = delete(messages).where(messages.c.agent_id == agent_id)
+    if keep:
+        statement = statement.where(messages.c.id.not_in(list(keep)))
+    await conn.execute(statement)
 
 
 async def count_messages(conn: AsyncConnection, agent_ids: Iterable[str]) -> dict[str, int]:

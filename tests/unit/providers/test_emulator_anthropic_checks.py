@@ -168,3 +168,36 @@ def test_batch_creates(requests: list[dict[str, Any]], message: str) -> None:
 
 def test_a_batch_with_bad_params_is_accepted_its_requests_are_checked_later() -> None:
     assert check_batch({"requests": [{"custom_id": "a", "params": {"nonsense": True}}]}) == [("a", {"nonsense": True})]
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+@pytest.mark.parametrize(
+    "source",
+    [{"type": "base64", "media_type": "image/png", "data": PNG}, {"type": "url", "url": "https://example.com/a.png"}],
+    ids=["base64", "url"],
+)
+def test_image_blocks_pass(source: dict[str, Any]) -> None:
+    body = params(
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": [{"type": "image", "source": source}]}
+    )
+    assert check_params(body, version=STRICT_VERSION) is body
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({"type": "base64", "media_type": "image/bmp", "data": PNG}, "base64.media_type: Input should be 'image/jpeg'"),
+        ({"type": "base64", "media_type": "image/png", "data": "not base64!"}, "not valid base64"),
+        ({"type": "base64", "media_type": "image/png"}, "base64.data: Field required"),
+        ({"type": "file", "file_id": "f"}, "expected tags: 'base64', 'url'"),
+        ({"type": "url", "url": "https://x", "detail": "high"}, "url.detail: Extra inputs are not permitted"),
+    ],
+    ids=["media type", "bad data", "no data", "unknown source", "extra field"],
+)
+def test_bad_image_blocks_are_refused(source: dict[str, Any], message: str) -> None:
+    body = params(
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": [{"type": "image", "source": source}]}
+    )
+    assert message in refused(body)

@@ -237,3 +237,31 @@ def test_file_limits() -> None:
 
     assert [(e["code"], e["line"]) for e in too_large] == [("file_too_large", None)]
     assert [e["code"] for e in empty] == ["empty_file"]
+
+
+PNG_URL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ=="
+
+
+def test_image_parts_pass() -> None:
+    parts = [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": PNG_URL}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg", "detail": "low"}},
+    ]
+    body = chat({"role": "user", "content": parts})
+    assert check_body(body) is body
+
+
+@pytest.mark.parametrize(
+    ("part", "says"),
+    [
+        ({"type": "image_url", "image_url": {"url": "data:image/bmp;base64,AAAA"}}, "Invalid image URL"),
+        ({"type": "image_url", "image_url": {"url": "ftp://example.com/a.png"}}, "Invalid image URL"),
+        ({"type": "image_url", "image_url": {}}, "image_url.url"),
+        ({"type": "image", "source": {}}, "Invalid value: 'image'"),
+    ],
+    ids=["media type", "scheme", "no url", "anthropic shape"],
+)
+def test_bad_image_parts_are_refused(part: dict[str, Any], says: str) -> None:
+    error = refusal(chat({"role": "user", "content": [part]}))
+    assert says in error.message or says in str(error.param)

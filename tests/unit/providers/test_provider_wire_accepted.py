@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.emulator import anthropic_checks, openai_checks
 from nightshift.providers.anthropic import wire as anthropic_wire
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.openai import wire as openai_wire
 from support.messages import msg
 
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 TOOL = {"name": "send_message", "description": "Send.", "parameters": {"type": "object", "properties": {}}}
 
 
@@ -63,6 +64,12 @@ HISTORIES = {
         msg(Role.ASSISTANT, tool_calls=call("call_a|fc_b")),
         msg(Role.TOOL, "ok", tool_call_id="call_a|fc_b"),
         msg(Role.ASSISTANT, tool_calls=call("x" * 80)),
+    ],
+    "images, by bytes and by url, with and without text": [
+        msg(Role.USER, "what is this?", images=(Image(media_type="image/png", data=PNG),)),
+        msg(Role.ASSISTANT, tool_calls=call("c1")),
+        msg(Role.TOOL, "ok", tool_call_id="c1"),
+        msg(Role.USER, "", images=(Image(url="https://example.com/cat.jpg"), Image(media_type="image/gif", data=PNG))),
     ],
     "system in the middle and empty texts": [
         msg(Role.USER, ""),

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.providers.anthropic import wire
 from nightshift.providers.base import BatchState, CacheTtl, ModelRequest, OutcomeStatus
 from support.messages import NOW, msg
@@ -407,3 +407,17 @@ def test_every_tool_use_block_of_an_answer_is_a_call_and_any_heartbeat_counts() 
     assert response.reasoning == "Paris first.\nTell them."
     assert response.request_heartbeat is True
     assert response.text == "Looking these up."
+
+
+def test_a_users_images_follow_its_text_as_image_blocks() -> None:
+    images = (Image(media_type="image/png", data="iVBORw0KGgo="), Image(url="https://example.com/cat.jpg"))
+    assert wire.to_messages([msg(Role.USER, "what are these?", images=images)]) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what are these?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+            ],
+        }
+    ]

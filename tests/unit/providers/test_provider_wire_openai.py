@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.providers.base import BatchState, ModelRequest, OutcomeStatus
 from nightshift.providers.openai import wire
 from support.messages import NOW, msg
@@ -336,3 +336,17 @@ def test_every_tool_call_of_an_answer_is_kept_and_any_heartbeat_counts() -> None
     ]
     assert response.reasoning == "First.\nThird."
     assert response.request_heartbeat is True
+
+
+def test_a_users_images_follow_its_text_as_image_url_parts() -> None:
+    images = (Image(media_type="image/png", data="iVBORw0KGgo="), Image(url="https://example.com/cat.jpg"))
+    assert wire.to_messages([msg(Role.USER, "what are these?", images=images)]) == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what are these?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}},
+            ],
+        }
+    ]

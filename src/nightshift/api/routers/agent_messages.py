@@ -50,7 +50,7 @@ class SendMessages(StreamOptions):
 
     def inputs(self) -> list[SyncInput]:
         """The input messages, checked against the size a request may carry."""
-        found = [SyncInput(text=m.as_text(), otid=m.otid) for m in self.messages or ()]
+        found = [SyncInput(text=m.as_text(), otid=m.otid, images=m.images()) for m in self.messages or ()]
         if self.input is not None:
             text = self.input if isinstance(self.input, str) else "\n".join(p.text for p in self.input)
             found.append(SyncInput(text=text))

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from pydantic import Field
 
-from nightshift.api.deps import Conn, Org
+from nightshift.api.deps import Conn, Org, State
+from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
+from nightshift.api.input import Body, Name, Text
 from nightshift.api.letta_messages import to_letta_messages
 from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.schemas import (
@@ -19,7 +22,7 @@ from nightshift.api.schemas import (
     llm_config_from,
     secrets_of,
 )
-from nightshift.domain.limits import MAX_TAGS
+from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
 from nightshift.services.agents import AgentSpec
@@ -56,6 +59,9 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
         metadata=body.metadata or {},
         message_buffer_autoclear=body.message_buffer_autoclear,
         secrets=body.given_secrets(),
+        initial_messages=(
+            None if body.initial_message_sequence is None else [m.to_spec() for m in body.initial_message_sequence]
+        ),
     )
     (agent,) = await service.create_agents(conn, org, [spec])
     return AgentPublic.of(agent)
@@ -70,9 +76,14 @@ async def list_agents(
     name: Annotated[str | None, Query(description="Exact name")] = None,
     tags: Annotated[list[str] | None, Query(description="Agents with any of these tags", max_length=MAX_TAGS)] = None,
     match_all_tags: Annotated[bool, Query(description="Require every tag instead of any")] = False,
+    query_text: Annotated[
+        str | None, Query(max_length=MAX_NAME_CHARS, description="Agents whose name contains this, in any case")
+    ] = None,
 ) -> list[AgentPublic]:
     """A page of agents, oldest first (``order=desc`` for newest first)."""
-    agents = await service.list_agents(conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags)
+    agents = await service.list_agents(
+        conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags, query_text=query_text
+    )
     return [AgentPublic.of(a) for a in agents]
 
 
@@ -138,7 +149,7 @@ async def attach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> Agen
 
 @router.patch("/v1/agents/{agent_id}/tools/detach/{tool_id}")
 async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> AgentPublic:
-    """Detach a tool; a 422 while a tool rule of the agent still names it."""
+    """Detach a tool; tool rules that name it stay, and hold again if it comes back."""
     return AgentPublic.of(await service.detach_tool(conn, org, agent_id, tool_id))
 
 
@@ -188,9 +199,69 @@ async def list_agent_messages(
 ) -> list[dict[str, Any]]:
     """The agent's messages in Letta's shapes, newest first by default (``order=asc`` for oldest first).
 
-    An assistant turn is shown as a reasoning message plus an assistant message (send_message)
-    or a tool-call message, all with the stored message's id.
+    As in Letta, the cursors are times whatever the order: ``after`` gives messages newer than
+    that message, ``before`` older ones. An assistant turn is shown as a reasoning message plus
+    an assistant message (send_message) or a tool-call message, all with the stored message's id.
     """
     page = Page(before=before, after=after, limit=limit, order="asc" if order == "asc" else "desc")
     messages = await service.list_messages(conn, org, agent_id, page)
     return [part for message in messages for part in to_letta_messages(message)]
+
+
+class ResetMessages(Body):
+    """Letta's ResetMessagesRequest."""
+
+    add_default_initial_messages: bool = False
+
+
+@router.patch("/v1/agents/{agent_id}/reset-messages")
+async def reset_messages(agent_id: str, conn: Conn, org: Org, body: ResetMessages | None = None) -> AgentPublic:
+    """Delete the agent's messages but its system message; its memory, tools and passages stay.
+
+    With ``add_default_initial_messages`` it gets the greeting and login it started with. A 409
+    while the agent is stepping.
+    """
+    add = body.add_default_initial_messages if body is not None else False
+    return AgentPublic.of(await service.reset_messages(conn, org, agent_id, add_default_messages=add))
+
+
+class GenerateBody(Body):
+    """Letta's GenerateRequest."""
+
+    prompt: Annotated[str, Field(min_length=1, max_length=MAX_MESSAGE_CHARS)]
+    system_prompt: Text | None = None
+    override_model: Name | None = Field(default=None, description="provider/model-name instead of the agent's model")
+
+
+@router.post("/v1/agents/{agent_id}/generate", responses=PROVIDER_ERROR_RESPONSES)
+async def generate(agent_id: str, body: GenerateBody, state: State, org: Org) -> dict[str, Any]:
+    """One call of the provider's normal API with the prompt, on the agent's model; the agent is not changed.
+
+    No memory, tools or messages of the agent are used or written. Returns the answer's text,
+    the model and the token usage.
+    """
+    llm_config = None
+    if body.override_model:
+        llm_config = llm_config_from(body.override_model, None)
+    response = await service.generate(
+        state.engine,
+        state.worker.providers,
+        org,
+        agent_id,
+        body.prompt,
+        system=body.system_prompt,
+        llm_config=llm_config,
+    )
+    usage = response.usage
+    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    return {
+        "content": response.text or "",
+        "model": response.model or (llm_config.model if llm_config else None),
+        "usage": {
+            "message_type": "usage_statistics",
+            "prompt_tokens": prompt,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": prompt + usage.output_tokens,
+            "step_count": 1,
+        },
+    }

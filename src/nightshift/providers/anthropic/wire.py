@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.providers.agent_arguments import (
     joined_reasoning,
     split_agent_arguments,
@@ -144,7 +144,14 @@ def _blocks(message: Message) -> tuple[str, list[Block]]:
             blocks.append({"type": "text", "text": message.reasoning})
         return "assistant", blocks
     # user, and a system message in the middle of the history (the API has no such turn)
-    return "user", [{"type": "text", "text": message.text}] if message.text else []
+    text: list[Block] = [{"type": "text", "text": message.text}] if message.text else []
+    return "user", text + [_image(image) for image in message.images]
+
+
+def _image(image: Image) -> Block:
+    if image.url:
+        return {"type": "image", "source": {"type": "url", "url": image.url}}
+    return {"type": "image", "source": {"type": "base64", "media_type": image.media_type, "data": image.data}}
 
 
 def _input(call: ToolCall, reasoning: str | None) -> dict[str, Any]:

@@ -124,6 +124,10 @@ def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             if converted is not None:
                 out.append(converted)
                 open_calls = [call.id for call in message.tool_calls]
+        elif message.images:
+            parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+            parts += [{"type": "image_url", "image_url": {"url": image.data_url()}} for image in message.images]
+            out.append({"role": "user", "content": parts})
         elif message.text:
             out.append({"role": message.role.value, "content": message.text})
     _close(open_calls, out)
