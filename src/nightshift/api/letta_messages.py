@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from nightshift.domain.messages import Message, Role
+from nightshift.runtime.sync import SyncResult
 
 SEND_MESSAGE = "send_message"
 MESSAGE_KWARG = "message"
@@ -166,4 +167,19 @@ def run_message_json(message: Message) -> dict[str, Any]:
         "tool_call_id": message.tool_call_id,
         "created_at": message.created_at,
         "batch_item_id": message.batch_item_id,
+    }
+
+
+def usage_statistics(result: SyncResult) -> dict[str, Any]:
+    """Letta's ``usage_statistics`` of a send: its tokens (prompt = every input token, cached or not) and steps."""
+    usage = result.usage
+    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    return {
+        "message_type": "usage_statistics",
+        "prompt_tokens": prompt,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": prompt + usage.output_tokens,
+        "cached_input_tokens": usage.cache_read_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "step_count": result.steps,
     }

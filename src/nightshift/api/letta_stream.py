@@ -27,7 +27,7 @@ from fastapi.responses import StreamingResponse
 
 from nightshift.api.deps import AppState
 from nightshift.api.input import Body
-from nightshift.api.letta_messages import DEFAULT_VIEW, SEND_MESSAGE, LettaView, to_letta_messages
+from nightshift.api.letta_messages import DEFAULT_VIEW, SEND_MESSAGE, LettaView, to_letta_messages, usage_statistics
 from nightshift.api.partial_json import partial_object
 from nightshift.domain.messages import Message, Role
 from nightshift.errors import NightshiftError, ProviderError
@@ -276,7 +276,7 @@ async def sse_events(
         if error is None:
             result = run.result()
             yield _data({"message_type": "stop_reason", "stop_reason": letta_stop_reason(result)})
-            yield _data(_usage(result))
+            yield _data(usage_statistics(result))
         else:
             for event in _error_events(error):
                 yield event
@@ -313,20 +313,6 @@ def _error_events(error: BaseException) -> list[str]:
         _data({"message_type": "stop_reason", "stop_reason": stop}),
         f"event: error\ndata: {json.dumps(payload)}\n\n",
     ]
-
-
-def _usage(result: SyncResult) -> dict[str, Any]:
-    usage = result.usage
-    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
-    return {
-        "message_type": "usage_statistics",
-        "prompt_tokens": prompt,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": prompt + usage.output_tokens,
-        "cached_input_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "step_count": result.steps,
-    }
 
 
 def _data(chunk: Chunk) -> str:

@@ -11,7 +11,14 @@ from pydantic import Field, HttpUrl, model_validator
 from nightshift.api.batch_schemas import InputMessage, TextPart
 from nightshift.api.deps import Org, State
 from nightshift.api.input import Body
-from nightshift.api.letta_messages import MESSAGE_KWARG, SEND_MESSAGE, LettaMessageType, LettaView, to_letta_messages
+from nightshift.api.letta_messages import (
+    MESSAGE_KWARG,
+    SEND_MESSAGE,
+    LettaMessageType,
+    LettaView,
+    to_letta_messages,
+    usage_statistics,
+)
 from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
 from nightshift.api.run_schemas import run_json
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
@@ -115,21 +122,11 @@ async def send_messages(
     if body.streaming:
         return await streamed_run(state, org, send, options=body, view=view)
     _, result = await agent_runs.send_now(state.engine, state.worker, org, send)
-    usage = result.usage
-    prompt = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     new = [m for m in result.messages if m.role is not Role.USER]
     return {
         "messages": [part for message in new for part in to_letta_messages(message, view)],
         "stop_reason": {"message_type": "stop_reason", "stop_reason": letta_stop_reason(result)},
-        "usage": {
-            "message_type": "usage_statistics",
-            "prompt_tokens": prompt,
-            "completion_tokens": usage.output_tokens,
-            "total_tokens": prompt + usage.output_tokens,
-            "cached_input_tokens": usage.cache_read_tokens,
-            "cache_write_tokens": usage.cache_write_tokens,
-            "step_count": result.steps,
-        },
+        "usage": usage_statistics(result),
     }
 
 
