@@ -42,7 +42,10 @@ def _unknown_builtin(doc: Doc) -> None:
 
 def _second_agent_rule(doc: Doc) -> None:
     # The first agent and every tool are fine: the second agent's rule fails after they were written.
-    _agent(doc, 1)["tool_rules"].append({"tool_name": "escalate", "type": "exit_loop"})
+    _agent(doc, 1)["tool_rules"] += [
+        {"tool_name": "escalate", "type": "exit_loop"},
+        {"tool_name": "escalate", "type": "continue_loop"},
+    ]
 
 
 def _stray_result(doc: Doc) -> None:
@@ -59,7 +62,7 @@ BAD_FILES: dict[str, tuple[Callable[[Doc], None], str]] = {
         lambda d: _tool(d, "escalate").update(source_code="def escalate(:\n"),
         "does not parse",
     ),
-    "rule of the second agent": (_second_agent_rule, "agent agent-1 ('ark'): tool rule 1"),
+    "rule of the second agent": (_second_agent_rule, "agent agent-1 ('ark'): escalate: a tool cannot be both"),
     "unknown rule type": (
         lambda d: _agent(d, 0)["tool_rules"].append({"tool_name": "escalate", "type": "sometimes"}),
         "invalid tool rule",
