@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.messages import Image, Message, Role
-from nightshift.domain.tools import schema_problem
+from nightshift.domain.tools import Tool, schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.runtime.memory import compile_system_message, memory_changed
@@ -116,6 +116,7 @@ async def build_requests(
     stored = await message_store.get_messages(conn, ids)
     requests: dict[str, ModelRequest] = {}
     problems: dict[str, str] = {}
+    checked: dict[str, str | None] = {}  # the agents share their tools: each is checked once
     for agent in agents:
         window = [stored[i] for i in agent.message_ids if i in stored]
         if not window or window[0].role is not Role.SYSTEM:
@@ -123,7 +124,7 @@ async def build_requests(
             continue
         allowed = set(states[agent.id].allowed_tools)
         offered = [t for t in agent.tools if not allowed or t.name in allowed]
-        broken = next(((t, p) for t in offered if (p := schema_problem(t.json_schema)) is not None), None)
+        broken = next(((t, p) for t in offered if (p := _problem(t, checked)) is not None), None)
         if broken is not None:
             tool, problem = broken
             problems[agent.id] = f"its tool {tool.name!r} cannot be offered to the model: {problem}"
@@ -132,3 +133,9 @@ async def build_requests(
             agent.llm_config, system=window[0].text, messages=window[1:], tools=[t.json_schema for t in offered]
         )
     return requests, problems
+
+
+def _problem(tool: Tool, checked: dict[str, str | None]) -> str | None:
+    if tool.id not in checked:
+        checked[tool.id] = schema_problem(tool.json_schema)
+    return checked[tool.id]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from enum import Enum
+from functools import cache
 from typing import Any, TypeVar
 
 from sqlalchemy import Row, Table
@@ -22,20 +23,26 @@ def from_row(cls: type[T], row: Row[Any], **read: Convert) -> T:
     the named ones (``status=RunStatus``). A field without a column keeps its default."""
     data = row._mapping
     values: dict[str, Any] = {}
-    for spec in fields(cls):  # type: ignore[arg-type]
-        if spec.name not in data:
+    for name in _field_names(cls):  # type: ignore[arg-type]  # (a dataclass type: hashable)
+        if name not in data:
             continue
-        value = data[spec.name]
-        convert = read.get(spec.name)
-        values[spec.name] = convert(value) if convert is not None and value is not None else value
+        value = data[name]
+        convert = read.get(name)
+        values[name] = convert(value) if convert is not None and value is not None else value
     return cls(**values)
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    # ``fields()`` rebuilds its tuple on every call: once per class, not once per row.
+    return tuple(spec.name for spec in fields(cls))
 
 
 def to_values(obj: object, table: Table, **write: Convert) -> dict[str, Any]:
     """The values of ``table``'s columns that ``obj`` has a field of the same name for; enums as
     their values, and ``write`` converting the named ones (``step_state=StepState.to_json``)."""
-    assert is_dataclass(obj)
-    names = {spec.name for spec in fields(obj)}
+    assert is_dataclass(obj) and not isinstance(obj, type)
+    names = set(_field_names(obj.__class__))
     values: dict[str, Any] = {}
     for column in table.columns:
         if column.name not in names:
