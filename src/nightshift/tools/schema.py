@@ -3,7 +3,7 @@
 Two entry points share one mapping: :func:`schema_from_source` reads user source code with ``ast``
 (user code is never executed in the server process) and :func:`schema_from_function` reads a live
 function with ``inspect`` (for the in-process base tools). Both reduce what they read to a small
-intermediate form (:class:`_Signature`, :class:`_Annotation`) and :func:`_build` turns that into the
+intermediate form (``tools.signatures``: :class:`Signature`, :class:`Annotation`) and :func:`_build` turns that into the
 ``{"name", "description", "parameters"}`` schema the providers take, or an :class:`InvalidInput`
 whose message says what to change.
 """
@@ -11,44 +11,29 @@ whose message says what to change.
 from __future__ import annotations
 
 import ast
-import inspect
-import math
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import docstring_parser
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from nightshift.domain.limits import MAX_SOURCE_CHARS, TOOL_NAME, TOOL_NAME_PATTERN, storage_problem
+from nightshift.domain.limits import TOOL_NAME, TOOL_NAME_PATTERN, storage_problem
 from nightshift.errors import InvalidInput
+from nightshift.tools.signatures import (
+    INJECTED_PARAMETERS,
+    SOURCE_FIELD,
+    TOO_COMPLEX,
+    Annotation,
+    Kind,
+    Signature,
+    function_node,
+    signature_from_ast,
+    signature_from_function,
+)
 
-_FIELD = "source_code"
-_TOO_COMPLEX = "source_code is nested too deeply to read (an expression of thousands of levels); simplify it"
 _SUPPORTED = "use str, int, float, bool, list, dict, Optional or Literal"
-# Letta injects the agent's state into a tool that declares it; the model never supplies it.
-_INJECTED_PARAMETERS = frozenset({"agent_state"})
-
-# How annotation names are written (bare, or as ``typing.X`` / ``t.X``) -> the head they mean.
-_HEADS = {
-    "str": "str",
-    "int": "int",
-    "float": "float",
-    "bool": "bool",
-    "list": "list",
-    "List": "list",
-    "dict": "dict",
-    "Dict": "dict",
-    "Optional": "optional",
-    "Union": "union",
-    "Literal": "literal",
-    "Annotated": "annotated",
-    "None": "none",
-}
 _SCALARS = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
 
@@ -76,10 +61,10 @@ def schema_from_source(source_code: str, *, name: str | None = None) -> ToolSche
             or the function's signature or docstring cannot be described as a JSON schema.
     """
     try:
-        return _build(_signature_from_ast(_function_node(source_code, name)))
+        return _build(signature_from_ast(function_node(source_code, name)))
     except (RecursionError, MemoryError) as exc:
         # Reading a deeply nested annotation or default (ast.unparse, literal_eval) recurses too.
-        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
+        raise InvalidInput(TOO_COMPLEX, field=SOURCE_FIELD) from exc
 
 
 def schema_from_args_model(source_code: str, args_json_schema: Mapping[str, Any]) -> ToolSchema:
@@ -96,22 +81,22 @@ def schema_from_args_model(source_code: str, args_json_schema: Mapping[str, Any]
             fields that do not match.
     """
     try:
-        node = _function_node(source_code, None)
+        node = function_node(source_code, None)
     except (RecursionError, MemoryError) as exc:
-        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
+        raise InvalidInput(TOO_COMPLEX, field=SOURCE_FIELD) from exc
     fn = node.name
     if isinstance(node, ast.AsyncFunctionDef):
-        raise InvalidInput(f"function {fn!r} is async: tools must be plain 'def' functions", field=_FIELD)
+        raise InvalidInput(f"function {fn!r} is async: tools must be plain 'def' functions", field=SOURCE_FIELD)
     docstring = ast.get_docstring(node, clean=True) or ""
     try:
         description = (docstring_parser.parse(docstring).description or "").strip()
     except docstring_parser.ParseError:
         description = docstring.strip()
     parameters = inlined_parameters(args_json_schema)
-    signature = _signature_from_ast(node)
-    names = {p.name for p in signature.parameters if p.name not in _INJECTED_PARAMETERS}
+    signature = signature_from_ast(node)
+    names = {p.name for p in signature.parameters if p.name not in INJECTED_PARAMETERS}
     fields = set(parameters["properties"])
-    if signature.parameters and signature.parameters[-1].kind is _Kind.VAR_KEYWORD:
+    if signature.parameters and signature.parameters[-1].kind is Kind.VAR_KEYWORD:
         names |= fields
     extra = sorted(fields - names)
     if extra:
@@ -119,7 +104,7 @@ def schema_from_args_model(source_code: str, args_json_schema: Mapping[str, Any]
     unset = sorted(
         p.name
         for p in signature.parameters
-        if p.name in names - fields and not p.has_default and p.kind is _Kind.KEYWORD
+        if p.name in names - fields and not p.has_default and p.kind is Kind.KEYWORD
     )
     if unset:
         raise InvalidInput(
@@ -188,33 +173,6 @@ def inlined_parameters(args_json_schema: Mapping[str, Any]) -> dict[str, Any]:
     return parameters
 
 
-def _function_node(source_code: str, name: str | None) -> ast.FunctionDef | ast.AsyncFunctionDef:
-    """The function ``name`` (or the last one) of ``source_code``, parsed; see :func:`schema_from_source`."""
-    if len(source_code) > MAX_SOURCE_CHARS:
-        raise InvalidInput(
-            f"source_code holds {len(source_code)} characters; a tool's source takes at most {MAX_SOURCE_CHARS}",
-            field=_FIELD,
-        )
-    try:
-        module = ast.parse(source_code)
-    except SyntaxError as exc:
-        raise InvalidInput(f"source_code does not parse: line {exc.lineno}: {exc.msg}", field=_FIELD) from exc
-    except ValueError as exc:  # e.g. NUL bytes in the source
-        raise InvalidInput(f"source_code does not parse: {exc}", field=_FIELD) from exc
-    except (RecursionError, MemoryError) as exc:
-        # CPython's parser gives up on very deep nesting (e.g. 100,000 minus signs in a row).
-        raise InvalidInput(_TOO_COMPLEX, field=_FIELD) from exc
-    functions = [node for node in module.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)]
-    if name is not None:
-        functions = [node for node in functions if node.name == name]
-        if not functions:
-            raise InvalidInput(f"source_code defines no function named {name!r}", field=_FIELD)
-    elif not functions:
-        raise InvalidInput("source_code defines no function", field=_FIELD)
-    # The last definition wins, as it would when the module runs.
-    return functions[-1]
-
-
 def schema_from_function(fn: Callable[..., Any]) -> ToolSchema:
     """Build the schema of a live function (a base tool that runs in-process).
 
@@ -227,274 +185,61 @@ def schema_from_function(fn: Callable[..., Any]) -> ToolSchema:
     Raises:
         InvalidInput: (field ``source_code``) the signature or docstring cannot be described.
     """
-    return _build(_signature_from_function(fn))
-
-
-# --- intermediate form -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Annotation:
-    """An annotation reduced to what the JSON mapping needs, whether read from ``ast`` or ``typing``."""
-
-    head: str  # a value of _HEADS, "any", or the unsupported name as written
-    args: tuple[_Annotation, ...] = ()
-    values: tuple[Any, ...] = ()  # the values of a Literal
-    text: str  # as the user wrote it, for messages
-
-
-class _Kind(Enum):
-    """How a parameter can be passed; the sandbox calls tools with keyword arguments only."""
-
-    KEYWORD = "keyword"  # a normal or keyword-only parameter
-    POSITIONAL_ONLY = "positional_only"
-    VAR_POSITIONAL = "var_positional"
-    VAR_KEYWORD = "var_keyword"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Parameter:
-    name: str
-    kind: _Kind
-    annotation: _Annotation | None
-    has_default: bool
-    default: Any = None  # meaningful only when default_is_literal
-    default_is_literal: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Signature:
-    name: str
-    is_async: bool
-    docstring: str | None
-    parameters: tuple[_Parameter, ...]
+    return _build(signature_from_function(fn))
 
 
 class _Unsupported(Exception):
     """An annotation (or part of one) has no JSON schema; the caller names the whole annotation."""
 
 
-# --- reading source with ast -------------------------------------------------------------------
-
-
-def _signature_from_ast(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
-    args = node.args
-    positional = [*args.posonlyargs, *args.args]
-    # ast aligns positional defaults with the LAST positional parameters.
-    first_with_default = len(positional) - len(args.defaults)
-    parameters: list[_Parameter] = []
-    for index, arg in enumerate(positional):
-        default = args.defaults[index - first_with_default] if index >= first_with_default else None
-        kind = _Kind.POSITIONAL_ONLY if index < len(args.posonlyargs) else _Kind.KEYWORD
-        parameters.append(_ast_parameter(arg, kind, default))
-    if args.vararg is not None:
-        parameters.append(_ast_parameter(args.vararg, _Kind.VAR_POSITIONAL, None))
-    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-        parameters.append(_ast_parameter(arg, _Kind.KEYWORD, kw_default))
-    if args.kwarg is not None:
-        parameters.append(_ast_parameter(args.kwarg, _Kind.VAR_KEYWORD, None))
-    return _Signature(
-        name=node.name,
-        is_async=isinstance(node, ast.AsyncFunctionDef),
-        docstring=ast.get_docstring(node, clean=True),
-        parameters=tuple(parameters),
-    )
-
-
-def _ast_parameter(arg: ast.arg, kind: _Kind, default: ast.expr | None) -> _Parameter:
-    annotation = _annotation_from_ast(arg.annotation) if arg.annotation is not None else None
-    if default is None:
-        return _Parameter(name=arg.arg, kind=kind, annotation=annotation, has_default=False)
-    try:
-        value = ast.literal_eval(default)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        # Not a literal (a call, a name): the parameter is optional but its default is not shown.
-        return _Parameter(name=arg.arg, kind=kind, annotation=annotation, has_default=True)
-    is_json, json_value = _json_literal(value)
-    return _Parameter(
-        name=arg.arg,
-        kind=kind,
-        annotation=annotation,
-        has_default=True,
-        default=json_value,
-        default_is_literal=is_json,
-    )
-
-
-def _annotation_from_ast(node: ast.expr) -> _Annotation:
-    text = ast.unparse(node)
-    if isinstance(node, ast.Constant):
-        if node.value is None:
-            return _Annotation(head="none", text=text)
-        if isinstance(node.value, str):  # a quoted (forward-reference) annotation
-            try:
-                inner = ast.parse(node.value, mode="eval").body
-            except SyntaxError:
-                return _Annotation(head=node.value, text=node.value)
-            return _annotation_from_ast(inner)
-        return _Annotation(head=text, text=text)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        members = (_annotation_from_ast(node.left), _annotation_from_ast(node.right))
-        return _Annotation(head="union", args=members, text=text)
-    if isinstance(node, ast.Subscript):
-        head = _ast_head(node.value)
-        elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if head == "literal":
-            try:
-                values = tuple(ast.literal_eval(element) for element in elements)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                return _Annotation(head=text, text=text)
-            return _Annotation(head="literal", values=values, text=text)
-        return _Annotation(head=head, args=tuple(_annotation_from_ast(e) for e in elements), text=text)
-    return _Annotation(head=_ast_head(node), text=text)
-
-
-def _ast_head(node: ast.expr) -> str:
-    # ``typing.List`` and ``t.List`` mean ``List``: the attribute name is what matters.
-    if isinstance(node, ast.Name):
-        written = node.id
-    elif isinstance(node, ast.Attribute):
-        written = node.attr
-    else:
-        return ast.unparse(node)
-    if written == "Any":
-        return "any"
-    return _HEADS.get(written, written)
-
-
-# --- reading a live function with inspect ------------------------------------------------------
-
-
-def _signature_from_function(fn: Callable[..., Any]) -> _Signature:
-    name = getattr(fn, "__name__", repr(fn))
-    try:
-        hints = _resolved_hints(fn)
-        signature = inspect.signature(fn)
-    except (NameError, TypeError, ValueError) as exc:
-        raise InvalidInput(f"the signature of {name!r} cannot be read: {exc}", field=_FIELD) from exc
-    kinds = {
-        inspect.Parameter.POSITIONAL_ONLY: _Kind.POSITIONAL_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD: _Kind.KEYWORD,
-        inspect.Parameter.KEYWORD_ONLY: _Kind.KEYWORD,
-        inspect.Parameter.VAR_POSITIONAL: _Kind.VAR_POSITIONAL,
-        inspect.Parameter.VAR_KEYWORD: _Kind.VAR_KEYWORD,
-    }
-    parameters: list[_Parameter] = []
-    for parameter in signature.parameters.values():
-        annotation = _annotation_from_type(hints[parameter.name]) if parameter.name in hints else None
-        has_default = parameter.default is not inspect.Parameter.empty
-        is_json, json_value = _json_literal(parameter.default) if has_default else (False, None)
-        parameters.append(
-            _Parameter(
-                name=parameter.name,
-                kind=kinds[parameter.kind],
-                annotation=annotation,
-                has_default=has_default,
-                default=json_value,
-                default_is_literal=is_json,
-            )
-        )
-    return _Signature(
-        name=name,
-        # In-process base tools may be coroutines; only user source must be a plain def.
-        is_async=False,
-        docstring=inspect.getdoc(fn),
-        parameters=tuple(parameters),
-    )
-
-
-def _resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    """``typing.get_type_hints(fn)`` without the injected parameters.
-
-    Their types (an agent state class) may exist only for type checkers, and the schema never
-    shows them, so they are not resolved at all.
-    """
-    annotations = {
-        name: value
-        for name, value in getattr(fn, "__annotations__", {}).items()
-        if name not in _INJECTED_PARAMETERS and name != "return"
-    }
-    holder = types.SimpleNamespace(
-        __annotations__=annotations, __globals__=getattr(inspect.unwrap(fn), "__globals__", {})
-    )
-    return typing.get_type_hints(holder)
-
-
-def _annotation_from_type(tp: Any) -> _Annotation:
-    text = _type_text(tp)
-    if tp is None or tp is type(None):
-        return _Annotation(head="none", text=text)
-    if tp is Any:
-        return _Annotation(head="any", text=text)
-    if tp in (str, int, float, bool, list, dict):
-        return _Annotation(head=tp.__name__, text=text)
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Literal:
-        return _Annotation(head="literal", values=args, text=text)
-    if origin is typing.Annotated:
-        return _annotation_from_type(args[0])
-    if origin is typing.Union or origin is types.UnionType:
-        return _Annotation(head="union", args=tuple(_annotation_from_type(a) for a in args), text=text)
-    if origin in (list, dict):
-        return _Annotation(head=origin.__name__, args=tuple(_annotation_from_type(a) for a in args), text=text)
-    return _Annotation(head=text, text=text)
-
-
-def _type_text(tp: Any) -> str:
-    if isinstance(tp, type) and typing.get_origin(tp) is None:
-        return tp.__name__
-    return repr(tp).replace("typing.", "")
-
-
 # --- building the schema -----------------------------------------------------------------------
 
 
-def _build(signature: _Signature) -> ToolSchema:
+def _build(signature: Signature) -> ToolSchema:
     fn = signature.name
     if not TOOL_NAME.fullmatch(fn):
         raise InvalidInput(
             f"the function is named {fn[:80]!r}: tool names are 1 to 64 ASCII letters, digits, _ or - "
             f"({TOOL_NAME_PATTERN}), as the providers require",
-            field=_FIELD,
+            field=SOURCE_FIELD,
         )
     if signature.is_async:
-        raise InvalidInput(f"function {fn!r} is async: tools must be plain 'def' functions", field=_FIELD)
+        raise InvalidInput(f"function {fn!r} is async: tools must be plain 'def' functions", field=SOURCE_FIELD)
     if not signature.docstring or not signature.docstring.strip():
-        raise InvalidInput(f"function {fn!r} has no docstring", field=_FIELD)
+        raise InvalidInput(f"function {fn!r} has no docstring", field=SOURCE_FIELD)
     try:
         docstring = docstring_parser.parse(signature.docstring)
     except docstring_parser.ParseError as exc:
-        raise InvalidInput(f"the docstring of {fn!r} cannot be parsed: {exc}", field=_FIELD) from exc
+        raise InvalidInput(f"the docstring of {fn!r} cannot be parsed: {exc}", field=SOURCE_FIELD) from exc
     description = (docstring.description or "").strip()
     if not description:
-        raise InvalidInput(f"the docstring of {fn!r} has no description of what the tool does", field=_FIELD)
+        raise InvalidInput(f"the docstring of {fn!r} has no description of what the tool does", field=SOURCE_FIELD)
     described = {p.arg_name: (p.description or "").strip() for p in docstring.params}
 
     properties: dict[str, Any] = {}
     required: list[str] = []
     for parameter in signature.parameters:
         where = f"parameter {parameter.name!r} of {fn!r}"
-        if parameter.name in _INJECTED_PARAMETERS:
+        if parameter.name in INJECTED_PARAMETERS:
             continue
-        if parameter.kind is _Kind.VAR_POSITIONAL:
-            raise InvalidInput(f"function {fn!r} takes *{parameter.name}: name each argument", field=_FIELD)
-        if parameter.kind is _Kind.VAR_KEYWORD:
-            raise InvalidInput(f"function {fn!r} takes **{parameter.name}: name each argument", field=_FIELD)
-        if parameter.kind is _Kind.POSITIONAL_ONLY:
+        if parameter.kind is Kind.VAR_POSITIONAL:
+            raise InvalidInput(f"function {fn!r} takes *{parameter.name}: name each argument", field=SOURCE_FIELD)
+        if parameter.kind is Kind.VAR_KEYWORD:
+            raise InvalidInput(f"function {fn!r} takes **{parameter.name}: name each argument", field=SOURCE_FIELD)
+        if parameter.kind is Kind.POSITIONAL_ONLY:
             # The model passes arguments by name, so a positional-only parameter could never be set.
-            raise InvalidInput(f"{where} is positional-only (remove the '/')", field=_FIELD)
+            raise InvalidInput(f"{where} is positional-only (remove the '/')", field=SOURCE_FIELD)
         if parameter.annotation is None:
-            raise InvalidInput(f"{where} has no annotation", field=_FIELD)
+            raise InvalidInput(f"{where} has no annotation", field=SOURCE_FIELD)
         try:
             schema, optional = _parameter_schema(parameter.annotation)
         except _Unsupported:
             raise InvalidInput(
                 f"{where} has an unsupported annotation {parameter.annotation.text!r} ({_SUPPORTED})",
-                field=_FIELD,
+                field=SOURCE_FIELD,
             ) from None
         if not described.get(parameter.name):
-            raise InvalidInput(f"{where} is not described in the docstring", field=_FIELD)
+            raise InvalidInput(f"{where} is not described in the docstring", field=SOURCE_FIELD)
         schema["description"] = described[parameter.name]
         if parameter.default_is_literal:
             schema["default"] = parameter.default
@@ -509,11 +254,11 @@ def _build(signature: _Signature) -> ToolSchema:
     }
     problem = storage_problem(json_schema)
     if problem is not None:  # e.g. list[list[list[...]]] two hundred levels deep
-        raise InvalidInput(f"the schema of {fn!r} at {problem.where} {problem.reason}", field=_FIELD)
+        raise InvalidInput(f"the schema of {fn!r} at {problem.where} {problem.reason}", field=SOURCE_FIELD)
     return ToolSchema(name=fn, description=description, json_schema=json_schema)
 
 
-def _parameter_schema(annotation: _Annotation) -> tuple[dict[str, Any], bool]:
+def _parameter_schema(annotation: Annotation) -> tuple[dict[str, Any], bool]:
     """The schema of a parameter's annotation, and whether ``Optional`` made it not required."""
     if annotation.head == "annotated" and annotation.args:
         return _parameter_schema(annotation.args[0])
@@ -523,7 +268,7 @@ def _parameter_schema(annotation: _Annotation) -> tuple[dict[str, Any], bool]:
     return _schema(annotation), False
 
 
-def _strip_none(annotation: _Annotation) -> _Annotation | None:
+def _strip_none(annotation: Annotation) -> Annotation | None:
     """``X`` for ``Optional[X]`` / ``X | None`` / ``Union[X, None]``, else None."""
     if annotation.head == "optional" and len(annotation.args) == 1:
         return annotation.args[0]
@@ -535,19 +280,19 @@ def _strip_none(annotation: _Annotation) -> _Annotation | None:
     return None
 
 
-def _flatten_union(annotation: _Annotation) -> list[_Annotation]:
-    members: list[_Annotation] = []
+def _flatten_union(annotation: Annotation) -> list[Annotation]:
+    members: list[Annotation] = []
     for member in annotation.args:
         if member.head == "union":
             members.extend(_flatten_union(member))
         elif member.head == "optional":
-            members.extend([*member.args, _Annotation(head="none", text="None")])
+            members.extend([*member.args, Annotation(head="none", text="None")])
         else:
             members.append(member)
     return members
 
 
-def _schema(annotation: _Annotation) -> dict[str, Any]:
+def _schema(annotation: Annotation) -> dict[str, Any]:
     head, args = annotation.head, annotation.args
     if head in _SCALARS and not args:
         return {"type": _SCALARS[head]}
@@ -583,19 +328,3 @@ def _literal_schema(values: tuple[Any, ...]) -> dict[str, Any]:
     elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         schema["type"] = "integer"
     return schema
-
-
-def _json_literal(value: Any) -> tuple[bool, Any]:
-    """Whether ``value`` can be shown as a JSON default, and its JSON form (tuples become lists)."""
-    if value is None or isinstance(value, str | bool | int):
-        return True, value
-    if isinstance(value, float):
-        return math.isfinite(value), value
-    if isinstance(value, list | tuple):
-        items = [_json_literal(item) for item in value]
-        return all(ok for ok, _ in items), [item for _, item in items]
-    if isinstance(value, dict):
-        entries = {key: _json_literal(item) for key, item in value.items()}
-        ok = all(isinstance(key, str) and item_ok for key, (item_ok, _) in entries.items())
-        return ok, {key: item for key, (_, item) in entries.items()}
-    return False, None
