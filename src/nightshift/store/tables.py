@@ -124,6 +124,12 @@ agents = Table(
         comment="environment variables of the agent's tool calls; never returned by the API",
     ),
     Column("stepping_until", UTCDateTime(), comment="a synchronous step holds the agent until then"),
+    Column(
+        "context_tokens",
+        Integer,
+        comment="the tokens of the request its window makes: the provider's last count plus an estimate of "
+        "what was added since; null until first counted",
+    ),
     *_times(),
     Index("ix_agents_org_name", "organization_id", "name"),
 )
