@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     # {"input": 0.8, "output": 4, "cache_write": 1, "cache_read": 0.08, "cache_write_1h": 1.6}} (USD per
     # million tokens, normal-API prices; cache_write is the 5-minute write, cache_write_1h defaults to it).
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # The model that writes the summaries of agents' evicted messages, as provider/model-name
+    # (default: each agent's own model).
+    summary_model: str | None = None
 
     @field_validator("home")
     @classmethod

@@ -38,9 +38,10 @@ from nightshift.domain.batches import (
 from nightshift.errors import ProviderError
 from nightshift.metrics import ErrorScope, Metrics
 from nightshift.providers.base import BatchState, BatchStatus, OutcomeStatus
-from nightshift.runtime.persist import write_turns
+from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, take_turns
+from nightshift.runtime.window import Summary
 from nightshift.store import agents as agent_store
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
@@ -129,19 +130,24 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
     async with worker.engine.connect() as conn:
         items = await item_store.items_of(conn, batch.id)
         agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
-        turns = [
-            Turn(
-                agent=agents[item.agent_id],
-                state=item.step_state,
-                response=response_from_json((item.result or {})["response"]),
-                batch_item_id=item.id,
-            )
+        answered = [
+            (item, response_from_json(response))
             for item in items
             if item.agent_id in agents
             and item.request_status is RequestStatus.COMPLETED
-            and (item.result or {}).get("response")
+            and (response := (item.result or {}).get("response"))
+        ]
+        turns = [
+            Turn(agent=agents[item.agent_id], state=item.step_state, response=response, batch_item_id=item.id)
+            for item, response in answered
+            if item.step_state.summary is None
         ]
         results = await take_turns(turns, search=StoreSearch(conn), sandbox=worker.sandbox, now=datetime.now(UTC))
+    summaries = [
+        Summary(agent_id=item.agent_id, plan=item.step_state.summary, text=response.text or "", batch_item_id=item.id)
+        for item, response in answered
+        if item.step_state.summary is not None
+    ]
     now = datetime.now(UTC)
     async with worker.engine.begin() as conn:
         await run_store.lock_run(conn, batch.batch_run_id)
@@ -152,21 +158,35 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
         # Agents may have changed since the read (another run's step, an API edit).
         fresh = await agent_store.reload_changed(conn, batch.organization_id, agents)
         updated = await write_turns(conn, fresh, results, now)
+        summarized = await write_summaries(conn, fresh, summaries, now)
         run_open = run.status in (RunStatus.CREATED, RunStatus.RUNNING)
         # Agents without a result (a failed request to retry) are in ``fresh`` only.
         completions, entries = next_step(
-            items, {r.agent_id: r for r in results}, {**fresh, **updated}, run_open=run_open
+            items,
+            {r.agent_id: r for r in results},
+            {**fresh, **updated, **summarized},
+            run_open=run_open,
+            summarized=summarized.keys(),
         )
         usage = _Usage()
         for index, item in enumerate(items):
             agent = fresh.get(item.agent_id)
             if item.usage and agent is not None:
-                cost = worker.prices.cost(agent.llm_config.handle, item.usage, batch=True)
+                # A summary is priced at the model that wrote it.
+                handle = item.step_state.summary.model if item.step_state.summary else agent.llm_config.handle
+                cost = worker.prices.cost(handle, item.usage, batch=True)
                 completions[index] = replace(completions[index], cost=cost)
-                usage.add(agent.llm_config.provider, agent.llm_config.model, item.usage, cost.usd if cost else None)
+                provider, model = handle.split("/", 1)
+                usage.add(provider, model, item.usage, cost.usd if cost else None)
         await item_store.complete_items(conn, completions, now)
         next_batches = await write_step(
-            conn, run, entries, now, lease=worker.lease(now), endpoints=worker.providers.endpoints()
+            conn,
+            run,
+            entries,
+            now,
+            lease=worker.lease(now),
+            endpoints=worker.providers.endpoints(),
+            summary_model=worker.summary_model,
         )
         if not next_batches:
             await end_run_if_done(conn, run.id, now)

@@ -6,7 +6,7 @@ and write what they decide.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nightshift.batch.outcomes import stored_error
@@ -29,12 +29,16 @@ TRANSIENT_RETRIES = 2
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepEntry:
-    """One agent going into a step: its state and whether it gets a heartbeat or the user's inputs."""
+    """One agent going into a step: its state and whether it gets a heartbeat or the user's inputs.
+
+    ``last_request_tokens``: the size of the request its last step sent, when known.
+    """
 
     agent: Agent
     state: StepState
     inputs: tuple[str | UserInput, ...] = ()
     heartbeat: bool = False
+    last_request_tokens: int | None = None
 
 
 def next_step(
@@ -43,6 +47,7 @@ def next_step(
     agents: Mapping[str, Agent],
     *,
     run_open: bool,
+    summarized: Collection[str] = (),
 ) -> tuple[list[ItemCompletion], list[StepEntry]]:
     """How each item of an applied provider batch ends, and who goes into the next step.
 
@@ -51,6 +56,8 @@ def next_step(
         results: Each answered agent's turn, by agent id.
         agents: The agents as they are now (an agent deleted meanwhile is missing).
         run_open: Whether the run may still take steps (it was not cancelled).
+        summarized: The agents whose summary this batch brought: their step goes on, in the
+            run's next step, with its state as it was (no input: it is in the window already).
 
     Returns:
         One completion per item, in ``items``' order, and the entries of the next step: agents
@@ -62,6 +69,12 @@ def next_step(
     for item in items:
         agent = agents.get(item.agent_id)
         result = results.get(item.agent_id)
+        if item.agent_id in summarized and agent is not None:
+            outcome = ItemOutcome.SUMMARIZED if run_open else ItemOutcome.CANCELLED
+            completions.append(ItemCompletion(item_id=item.id, outcome=outcome))
+            if run_open:
+                entries.append(StepEntry(agent=agent, state=replace(item.step_state, summary=None, retries=0)))
+            continue
         if result is not None and result.failure is not None:
             completions.append(ItemCompletion(item_id=item.id, outcome=ItemOutcome.FAILED, error=result.failure))
             continue
@@ -70,7 +83,11 @@ def next_step(
             outcome = ItemOutcome.CONTINUED if goes_on else ItemOutcome.FINISHED
             completions.append(ItemCompletion(item_id=item.id, outcome=outcome, error=result.tool_error))
             if goes_on and agent is not None:
-                entries.append(StepEntry(agent=agent, state=result.state, heartbeat=True))
+                entries.append(
+                    StepEntry(
+                        agent=agent, state=result.state, heartbeat=True, last_request_tokens=result.request_tokens
+                    )
+                )
             continue
         error = stored_error(item.result)
         retry = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from nightshift.domain.batches import (
     ProviderBatchStatus,
     RequestStatus,
     RunStatus,
+    StepState,
     StepStatus,
 )
 from nightshift.domain.messages import Message, UserInput
@@ -71,6 +72,7 @@ async def create_run(
     endpoints: Mapping[str, str],
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    summary_model: str | None = None,
 ) -> tuple[BatchRun, list[ProviderBatch]]:
     """Validate the requests and write the run with its first step; nothing is written on error.
 
@@ -142,7 +144,7 @@ async def create_run(
         )
         for r in requests
     ]
-    batches = await write_step(conn, run, entries, now, lease=lease, endpoints=endpoints)
+    batches = await write_step(conn, run, entries, now, lease=lease, endpoints=endpoints, summary_model=summary_model)
     return run, batches
 
 
@@ -154,25 +156,45 @@ async def write_step(
     *,
     lease: tuple[str, datetime] | None = None,
     endpoints: Mapping[str, str],
+    summary_model: str | None = None,
 ) -> list[ProviderBatch]:
     """Write one step for ``entries``: provider batches, items, input messages, context windows.
 
     ``lease`` (owner, expiry) reserves the new provider batches for the caller, who submits them
     at once; should it fail to, the poller takes them over when the lease expires. ``endpoints``
     are the provider base URLs they go to: only a worker that reaches the same takes them.
+    An agent whose window would overflow gets the request that summarizes its oldest messages
+    instead (by ``summary_model``, or its own model), and its step waits for it (see
+    ``runtime.context.StepInputs``).
     """
     if not entries:
         return []
-    # One provider batch per provider, and per model where the provider takes one model per
-    # batch (OpenAI); an Anthropic batch mixes models.
-    groups: dict[tuple[str, str], list[StepEntry]] = defaultdict(list)
+    inputs = StepInputs(summary_model=summary_model)
+    item_ids: dict[str, str] = {}
     for entry in entries:
-        config = entry.agent.llm_config
-        model = config.model if provider_info(config.provider).one_model_per_batch else ""
-        groups[config.provider, model].append(entry)
+        item_ids[entry.agent.id] = item_id = new_id("batch_item")
+        messages: list[Message] = [
+            user_message(entry.agent, t.text, now, batch_item_id=item_id, images=t.images)
+            for t in (i if isinstance(i, UserInput) else UserInput(text=i) for i in entry.inputs)
+            if t.text.strip() or t.images
+        ]
+        if entry.heartbeat:
+            messages.append(heartbeat_message(entry.agent, now, batch_item_id=item_id))
+        inputs.add(entry.agent, messages, before=entry.last_request_tokens, batch_item_id=item_id)
+    await inputs.prepare(conn, now)
+    # One provider batch per provider, and per model where the provider takes one model per
+    # batch (OpenAI); an Anthropic batch mixes models. A step that waits for a summary goes to
+    # the summarizing model's.
+    groups: dict[tuple[str, str], list[tuple[StepEntry, StepState]]] = defaultdict(list)
+    for entry in entries:
+        plan = inputs.summaries.get(entry.agent.id)
+        state = replace(entry.state, summary=plan)
+        provider, model = (
+            plan.model.split("/", 1) if plan else (entry.agent.llm_config.provider, entry.agent.llm_config.model)
+        )
+        groups[provider, model if provider_info(provider).one_model_per_batch else ""].append((entry, state))
     batches: list[ProviderBatch] = []
     items: list[BatchItem] = []
-    inputs = StepInputs()
     for (provider, _model), group in groups.items():
         limit = min(provider_info(provider).max_batch_requests, BATCH_SLICE)
         for start in range(0, len(group), limit):
@@ -183,34 +205,27 @@ async def write_step(
                 batch_run_id=run.id,
                 provider=provider,
                 endpoint=endpoints.get(provider),
-                step_number=max(e.state.step_number for e in chunk),
+                step_number=max(state.step_number for _, state in chunk),
                 status=ProviderBatchStatus.CREATED,
                 created_at=now,
                 updated_at=now,
             )
             batches.append(batch)
-            for entry in chunk:
-                item = BatchItem(
-                    id=new_id("batch_item"),
+            items.extend(
+                BatchItem(
+                    id=item_ids[entry.agent.id],
                     organization_id=run.organization_id,
                     batch_run_id=run.id,
                     provider_batch_id=batch.id,
                     agent_id=entry.agent.id,
                     request_status=RequestStatus.CREATED,
                     step_status=StepStatus.PAUSED,
-                    step_state=entry.state,
+                    step_state=state,
                     created_at=now,
                     updated_at=now,
                 )
-                items.append(item)
-                messages: list[Message] = [
-                    user_message(entry.agent, t.text, now, batch_item_id=item.id, images=t.images)
-                    for t in (i if isinstance(i, UserInput) else UserInput(text=i) for i in entry.inputs)
-                    if t.text.strip() or t.images
-                ]
-                if entry.heartbeat:
-                    messages.append(heartbeat_message(entry.agent, now, batch_item_id=item.id))
-                inputs.add(entry.agent, messages)
+                for entry, state in chunk
+            )
     await batch_store.insert_provider_batches(conn, batches, lease=lease)
     await item_store.insert_items(conn, items)
     await inputs.write(conn, now)

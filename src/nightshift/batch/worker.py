@@ -43,6 +43,7 @@ from nightshift.errors import ProviderError
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.clients import ProviderSet, preload
+from nightshift.providers.registry import parse_model
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
@@ -86,6 +87,8 @@ class Worker:
     # Set when the process shuts down: claim nothing more, and start no other claimed batch.
     # Shared with the workers of ``for_request``.
     draining: asyncio.Event = field(default_factory=asyncio.Event)
+    # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
+    summary_model: str | None = None
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
@@ -277,6 +280,17 @@ def process_prefix() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:"
 
 
+def checked_summary_model(handle: str | None) -> str | None:
+    """``NIGHTSHIFT_SUMMARY_MODEL`` as given, once its provider is known to exist.
+
+    Raises:
+        InvalidInput: Not ``provider/model-name``, or an unknown provider.
+    """
+    if handle is not None:
+        parse_model(handle)
+    return handle
+
+
 @asynccontextmanager
 async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterator[Worker]:
     """A worker with its tool sandbox, provider clients and metrics, all closed when the block ends."""
@@ -297,5 +311,6 @@ async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterat
             callback_allow_private=settings.callback_allow_private,
             error_backoff=timedelta(seconds=settings.error_backoff_seconds),
             prices=PriceTable(settings.prices),
+            summary_model=checked_summary_model(settings.summary_model),
         )
         await preloading

@@ -70,7 +70,9 @@ class Agent:
     """An agent with its blocks and tools loaded.
 
     ``message_ids`` is the in-context window: the ids of the messages the model sees, in order,
-    the compiled system message first. ``secrets`` are environment variables for the agent's
+    the compiled system message first. ``context_tokens`` is the size of the request the window
+    makes (the provider's count of the last one plus an estimate of what was added since; None
+    until first counted). ``secrets`` are environment variables for the agent's
     custom tool calls: they never appear in responses or logs (not even in this object's repr).
     """
 
@@ -87,6 +89,7 @@ class Agent:
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     message_ids: tuple[str, ...] = ()
+    context_tokens: int | None = None
     message_buffer_autoclear: bool = False
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     created_at: datetime

@@ -20,6 +20,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.solver import SolverState
 
 
@@ -70,10 +71,11 @@ class ItemOutcome(StrEnum):
     FINISHED = "finished"  # it answered and stops: its run is done for it
     FAILED = "failed"  # it stops without finishing (provider error, unbuildable request, ...)
     CANCELLED = "cancelled"  # its run was cancelled before this step was applied
+    SUMMARIZED = "summarized"  # its window was summarized; its step follows in the run's next step
 
 
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-STEP_STATE_VERSION = 1
+STEP_STATE_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +84,8 @@ class StepState:
 
     ``allowed_tools`` are the tools the solver allowed for this step's request (kept so that a
     request rebuilt after a crash is the same request). ``retries`` counts transient provider
-    errors retried so far.
+    errors retried so far. With ``summary`` the item's request is the summary of the agent's
+    oldest messages, and its step waits for it (the step's number and state stay as they are).
     """
 
     step_number: int = 0
@@ -90,6 +93,7 @@ class StepState:
     solver: SolverState = field(default_factory=SolverState)
     allowed_tools: tuple[str, ...] = ()
     retries: int = 0
+    summary: SummaryPlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +103,7 @@ class StepState:
             "solver": self.solver.to_json(),
             "allowed_tools": list(self.allowed_tools),
             "retries": self.retries,
+            "summary": self.summary.to_json() if self.summary else None,
         }
 
     @classmethod
@@ -116,13 +121,16 @@ class StepState:
             solver=SolverState.from_json(data["solver"]),
             allowed_tools=tuple(data.get("allowed_tools", ())),
             retries=int(data.get("retries", 0)),
+            summary=SummaryPlan.from_json(data["summary"]) if data["summary"] else None,
         )
 
 
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 # How a step state of each old version becomes the next one: ``{1: upgrade_1_to_2}``, written
 # when STEP_STATE_VERSION moves on, so that runs in flight across an upgrade of the server go on.
-STEP_STATE_UPGRADES: dict[int, Upgrade] = {}
+STEP_STATE_UPGRADES: dict[int, Upgrade] = {
+    1: lambda data: {**data, "summary": None},  # 2 adds summaries: a step of version 1 never waits for one
+}
 
 
 def upgrade_state(data: dict[str, Any], upgrades: Mapping[int, Upgrade], *, current: int) -> dict[str, Any]:

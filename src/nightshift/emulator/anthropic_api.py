@@ -18,7 +18,7 @@ from nightshift.emulator.config import ScriptedError
 from nightshift.emulator.errors import ApiError, status_for
 from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn, call_id_suffix
 from nightshift.emulator.state import EmulatorState
-from nightshift.emulator.tokens import Segment, count_tokens
+from nightshift.emulator.tokens import Segment, context_window_error, count_tokens, prompt_tokens
 
 
 def model_input(params: Mapping[str, Any]) -> ModelInput:
@@ -114,6 +114,14 @@ def run(
     """
     try:
         checked = check_params(params, version=version, allow_stream=custom_id is None)
+        too_long = context_window_error(
+            "anthropic",
+            window=state.config.context_window(checked["model"]),
+            prompt=prompt_tokens(segments(checked)),
+            max_tokens=checked["max_tokens"],
+        )
+        if too_long is not None:
+            raise too_long
     except ApiError as error:
         return RequestResult(ok=False, status=error.status, body={"type": error.type, "message": error.message})
     answer = state.answer(model_input(checked), api="anthropic", body=checked, custom_id=custom_id, batch_id=batch_id)

@@ -92,5 +92,13 @@ class EmulatorConfig(_Frozen):
     openai_unrun_lines: bool = True  # OpenAI: error-file lines (batch_expired...) for requests never run
 
     api_key: str | None = None  # when set, only this key is accepted
+    # Context windows in tokens, by model name; other models get the default. A request whose
+    # prompt and max_tokens do not fit is refused as too long.
+    context_windows: dict[str, int] = Field(default_factory=dict)
+    default_context_window: int = Field(default=200_000, ge=1)
     cache_min_tokens: int = Field(default=0, ge=0)  # shortest prefix the prompt cache keeps
     log_limit: int = Field(default=20_000, ge=0)  # entries kept in each log
+
+    def context_window(self, model: str) -> int:
+        """The context window of ``model``, in tokens."""
+        return self.context_windows.get(model, self.default_context_window)

@@ -17,9 +17,13 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
    else one per turn and then ``send_message``;
 5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
 
-A turn's results are summarised together (rule 2 looks at every result of the last turn).
+In rule 2, a result that asks for another call ("... call read_page with page=8") gets it, with
+``request_heartbeat`` true, as a model follows a paging tool. A turn's results are summarised
+together (rule 2 looks at every result of the last turn). Heartbeats and system alerts (notices,
+summaries of evicted messages) are not the user speaking.
 
-Without tools (or with tool choice "none") it answers with text. ``inner_thoughts`` is always
+Without tools (or with tool choice "none") it answers with text: a reply, or, when the system
+prompt asks for a summary, a summary of the transcript it is given. ``inner_thoughts`` is always
 filled: as an argument when the tool's schema has it, as a text block otherwise.
 """
 
@@ -51,6 +55,8 @@ _REMEMBER = re.compile(
     r"\b(?:please\s+)?(?:remember|memori[sz]e|don'?t forget|keep in mind|note)\b(?:\s+that)?[:,]?\s*", re.I
 )
 _MEMORY = re.compile(r"\bmemory\b", re.I)
+_NEXT_CALL = re.compile(r"\bcall (\w+) with ((?:\w+=[^\s,;.]+(?:,\s*|\s+and\s+)?)+)", re.I)
+_SUMMARIZE = re.compile(r"\bsummar(?:y|ies|i[sz]e)\b", re.I)
 _SNIPPET = 160
 
 
@@ -131,6 +137,8 @@ def respond(model_input: ModelInput) -> ModelOutput:
     tools = {t.name: t for t in model_input.tools}
     choice = model_input.tool_choice
     if choice.mode == "none" or not tools:
+        if _SUMMARIZE.search(model_input.system):
+            return ModelOutput(text=_summary_text(model_input))
         return ModelOutput(text=_reply_text(model_input))
     user_text, after = _last_user(model_input.turns)
     results = [t for t in after if t.role == "tool"]
@@ -169,6 +177,9 @@ def _plan(
     if results:
         group = _last_group(model_input.turns)
         last = results[-1]
+        follow = _next_call(tools, last)
+        if follow is not None:
+            return follow
         saved = any(r.tool_name in MEMORY_WRITERS for r in results)
         if writer is not None and not saved and not last.is_error and _REMEMBER.search(user_text):
             label = _fact(user_text)[1]
@@ -198,6 +209,33 @@ def _plan(
     reply = _reply_text(model_input)
     thoughts = "The user wrote to me; answering directly."
     return _call(send, _arguments(send, reply, {"message": reply}), thoughts, heartbeat=False)
+
+
+def _next_call(tools: Mapping[str, ToolSpec], result: Turn) -> ModelOutput | None:
+    """The call a tool's result asks for ("call read_page with page=8"), if it names a tool there is."""
+    if result.is_error:
+        return None
+    match = _NEXT_CALL.search(unwrap_result(result.text))
+    if match is None or match.group(1) not in tools:
+        return None
+    tool = tools[match.group(1)]
+    given: dict[str, Any] = {}
+    properties: Mapping[str, Any] = tool.parameters.get("properties") or {}
+    for name, value in re.findall(r"(\w+)=([^\s,;.]+)", match.group(2)):
+        kind = (properties.get(name) or {}).get("type") if isinstance(properties.get(name), Mapping) else None
+        given[name] = int(value) if kind == "integer" and value.lstrip("-").isdigit() else value
+    thoughts = f"{result.tool_name or 'The tool'} says there is more; calling {tool.name} again."
+    return _call(tool, _arguments(tool, "", given), thoughts, heartbeat=True)
+
+
+def _summary_text(model_input: ModelInput) -> str:
+    """A summary of the transcript a summarizing request gives: its first line and its last lines, cut short."""
+    text = "\n".join(t.text for t in model_input.turns if t.role == "user")
+    lines = [line.strip() for line in text.splitlines() if line.strip().startswith("[")]
+    if not lines:
+        return "Nothing of note happened."
+    picked = lines[:1] + lines[-2:] if len(lines) > 3 else lines
+    return f"Summary of {len(lines)} messages: " + " / ".join(_snip(line) for line in picked)
 
 
 def _several(custom: ToolSpec | None, user_text: str, results: list[Turn], parallel: bool) -> ModelOutput | None:
@@ -330,11 +368,12 @@ def _last_user(turns: tuple[Turn, ...]) -> tuple[str, tuple[Turn, ...]]:
 
 
 def is_heartbeat(text: str) -> bool:
-    """Whether a user message is a heartbeat (Letta's JSON ``{"type": "heartbeat"}`` or a notice
-    mentioning ``request_heartbeat``) rather than something the user said."""
+    """Whether a user message is automatic rather than something the user said: a heartbeat
+    (Letta's JSON ``{"type": "heartbeat"}`` or a notice mentioning ``request_heartbeat``) or a
+    system alert (``{"type": "system_alert"}``: a memory-pressure notice, a summary)."""
     parsed = _json_object(text)
     if parsed is not None:
-        return parsed.get("type") == "heartbeat"
+        return parsed.get("type") in ("heartbeat", "system_alert")
     return "request_heartbeat" in text
 
 

@@ -20,7 +20,7 @@ from nightshift.emulator.errors import ApiError, openai_error, status_for
 from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn, call_id_suffix
 from nightshift.emulator.openai_checks import check_body
 from nightshift.emulator.state import EmulatorState
-from nightshift.emulator.tokens import Segment, count_tokens
+from nightshift.emulator.tokens import Segment, context_window_error, count_openai_tokens, prompt_tokens
 
 
 def model_input(body: Mapping[str, Any]) -> ModelInput:
@@ -98,6 +98,14 @@ def run(state: EmulatorState, body: Any, *, custom_id: str | None = None, batch_
     """Answer one chat completion: the ``chat.completion`` body, or an error body with its status."""
     try:
         checked = check_body(body)
+        too_long = context_window_error(
+            "openai",
+            window=state.config.context_window(checked["model"]),
+            prompt=prompt_tokens(segments(checked), count_openai_tokens),
+            max_tokens=checked.get("max_completion_tokens") or checked.get("max_tokens"),
+        )
+        if too_long is not None:
+            raise too_long
     except ApiError as error:
         return RequestResult(
             ok=False,
@@ -111,14 +119,16 @@ def run(state: EmulatorState, body: Any, *, custom_id: str | None = None, batch_
             ok=False, status=status_for("openai", answer.type), body=openai_error(answer.type, message)
         )
     prompt = segments(checked)
-    usage = state.cache.account(checked["model"], prompt, min_tokens=state.config.cache_min_tokens)
+    usage = state.cache.account(
+        checked["model"], prompt, min_tokens=state.config.cache_min_tokens, counter=count_openai_tokens
+    )
     seed = hashlib.sha256(("".join(s.text for s in prompt) + (custom_id or "")).encode()).hexdigest()
     limit = checked.get("max_completion_tokens") or checked.get("max_tokens")
     completion = _completion(checked["model"], answer, seed=seed, limit=limit)
-    prompt_tokens = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+    counted = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     completion["usage"].update(
-        prompt_tokens=prompt_tokens,
-        total_tokens=prompt_tokens + completion["usage"]["completion_tokens"],
+        prompt_tokens=counted,
+        total_tokens=counted + completion["usage"]["completion_tokens"],
         prompt_tokens_details={"cached_tokens": usage.cache_read_tokens, "audio_tokens": 0},
     )
     return RequestResult(ok=True, body=completion)
@@ -137,7 +147,7 @@ def _completion(model: str, output: ModelOutput, *, seed: str, limit: int | None
             for index, call in enumerate(output.calls)
         ]
         finish = "tool_calls"
-    tokens = count_tokens(json.dumps(message))
+    tokens = count_openai_tokens(json.dumps(message))
     if limit is not None and tokens > limit:
         # Cut off: the tool call's arguments stop mid-way, as a real model's would.
         for call in message.get("tool_calls", []):

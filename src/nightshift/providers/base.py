@@ -111,6 +111,11 @@ class Usage:
     cache_write_5m_tokens: int = 0
     cache_write_1h_tokens: int = 0
 
+    @property
+    def prompt_tokens(self) -> int:
+        """The whole prompt: uncached, read from the cache and written to it."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,

@@ -46,6 +46,8 @@ class ProviderInfo:
         example_model: A cheap model of it, for the demo and examples.
         batch_cache_ttl: The prompt-cache lifetime its batch requests ask for (None: it has no
             choice of lifetime), which is also what their unattributed cache writes are priced at.
+        encoding: The tiktoken encoding that counts its tokens (None: they are estimated from the
+            characters, see ``providers.tokens``).
         client: The module whose ``connect(max_retries)`` builds the provider over its SDK.
     """
 
@@ -58,6 +60,7 @@ class ProviderInfo:
     example_model: str
     batch_cache_ttl: CacheTtl | None
     client: str
+    encoding: str | None = None
 
     @property
     def example_handle(self) -> str:

@@ -11,11 +11,26 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
+from nightshift.domain.context_window import (
+    PRESSURE_EVENT,
+    Pressure,
+    SummaryPlan,
+    pressure,
+    pressure_notice,
+    prompt_room,
+)
 from nightshift.domain.messages import Image, Message, Role
 from nightshift.domain.tools import Tool, schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.runtime.memory import compile_system_message, memory_changed
+from nightshift.runtime.window import (
+    added_tokens,
+    plan_summary,
+    request_tokens,
+    summary_request,
+    system_change_tokens,
+)
 from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
@@ -53,28 +68,106 @@ def heartbeat_message(agent: Agent, now: datetime, *, batch_item_id: str | None 
 
 
 class StepInputs:
-    """Input messages and system-message refreshes for the agents of one step, written in bulk."""
+    """Input messages and system-message refreshes for the agents of one step, written in bulk.
 
-    def __init__(self) -> None:
+    ``add`` the inputs, ``prepare`` (refresh the system messages whose memory changed, count the
+    windows, give memory-pressure notices and plan the summaries the windows need), then ``write``.
+    After ``prepare``, ``summaries`` holds the agents whose step must wait for a summary.
+    """
+
+    def __init__(
+        self, *, summary_model: str | None = None, run_id: str | None = None, step_id: str | None = None
+    ) -> None:
         self.messages: list[Message] = []
-        self.agents: list[Agent] = []
+        self._run_id, self._step_id = run_id, step_id  # of the notices, in a synchronous run
+        self.agents: dict[str, Agent] = {}
+        self.summaries: dict[str, SummaryPlan] = {}
+        self.notices: dict[str, Message] = {}
+        self._summary_model = summary_model
+        self._before: dict[str, int | None] = {}
+        self._item: dict[str, str | None] = {}
 
-    def add(self, agent: Agent, inputs: Sequence[Message]) -> Agent:
-        """Append ``inputs`` to ``agent``'s in-context window; returns the updated agent."""
-        updated = replace(agent, message_ids=(*agent.message_ids, *(m.id for m in inputs)))
+    def add(
+        self,
+        agent: Agent,
+        inputs: Sequence[Message],
+        *,
+        before: int | None = None,
+        batch_item_id: str | None = None,
+    ) -> Agent:
+        """Append ``inputs`` to ``agent``'s in-context window; returns the updated agent.
+
+        ``before`` is the size of the agent's last request, if known (a notice is given when the
+        window goes past the pressure threshold since then); without it, the size it has now.
+        """
+        updated = replace(
+            agent, message_ids=(*agent.message_ids, *(m.id for m in inputs)), context_tokens=added_tokens(agent, inputs)
+        )
         self.messages.extend(inputs)
-        self.agents.append(updated)
+        self.agents[agent.id] = updated
+        self._before[agent.id] = before if before is not None else agent.context_tokens
+        self._item[agent.id] = batch_item_id
         return updated
 
+    async def prepare(self, conn: AsyncConnection, now: datetime) -> None:
+        """Bring the system messages and sizes up to date; decide notices and summaries (see the class)."""
+        for agent_id, change in (await refresh_system_messages(conn, list(self.agents.values()), now)).items():
+            agent = self.agents[agent_id]
+            if agent.context_tokens is not None:
+                delta = system_change_tokens(agent, *change)
+                self.agents[agent_id] = replace(agent, context_tokens=agent.context_tokens + delta)
+        unknown = [a for a in self.agents.values() if a.context_tokens is None and a.message_ids]
+        windows = await self._windows(conn, unknown)
+        for agent in unknown:
+            self.agents[agent.id] = replace(agent, context_tokens=request_tokens(agent, windows[agent.id]))
+        over: list[Agent] = []
+        for agent in list(self.agents.values()):
+            assert agent.context_tokens is not None or not agent.message_ids
+            decision = pressure(agent.llm_config, agent.context_tokens or 0, before=self._before[agent.id])
+            if decision is Pressure.SUMMARIZE:
+                over.append(agent)
+            elif decision is Pressure.NOTICE:
+                notice = replace(
+                    user_message(
+                        agent, pressure_notice(now), now, batch_item_id=self._item[agent.id], event=PRESSURE_EVENT
+                    ),
+                    run_id=self._run_id,
+                    step_id=self._step_id,
+                )
+                self.notices[agent.id] = notice
+                self.messages.append(notice)
+                self.agents[agent.id] = replace(
+                    agent,
+                    message_ids=(*agent.message_ids, notice.id),
+                    context_tokens=added_tokens(agent, [notice]),
+                )
+        windows = await self._windows(conn, over)
+        for agent in over:
+            plan = plan_summary(agent, windows[agent.id], model=self._summary_model)
+            if plan is not None:
+                self.summaries[agent.id] = plan
+
+    async def _windows(self, conn: AsyncConnection, agents: Sequence[Agent]) -> dict[str, list[Message]]:
+        """The in-context messages of ``agents``, from the database and from this step's inputs."""
+        if not agents:
+            return {}
+        stored = await message_store.get_messages(conn, [i for a in agents for i in a.message_ids])
+        stored.update((m.id, m) for m in self.messages)
+        return {a.id: [stored[i] for i in a.message_ids if i in stored] for a in agents}
+
     async def write(self, conn: AsyncConnection, now: datetime) -> None:
-        """Persist the inputs and windows, and rebuild the system messages whose memory changed."""
-        await refresh_system_messages(conn, self.agents, now)
+        """Persist the inputs (and notices), the windows and their sizes."""
         await message_store.insert_messages(conn, self.messages)
-        await agent_store.set_message_ids(conn, [(a.id, a.message_ids) for a in self.agents], now)
+        await agent_store.set_windows(conn, list(self.agents.values()), now)
 
 
-async def refresh_system_messages(conn: AsyncConnection, agents: Sequence[Agent], now: datetime) -> None:
-    """Rewrite, in bulk, the system message of each agent whose prompt or core memory changed."""
+async def refresh_system_messages(
+    conn: AsyncConnection, agents: Sequence[Agent], now: datetime
+) -> dict[str, tuple[str, str]]:
+    """Rewrite, in bulk, the system message of each agent whose prompt or core memory changed.
+
+    Returns the old and new text of each rewritten one, by agent id.
+    """
     system_ids = [a.message_ids[0] for a in agents if a.message_ids]
     current = await message_store.get_messages(conn, system_ids)
     stale = [
@@ -85,22 +178,18 @@ async def refresh_system_messages(conn: AsyncConnection, agents: Sequence[Agent]
         and memory_changed(current[a.message_ids[0]].text, a.system, a.blocks)
     ]
     if not stale:
-        return
+        return {}
     ids = [a.id for a in stale]
     recall = await message_store.count_messages(conn, ids)
     archival = await passage_store.count_passages(conn, ids)
-    await message_store.update_system_texts(
-        conn,
-        [
-            (
-                a.message_ids[0],
-                compile_system_message(
-                    a.system, a.blocks, now=now, recall_count=recall[a.id], archival_count=archival[a.id]
-                ),
-            )
-            for a in stale
-        ],
-    )
+    texts = {
+        a.id: compile_system_message(
+            a.system, a.blocks, now=now, recall_count=recall[a.id], archival_count=archival[a.id]
+        )
+        for a in stale
+    }
+    await message_store.update_system_texts(conn, [(a.message_ids[0], texts[a.id]) for a in stale])
+    return {a.id: (current[a.message_ids[0]].text, texts[a.id]) for a in stale}
 
 
 async def build_requests(
@@ -109,8 +198,9 @@ async def build_requests(
     """One request per agent from its in-context window, with the tools its step allows.
 
     Returns the requests and, for each agent whose request cannot be built (no system message
-    in its window, a tool with an unusable schema), why; those agents have no request. The
-    messages of all agents are loaded in one statement.
+    in its window, a window too big for its context window, a tool with an unusable schema), why;
+    those agents have no request. An agent whose step waits for a summary (``StepState.summary``)
+    gets the summarizing request. The messages of all agents are loaded in one statement.
     """
     ids = [message_id for agent in agents for message_id in agent.message_ids]
     stored = await message_store.get_messages(conn, ids)
@@ -118,9 +208,21 @@ async def build_requests(
     problems: dict[str, str] = {}
     checked: dict[str, str | None] = {}  # the agents share their tools: each is checked once
     for agent in agents:
+        plan = states[agent.id].summary
+        if plan is not None:
+            requests[agent.id] = summary_request(agent, plan, stored)
+            continue
         window = [stored[i] for i in agent.message_ids if i in stored]
         if not window or window[0].role is not Role.SYSTEM:
             problems[agent.id] = "the agent has no system message in its context window"
+            continue
+        room = prompt_room(agent.llm_config)
+        if agent.context_tokens is not None and agent.context_tokens > room:
+            problems[agent.id] = (
+                f"its request (about {agent.context_tokens} tokens) does not fit its context window of "
+                f"{agent.llm_config.context_window} tokens ({room} for the prompt), and its newest messages "
+                "cannot be summarized away; raise its context_window_limit, or its tools' return_char_limit lower"
+            )
             continue
         allowed = set(states[agent.id].allowed_tools)
         offered = [t for t in agent.tools if not allowed or t.name in allowed]

@@ -1,4 +1,4 @@
-"""Writing a step's results: messages, memory edits, passages and context windows, in bulk."""
+"""Writing a step's results: messages, memory edits, passages, context windows and summaries, in bulk."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
+from nightshift.domain.messages import Message
 from nightshift.runtime.step import TurnResult
+from nightshift.runtime.window import Summary, added_tokens, summarized
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import messages as message_store
@@ -35,9 +37,28 @@ async def write_turns(
     for result in results:
         agent = agents[result.agent_id]
         window = (*agent.message_ids, *(m.id for m in result.messages))
+        # The provider counted the request exactly: only the turn's messages are estimated.
+        counted = replace(agent, context_tokens=result.request_tokens) if result.request_tokens else agent
+        tokens = added_tokens(counted, result.messages)
         if not result.continues and agent.message_buffer_autoclear:
-            window = window[:1]
+            window, tokens = window[:1], None  # counted again when next needed
         blocks = tuple(changed.get(b.id, b) for b in agent.blocks)
-        updated[agent.id] = replace(agent, message_ids=window, blocks=blocks, updated_at=now)
-    await agent_store.set_message_ids(conn, [(a.id, a.message_ids) for a in updated.values()], now)
+        updated[agent.id] = replace(agent, message_ids=window, context_tokens=tokens, blocks=blocks, updated_at=now)
+    await agent_store.set_windows(conn, list(updated.values()), now)
+    return updated
+
+
+async def write_summaries(
+    conn: AsyncConnection, agents: Mapping[str, Agent], summaries: Sequence[Summary], now: datetime
+) -> dict[str, Agent]:
+    """Put each summary in its agent's window in place of the messages it stands for; returns
+    the agents as they are now. Agents not in ``agents`` (deleted meanwhile) are left out."""
+    updated: dict[str, Agent] = {}
+    messages: list[Message] = []
+    for summary in summaries:
+        if summary.agent_id in agents:
+            updated[summary.agent_id], message = summarized(agents[summary.agent_id], summary, now)
+            messages.append(message)
+    await message_store.insert_messages(conn, messages)
+    await agent_store.set_windows(conn, list(updated.values()), now)
     return updated

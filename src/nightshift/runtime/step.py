@@ -78,6 +78,8 @@ class TurnResult:
     """What one turn produced. ``state`` is the next step's state when ``continues``.
 
     ``failure`` says why the turn could not be taken at all (then nothing else is set).
+    ``request_tokens`` is the size of the request answered, as the provider counted it (None
+    when it did not say).
     """
 
     agent_id: str
@@ -90,6 +92,7 @@ class TurnResult:
     passages: tuple[Passage, ...] = ()
     tool_error: str | None = None
     failure: str | None = None
+    request_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -381,6 +384,7 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
             for text in new_passages
         ),
         tool_error="; ".join(errors) if errors else None,
+        request_tokens=turn.response.usage.prompt_tokens or None,
     )
 
 

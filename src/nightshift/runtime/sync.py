@@ -14,9 +14,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.domain.agent_runs import RunStep
+from nightshift.domain.agents import Agent
+from nightshift.domain.batches import StepState
+from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Image, Message
 from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError
 from nightshift.ids import new_id
@@ -32,9 +35,10 @@ from nightshift.providers.base import (
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.errors import API_ERROR
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
-from nightshift.runtime.persist import write_turns
+from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, TurnReason, first_state, take_turns
+from nightshift.runtime.window import Summary
 from nightshift.store import agent_runs as run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import items as item_store
@@ -100,6 +104,7 @@ async def step_agent(
     max_steps: int,
     run_id: str,
     listener: SyncListener | None = None,
+    summary_model: str | None = None,
 ) -> SyncResult:
     """Send ``inputs`` to the agent and step it until it stops, reaches ``max_steps`` or is cancelled.
 
@@ -108,6 +113,8 @@ async def step_agent(
     the run is the caller's business.
 
     ``listener``, if given, hears the messages as they are written and the streamed answers.
+    Before a request that would overflow the agent's context window, its oldest messages are
+    summarized (by ``summary_model``, or the agent's own model) through the normal API.
 
     Raises:
         InvalidInput: no message text.
@@ -140,22 +147,25 @@ async def step_agent(
             return out
         run = await run_store.get_run(conn, org_id, run_id)
         assert run is not None
-        step_inputs = StepInputs()
+        step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
         messages = [
             replace(user_message(agent, i.text, now, images=i.images), extra={"otid": i.otid} if i.otid else {})
             for i in inputs
             if i.text.strip() or i.images
         ]
         messages = [_tie(m, run_id, step_id) for m in messages]
-        agent = step_inputs.add(agent, messages)
-        await step_inputs.write(conn, now)
+        agent = await _add(conn, step_inputs, agent, messages, now)
+        messages = step_inputs.messages
     try:
         out.messages.extend(messages)
         if listener is not None:
             await listener.messages(messages)
         state = first_state(agent, max_steps)
         provider = providers.get(agent.llm_config.provider)
+        plan = step_inputs.summaries.get(agent.id)
         while True:
+            while plan is not None:  # the window is summarized before the request that would overflow it
+                agent, plan = await _summarize(engine, providers, agent, plan, out, run_id=run_id, step_id=step_id)
             async with engine.connect() as conn:
                 if out.steps and await run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
@@ -184,9 +194,7 @@ async def step_agent(
                 id=step_id,
                 model=agent.llm_config.model,
                 created_at=now,
-                prompt_tokens=response.usage.input_tokens
-                + response.usage.cache_read_tokens
-                + response.usage.cache_write_tokens,
+                prompt_tokens=response.usage.prompt_tokens,
                 completion_tokens=response.usage.output_tokens,
                 cache_read_tokens=response.usage.cache_read_tokens,
                 cache_write_tokens=response.usage.cache_write_tokens,
@@ -198,11 +206,11 @@ async def step_agent(
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
                 if result.continues:
                     step_id = new_id("step")
-                    step_inputs = StepInputs()
+                    step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
                     heartbeat = _tie(heartbeat_message(agent, now), run_id, step_id)
-                    agent = step_inputs.add(agent, [heartbeat])
-                    await step_inputs.write(conn, now)
-                    written.append(heartbeat)
+                    agent = await _add(conn, step_inputs, agent, [heartbeat], now, before=result.request_tokens)
+                    plan = step_inputs.summaries.get(agent.id)
+                    written.extend(step_inputs.messages)
             out.messages.extend(written)
             if listener is not None:
                 await listener.messages(written)
@@ -213,6 +221,50 @@ async def step_agent(
     finally:
         async with engine.begin() as conn:
             await agent_store.release_sync_step(conn, agent_id)
+
+
+async def _add(
+    conn: AsyncConnection,
+    step_inputs: StepInputs,
+    agent: Agent,
+    messages: Sequence[Message],
+    now: datetime,
+    *,
+    before: int | None = None,
+) -> Agent:
+    """Append ``messages`` (and a memory-pressure notice, if due) to the agent's window; returns the agent."""
+    step_inputs.add(agent, messages, before=before)
+    await step_inputs.prepare(conn, now)
+    await step_inputs.write(conn, now)
+    return step_inputs.agents[agent.id]
+
+
+async def _summarize(
+    engine: AsyncEngine,
+    providers: ProviderSet,
+    agent: Agent,
+    plan: SummaryPlan,
+    out: SyncResult,
+    *,
+    run_id: str,
+    step_id: str,
+) -> tuple[Agent, SummaryPlan | None]:
+    """Summarize what ``plan`` evicts through the normal API and put the summary in the window.
+
+    Returns the agent as it is then, and the next plan should the window still be too big.
+    """
+    async with engine.connect() as conn:
+        requests, _ = await build_requests(conn, [agent], {agent.id: StepState(summary=plan)})
+    response = await providers.get(plan.model.partition("/")[0]).complete(requests[agent.id])
+    out.usage += response.usage
+    now = datetime.now(UTC)
+    summary = Summary(agent_id=agent.id, plan=plan, text=response.text or "", run_id=run_id, step_id=step_id)
+    async with engine.begin() as conn:
+        fresh = await agent_store.load_agents(conn, agent.organization_id, [agent.id])
+        agent = (await write_summaries(conn, fresh, [summary], now))[agent.id]
+        again = StepInputs(summary_model=plan.model, run_id=run_id, step_id=step_id)
+        agent = await _add(conn, again, agent, [], now)
+    return agent, again.summaries.get(agent.id)
 
 
 async def _streamed(

@@ -141,6 +141,7 @@ async def _step(
             max_steps=send.max_steps,
             run_id=run.id,
             listener=listener,
+            summary_model=worker.summary_model,
         )
     except Exception as exc:
         # A bug is a failed run too (its message stays in the log, not on the run).

@@ -23,6 +23,7 @@ from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import refresh_system_messages
 from nightshift.runtime.memory import compile_system_message
 from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_MESSAGE
+from nightshift.runtime.window import request_tokens, system_change_tokens
 from nightshift.services.tools import ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
@@ -185,27 +186,26 @@ async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[Agen
         messages = _first_messages(agent_id, org_id, system_text, now, spec.initial_messages)
         created_blocks += own
         first_messages += messages
-        created.append(
-            Agent(
-                id=agent_id,
-                organization_id=org_id,
-                name=spec.name,
-                system=system,
-                description=spec.description,
-                llm_config=spec.llm_config,
-                embedding=spec.embedding,
-                blocks=tuple(blocks),
-                tools=tuple(tools),
-                tool_rules=tuple(spec.tool_rules),
-                tags=tuple(dict.fromkeys(spec.tags)),
-                metadata=dict(spec.metadata),
-                message_ids=tuple(m.id for m in messages),
-                message_buffer_autoclear=spec.message_buffer_autoclear,
-                secrets=check_secrets(spec.secrets),
-                created_at=now,
-                updated_at=now,
-            )
+        agent = Agent(
+            id=agent_id,
+            organization_id=org_id,
+            name=spec.name,
+            system=system,
+            description=spec.description,
+            llm_config=spec.llm_config,
+            embedding=spec.embedding,
+            blocks=tuple(blocks),
+            tools=tuple(tools),
+            tool_rules=tuple(spec.tool_rules),
+            tags=tuple(dict.fromkeys(spec.tags)),
+            metadata=dict(spec.metadata),
+            message_ids=tuple(m.id for m in messages),
+            message_buffer_autoclear=spec.message_buffer_autoclear,
+            secrets=check_secrets(spec.secrets),
+            created_at=now,
+            updated_at=now,
         )
+        created.append(replace(agent, context_tokens=request_tokens(agent, messages)))
     await block_store.insert_blocks(conn, created_blocks)
     await agent_store.insert_agents(conn, created)
     await message_store.insert_messages(conn, first_messages)
@@ -243,14 +243,23 @@ async def save_agent(conn: AsyncConnection, before: Agent, after: Agent) -> Agen
     after = replace(after, updated_at=datetime.now(UTC))
     if (before.tags, before.blocks, before.tools) != (after.tags, after.blocks, after.tools):
         await agent_store.set_links(conn, after)
+    if (before.tools, before.llm_config.provider) != (after.tools, after.llm_config.provider):
+        after = replace(after, context_tokens=None)  # its window is counted again at its next step
     await agent_store.update_agents(conn, [after])
-    await refresh_system_message(conn, after)
-    return after
+    return await refresh_system_message(conn, after)
 
 
-async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> None:
-    """Rewrite the agent's system message in place when its prompt or core memory no longer match it."""
-    await refresh_system_messages(conn, [agent], datetime.now(UTC))
+async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> Agent:
+    """Rewrite the agent's system message in place when its prompt or core memory no longer match
+    it (its window's size follows); returns the agent as it is now."""
+    now = datetime.now(UTC)
+    changed = await refresh_system_messages(conn, [agent], now)
+    if agent.id not in changed or agent.context_tokens is None:
+        return agent
+    tokens = agent.context_tokens + system_change_tokens(agent, *changed[agent.id])
+    agent = replace(agent, context_tokens=tokens)
+    await agent_store.set_windows(conn, [agent], now)
+    return agent
 
 
 async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: dict[str, Any]) -> Agent:
@@ -384,10 +393,9 @@ async def reset_messages(conn: AsyncConnection, org_id: str, agent_id: str, *, a
         (_, *added) = _first_messages(agent_id, org_id, "", now)
         await message_store.insert_messages(conn, added)
     window = (system_id, *(m.id for m in added))
-    await agent_store.set_message_ids(conn, [(agent_id, window)], now)
-    reset = replace(agent, message_ids=window, updated_at=now)
-    await refresh_system_message(conn, reset)  # the memory metadata counts the messages
-    return reset
+    reset = replace(agent, message_ids=window, context_tokens=None, updated_at=now)  # counted at its next step
+    await agent_store.set_windows(conn, [reset], now)
+    return await refresh_system_message(conn, reset)  # the memory metadata counts the messages
 
 
 async def generate(

@@ -112,6 +112,7 @@ async def start_run(
                 endpoints=worker.providers.endpoints(),
                 idempotency_key=new.idempotency_key,
                 request_hash=digest,
+                summary_model=worker.summary_model,
             )
     except (Conflict, IntegrityError):
         # The same request, sent twice at once: the first one made the run (and holds its agents).

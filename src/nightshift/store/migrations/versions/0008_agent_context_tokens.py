@@ -25,7 +25,7 @@ def upgrade() -> None:
                 "context_tokens",
                 sa.Integer(),
                 nullable=True,
-                comment="the tokens of the request its window makes: the provider's last count plus an estimate of what was added since; null until first counted",
+                comment="the size of the request its window makes, in tokens; null until counted",
             )
         )
 
