@@ -158,6 +158,8 @@ class BatchRunPublic(BaseModel):
                     "failed": progress.count(ItemOutcome.FAILED),
                     "cancelled": progress.count(ItemOutcome.CANCELLED),
                 },
+                # Steps that summarized an agent's oldest messages before its next request.
+                "summaries": progress.count(ItemOutcome.SUMMARIZED),
                 "failures": [
                     {
                         "agent_id": f.agent_id,

@@ -104,9 +104,9 @@ def choose_eviction(window: Sequence[tuple[Role, int]], *, total: int, config: L
         config: The agent's model limits.
 
     The kept part never starts with a tool result (a call and its results leave together), and
-    keeps at least the newest message. The fewest messages are evicted that bring the request,
-    summary included, to ``TARGET``; if none do, the most that may be. An eviction that frees
-    no more than the summary takes is no eviction.
+    keeps the model's last turn with its results and what came after (the work in hand). The
+    fewest messages are evicted that bring the request, summary included, to ``TARGET``; if none
+    do, the most that may be. An eviction that frees no more than the summary takes is no eviction.
     """
     fixed = max(0, total - sum(tokens for _, tokens in window))
     summary = summary_tokens(config)
@@ -114,7 +114,8 @@ def choose_eviction(window: Sequence[tuple[Role, int]], *, total: int, config: L
     kept = total - fixed
     best: int | None = None
     freed = 0
-    for cut in range(1, len(window)):
+    last_turn = max((i for i, (role, _) in enumerate(window) if role is Role.ASSISTANT), default=len(window) - 1)
+    for cut in range(1, min(last_turn, len(window) - 1) + 1):
         freed += window[cut - 1][1]
         kept -= window[cut - 1][1]
         if window[cut][0] is Role.TOOL or freed <= summary:

@@ -109,13 +109,28 @@ def said_text(message: Message) -> str:
 
 
 def search_text(message: Message) -> str:
-    """The text full-text search indexes: what was said, and the assistant's reasoning.
+    """The text full-text search indexes: what was said, the assistant's reasoning and what tools returned.
 
-    System messages, tool results and events (heartbeats, logins) are not part of the
+    System messages and events (heartbeats, logins, notices, summaries) are not part of the
     conversation that conversation_search looks through; leaving them out also keeps the index
-    small and rewrites of the (long) system message cheap.
+    small and rewrites of the (long) system message cheap. A tool result is indexed by what
+    the tool returned, without the status and time around it.
     """
-    if message.role in (Role.SYSTEM, Role.TOOL) or message.extra.get("event"):
+    if message.role is Role.SYSTEM or message.extra.get("event"):
         return ""
+    if message.role is Role.TOOL:
+        return tool_result_text(message.text)
     parts = [said_text(message), message.reasoning or ""]
     return "\n".join(p for p in parts if p)
+
+
+def tool_result_text(text: str) -> str:
+    """What a tool returned, out of the JSON a tool message holds (``{"status", "message", "time"}``)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(body, dict) or "message" not in body:
+        return text
+    returned = body["message"]
+    return returned if isinstance(returned, str) else json.dumps(returned)

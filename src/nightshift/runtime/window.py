@@ -25,6 +25,7 @@ from nightshift.domain.messages import Message, Role, said_text
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.tokens import message_tokens, messages_tokens, text_counter, tools_tokens
+from nightshift.runtime.memory import compile_blocks, compile_metadata
 
 SUMMARIZER_PROMPT = """You keep the memory of a long conversation between an AI agent, its user and \
 its tools. The oldest part of the conversation is leaving the agent's context window; write the \
@@ -42,6 +43,64 @@ def request_tokens(agent: Agent, window: Sequence[Message]) -> int:
     """The tokens of the request ``window`` (the system message first) makes, counted in full."""
     provider = agent.llm_config.provider
     return messages_tokens(provider, window) + tools_tokens(provider, (t.json_schema for t in agent.tools))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextOverview:
+    """What an agent's next request holds, part by part, in tokens (Letta's context-window overview)."""
+
+    limit: int
+    current: int
+    system_prompt: str
+    system_tokens: int
+    core_memory: str
+    core_memory_tokens: int
+    memory_metadata: str
+    memory_metadata_tokens: int
+    summary: str | None
+    summary_tokens: int
+    tools: tuple[dict[str, object], ...]
+    tools_tokens: int
+    messages: tuple[Message, ...]  # the window after the system message (the summary included)
+    messages_tokens: int
+    recall_count: int
+    archival_count: int
+
+
+def context_overview(
+    agent: Agent, window: Sequence[Message], *, recall_count: int, archival_count: int, now: datetime
+) -> ContextOverview:
+    """The overview of ``agent``'s request, its window (system message first) counted in full.
+
+    ``current`` is the size nightshift goes by: the provider's last count plus the estimate of
+    what was added since, or the full count when there is none yet.
+    """
+    provider = agent.llm_config.provider
+    count = text_counter(provider)
+    core = compile_blocks(agent.blocks)
+    metadata = compile_metadata(now=now, recall_count=recall_count, archival_count=archival_count)
+    rest = tuple(window[1:])
+    summary = next((m for m in rest if m.extra.get("event") == SUMMARY_EVENT), None)
+    schemas = tuple(t.json_schema for t in agent.tools)
+    counted = request_tokens(agent, window)
+    return ContextOverview(
+        limit=agent.llm_config.context_window,
+        current=agent.context_tokens if agent.context_tokens is not None else counted,
+        system_prompt=agent.system,
+        system_tokens=count(agent.system),
+        core_memory=core,
+        core_memory_tokens=count(core),
+        memory_metadata=metadata,
+        memory_metadata_tokens=count(metadata),
+        summary=_notice_text(summary.text) if summary else None,
+        summary_tokens=message_tokens(provider, summary) if summary else 0,
+        tools=schemas,
+        tools_tokens=tools_tokens(provider, schemas),
+        messages=rest,
+        messages_tokens=messages_tokens(provider, rest),
+        recall_count=recall_count,
+        archival_count=archival_count,
+    )
 
 
 def added_tokens(agent: Agent, messages: Sequence[Message]) -> int | None:

@@ -23,12 +23,14 @@ from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import refresh_system_messages
 from nightshift.runtime.memory import compile_system_message
 from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_MESSAGE
-from nightshift.runtime.window import request_tokens, system_change_tokens
+from nightshift.runtime.window import ContextOverview, request_tokens, system_change_tokens
+from nightshift.runtime.window import context_overview as window_overview
 from nightshift.services.tools import ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
+from nightshift.store import passages as passage_store
 from nightshift.store.pagination import Page
 from nightshift.tools.base import DEFAULT_BASE_TOOLS
 
@@ -260,6 +262,20 @@ async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> Agent:
     agent = replace(agent, context_tokens=tokens)
     await agent_store.set_windows(conn, [agent], now)
     return agent
+
+
+async def context_overview(conn: AsyncConnection, org_id: str, agent_id: str) -> ContextOverview:
+    """What the agent's next request holds, part by part (``GET /v1/agents/{id}/context``).
+
+    Raises:
+        NotFound: no such agent.
+    """
+    agent = await get_agent(conn, org_id, agent_id)
+    stored = await message_store.get_messages(conn, agent.message_ids)
+    window = [stored[i] for i in agent.message_ids if i in stored]
+    recall = (await message_store.count_messages(conn, [agent_id]))[agent_id]
+    archival = (await passage_store.count_passages(conn, [agent_id]))[agent_id]
+    return window_overview(agent, window, recall_count=recall, archival_count=archival, now=datetime.now(UTC))
 
 
 async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: dict[str, Any]) -> Agent:

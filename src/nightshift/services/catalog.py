@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -49,6 +50,16 @@ async def list_tags(
 def list_models(provider: str | None = None) -> list[KnownModel]:
     """The chat models of the registered providers (of ``provider`` only, if given)."""
     return [m for m in known_models() if provider is None or m.provider == provider]
+
+
+@cache
+def _windows() -> dict[tuple[str, str], int]:
+    return {(m.provider, m.name): m.context_window for m in known_models()}
+
+
+def model_context_window(provider: str, name: str) -> int | None:
+    """The context window of a model the price data knows, in tokens (None: an unknown model)."""
+    return _windows().get((provider, name))
 
 
 def list_embedding_models() -> list[EmbeddingModel]:

@@ -114,12 +114,16 @@ async def count_messages(conn: AsyncConnection, agent_ids: Iterable[str]) -> dic
 async def search_messages(
     conn: AsyncConnection, agent_id: str, query: str, *, limit: int, offset: int
 ) -> list[Message]:
-    """The agent's user and assistant messages matching ``query``, best first."""
+    """The agent's messages matching ``query``, best first: what was said and what tools returned
+    (see ``domain.messages.search_text``)."""
     ranked = ranked_select(conn.dialect.name, messages, messages.c.search_text, query)
     if ranked is None:
         return []
     statement = (
-        ranked.where(messages.c.agent_id == agent_id, messages.c.role.in_([Role.USER.value, Role.ASSISTANT.value]))
+        ranked.where(
+            messages.c.agent_id == agent_id,
+            messages.c.role.in_([Role.USER.value, Role.ASSISTANT.value, Role.TOOL.value]),
+        )
         .limit(limit)
         .offset(offset)
     )

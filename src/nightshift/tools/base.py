@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from nightshift.domain.blocks import Block
-from nightshift.domain.messages import Message, said_text
+from nightshift.domain.messages import Message, Role, said_text, tool_result_text
 from nightshift.domain.passages import Passage
 from nightshift.domain.tools import ToolType
 from nightshift.errors import ToolError
@@ -384,7 +384,14 @@ async def conversation_search(agent_state: AgentContext, query: str, page: int =
     found = await agent_state.search.messages(
         agent_state.agent_id, query, limit=SEARCH_PAGE_SIZE, offset=max(page, 0) * SEARCH_PAGE_SIZE
     )
-    results = [{"timestamp": m.created_at.isoformat(), "role": m.role.value, "text": said_text(m)} for m in found]
+    results = [
+        {
+            "timestamp": m.created_at.isoformat(),
+            "role": m.role.value,
+            "text": tool_result_text(m.text) if m.role is Role.TOOL else said_text(m),
+        }
+        for m in found
+    ]
     return json.dumps({"page": page, "results": results})
 
 

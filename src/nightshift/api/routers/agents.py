@@ -18,6 +18,7 @@ from nightshift.api.schemas import (
     AgentUpdate,
     BlockPublic,
     BlockUpdate,
+    ContextWindowOverview,
     ToolPublic,
     llm_config_from,
     secrets_of,
@@ -113,13 +114,13 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -
     secrets = secrets_of(body.secrets, body.tool_exec_environment_variables)
     if secrets is not None:
         changes["secrets"] = secrets
-    if body.model or body.llm_config or body.max_tokens:
+    if body.model or body.llm_config or body.max_tokens or body.context_window_limit:
         current = (await service.get_agent(conn, org, agent_id)).llm_config
         changes["llm_config"] = llm_config_from(
             body.model or (None if body.llm_config else current.handle),
             body.llm_config,
             max_tokens=body.max_tokens or (None if body.llm_config else current.max_tokens),
-            context_window=None if body.llm_config else current.context_window,
+            context_window=body.context_window_limit or (None if body.llm_config else current.context_window),
             parallel_tool_calls=current.parallel_tool_calls,
         )
     return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes))
@@ -185,6 +186,17 @@ async def attach_block(agent_id: str, block_id: str, conn: Conn, org: Org) -> Ag
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/detach/{block_id}")
 async def detach_block(agent_id: str, block_id: str, conn: Conn, org: Org) -> AgentPublic:
     return AgentPublic.of(await service.detach_block(conn, org, agent_id, block_id))
+
+
+@router.get("/v1/agents/{agent_id}/context")
+async def get_context(agent_id: str, conn: Conn, org: Org) -> ContextWindowOverview:
+    """Letta's context-window overview: what the agent's next request holds, part by part, in tokens.
+
+    ``context_window_size_current`` is the size nightshift keeps the window by (the provider's
+    count of the last request plus an estimate of what was added since); the parts are counted
+    now, the way the agent's provider counts (tiktoken for OpenAI, an estimate for Anthropic).
+    """
+    return ContextWindowOverview.of(await service.context_overview(conn, org, agent_id))
 
 
 @router.get("/v1/agents/{agent_id}/messages")

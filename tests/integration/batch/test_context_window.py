@@ -1,0 +1,137 @@
+"""Long-lived agents stay inside their context window: old messages are summarized, not lost.
+
+The emulator refuses any request over the model's window (set here to the agents' own limit), so
+an overflow anywhere fails the test. The agents read a 40-page document through a paging tool
+whose every page is ~1,500 characters: far more than their window holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nightshift.emulator import EmulatorAdmin
+from nightshift.emulator.anthropic_api import segments as anthropic_segments
+from nightshift.emulator.openai_api import segments as openai_segments
+from nightshift.emulator.tokens import count_openai_tokens, prompt_tokens
+from nightshift.pricing import PriceTable
+from support.api import create_tool, json_object
+from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
+
+PAGES = 40
+WINDOW = 7_000
+MAX_TOKENS = 512
+
+READ_PAGE = '''
+def read_page(page: int) -> str:
+    """Read one page of the long report.
+
+    Args:
+        page: The page number, from 1.
+    """
+    words = " ".join(f"line{n} of page {page} tells of rivers, harbours and trade." for n in range(25))
+    text = f"PAGEMARK{page:02d}Z {words}"[:1480]
+    if page < 40:
+        return f"{text} More: call read_page with page={page + 1}."
+    return f"{text} This was the last page."
+'''
+
+TASK = "Please read the long report with read_page, starting at page 1, to the end."
+
+
+async def _reader(runs: Runs, name: str, model: str) -> dict[str, Any]:
+    return await runs.agent(
+        name,
+        model=model,
+        tools=["read_page"],
+        context_window_limit=WINDOW,
+        max_tokens=MAX_TOKENS,
+        include_base_tools=True,
+    )
+
+
+async def _context(runs: Runs, agent_id: str) -> dict[str, Any]:
+    return json_object(await runs.client.get(f"/v1/agents/{agent_id}/context"))
+
+
+async def _check_agent_kept_everything(runs: Runs, agent_id: str) -> None:
+    """Under its window, a summary in context, and every page still stored and searchable."""
+    context = await _context(runs, agent_id)
+    assert context["context_window_size_max"] == WINDOW
+    assert context["context_window_size_current"] <= WINDOW - MAX_TOKENS
+    assert context["summary_memory"] and "Summary of" in context["summary_memory"]
+    stored = await runs.context(agent_id)
+    returns = [m for m in stored if m["message_type"] == "tool_return_message"]
+    pages = {n for n in range(1, PAGES + 1) if any(f"PAGEMARK{n:02d}Z" in m["tool_return"] for m in returns)}
+    assert pages == set(range(1, PAGES + 1))
+    # Every page, evicted or not, is found by the base tool's search (the agent's recall memory).
+    for page in range(1, PAGES + 1):
+        found = json_object(
+            await runs.client.post(
+                f"/v1/agents/{agent_id}/tools/conversation_search/run",
+                json={"args": {"query": f"PAGEMARK{page:02d}Z"}},
+            )
+        )
+        assert found["status"] == "success", found
+        assert any(f"PAGEMARK{page:02d}Z" in r["text"] for r in found["func_return"]["results"]), found
+
+
+@pytest.mark.parametrize("model", [ANTHROPIC_MODEL, OPENAI_MODEL], ids=["anthropic", "openai"])
+async def test_a_batch_run_longer_than_the_window_summarizes_in_its_batches(
+    runs: Runs, admin: EmulatorAdmin, model: str
+) -> None:
+    await admin.configure(context_windows={model.split("/", 1)[1]: WINDOW})
+    await create_tool(runs.client, READ_PAGE)
+    agents = [await _reader(runs, f"reader-{i}", model) for i in range(3)]
+
+    run = await runs.start([{"agent_id": a["id"], "input": TASK, "max_steps": PAGES + 5} for a in agents])
+    done = await runs.wait(run["id"], timeout=180)
+
+    assert done["status"] == "completed", done["progress"]
+    assert done["progress"]["failures"] == [], done["progress"]
+    calls = await admin.model_calls()
+    summaries = [c for c in calls if not c["body"].get("tools")]
+    # Every summary went through a provider batch, alongside the other agents' steps.
+    assert summaries and all(c["custom_id"] is not None and c["batch_id"] is not None for c in calls)
+    assert done["progress"]["summaries"] == len(summaries)
+    assert len({c["batch_id"] for c in summaries}) < len(summaries) or len(summaries) <= len(agents)
+    for agent in agents:
+        await _check_agent_kept_everything(runs, agent["id"])
+    # The run's tokens (and so its cost) are those of every request sent, the summaries' included.
+    usage = done["progress"]["usage"]
+    sent = sum(_prompt_tokens(c) for c in calls)
+    assert usage["input_tokens"] + usage["cache_read_tokens"] + usage["cache_write_tokens"] == sent
+    prices = PriceTable()
+    expected = prices.cost(model, usage, batch=True)
+    assert expected is not None and done["progress"]["cost_usd"] == pytest.approx(
+        expected.usd, abs=1e-6
+    )  # shown to a millionth
+
+
+def _prompt_tokens(call: dict[str, Any]) -> int:
+    """A request's prompt tokens, counted as the emulator counts them."""
+    if call["api"] == "openai":
+        return prompt_tokens(openai_segments(call["body"]), count_openai_tokens)
+    return prompt_tokens(anthropic_segments(call["body"]))
+
+
+async def test_forty_synchronous_turns_stay_inside_the_window(runs: Runs, admin: EmulatorAdmin) -> None:
+    await admin.configure(context_windows={ANTHROPIC_MODEL.split("/", 1)[1]: WINDOW})
+    await create_tool(runs.client, READ_PAGE)
+    agent = await _reader(runs, "sync-reader", ANTHROPIC_MODEL)
+
+    response = await runs.client.post(
+        f"/v1/agents/{agent['id']}/messages",
+        json={"messages": [{"role": "user", "content": TASK}], "max_steps": PAGES + 5},
+    )
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["stop_reason"]["stop_reason"] == "end_turn", body["stop_reason"]
+    returns = [m for m in body["messages"] if m["message_type"] == "tool_return_message"]
+    assert len([m for m in returns if "PAGEMARK" in m["tool_return"]]) == PAGES
+    calls = await admin.model_calls()
+    summaries = [c for c in calls if not c["body"].get("tools")]
+    assert summaries and all(c["custom_id"] is None for c in calls)
+    await _check_agent_kept_everything(runs, agent["id"])
