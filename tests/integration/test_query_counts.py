@@ -275,3 +275,33 @@ async def test_listing_messages_tags_and_agents_costs_the_same_statements_for_2_
     for what in ("messages", "tags", "agents"):
         assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
     print({what: len(read[20][what]) for what in read[20]})
+
+
+async def test_reading_archival_memory_costs_the_same_statements_for_2_passages_as_for_20(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    log = StatementLog(app.state.nightshift.engine)
+    read: dict[int, dict[str, list[str]]] = {}
+    for size in (2, 20):
+        agent = (await client.post("/v1/agents/", json={"name": f"keeper-{size}", "model": ANTHROPIC_MODEL})).json()
+        url = f"/v1/agents/{agent['id']}/archival-memory"
+        made = [
+            (await client.post(url, json={"text": f"note {n} of {size}", "tags": [f"t{n}", "shared"]})).json()[0]
+            for n in range(size)
+        ]
+        queries: dict[str, tuple[str, Any]] = {
+            "list": (url, {"limit": 1000}),
+            "list after a cursor": (url, {"after": made[-1]["id"], "ascending": "false"}),
+            "list with search": (url, {"search": "note", "limit": 1000}),
+            "search": (f"{url}/search", [("query", "note"), ("top_k", 1000), ("tags", "shared"), ("tags", "t0")]),
+        }
+        read[size] = {}
+        for what, (path, params) in queries.items():
+            with log.recording() as statements:
+                found = (await client.get(path, params=params)).json()
+            read[size][what] = statements
+            rows = found["results"] if what == "search" else found
+            assert len(rows) >= size - 1, (what, found)
+    for what in read[2]:
+        assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
+    print({what: len(read[20][what]) for what in read[20]})

@@ -21,6 +21,7 @@ from nightshift.api.routers import (
     agent_messages,
     agent_stream,
     agents,
+    archival,
     batches,
     blocks,
     catalog,
@@ -108,7 +109,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
     app.include_router(metrics.router)  # the server password only, when there is one (not an API key)
     secured = [Depends(organization), Depends(storable_url)]
-    for module in (agents, agent_files, tools, blocks, catalog):
+    for module in (agents, archival, agent_files, tools, blocks, catalog):
         app.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
     app.include_router(
         agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES

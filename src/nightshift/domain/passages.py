@@ -16,3 +16,13 @@ class Passage:
     text: str
     tags: tuple[str, ...] = ()
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassageFilter:
+    """Which passages a search may return: by tags and by creation time (both ends included)."""
+
+    tags: tuple[str, ...] = ()
+    match_all_tags: bool = False  # every tag of ``tags`` rather than any of them
+    start: datetime | None = None
+    end: datetime | None = None

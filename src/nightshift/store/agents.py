@@ -143,6 +143,12 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     return {row.id: _to_agent(row, block_map[row.id], tool_map.get(row.id, []), tag_map[row.id]) for row in rows}
 
 
+async def agent_exists(conn: AsyncConnection, org_id: str, agent_id: str) -> bool:
+    """Whether ``org_id`` has an agent of that id, in one statement (nothing of it is loaded)."""
+    found = await conn.scalar(select(agents.c.id).where(agents.c.organization_id == org_id, agents.c.id == agent_id))
+    return found is not None
+
+
 async def _tool_links(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, list[str]]:
     """The tool ids of each agent, in order. One row per agent (``tool:position,...``) rather than one
     per link: agents have ten tools or so, and reading rows is what loading agents spends most on."""
