@@ -3,6 +3,7 @@ only for the agents that changed since the step read them (on SQLite and Postgre
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -33,7 +34,7 @@ async def test_only_the_agents_changed_since_the_read_are_read_again(engine: Asy
         await update_block(conn, edited.blocks[0], {"value": "likes tea"})
         await delete_agent(conn, DEFAULT_ORG_ID, deleted.id)
         window = (*moved.message_ids, moved.message_ids[0])
-        await agent_store.set_message_ids(conn, [(moved.id, window)], datetime.now(UTC))
+        await agent_store.set_windows(conn, [replace(moved, message_ids=window)], datetime.now(UTC))
 
     async with engine.connect() as conn:
         current = await agent_store.reload_changed(conn, DEFAULT_ORG_ID, loaded)
