@@ -238,7 +238,7 @@ async def test_reading_a_runs_agents_costs_the_same_statements_for_2_agents_as_f
     print({"run agents": len(read[20])})
 
 
-async def test_listing_messages_tags_and_agents_costs_the_same_statements_for_2_as_for_20(
+async def test_listing_messages_tags_and_agents_and_the_context_cost_the_same_statements_for_2_as_for_20(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
     log = StatementLog(app.state.nightshift.engine)
@@ -266,13 +266,14 @@ async def test_listing_messages_tags_and_agents_costs_the_same_statements_for_2_
             "messages": (f"/v1/agents/{agent['id']}/messages", {"after": agent["message_ids"][0]}),
             "tags": ("/v1/tags/", {"limit": 1000}),
             "agents": ("/v1/agents/", {"query_text": f"tagged-{size}-", "limit": 1000}),
+            "context": (f"/v1/agents/{agent['id']}/context", {}),
         }
         for what, (path, params) in queries.items():
             with log.recording() as statements:
                 found = (await client.get(path, params=params)).json()
             read[size][what] = statements
-            assert len(found) >= size, (what, found)
-    for what in ("messages", "tags", "agents"):
+            assert len(found["messages"] if what == "context" else found) >= size, (what, found)
+    for what in ("messages", "tags", "agents", "context"):
         assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
     print({what: len(read[20][what]) for what in read[20]})
 

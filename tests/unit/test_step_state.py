@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from nightshift.domain.batches import STEP_STATE_VERSION, StepState, upgrade_state
+from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.solver import SolverState
 
 
@@ -15,6 +16,15 @@ def test_a_state_reads_back_as_it_was_written() -> None:
 
     assert StepState.from_json(state.to_json()) == state
     assert state.to_json()["schema_version"] == STEP_STATE_VERSION
+
+
+def test_a_state_waiting_for_a_summary_reads_back_and_a_version_1_state_waits_for_none() -> None:
+    plan = SummaryPlan(evicted=("message-1",), evicted_tokens=300, model="anthropic/m", max_tokens=256)
+    state = StepState(step_number=4, max_steps=9, summary=plan)
+    version_1 = {k: v for k, v in state.to_json().items() if k != "summary"} | {"schema_version": 1}
+
+    assert StepState.from_json(state.to_json()) == state
+    assert StepState.from_json(version_1) == StepState(step_number=4, max_steps=9)
 
 
 def test_older_states_are_upgraded_one_version_at_a_time() -> None:

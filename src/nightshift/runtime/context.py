@@ -221,7 +221,7 @@ async def build_requests(
             problems[agent.id] = (
                 f"its request (about {agent.context_tokens} tokens) does not fit its context window of "
                 f"{agent.llm_config.context_window} tokens ({room} for the prompt), and its newest messages "
-                "cannot be summarized away; raise its context_window_limit, or its tools' return_char_limit lower"
+                "cannot be summarized away: raise its context_window_limit or lower its tools' return_char_limit"
             )
             continue
         allowed = set(states[agent.id].allowed_tools)

@@ -135,3 +135,39 @@ async def test_forty_synchronous_turns_stay_inside_the_window(runs: Runs, admin:
     summaries = [c for c in calls if not c["body"].get("tools")]
     assert summaries and all(c["custom_id"] is None for c in calls)
     await _check_agent_kept_everything(runs, agent["id"])
+
+
+HUGE_TOOL = '''
+def dump_logs(day: str) -> str:
+    """Return every log line of a day.
+
+    Args:
+        day: The day, as YYYY-MM-DD.
+    """
+    return "log line of a busy server " * 1500
+'''
+
+
+async def test_an_agent_whose_newest_messages_cannot_fit_fails_alone_saying_why(
+    runs: Runs, admin: EmulatorAdmin
+) -> None:
+    await admin.configure(context_windows={ANTHROPIC_MODEL.split("/", 1)[1]: WINDOW})
+    await create_tool(runs.client, HUGE_TOOL)
+    await create_tool(runs.client, READ_PAGE)
+    flooded = await runs.agent("flooded", tools=["dump_logs"], context_window_limit=WINDOW, max_tokens=MAX_TOKENS)
+    fine = await _reader(runs, "fine", ANTHROPIC_MODEL)
+
+    run = await runs.start(
+        [
+            {"agent_id": flooded["id"], "input": "Please use dump_logs for 2026-11-30."},
+            {"agent_id": fine["id"], "input": "Hello, how are you?"},
+        ]
+    )
+    done = await runs.wait(run["id"], timeout=60)
+
+    assert done["status"] == "completed", done["progress"]
+    (failure,) = done["progress"]["failures"]
+    assert failure["agent_id"] == flooded["id"]
+    assert "does not fit its context window of 7000 tokens" in failure["error"], failure
+    assert "raise its context_window_limit" in failure["error"]
+    assert done["progress"]["agents"]["finished"] == 1

@@ -452,3 +452,28 @@ async def test_one_refused_request_is_an_errored_result_of_a_valid_batch(
         result = results[custom_id]
         assert result.type == "errored" and result.error.error.type == "invalid_request_error"
         assert result.error.error.message.startswith(message)
+
+
+async def test_a_prompt_over_the_models_window_is_refused_as_too_long(
+    anthropic_sdk: anthropic.AsyncAnthropic, admin: EmulatorAdmin
+) -> None:
+    await admin.configure(context_windows={"claude-test": 600})
+    # "hello" fits; 2,000 characters (500 tokens) and 512 for the answer do not; 4,000 alone do not.
+    await anthropic_sdk.messages.create(**params())
+
+    with pytest.raises(anthropic.BadRequestError) as near:
+        await anthropic_sdk.messages.create(**params("x" * 2_000))
+    with pytest.raises(anthropic.BadRequestError) as over:
+        await anthropic_sdk.messages.create(**params("x" * 4_000))
+
+    assert near.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "input length and `max_tokens` exceed context limit" in near.value.message
+    assert "prompt is too long: " in over.value.message and "> 600 maximum" in over.value.message
+    # In a batch, the same request is an errored result.
+    batch = await anthropic_sdk.messages.batches.create(
+        requests=[{"custom_id": "long", "params": params("x" * 4_000)}, {"custom_id": "short", "params": params()}]
+    )
+    await anthropic_sdk.messages.batches.retrieve(batch.id)
+    results = {r.custom_id: r.result async for r in await anthropic_sdk.messages.batches.results(batch.id)}
+    assert results["short"].type == "succeeded"
+    assert results["long"].type == "errored" and "prompt is too long" in results["long"].error.error.message

@@ -416,3 +416,18 @@ async def test_rate_limit_fault_surfaces_without_retries(openai_sdk: openai.Asyn
     assert caught.value.response.headers["retry-after"] == "1"
     assert caught.value.code == "rate_limit_exceeded"
     assert (await openai_sdk.batches.list()).data == []
+
+
+async def test_a_prompt_over_the_models_window_is_refused_with_context_length_exceeded(
+    openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin
+) -> None:
+    await admin.configure(context_windows={"gpt-test": 300})
+    fits: Any = [{"role": "user", "content": "hello"}]
+    await openai_sdk.chat.completions.create(model="gpt-test", messages=fits, max_completion_tokens=100)
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        await openai_sdk.chat.completions.create(model="gpt-test", messages=fits, max_completion_tokens=300)
+
+    assert refused.value.code == "context_length_exceeded"
+    assert "maximum context length is 300 tokens" in refused.value.message
+    assert "in the messages, 300 in the completion" in refused.value.message

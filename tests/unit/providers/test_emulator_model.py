@@ -272,3 +272,37 @@ def test_one_thing_is_one_call_either_way() -> None:
     for parallel in (True, False):
         output = respond(ModelInput(turns=(user("use get_weather for Paris"),), tools=(SEND, CITY), parallel=parallel))
         assert [c.tool_name for c in output.calls] == ["get_weather"]
+
+
+READ = tool("read_page", {"page": {"type": "integer"}})
+
+
+def test_a_result_that_asks_for_another_call_gets_it() -> None:
+    result = Turn(
+        role="tool", tool_name="read_page", text=json.dumps({"message": "p3 ... More: call read_page with page=4."})
+    )
+
+    answer = ask(user("read the report"), Turn(role="assistant", tool_name="read_page"), result, tools=(SEND, READ))
+
+    assert answer.tool_name == "read_page"
+    assert answer.arguments["page"] == 4 and answer.arguments["request_heartbeat"] is True
+
+
+def test_system_alerts_are_not_the_user_speaking() -> None:
+    alert = json.dumps({"type": "system_alert", "message": "Warning: read_page your context window is filling up."})
+
+    assert is_heartbeat(alert)
+    # The alert names a tool, but only the user's message picks what to call.
+    answer = ask(user("hello there"), user(alert), tools=(SEND, READ))
+    assert answer.tool_name == "send_message"
+
+
+def test_a_summarizing_request_is_answered_with_a_summary_of_its_transcript() -> None:
+    transcript = "\n".join(
+        ["The conversation to summarize:", "", "[user] read the report", "[agent] called read_page(1)", "[result] p1"]
+    )
+
+    answer = respond(ModelInput(system="Write the summary that will stand in for it.", turns=(user(transcript),)))
+
+    assert answer.calls == () and answer.text is not None
+    assert answer.text.startswith("Summary of 3 messages:") and "read the report" in answer.text
