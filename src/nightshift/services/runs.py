@@ -188,7 +188,8 @@ async def agents_of_run(
                 agent_id=agent.agent_id,
                 agent_name=agent.agent_name,
                 state=state,
-                steps=sum(1 for i in items if i.request_status is RequestStatus.COMPLETED),
+                # Steps answered; a summary of the agent's window is not one (its cost counts).
+                steps=sum(1 for i in items if i.request_status is RequestStatus.COMPLETED and not i.step_state.summary),
                 step_number=last.step_state.step_number,
                 usage=usage,
                 cost=sum((item.cost for item in items), Costs()),

@@ -102,6 +102,10 @@ async def test_a_batch_run_longer_than_the_window_summarizes_in_its_batches(
     usage = done["progress"]["usage"]
     sent = sum(_prompt_tokens(c) for c in calls)
     assert usage["input_tokens"] + usage["cache_read_tokens"] + usage["cache_write_tokens"] == sent
+    # Each agent answered 41 steps (40 pages, then its answer); its summaries are no step, but cost.
+    listed = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}/agents"))["agents"]
+    assert [a["steps"] for a in listed] == [PAGES + 1] * len(agents)
+    assert sum(a["cost_usd"] for a in listed) == pytest.approx(done["progress"]["cost_usd"], abs=1e-5)
     prices = PriceTable()
     expected = prices.cost(model, usage, batch=True)
     assert expected is not None and done["progress"]["cost_usd"] == pytest.approx(
