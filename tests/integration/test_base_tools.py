@@ -117,7 +117,9 @@ async def test_archival_insert_then_ranked_paged_search(agent: Agent, conn: Asyn
     assert (await passage_store.count_passages(conn, [agent.id]))[agent.id] == 4
 
 
-async def test_conversation_search_finds_user_and_send_message_text(agent: Agent, conn: AsyncConnection) -> None:
+async def test_conversation_search_finds_user_send_message_and_tool_result_text(
+    agent: Agent, conn: AsyncConnection
+) -> None:
     base = datetime.now(UTC)
 
     def message(role: Role, text: str, minutes: int, **extra: Any) -> Message:
@@ -137,7 +139,13 @@ async def test_conversation_search_finds_user_and_send_message_text(agent: Agent
         [
             message(Role.USER, "My parrot is green and loud.", 1),
             message(Role.ASSISTANT, "", 2, reasoning="note the parrot", tool_calls=(call,)),
-            message(Role.TOOL, "parrot tool output", 3, tool_call_id="call-1", name="send_message"),
+            message(
+                Role.TOOL,
+                json.dumps({"status": "OK", "message": "parrot tool output", "time": "2026-12-01T00:00:00"}),
+                3,
+                tool_call_id="call-1",
+                name="send_message",
+            ),
             message(Role.USER, "What is the weather?", 4),
             message(Role.USER, '{"type": "heartbeat", "reason": "parrot"}', 5, extra={"event": "heartbeat"}),
         ],
@@ -145,8 +153,10 @@ async def test_conversation_search_finds_user_and_send_message_text(agent: Agent
     ctx = context(agent, conn)
     found = json.loads(await run_base_tool("conversation_search", ctx, {"query": "parrot"}))
     roles = sorted(r["role"] for r in found["results"])
-    assert roles == ["assistant", "user"]  # tool results and heartbeats are not part of the conversation
+    # What tools returned is found (an evicted tool result stays in recall memory); heartbeats are not.
+    assert roles == ["assistant", "tool", "user"]
     texts = {r["text"] for r in found["results"]}
     assert "My parrot is green and loud." in texts
+    assert "parrot tool output" in texts  # what the tool returned, without the status and time around it
     # The assistant's turn shows as what the user saw (send_message), found through its reasoning.
     assert "Your parrot is called Kiwi." in texts
