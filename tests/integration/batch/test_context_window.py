@@ -62,6 +62,10 @@ async def _check_agent_kept_everything(runs: Runs, agent_id: str) -> None:
     assert context["context_window_size_current"] <= WINDOW - MAX_TOKENS
     assert context["summary_memory"] and "Summary of" in context["summary_memory"]
     stored = await runs.context(agent_id)
+    # Before its first summary the agent was warned, once, that its window was filling up.
+    said = [str(m.get("content")) for m in stored if m["message_type"] == "user_message"]
+    first_summary = next(i for i, text in enumerate(said) if "left your context window" in text)
+    assert sum("context window is filling up" in text for text in said[:first_summary]) == 1
     returns = [m for m in stored if m["message_type"] == "tool_return_message"]
     pages = {n for n in range(1, PAGES + 1) if any(f"PAGEMARK{n:02d}Z" in m["tool_return"] for m in returns)}
     assert pages == set(range(1, PAGES + 1))
