@@ -82,7 +82,6 @@ class StepInputs:
         self._run_id, self._step_id = run_id, step_id  # of the notices, in a synchronous run
         self.agents: dict[str, Agent] = {}
         self.summaries: dict[str, SummaryPlan] = {}
-        self.notices: dict[str, Message] = {}
         self._summary_model = summary_model
         self._before: dict[str, int | None] = {}
         self._item: dict[str, str | None] = {}
@@ -134,7 +133,6 @@ class StepInputs:
                     run_id=self._run_id,
                     step_id=self._step_id,
                 )
-                self.notices[agent.id] = notice
                 self.messages.append(notice)
                 self.agents[agent.id] = replace(
                     agent,
