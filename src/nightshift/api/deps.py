@@ -30,7 +30,9 @@ class AppState:
     background: BackgroundRuns  # the message sends this process steps in the background
 
 
-def app_state(request: Request) -> AppState:
+async def app_state(request: Request) -> AppState:
+    # async, as every dependency here: FastAPI runs a plain function in its thread pool, a
+    # thread hop per request for nothing.
     state: AppState = request.app.state.nightshift
     return state
 

@@ -6,6 +6,7 @@ These are the wire layer only: routers turn them into domain calls and domain ob
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -390,7 +391,19 @@ class AgentPublic(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def of(cls, agent: Agent) -> AgentPublic:
+    def many(cls, agents: Iterable[Agent]) -> list[AgentPublic]:
+        """Several agents; a tool they share (the base tools: every agent has them) is mapped once."""
+        shared: dict[str, ToolPublic] = {}
+        return [cls.of(agent, tools=shared) for agent in agents]
+
+    @classmethod
+    def of(cls, agent: Agent, *, tools: dict[str, ToolPublic] | None = None) -> AgentPublic:
+        """The agent in Letta's shape. ``tools``: the tools already mapped, by id, to reuse and add to
+        (a page of agents is mostly the same ten tools with their JSON schemas)."""
+        mapped = {} if tools is None else tools
+        for tool in agent.tools:
+            if tool.id not in mapped:
+                mapped[tool.id] = ToolPublic.of(tool)
         config = agent.llm_config
         blocks = [BlockPublic.of(b) for b in agent.blocks]
         secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in sorted(agent.secrets)]
@@ -412,7 +425,7 @@ class AgentPublic(BaseModel):
             embedding=agent.embedding,
             memory=MemoryPublic(blocks=blocks),
             blocks=blocks,
-            tools=[ToolPublic.of(t) for t in agent.tools],
+            tools=[mapped[t.id] for t in agent.tools],
             tool_rules=dump_tool_rules(agent.tool_rules),
             tags=list(agent.tags),
             metadata=agent.metadata,

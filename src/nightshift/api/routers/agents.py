@@ -85,7 +85,7 @@ async def list_agents(
     agents = await service.list_agents(
         conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags, query_text=query_text
     )
-    return [AgentPublic.of(a) for a in agents]
+    return AgentPublic.many(agents)
 
 
 @router.get("/v1/agents/{agent_id}")
