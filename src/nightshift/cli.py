@@ -92,7 +92,7 @@ def serve(
     _configure_observability(settings)
     try:
         uvicorn.run(
-            create_app(settings),
+            create_app(settings, poller_process=settings.poller_process),
             host=host or settings.host,
             port=port or settings.port,
             log_config=None,  # uvicorn's loggers go through ours (configured above), in the same format
@@ -107,24 +107,57 @@ def serve(
 @app.command()
 def poll(
     once: Annotated[bool, typer.Option("--once", help="Do one pass and exit (instead of polling forever)")] = False,
+    metrics_file: Annotated[
+        Path | None,
+        typer.Option(help="Write this process's metrics there after each pass (Prometheus text format)"),
+    ] = None,
+    parent: Annotated[
+        int | None, typer.Option(hidden=True, help="serve's process id: this poller is its child and ends with it")
+    ] = None,
 ) -> None:
-    """Advance batch runs: submit, poll, apply results and send callbacks (serve does this too)."""
+    """Advance batch runs: submit, poll, apply results and send callbacks (serve does this too).
+
+    On SIGTERM or SIGINT it claims nothing more, finishes the stage in progress (for
+    NIGHTSHIFT_SHUTDOWN_GRACE_SECONDS at most) and gives its leases back before it exits; on
+    SIGUSR1 it polls at once.
+    """
+    import signal
+
     import httpx
 
-    from nightshift.batch.poller import poll_forever, poll_once
+    from nightshift.batch.poller import drain, poll_forever, poll_once
+    from nightshift.batch.poller_process import die_with_parent, watch_parent, write_figures
     from nightshift.batch.worker import running_worker
     from nightshift.store.db import opened, upgrade
 
     settings = Settings()
     _configure_observability(settings)
+    if parent is not None:
+        die_with_parent(parent)
 
     async def run() -> int:
         async with opened(settings.resolved_database_url) as engine:
-            await upgrade(engine)
+            if parent is None:
+                await upgrade(engine)  # (serve has migrated the database before it started this poller)
             async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
                 if once:
                     return await poll_once(worker, http)
-                await poll_forever(worker, http)
+                figures = (lambda: write_figures(worker.metrics, metrics_file)) if metrics_file else None
+                stop, wake = asyncio.Event(), asyncio.Event()
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(signal.SIGUSR1, wake.set)  # serve: new work is due (see PollerProcess)
+                poller = asyncio.create_task(poll_forever(worker, http, after_pass=figures, wake=wake), name="poller")
+                waits = [poller, asyncio.create_task(stop.wait())]
+                if parent is not None:
+                    waits.append(asyncio.create_task(watch_parent(parent)))
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                await drain(worker, poller, grace=settings.shutdown_grace_seconds)
+                for waiting in waits:
+                    waiting.cancel()
+                if figures is not None:
+                    figures()
                 return 0
 
     try:

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     port: int = 8283
     poll_interval_seconds: float = 30.0
     poller: bool = True
+    # serve: run the poller in a child process (``nightshift poll``), so that the API process's
+    # event loop serves requests only; false: inside the API process, on its event loop.
+    poller_process: bool = True
     # How long a provider batch a process works on stays its own (renewed while it works): after a
     # crash, how soon another process takes over. Default: 20 poll intervals, at least 5 s.
     lease_seconds: float | None = Field(default=None, gt=0)

@@ -5,8 +5,10 @@ as processes of their own on the loopback, creates AGENTS agents through the API
 CLIENTS concurrent readers for two phases: with no run going (SECONDS long), and while one batch
 run over every agent goes through its two steps (a memory edit, then send_message), until the run
 ends (at most SECONDS * 10). Readers loop over what a user or the dashboard reads: one agent, a
-page of 50 agents, an agent's last 20 messages, the page of runs and the run. It prints the
-latency percentiles of each phase and how long the run's steps took.
+page of 50 agents, an agent's last 20 messages, the page of runs and the run. Each reader has a
+connection of its own, as separate users would (one shared httpx pool of fifty connections costs
+the measuring process more than the server: its latencies were the pool's). It prints the latency
+percentiles of each phase, the API process's CPU time per request, and how long the run's steps took.
 """
 
 from __future__ import annotations
@@ -45,15 +47,23 @@ class Latencies:
     seconds: list[float] = field(default_factory=list)
     errors: int = 0
     wall: float = 0.0
+    server_cpu: float = 0.0  # CPU seconds the API process spent during the phase
 
     def percentile(self, share: float) -> float:
         ordered = sorted(self.seconds)
         return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) the process ``pid`` has used so far, its children apart."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def server_process(database_url: str, home: Path, emulator_url: str) -> Iterator[str]:
-    """``nightshift serve`` in its own process against the emulator; yields its base URL."""
+def server_process(database_url: str, home: Path, emulator_url: str) -> Iterator[tuple[str, int]]:
+    """``nightshift serve`` in its own process against the emulator; yields its base URL and pid."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")}
     env.update(
@@ -82,7 +92,7 @@ def server_process(database_url: str, home: Path, emulator_url: str) -> Iterator
             if time.monotonic() > deadline or process.poll() is not None:
                 raise RuntimeError(f"the server did not start; see {home / 'server.log'}")
             time.sleep(0.1)
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -137,27 +147,30 @@ async def read(client: httpx.AsyncClient, agent_ids: list[str], run_id: str | No
 
 
 async def readers(
-    client: httpx.AsyncClient, clients: int, agent_ids: list[str], run_id: str | None, into: Latencies, until: Any
+    url: str, server: int, clients: int, agent_ids: list[str], run_id: str | None, into: Latencies, until: Any
 ) -> None:
-    """``clients`` readers in a loop until ``until()`` is true."""
-    started = time.perf_counter()
+    """``clients`` readers, each on a connection of its own, in a loop until ``until()`` is true."""
+    started, cpu = time.perf_counter(), cpu_seconds(server)
 
     async def reader() -> None:
-        while not until():
-            await read(client, agent_ids, run_id, into)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=1)) as client:
+            while not until():
+                await read(client, agent_ids, run_id, into)
 
     await asyncio.gather(*(reader() for _ in range(clients)))
     into.wall = time.perf_counter() - started
+    into.server_cpu = cpu_seconds(server) - cpu
 
 
-async def load(url: str, *, agents: int, clients: int, seconds: float, model: str) -> tuple[list[Latencies], float]:
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+async def load(
+    url: str, server: int, *, agents: int, clients: int, seconds: float, model: str
+) -> tuple[list[Latencies], float]:
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=20)) as client:
         agent_ids = await create_agents(client, agents, model)
         quiet = Latencies("no run going")
         deadline = time.monotonic() + seconds
         console.print(f"reading with {clients} clients for {seconds:.0f} s, no run going")
-        await readers(client, clients, agent_ids, None, quiet, lambda: time.monotonic() > deadline)
+        await readers(url, server, clients, agent_ids, None, quiet, lambda: time.monotonic() > deadline)
 
         console.print(f"a batch run over {agents:,} agents (two steps), read meanwhile by {clients} clients")
         started = time.perf_counter()
@@ -179,7 +192,7 @@ async def load(url: str, *, agents: int, clients: int, seconds: float, model: st
             ended.set()
 
         busy = Latencies("while the run steps")
-        await asyncio.gather(watch(), readers(client, clients, agent_ids, run_id, busy, ended.is_set))
+        await asyncio.gather(watch(), readers(url, server, clients, agent_ids, run_id, busy, ended.is_set))
         run_seconds = time.perf_counter() - started
     return [quiet, busy], run_seconds
 
@@ -196,10 +209,12 @@ def main(
     with tempfile.TemporaryDirectory() as tmp, emulator_process() as (emulator_url, _pid):
         home = Path(tmp)
         db = database_url or f"sqlite:///{home / 'load.db'}"
-        with server_process(db, home, emulator_url) as url:
-            phases, run_seconds = asyncio.run(load(url, agents=agents, clients=clients, seconds=seconds, model=model))
+        with server_process(db, home, emulator_url) as (url, server):
+            phases, run_seconds = asyncio.run(
+                load(url, server, agents=agents, clients=clients, seconds=seconds, model=model)
+            )
     table = Table(title=f"API latency, {clients} concurrent readers, {agents:,} agents")
-    for column in ("phase", "requests", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors"):
+    for column in ("phase", "requests", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "API CPU ms/req"):
         table.add_column(column, justify="left" if column == "phase" else "right")
     for phase in phases:
         table.add_row(
@@ -209,10 +224,12 @@ def main(
             *(f"{phase.percentile(p) * 1000:.0f}" for p in (0.5, 0.9, 0.99)),
             f"{max(phase.seconds, default=0) * 1000:.0f}",
             str(phase.errors),
+            f"{phase.server_cpu * 1000 / len(phase.seconds):.1f}" if phase.seconds else "-",
         )
     console.print(table)
     console.print(f"database: {db.split(':')[0]}; the run took {run_seconds:.1f} s (two steps)")
-    console.print("the readers run in this process, on the same machine as the server and the emulator")
+    console.print("the readers run in this process, on the same machine as the server and the emulator;")
+    console.print("API CPU: the serve process's own CPU time in the phase (a run's work included) per request")
 
 
 if __name__ == "__main__":

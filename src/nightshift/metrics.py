@@ -11,6 +11,10 @@ Two kinds of figures (the README's "Metrics" lists them):
   provider batches by status, agents stepping, the poller lag. Every process reports the same
   values: take any one of them (``max``), never their sum.
 
+``serve`` runs its poller in a child process (``nightshift poll --metrics-file``): the child writes
+its per-process figures to a file after each pass, and the API process adds them to its own when
+scraped (``exposition(..., others=...)``), so one target still counts all the work of one ``serve``.
+
 A ``Metrics`` keeps its figures in a ``CollectorRegistry`` of its own, not in prometheus-client's
 process-wide default one: it is built once per worker (``running_worker``, for ``serve`` and
 ``poll``) and handed to what records into it, so two apps in one process (as in the tests) never
@@ -19,11 +23,13 @@ see each other's figures, and importing this module creates nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from nightshift.domain.batches import BatchCensus, ProviderBatchStatus, RunStatus
 
@@ -36,6 +42,19 @@ TOKEN_KINDS = {
     "cache_read_tokens": "cache_read",
     "cache_write_tokens": "cache_write",
 }
+
+
+# The families a process counts itself (the others are the cluster's, read from the database).
+PER_PROCESS = frozenset(
+    {
+        "nightshift_stage_duration_seconds",
+        "nightshift_provider_errors",
+        "nightshift_tokens",
+        "nightshift_cost_usd",
+        "nightshift_sandbox_calls",
+        "nightshift_sandbox_failures",
+    }
+)
 
 
 class ErrorScope(StrEnum):
@@ -136,8 +155,16 @@ class Metrics:
         if failures:
             self._sandbox_failures.inc(failures)
 
-    def exposition(self, census: BatchCensus, now: datetime) -> bytes:
-        """Every figure in Prometheus's text format, the cluster's as ``census`` found it at ``now``."""
+    def process_figures(self) -> bytes:
+        """This process's own figures (``PER_PROCESS``) in Prometheus's text format, for a parent to add."""
+        return generate_latest(_Families([f for f in self.registry.collect() if f.name in PER_PROCESS]))
+
+    def exposition(self, census: BatchCensus, now: datetime, *, others: Sequence[str] = ()) -> bytes:
+        """Every figure in Prometheus's text format, the cluster's as ``census`` found it at ``now``.
+
+        ``others``: the ``process_figures`` of child processes (the poller of ``serve``), added to
+        this process's own figures sample by sample.
+        """
         for run_status in RunStatus:
             self._runs.labels(status=run_status.value).set(census.runs.get(run_status, 0))
         for batch_status in ProviderBatchStatus:
@@ -145,4 +172,46 @@ class Metrics:
         self._agents_stepping.set(census.agents_stepping)
         due = census.oldest_due_at
         self._poller_lag.set(max(0.0, (now - due).total_seconds()) if due is not None else 0.0)
-        return generate_latest(self.registry)
+        if not others:
+            return generate_latest(self.registry)
+        return generate_latest(_Families(_added(list(self.registry.collect()), others)))
+
+
+class _Families:
+    """Metric families already collected, in the shape ``generate_latest`` reads (a registry's)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+def _added(own: list[Metric], others: Sequence[str]) -> list[Metric]:
+    """``own`` with the per-process samples of ``others`` (Prometheus text) added to the same series.
+
+    Counters and histograms add up sample by sample (a histogram's buckets, count and sum alike);
+    a series only another process has is appended to its family, after this process's series.
+    """
+    extra: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for text in others:
+        for family in text_string_to_metric_families(text):
+            if family.name in PER_PROCESS:
+                found = extra.setdefault(family.name, {})
+                for sample in family.samples:
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    found[key] = found.get(key, 0.0) + sample.value
+    merged = []
+    for family in own:
+        adding = dict(extra.get(family.name, {}))
+        if not adding:
+            merged.append(family)
+            continue
+        total = Metric(family.name, family.documentation, family.type, family.unit)
+        for sample in family.samples:
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            total.add_sample(sample.name, sample.labels, sample.value + adding.pop(key, 0.0))
+        for (name, labels), value in adding.items():
+            total.add_sample(name, dict(labels), value)
+        merged.append(total)
+    return merged

@@ -311,3 +311,12 @@ def test_an_image_part_reaches_the_provider_in_a_batch_run(letta: Letta, emulato
     calls = httpx.get(f"{emulator}/_emulator/model_calls", params={"custom_id": agent.id}, timeout=30).json()["data"]
     first_user_turns = [m for m in calls[0]["body"]["messages"] if m["role"] == "user"]
     assert first_user_turns[-1]["content"][-1] == image
+
+
+def test_agents_include_fills_only_the_relations_asked_for(letta: Letta) -> None:
+    made = letta.agents.create(name="light", model=MODEL, tags=["t"])
+    assert made.tools and made.tags == ["t"]
+    (listed,) = letta.agents.list(include=["agent.tags"]).items
+    assert listed.id == made.id and listed.tags == ["t"] and listed.tools == [] and listed.blocks == []
+    one = letta.agents.retrieve(made.id, include=["agent.tools"])
+    assert [t.id for t in one.tools] == [t.id for t in made.tools] and one.tags == []

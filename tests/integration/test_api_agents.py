@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from support.api import DEFAULT_TOOL_NAMES, json_object
+from support.api import DEFAULT_TOOL_NAMES, json_list, json_object
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
@@ -266,3 +266,28 @@ async def test_delete_keeps_shared_blocks(client: httpx.AsyncClient) -> None:
         assert (await client.get(f"/v1/blocks/{block_id}")).status_code == 404
     remaining = (await client.get(f"/v1/agents/{two['id']}")).json()
     assert shared["id"] in [b["id"] for b in remaining["blocks"]]
+
+
+async def test_include_fills_only_the_relations_asked_for(client: httpx.AsyncClient) -> None:
+    agent = await create_agent(client, tags=["t"], secrets={"TOKEN": "s3cret"})
+    assert agent["tools"] and agent["blocks"] and agent["tags"] == ["t"] and agent["secrets"]
+    # Letta's include: only the relations named; the rest of the agent as always.
+    (listed,) = json_list(
+        await client.get("/v1/agents/", params=[("include", "agent.blocks"), ("include", "agent.tags")])
+    )
+    assert listed["tools"] == [] and listed["secrets"] == [] and listed["tool_exec_environment_variables"] == []
+    assert listed["blocks"] == agent["blocks"] and listed["memory"]["blocks"] == agent["blocks"]
+    assert (
+        listed["tags"] == ["t"] and listed["system"] == agent["system"] and listed["llm_config"] == agent["llm_config"]
+    )
+    one = json_object(await client.get(f"/v1/agents/{agent['id']}", params={"include": "agent.tools"}))
+    assert one["tools"] == agent["tools"] and one["blocks"] == [] and one["tags"] == []
+    # A relation nightshift has nothing for is accepted; an unknown one is a 422.
+    none = json_object(await client.get(f"/v1/agents/{agent['id']}", params={"include": "agent.sources"}))
+    assert none["tools"] == [] and none["blocks"] == [] and none["sources"] == []
+    assert (await client.get("/v1/agents/", params={"include": "agent.nothing"})).status_code == 422
+    # Without include, everything, as before.
+    assert json_object(await client.get(f"/v1/agents/{agent['id']}")) == agent | {
+        "updated_at": one["updated_at"],
+        "message_ids": one["message_ids"],
+    }

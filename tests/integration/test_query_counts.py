@@ -306,3 +306,24 @@ async def test_reading_archival_memory_costs_the_same_statements_for_2_passages_
     for what in read[2]:
         assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
     print({what: len(read[20][what]) for what in read[20]})
+
+
+async def test_reading_one_agent_costs_the_same_statements_in_an_organization_of_1_or_21(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    log = StatementLog(app.state.nightshift.engine)
+    agent = (await client.post("/v1/agents/", json={"name": "alone", "model": ANTHROPIC_MODEL, "tags": ["a"]})).json()
+    read: list[list[str]] = []
+    for more in (0, 20):
+        for index in range(more):
+            made = await client.post(
+                "/v1/agents/", json={"name": f"other-{index}", "model": ANTHROPIC_MODEL, "tags": ["a", f"t{index}"]}
+            )
+            assert made.status_code == 200, made.text
+        with log.recording() as statements:
+            found = (await client.get(f"/v1/agents/{agent['id']}")).json()
+        read.append(statements)
+        assert found["id"] == agent["id"] and found["tags"] == ["a"]
+        assert {t["name"] for t in found["tools"]} == {t["name"] for t in agent["tools"]}
+    assert Counter(map(shape, read[0])) == Counter(map(shape, read[1]))
+    print({"get agent": len(read[1])})

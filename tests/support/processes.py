@@ -8,6 +8,7 @@ tails of the logs are printed when a test's servers are stopped, so a failing te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -48,6 +49,16 @@ class Server:
         except FileNotFoundError:
             return "(no log)"
         return f"--- {self.name} ({self.log_path}) ---\n{text[-chars:]}"
+
+    def pids(self) -> set[int]:
+        """The server's process id and its children's: its poller runs in a child of its own
+        (``NIGHTSHIFT_POLLER_PROCESS``, the default), which holds the leases of the batches it works on."""
+        found = {self.process.pid}
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{self.process.pid}/task"):
+                with open(f"/proc/{self.process.pid}/task/{task}/children") as children:
+                    found.update(int(pid) for pid in children.read().split())
+        return found
 
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to clean up, as in a machine crash."""

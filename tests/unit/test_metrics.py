@@ -73,3 +73,30 @@ def test_tokens_by_kind_and_cost_only_when_priced() -> None:
     }
     assert tokens == {"input": 15, "output": 4, "cache_write": 7}
     assert found["nightshift_cost_usd_total", (("model", "m1"), ("provider", "anthropic"))] == 0.25
+
+
+def test_a_child_process_figures_add_to_the_parents_series_by_series() -> None:
+    parent, child = Metrics(), Metrics()
+    parent.stage_done("submit", "anthropic", 0.3)
+    child.stage_done("submit", "anthropic", 2.0)
+    child.stage_done("apply", "openai", 0.02)  # a series only the child has
+    parent.usage("anthropic", "claude", {"input_tokens": 7}, None)
+    child.usage("anthropic", "claude", {"input_tokens": 5}, 0.5)
+    child.sandbox_calls(3, 1)
+    text = parent.exposition(EMPTY, NOW, others=[child.process_figures().decode()]).decode()
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)  # parses: no family is written twice
+        for s in family.samples
+    }
+    submit = (("provider", "anthropic"), ("stage", "submit"))
+    assert found["nightshift_stage_duration_seconds_count", submit] == 2
+    assert found["nightshift_stage_duration_seconds_sum", submit] == 2.3
+    assert found["nightshift_stage_duration_seconds_bucket", (("le", "0.5"), *submit)] == 1
+    assert found["nightshift_stage_duration_seconds_count", (("provider", "openai"), ("stage", "apply"))] == 1
+    tokens = (("kind", "input"), ("model", "claude"), ("provider", "anthropic"))
+    assert found["nightshift_tokens_total", tokens] == 12
+    assert found["nightshift_cost_usd_total", (("model", "claude"), ("provider", "anthropic"))] == 0.5
+    assert found["nightshift_sandbox_calls_total", ()] == 3
+    assert found["nightshift_runs", (("status", "running"),)] == 0  # the cluster's figures: the parent's alone
+    assert "nightshift_runs" not in child.process_figures().decode()

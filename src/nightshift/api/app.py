@@ -33,6 +33,7 @@ from nightshift.api.routers import (
 )
 from nightshift.api.routers.health import Readiness, set_readiness
 from nightshift.batch.poller import drain, poll_forever
+from nightshift.batch.poller_process import PollerProcess
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
@@ -53,12 +54,15 @@ caller's organization's keys, with an admin key or the server password (default 
 """
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The app. At startup the database is migrated, the tool sandbox started and the poller launched.
+def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
+    """The app. At startup the database is migrated, the tool sandbox started and the poller launched:
+    on this event loop, or with ``poller_process`` (``serve``'s default) in a child process
+    (``batch/poller_process.py``) so that batch work never holds the loop that answers requests.
 
     At shutdown (uvicorn runs it after SIGTERM or SIGINT, once the requests in flight are answered)
     the poller claims nothing more and finishes its stage, for ``shutdown_grace_seconds`` at most,
-    then every lease of this process is given back so that another process takes over at once.
+    then every lease of this process is given back so that another process takes over at once (a
+    child poller gets SIGTERM and does the same with its own).
     """
 
     @asynccontextmanager
@@ -72,17 +76,33 @@ def create_app(settings: Settings) -> FastAPI:
             async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
                 key_usage = KeyUsage(engine)
                 background = BackgroundRuns(engine, worker, allow_private_callbacks=settings.callback_allow_private)
-                app.state.nightshift = AppState(
-                    settings=settings, engine=engine, worker=worker, key_usage=key_usage, background=background
+                child = (
+                    PollerProcess(grace=settings.shutdown_grace_seconds) if settings.poller and poller_process else None
                 )
-                poller = asyncio.create_task(poll_forever(worker, http), name="poller") if settings.poller else None
+                app.state.nightshift = AppState(
+                    settings=settings,
+                    engine=engine,
+                    worker=worker,
+                    key_usage=key_usage,
+                    background=background,
+                    poller_process=child,
+                )
+                poller = None
+                if child is not None:
+                    await child.start()
+                elif settings.poller:
+                    poller = asyncio.create_task(poll_forever(worker, http), name="poller")
                 set_readiness(app, Readiness.READY)
                 try:
                     yield
                 finally:
                     set_readiness(app, Readiness.DRAINING)
+                    # The child drains its stage while this process closes its own work.
+                    stopping = asyncio.create_task(child.stop()) if child is not None else None
                     await background.close()
                     await drain(worker, poller, grace=settings.shutdown_grace_seconds)
+                    if stopping is not None:
+                        await stopping
                     await key_usage.settled()  # the last uses of keys are written before the engine closes
         finally:
             await engine.dispose()

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from nightshift.batch.poller_process import PollerProcess
 from nightshift.batch.worker import Worker
 from nightshift.config import Settings
 from nightshift.domain.orgs import DEFAULT_ORG_ID, Caller, CallerKind, KeyStatus
@@ -28,9 +29,13 @@ class AppState:
     worker: Worker
     key_usage: KeyUsage
     background: BackgroundRuns  # the message sends this process steps in the background
+    # serve's poller, in a child process; None: the poller (if any) runs on this event loop.
+    poller_process: PollerProcess | None = None
 
 
-def app_state(request: Request) -> AppState:
+async def app_state(request: Request) -> AppState:
+    # async, as every dependency here: FastAPI runs a plain function in its thread pool, a
+    # thread hop per request for nothing.
     state: AppState = request.app.state.nightshift
     return state
 

@@ -6,6 +6,7 @@ These are the wire layer only: routers turn them into domain calls and domain ob
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -365,6 +366,20 @@ class MemoryPublic(BaseModel):
     blocks: list[BlockPublic]
 
 
+# Letta's ``include`` on agent reads: the relations a client wants. Those nightshift has no such
+# relation for (identities, sources, groups, approvals) are accepted and give nothing.
+AgentRelation = Literal[
+    "agent.blocks",
+    "agent.identities",
+    "agent.managed_group",
+    "agent.pending_approval",
+    "agent.secrets",
+    "agent.sources",
+    "agent.tags",
+    "agent.tools",
+]
+
+
 class AgentPublic(BaseModel):
     id: str
     name: str
@@ -390,10 +405,36 @@ class AgentPublic(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def of(cls, agent: Agent) -> AgentPublic:
+    def many(cls, agents: Iterable[Agent], *, include: Collection[AgentRelation] | None = None) -> list[AgentPublic]:
+        """Several agents; a tool they share (the base tools: every agent has them) is mapped once."""
+        shared: dict[str, ToolPublic] = {}
+        return [cls.of(agent, tools=shared, include=include) for agent in agents]
+
+    @classmethod
+    def of(
+        cls,
+        agent: Agent,
+        *,
+        tools: dict[str, ToolPublic] | None = None,
+        include: Collection[AgentRelation] | None = None,
+    ) -> AgentPublic:
+        """The agent in Letta's shape. ``tools``: the tools already mapped, by id, to reuse and add to
+        (a page of agents is mostly the same ten tools with their JSON schemas). ``include``: Letta's,
+        the relations to fill (blocks, tags, tools, secrets); the others are empty. None: all of
+        them (Letta's own default is none: nightshift keeps what its clients always had)."""
+
+        def wanted(relation: AgentRelation) -> bool:
+            return include is None or relation in include
+
+        mapped = {} if tools is None else tools
+        shown_tools = agent.tools if wanted("agent.tools") else ()
+        for tool in shown_tools:
+            if tool.id not in mapped:
+                mapped[tool.id] = ToolPublic.of(tool)
         config = agent.llm_config
-        blocks = [BlockPublic.of(b) for b in agent.blocks]
-        secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in sorted(agent.secrets)]
+        blocks = [BlockPublic.of(b) for b in agent.blocks] if wanted("agent.blocks") else []
+        secret_keys = sorted(agent.secrets) if wanted("agent.secrets") else []
+        secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in secret_keys]
         return cls(
             id=agent.id,
             name=agent.name,
@@ -412,9 +453,9 @@ class AgentPublic(BaseModel):
             embedding=agent.embedding,
             memory=MemoryPublic(blocks=blocks),
             blocks=blocks,
-            tools=[ToolPublic.of(t) for t in agent.tools],
+            tools=[mapped[t.id] for t in shown_tools],
             tool_rules=dump_tool_rules(agent.tool_rules),
-            tags=list(agent.tags),
+            tags=list(agent.tags) if wanted("agent.tags") else [],
             metadata=agent.metadata,
             message_ids=list(agent.message_ids),
             message_buffer_autoclear=agent.message_buffer_autoclear,

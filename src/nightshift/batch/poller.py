@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import httpx
 
@@ -32,9 +33,16 @@ async def poll_once(worker: Worker, http: httpx.AsyncClient) -> int:
     )
 
 
-async def poll_forever(worker: Worker, http: httpx.AsyncClient) -> None:
+async def poll_forever(
+    worker: Worker,
+    http: httpx.AsyncClient,
+    *,
+    after_pass: Callable[[], None] | None = None,
+    wake: asyncio.Event | None = None,
+) -> None:
     """Poll every ``worker.poll_interval`` seconds until cancelled or ``worker.draining`` is set;
-    errors are logged, never fatal."""
+    errors are logged, never fatal. ``after_pass`` is called after each pass (failed or not);
+    setting ``wake`` starts the next pass at once."""
     while not worker.draining.is_set():
         try:
             await poll_once(worker, http)
@@ -42,9 +50,18 @@ async def poll_forever(worker: Worker, http: httpx.AsyncClient) -> None:
             raise
         except Exception:
             log.exception("poller pass failed; trying again")
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(worker.poll_interval):
-                await worker.draining.wait()
+        if after_pass is not None:
+            after_pass()
+        waits = [asyncio.ensure_future(worker.draining.wait())]
+        if wake is not None:
+            waits.append(asyncio.ensure_future(wake.wait()))
+        try:
+            await asyncio.wait(waits, timeout=worker.poll_interval, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        if wake is not None:
+            wake.clear()
 
 
 async def drain(worker: Worker, poller: asyncio.Task[None] | None, *, grace: float) -> int:

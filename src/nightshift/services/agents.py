@@ -380,8 +380,9 @@ def agent_block(agent: Agent, label: str) -> Block:
 
 
 async def list_messages(conn: AsyncConnection, org_id: str, agent_id: str, page: Page) -> list[Message]:
-    """A page of the agent's stored messages."""
-    await get_agent(conn, org_id, agent_id)
+    """A page of the agent's stored messages (NotFound for an unknown agent, checked in one statement)."""
+    if not await agent_store.agent_exists(conn, org_id, agent_id):
+        raise NotFound(f"agent {agent_id} not found")
     return await message_store.list_agent_messages(conn, agent_id, page)
 
 

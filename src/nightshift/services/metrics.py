@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -10,8 +11,9 @@ from nightshift.metrics import Metrics
 from nightshift.store.census import batch_census
 
 
-async def exposition(engine: AsyncEngine, metrics: Metrics) -> bytes:
-    """Every figure in Prometheus's text format; the cluster's are read now, in three statements."""
+async def exposition(engine: AsyncEngine, metrics: Metrics, *, others: Sequence[str] = ()) -> bytes:
+    """Every figure in Prometheus's text format; the cluster's are read now, in three statements.
+    ``others``: child processes' own figures, added to this process's (see ``Metrics.exposition``)."""
     async with engine.connect() as conn:
         census = await batch_census(conn)
-    return metrics.exposition(census, datetime.now(UTC))
+    return metrics.exposition(census, datetime.now(UTC), others=others)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +35,11 @@ from nightshift.store import provider_batches as batch_store
 from nightshift.store import run_views
 from nightshift.store import runs as run_store
 from nightshift.store.pagination import Page
+
+# A run's first step handed to a poller process: how long the request waits for it to be
+# submitted (then it answers with the run as it is), and how often it looks.
+HAND_OFF_WAIT = 60.0
+HAND_OFF_CHECK = 0.05
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,9 +86,16 @@ async def start_run(
     *,
     default_max_steps: int,
     allow_private_callbacks: bool,
+    hand_off: Callable[[], None] | None = None,
 ) -> RunView:
     """Create a run with its first step and submit it; a retry with the same Idempotency-Key and
     body gets the run the first request made.
+
+    With ``hand_off`` (``serve``'s poller process: it wakes the poller), the first step's provider
+    batches are left due at once for the poller to submit, and this waits (without work of its
+    own: one statement every ``HAND_OFF_CHECK`` seconds) until it has, for ``HAND_OFF_WAIT`` at
+    most: building and sending ten thousand requests would hold this process's event loop for
+    seconds. The answer is the same either way: the run, its first step submitted.
 
     Raises:
         InvalidInput: bad requests, a callback URL on a private address, or an Idempotency-Key
@@ -97,7 +111,8 @@ async def start_run(
             return earlier
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=allow_private_callbacks)
-    # The first step is submitted by this request, under a lease name of its own (see ``for_request``).
+    # The first step is submitted by this request, under a lease name of its own (see ``for_request``),
+    # or left unleased for a poller.
     worker = worker.for_request()
     try:
         async with engine.begin() as conn:
@@ -108,7 +123,7 @@ async def start_run(
                 callback_url=new.callback_url,
                 default_max_steps=default_max_steps,
                 metadata=new.metadata,
-                lease=worker.lease(datetime.now(UTC)),
+                lease=worker.lease(datetime.now(UTC)) if hand_off is None else None,
                 endpoints=worker.providers.endpoints(),
                 idempotency_key=new.idempotency_key,
                 request_hash=digest,
@@ -122,9 +137,26 @@ async def start_run(
             if earlier is not None:
                 return earlier
         raise
-    await worker.submit_new(batches)
+    if hand_off is None:
+        await worker.submit_new(batches)
+    else:
+        hand_off()
+        await _submitted(engine, run.id)
     async with engine.connect() as conn:
         return await run_view(conn, org_id, run.id)
+
+
+async def _submitted(engine: AsyncEngine, run_id: str) -> None:
+    """Wait until every provider batch of the run is submitted, or its submission failed once (it is
+    tried again later, as an inline submission's would be), for ``HAND_OFF_WAIT`` at most."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(HAND_OFF_WAIT):
+            while True:
+                async with engine.connect() as conn:
+                    batches = await batch_store.provider_batches_of_run(conn, run_id)
+                if all(b.status is not ProviderBatchStatus.CREATED or b.failures for b in batches):
+                    return
+                await asyncio.sleep(HAND_OFF_CHECK)
 
 
 async def stop_run(engine: AsyncEngine, worker: Worker, org_id: str, run_id: str) -> RunView:

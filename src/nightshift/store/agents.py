@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import Row, String, bindparam, cast, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -111,13 +112,20 @@ async def insert_agents(conn: AsyncConnection, new: Sequence[Agent]) -> None:
 
 
 async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
-    """The agents of ``org_id`` among ``ids``, fully loaded, keyed by id (missing ids are absent)."""
+    """The agents of ``org_id`` among ``ids``, fully loaded, keyed by id (missing ids are absent).
+
+    Three statements: the agents with their tags and tool links (one row each), their blocks, and
+    the tools they use (each tool once: every agent has the base tools). Each statement costs a
+    round trip (on SQLite, a hop to its thread and back), which is most of what reading one agent
+    costs.
+    """
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return {}
-    rows = list(
-        await conn.execute(select(agents).where(agents.c.organization_id == org_id, in_ids(conn, agents.c.id, wanted)))
+    query = select(agents, _tags_of_agent(conn).label("tag_list"), _tool_links_of_agent().label("tool_links")).where(
+        agents.c.organization_id == org_id, in_ids(conn, agents.c.id, wanted)
     )
+    rows = list(await conn.execute(query))
     if not rows:
         return {}
     present = [row.id for row in rows]
@@ -130,17 +138,15 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     )
     for row in await conn.execute(block_query):
         block_map[row.agent_id].append(to_block(row))
-    # Agents share tools (every agent has the base tools): load each tool once, then link.
-    links = await _tool_links(conn, present)
+    links = {row.id: _ordered_tool_ids(row.tool_links) for row in rows}
     tool_ids = list({tool_id for ids_ in links.values() for tool_id in ids_})
     by_id = {
         row.id: to_tool(row) for row in await conn.execute(select(tools).where(in_ids(conn, tools.c.id, tool_ids)))
     }
-    tool_map = {agent_id: [by_id[tool_id] for tool_id in ids_] for agent_id, ids_ in links.items()}
-    tag_map: dict[str, list[str]] = defaultdict(list)
-    for row in await conn.execute(select(agent_tags).where(in_ids(conn, agent_tags.c.agent_id, present))):
-        tag_map[row.agent_id].append(row.tag)
-    return {row.id: _to_agent(row, block_map[row.id], tool_map.get(row.id, []), tag_map[row.id]) for row in rows}
+    return {
+        row.id: _to_agent(row, block_map[row.id], [by_id[i] for i in links[row.id]], _tag_list(row.tag_list))
+        for row in rows
+    }
 
 
 async def agent_exists(conn: AsyncConnection, org_id: str, agent_id: str) -> bool:
@@ -149,21 +155,30 @@ async def agent_exists(conn: AsyncConnection, org_id: str, agent_id: str) -> boo
     return found is not None
 
 
-async def _tool_links(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, list[str]]:
-    """The tool ids of each agent, in order. One row per agent (``tool:position,...``) rather than one
-    per link: agents have ten tools or so, and reading rows is what loading agents spends most on."""
+def _tags_of_agent(conn: AsyncConnection) -> Any:
+    """The agent's tags as a JSON array, read with its row (a correlated subquery on the tags' key)."""
+    tag_array = func.json_agg if conn.dialect.name == "postgresql" else func.json_group_array
+    return select(tag_array(agent_tags.c.tag)).where(agent_tags.c.agent_id == agents.c.id).scalar_subquery()
+
+
+def _tag_list(value: Any) -> list[str]:
+    if value is None:  # PostgreSQL's json_agg of no rows
+        return []
+    return list(orjson.loads(value)) if isinstance(value, str | bytes) else list(value)
+
+
+def _tool_links_of_agent() -> Any:
+    """The agent's tool ids with their positions (``tool:position,...``), read with its row: agents
+    have ten tools or so, and reading rows is what loading agents spends most on."""
     pairs = agent_tools.c.tool_id + ":" + cast(agent_tools.c.position, String)
-    query = (
-        select(agent_tools.c.agent_id, func.aggregate_strings(pairs, ","))
-        .where(in_ids(conn, agent_tools.c.agent_id, agent_ids))
-        .group_by(agent_tools.c.agent_id)
-    )
-    links: dict[str, list[str]] = {}
-    for agent_id, joined in await conn.execute(query):
-        split = (pair.rpartition(":") for pair in joined.split(","))
-        ordered = sorted((int(position), tool_id) for tool_id, _, position in split)
-        links[agent_id] = [tool_id for _, tool_id in ordered]
-    return links
+    return select(func.aggregate_strings(pairs, ",")).where(agent_tools.c.agent_id == agents.c.id).scalar_subquery()
+
+
+def _ordered_tool_ids(joined: str | None) -> list[str]:
+    if not joined:
+        return []
+    split = (pair.rpartition(":") for pair in joined.split(","))
+    return [tool_id for _, tool_id in sorted((int(position), tool_id) for tool_id, _, position in split)]
 
 
 async def reload_changed(conn: AsyncConnection, org_id: str, loaded: Mapping[str, Agent]) -> dict[str, Agent]:

@@ -26,6 +26,16 @@ from nightshift.store.messages import to_message
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agents, batch_items, messages, provider_batches
 
+# The keys of an item's stored usage (``batch/outcomes.usage_json``), which the run views sum.
+USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+)
+
 
 async def run_progress(conn: AsyncConnection, run_id: str) -> RunProgress:
     """The run's items by outcome, its current step, its tokens and cost: two statements."""
@@ -56,30 +66,37 @@ async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
             running[run_id] += int(count)
         else:
             outcomes[run_id][ItemOutcome(outcome)] += int(count)
-    usage_rows = await conn.execute(
+    # Tokens and costs are summed by the database, per provider batch: the rows read are the run's
+    # steps, not its items (reading and adding up ten thousand usages held the event loop for
+    # tens of milliseconds on every look at a run).
+    sums = await conn.execute(
         select(
             batch_items.c.batch_run_id,
             batch_items.c.provider_batch_id,
-            batch_items.c.usage,
-            batch_items.c.cost_usd,
-            batch_items.c.cost_without_batch_usd,
-            batch_items.c.cache_savings_usd,
-        ).where(in_runs, batch_items.c.usage.is_not(None))
+            *(func.sum(batch_items.c.usage[key].as_integer()) for key in USAGE_KEYS),
+            func.sum(batch_items.c.cost_usd),
+            func.sum(batch_items.c.cost_without_batch_usd),
+            func.sum(batch_items.c.cache_savings_usd),
+        )
+        .where(in_runs, batch_items.c.usage.is_not(None))
+        .group_by(batch_items.c.batch_run_id, batch_items.c.provider_batch_id)
     )
     usage: dict[str, Counter[str]] = {run_id: Counter() for run_id in run_ids}
     cost = {run_id: Costs() for run_id in run_ids}
     batch_usage: dict[str, dict[str, Counter[str]]] = {run_id: {} for run_id in run_ids}
     batch_cost: dict[str, dict[str, float]] = {run_id: {} for run_id in run_ids}
-    for run_id, batch_id, row_usage, billed, without_batch, savings in usage_rows:
-        counted = {key: int(value) for key, value in (row_usage or {}).items()}
+    for run_id, batch_id, *values in sums:
+        tokens, (billed, without_batch, savings) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
+        # A key no item holds (usage stored before it existed) stays out, as it is absent from each.
+        counted = {key: int(total) for key, total in zip(USAGE_KEYS, tokens, strict=True) if total is not None}
         usage[run_id].update(counted)
-        batch_usage[run_id].setdefault(batch_id, Counter()).update(counted)
+        batch_usage[run_id][batch_id] = Counter(counted)
         cost[run_id] += Costs(
             usd=float(billed or 0.0),
             without_batch_usd=float(without_batch or 0.0),
             cache_savings_usd=float(savings or 0.0),
         )
-        batch_cost[run_id][batch_id] = batch_cost[run_id].get(batch_id, 0.0) + float(billed or 0.0)
+        batch_cost[run_id][batch_id] = float(billed or 0.0)
     return {
         run_id: RunProgress(
             running=running[run_id],

@@ -131,6 +131,9 @@ agents = Table(
     ),
     *_times(),
     Index("ix_agents_org_name", "organization_id", "name"),
+    # A page of agents is ordered by id, and agents are loaded by id within their organization: on
+    # (organization_id, name) alone, SQLite read every agent of the organization for either.
+    Index("ix_agents_org_id", "organization_id", "id"),
 )
 
 agent_tags = Table(
@@ -273,6 +276,7 @@ batch_runs = Table(
     Column("request_hash", String(64), comment="sha256 of the creating request"),
     *_times(),
     Index("ix_batch_runs_org_status", "organization_id", "status"),
+    Index("ix_batch_runs_org_id", "organization_id", "id"),  # a page of runs, ordered by id
     UniqueConstraint("organization_id", "idempotency_key", name="uq_batch_runs_organization_id_idempotency_key"),
 )
 

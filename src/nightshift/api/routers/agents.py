@@ -15,6 +15,7 @@ from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.schemas import (
     AgentCreate,
     AgentPublic,
+    AgentRelation,
     AgentUpdate,
     BlockPublic,
     BlockUpdate,
@@ -30,6 +31,11 @@ from nightshift.services.agents import AgentSpec
 from nightshift.store.pagination import Page
 
 router = APIRouter(tags=["agents"])
+
+IncludeQuery = Annotated[
+    list[AgentRelation] | None,
+    Query(description="Letta's: the relations to fill; without it, all of them", max_length=8),
+]
 
 
 @router.post("/v1/agents/")
@@ -80,17 +86,24 @@ async def list_agents(
     query_text: Annotated[
         str | None, Query(max_length=MAX_NAME_CHARS, description="Agents whose name contains this, in any case")
     ] = None,
+    include: IncludeQuery = None,
 ) -> list[AgentPublic]:
-    """A page of agents, oldest first (``order=desc`` for newest first)."""
+    """A page of agents, oldest first (``order=desc`` for newest first).
+
+    ``include`` names the relations to fill (``agent.blocks``, ``agent.tags``, ``agent.tools``,
+    ``agent.secrets``); without it every one is. A page of 50 agents is about 430 KB with their
+    tools (their JSON schemas, again for each agent) and 170 KB without.
+    """
     agents = await service.list_agents(
         conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags, query_text=query_text
     )
-    return [AgentPublic.of(a) for a in agents]
+    return AgentPublic.many(agents, include=include)
 
 
 @router.get("/v1/agents/{agent_id}")
-async def get_agent(agent_id: str, conn: Conn, org: Org) -> AgentPublic:
-    return AgentPublic.of(await service.get_agent(conn, org, agent_id))
+async def get_agent(agent_id: str, conn: Conn, org: Org, include: IncludeQuery = None) -> AgentPublic:
+    """The agent; ``include`` as for the list (without it, every relation is filled)."""
+    return AgentPublic.of(await service.get_agent(conn, org, agent_id), include=include)
 
 
 @router.patch("/v1/agents/{agent_id}")

@@ -56,4 +56,4 @@ async def block_agents(block_id: str, conn: Conn, org: Org, page: PageQuery) -> 
     await service.get_block(conn, org, block_id)
     ids = page_of(sorted(await block_store.agents_using_block(conn, block_id)), page, key=lambda i: i)
     loaded = await agent_store.load_agents(conn, org, ids)
-    return [AgentPublic.of(loaded[i]) for i in ids if i in loaded]
+    return AgentPublic.many(loaded[i] for i in ids if i in loaded)

@@ -23,6 +23,8 @@ router = APIRouter(tags=["metrics"])
     },
 )
 async def metrics(state: State) -> Response:
-    """This process's figures (stage durations, provider errors, tokens and cost, sandbox calls) and
-    the cluster's (runs and provider batches by status, agents stepping, poller lag)."""
-    return Response(await exposition(state.engine, state.worker.metrics), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+    """This process's figures (stage durations, provider errors, tokens and cost, sandbox calls; its
+    child poller's added in) and the cluster's (runs and provider batches by status, agents stepping, poller lag)."""
+    child = state.poller_process.figures() if state.poller_process is not None else []
+    figures = await exposition(state.engine, state.worker.metrics, others=child)
+    return Response(figures, media_type=CONTENT_TYPE_PLAIN_0_0_4)
