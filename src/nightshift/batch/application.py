@@ -201,6 +201,7 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
             lease=worker.lease(now),
             endpoints=worker.providers.endpoints(),
             summary_model=worker.summary_model,
+            batch_bytes=worker.batch_bytes,
         )
         if not next_batches:
             await end_run_if_done(conn, run.id, now)

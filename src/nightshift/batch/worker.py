@@ -38,6 +38,7 @@ from nightshift.batch import application, submission
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.stages import Stage, stage_done
 from nightshift.config import Settings
+from nightshift.domain.batch_split import DEFAULT_BATCH_BYTES
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.errors import ProviderError
 from nightshift.metrics import Metrics
@@ -89,6 +90,8 @@ class Worker:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
+    # The estimated bytes of one provider batch's requests (``Settings.batch_bytes``).
+    batch_bytes: int = DEFAULT_BATCH_BYTES
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
@@ -312,5 +315,6 @@ async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterat
             error_backoff=timedelta(seconds=settings.error_backoff_seconds),
             prices=PriceTable(settings.prices),
             summary_model=checked_summary_model(settings.summary_model),
+            batch_bytes=settings.batch_bytes,
         )
         await preloading
