@@ -103,8 +103,8 @@ async def create_run(
             raise InvalidInput(f"requests[{index}] has no message text", field=f"requests.{index}.messages")
         if request.max_steps is not None and request.max_steps < 1:
             raise InvalidInput("max_steps must be at least 1", field=f"requests.{index}.max_steps")
-    agents = await agent_store.load_agents(conn, org_id, ids)
-    missing = [i for i in ids if i not in agents]
+    providers = await agent_store.providers_of(conn, org_id, ids)
+    missing = [i for i in ids if i not in providers]
     if missing:
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     await agent_store.lock_agents(conn, ids)
@@ -115,10 +115,7 @@ async def create_run(
             f"agents already stepping (in an open step of another run, or synchronously): "
             f"{', '.join(sorted(busy)[:10])}; wait for that to finish or cancel the run"
         )
-    per_provider: dict[str, int] = defaultdict(int)
-    for agent in agents.values():
-        per_provider[agent.llm_config.provider] += 1
-    for provider, count in per_provider.items():
+    for provider, count in Counter(providers.values()).items():
         limit = provider_info(provider).max_batch_requests
         if count > limit:
             raise InvalidInput(
@@ -139,24 +136,30 @@ async def create_run(
         updated_at=now,
     )
     await run_store.insert_run(conn, run)
-    entries = [
-        StepEntry(
-            agent=agents[r.agent_id],
-            state=first_state(agents[r.agent_id], r.max_steps or default_max_steps),
-            inputs=r.messages,
+    # The first step is written BATCH_SLICE agents at a time (a provider batch's worth), so that a
+    # run of 100,000 agents never holds them all loaded at once.
+    batches: list[ProviderBatch] = []
+    for start in range(0, len(requests), BATCH_SLICE):
+        part = requests[start : start + BATCH_SLICE]
+        agents = await agent_store.load_agents(conn, org_id, [r.agent_id for r in part])
+        entries = [
+            StepEntry(
+                agent=agents[r.agent_id],
+                state=first_state(agents[r.agent_id], r.max_steps or default_max_steps),
+                inputs=r.messages,
+            )
+            for r in part
+        ]
+        batches += await write_step(
+            conn,
+            run,
+            entries,
+            now,
+            lease=lease,
+            endpoints=endpoints,
+            summary_model=summary_model,
+            batch_bytes=batch_bytes,
         )
-        for r in requests
-    ]
-    batches = await write_step(
-        conn,
-        run,
-        entries,
-        now,
-        lease=lease,
-        endpoints=endpoints,
-        summary_model=summary_model,
-        batch_bytes=batch_bytes,
-    )
     return run, batches
 
 
