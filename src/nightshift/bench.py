@@ -175,7 +175,11 @@ def _children(pid: int) -> list[int]:
 
 
 async def bench(agents: int, database_url: str, provider: str, tool: str, emulator_pid: int) -> list[Phase]:
-    settings = Settings(database_url=database_url, poll_interval_seconds=0.0, poller=False, tool_workers=2)
+    # A lease longer than any phase: at the default (20 poll intervals of 0 s, so 5 s) a lease is
+    # renewed every 1.7 s of a stage, and those statements would count as the phase's.
+    settings = Settings(
+        database_url=database_url, poll_interval_seconds=0.0, poller=False, tool_workers=2, lease_seconds=3600.0
+    )
     engine = create_engine(settings.resolved_database_url)
     await upgrade(engine)
     config = LLMConfig(provider=provider, model=provider_info(provider).example_model)
