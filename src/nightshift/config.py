@@ -8,7 +8,6 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from nightshift.domain.batch_split import DEFAULT_BATCH_BYTES
 from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
 
 
@@ -92,10 +91,10 @@ class Settings(BaseSettings):
     # The model that writes the summaries of agents' evicted messages, as provider/model-name
     # (default: each agent's own model).
     summary_model: str | None = None
-    # The estimated size of one provider batch's requests, in bytes: a step's agents on one
-    # provider go into as many batches as this (and 10,000 requests a batch) requires. Capped by
-    # each provider's own limit (see domain/batch_split.py).
-    batch_bytes: int = Field(default=DEFAULT_BATCH_BYTES, ge=1)
+    # The most bytes of estimated requests in one provider batch: a step's agents on a provider go
+    # into as many batches as this (and 10,000 requests a batch) requires. Default and ceiling:
+    # the provider's own limit (see domain/batch_split.py).
+    batch_bytes: int | None = Field(default=None, ge=1)
 
     @field_validator("home")
     @classmethod

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import StepEntry
-from nightshift.domain.batch_split import DEFAULT_BATCH_BYTES, estimated_request_bytes, split_by_size
+from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
@@ -41,9 +41,9 @@ from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
 
 # A step's agents on one provider and model go into provider batches of at most this many (and
-# of at most ``batch_bytes`` of estimated requests, see ``domain.batch_split``), so that
-# submitting or applying one batch holds a bounded working set; a step of up to this many new
-# agents is one batch.
+# of at most the provider's byte limit of estimated requests, see ``domain.batch_split``), so
+# that submitting or applying one batch holds a bounded working set; a step of up to this many
+# agents of typical size is one batch.
 BATCH_SLICE = 10_000
 # Input text per run; the providers cap a batch's size (256 MB Anthropic, 200 MB OpenAI) and the
 # rest of the request (system prompt, tools) must fit too.
@@ -75,7 +75,7 @@ async def create_run(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     summary_model: str | None = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_bytes: int | None = None,
 ) -> tuple[BatchRun, list[ProviderBatch]]:
     """Validate the requests and write the run with its first step; nothing is written on error.
 
@@ -172,7 +172,7 @@ async def write_step(
     lease: tuple[str, datetime] | None = None,
     endpoints: Mapping[str, str],
     summary_model: str | None = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    batch_bytes: int | None = None,
 ) -> list[ProviderBatch]:
     """Write one step for ``entries``: provider batches, items, input messages, context windows.
 
@@ -182,7 +182,8 @@ async def write_step(
     An agent whose window would overflow gets the request that summarizes its oldest messages
     instead (by ``summary_model``, or its own model), and its step waits for it (see
     ``runtime.context.StepInputs``). A provider batch holds at most ``BATCH_SLICE`` requests and
-    ``batch_bytes`` of their estimated size (see ``domain.batch_split``).
+    ``batch_bytes`` (by default, and at most, the provider's limit) of their estimated size (see
+    ``domain.batch_split``).
     """
     if not entries:
         return []
@@ -215,7 +216,8 @@ async def write_step(
     for (provider, _model), group in groups.items():
         info = provider_info(provider)
         sizes = [_estimated_bytes(entry, state, inputs) for entry, state in group]
-        max_count, max_bytes = min(info.max_batch_requests, BATCH_SLICE), min(info.max_batch_bytes, batch_bytes)
+        max_count = min(info.max_batch_requests, BATCH_SLICE)
+        max_bytes = min(info.max_batch_bytes, batch_bytes or info.max_batch_bytes)
         for part in split_by_size(sizes, max_count=max_count, max_bytes=max_bytes):
             chunk = group[part.start : part.stop]
             batch = ProviderBatch(

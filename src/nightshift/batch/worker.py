@@ -38,7 +38,6 @@ from nightshift.batch import application, submission
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.stages import Stage, stage_done
 from nightshift.config import Settings
-from nightshift.domain.batch_split import DEFAULT_BATCH_BYTES
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.errors import ProviderError
 from nightshift.metrics import Metrics
@@ -90,8 +89,9 @@ class Worker:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
-    # The estimated bytes of one provider batch's requests (``Settings.batch_bytes``).
-    batch_bytes: int = DEFAULT_BATCH_BYTES
+    # The most bytes of estimated requests in one provider batch (``Settings.batch_bytes``);
+    # None: the provider's limit.
+    batch_bytes: int | None = None
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""

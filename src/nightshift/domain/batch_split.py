@@ -1,17 +1,18 @@
 """How a step's requests to one provider are cut into provider batches: by count and by size.
 
 A provider takes a bounded batch (Anthropic 100,000 requests and 256 MB of request body, OpenAI
-50,000 requests and a 200 MB input file), and nightshift bounds it further so that submitting or
-applying one batch holds a bounded working set. When a step is written its requests are not built
-yet (that happens at submission), so their size is estimated from what is known: the request's
-tokens (the provider's last count of the agent's window plus the estimate of what was added) and
-the bytes of the images sent with this step's input. ``BYTES_PER_TOKEN`` is set high, so the
-real body comes out smaller than the estimate, not larger: English text is about 4 bytes a token,
-and a new agent's request, mostly tool definitions (to which the wire adds the agent's arguments),
-5.3 (Anthropic) to 6.1 (OpenAI). A batch cut at ``DEFAULT_BATCH_BYTES`` of estimate so stays
-well under both providers' limits. Images already in an agent's window count as tokens only (a provider counts an
-image at about 1,600 tokens whatever its bytes); the provider client refuses a body over the
-provider's limit before sending it.
+50,000 requests and a 200 MB input file), and nightshift bounds it further by count
+(``batch.steps.BATCH_SLICE``) so that submitting or applying one batch holds a bounded working
+set. When a step is written its requests are not built yet (that happens at submission), so
+their size is estimated from what is known: the request's tokens (the provider's last count of
+the agent's window plus the estimate of what was added) and the bytes of the images sent with
+this step's input. ``BYTES_PER_TOKEN`` is set high, so the real body comes out smaller than the
+estimate, not larger: English text is about 4 bytes a token, and a new agent's request, mostly
+tool definitions (to which the wire adds the agent's arguments), 5.3 (Anthropic) to 6.1
+(OpenAI). A batch cut at the provider's limit on the estimate so stays under it with room to
+spare (``NIGHTSHIFT_BATCH_BYTES`` lowers the cut). Images already in an agent's window count as
+tokens only (a provider counts an image at about 1,600 tokens whatever its bytes); the provider
+client refuses a body over the provider's limit before sending it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,6 @@ from typing import Final
 BYTES_PER_TOKEN: Final = 8
 # What a request adds around its messages: the custom id, the wrapping, the model's parameters.
 REQUEST_OVERHEAD_BYTES: Final = 512
-# The estimated bytes of one provider batch, by default (``NIGHTSHIFT_BATCH_BYTES``): 10,000 new
-# agents' requests (about 13 KB of estimate and 8 KB of body each) fit, and the body of a full
-# batch, about 100 MB of typical requests, is half the smaller provider limit (OpenAI's 200 MB).
-DEFAULT_BATCH_BYTES: Final = 160 * 1024 * 1024
 
 
 def estimated_request_bytes(tokens: int, *, image_bytes: int = 0) -> int:

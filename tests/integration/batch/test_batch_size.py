@@ -1,7 +1,7 @@
 """A step's agents go into provider batches by size as well as by count (``NIGHTSHIFT_BATCH_BYTES``).
 
-The limit is lowered here so that a handful of agents is over it; at its default a batch holds
-10,000 new agents' requests.
+The limit is lowered here so that a handful of agents is over it; at its default, the provider's
+own limit, a batch holds 10,000 agents' requests of a few thousand tokens.
 """
 
 from __future__ import annotations
