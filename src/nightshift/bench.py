@@ -6,13 +6,16 @@ then polling, storing the results and applying them (tools, memory edits, messag
 the next step. Two runs side by side: in one each agent calls a memory tool on step 1, in the
 other a custom tool, which runs in the tool sandbox (a fresh process per call, inside bubblewrap);
 both call send_message on step 2. The sandbox's own CPU (its zygotes and their call processes)
-is counted apart from the server's.
+is counted apart from the server's. Each phase's peak memory (RSS) is its own: the kernel's
+high-water mark is reset as the phase starts (``/proc/self/clear_refs``, Linux).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -35,6 +38,7 @@ from nightshift.batch.steps import RunRequest, create_run
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
+from nightshift.domain.batches import ProviderBatch
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
@@ -55,6 +59,8 @@ def lookup_order(order_id: str) -> str:
     """
     return f"order {order_id} shipped on {len(order_id) % 28 + 1} May"
 '''
+# Agents created per transaction while setting up.
+SETUP_SLICE = 10_000
 # What each agent is asked, by the tool it calls on step 1: the emulator's scripted model
 # remembers with core_memory_append, and calls a custom tool the message names.
 ASKS = {
@@ -70,6 +76,29 @@ class Phase:
     cpu_seconds: float
     sandbox_cpu_seconds: float
     statements: int
+    peak_mib: float | None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's RSS high-water mark (Linux); False where it cannot be."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_mib() -> float:
+    """This process's RSS high-water mark: since the last ``reset_peak_rss``, or since it started."""
+    try:
+        with open("/proc/self/status") as status:
+            found = re.search(r"^VmHWM:\s+(\d+) kB", status.read(), re.MULTILINE)
+    except OSError:
+        found = None
+    if found is None:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return int(found.group(1)) / 1024
 
 
 class StatementCounter:
@@ -109,6 +138,13 @@ def emulator_process() -> Iterator[tuple[str, int]]:
         process.wait(timeout=30)
 
 
+def fresh_emulator(url: str) -> None:
+    """Forget the last run's batches and keep no logs: the emulator logs every request body and
+    model call for tests (20,000 of each), which at 100,000 agents would hold gigabytes."""
+    httpx.post(f"{url}/_emulator/reset").raise_for_status()
+    httpx.post(f"{url}/_emulator/config", json={"log_limit": 0}).raise_for_status()
+
+
 def sandbox_cpu_seconds(*, besides: int) -> float:
     """CPU time of every process below this one but ``besides`` (the emulator): the tool sandbox."""
     ticks = os.sysconf("SC_CLK_TCK")
@@ -139,7 +175,11 @@ def _children(pid: int) -> list[int]:
 
 
 async def bench(agents: int, database_url: str, provider: str, tool: str, emulator_pid: int) -> list[Phase]:
-    settings = Settings(database_url=database_url, poll_interval_seconds=0.0, poller=False, tool_workers=2)
+    # A lease longer than any phase: at the default (20 poll intervals of 0 s, so 5 s) a lease is
+    # renewed every 1.7 s of a stage, and those statements would count as the phase's.
+    settings = Settings(
+        database_url=database_url, poll_interval_seconds=0.0, poller=False, tool_workers=2, lease_seconds=3600.0
+    )
     engine = create_engine(settings.resolved_database_url)
     await upgrade(engine)
     config = LLMConfig(provider=provider, model=provider_info(provider).example_model)
@@ -148,6 +188,10 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
         tool_ids: list[str] = []
         if tool == "custom":
             tool_ids = [(await create_tool(conn, DEFAULT_ORG_ID, source_code=LOOKUP_TOOL)).id]
+    agent_ids: list[str] = []
+    # Created a slice at a time, as clients create agents (a request each, or a page of them):
+    # the set-up is not what is measured, and must not set the peak.
+    for start in range(0, agents, SETUP_SLICE):
         specs = [
             AgentSpec(
                 name=f"bench-{i}",
@@ -158,16 +202,19 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
                 ],
                 tool_ids=tool_ids,
             )
-            for i in range(agents)
+            for i in range(start, min(start + SETUP_SLICE, agents))
         ]
-        agent_ids = [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
+        async with engine.begin() as conn:
+            agent_ids += [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
     del specs  # the run is measured with only the ids in hand, as a client would have them
+    gc.collect()
     requests = [RunRequest(agent_id=agent_id, messages=(ASKS[tool],)) for agent_id in agent_ids]
     counter = StatementCounter(engine)
     phases: list[Phase] = []
     async with running_worker(settings, engine) as worker:
 
         async def measure(name: str, work: Any) -> Any:
+            reset = reset_peak_rss()
             before, start, cpu = counter.count, time.perf_counter(), time.process_time()
             sandbox = sandbox_cpu_seconds(besides=emulator_pid)
             result = await work
@@ -178,11 +225,12 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
                     time.process_time() - cpu,
                     sandbox_cpu_seconds(besides=emulator_pid) - sandbox,
                     counter.count - before,
+                    peak_rss_mib() if reset else None,
                 )
             )
             return result
 
-        async def submit() -> None:
+        async def create() -> list[ProviderBatch]:
             async with engine.begin() as conn:
                 _run, batches = await create_run(
                     conn,
@@ -192,11 +240,15 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
                     default_max_steps=10,
                     lease=worker.lease(time_now()),
                     endpoints=worker.providers.endpoints(),
+                    batch_bytes=worker.batch_bytes,
                 )
+            return batches
+
+        async def submit(batches: list[ProviderBatch]) -> None:
             for batch in batches:
                 await worker.submit(batch)
 
-        await measure("create run + submit step 1", submit())
+        await measure("submit step 1", submit(await measure("create the run (step 1 written)", create())))
         # A step of more than BATCH_SLICE agents is several provider batches, one claim each.
         await measure(f"poll + resume step 1 ({tool} tool) + submit step 2", worker.run_once(limit=1_000))
         await measure("poll + resume step 2 (run ends)", worker.run_once(limit=1_000))
@@ -226,6 +278,8 @@ def main(
     for column in ("phase", "wall s", "server CPU s", "server CPU ms per agent", "sandbox CPU ms per agent"):
         table.add_column(column, justify="left" if column == "phase" else "right")
     table.add_column("SQL statements", justify="right")
+    table.add_column("peak RSS MiB", justify="right")
+    peak_of_phases: list[float | None] = []
     with emulator_process() as (url, emulator_pid):
         os.environ.update(
             ANTHROPIC_BASE_URL=url,
@@ -234,9 +288,11 @@ def main(
             OPENAI_API_KEY="bench",
         )
         for kind in kinds:
+            fresh_emulator(url)
             with tempfile.TemporaryDirectory() as tmp:
                 db = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
                 for phase in asyncio.run(bench(agents, db, provider, kind, emulator_pid)):
+                    peak_of_phases.append(phase.peak_mib)
                     table.add_row(
                         phase.name,
                         f"{phase.seconds:.2f}",
@@ -244,11 +300,15 @@ def main(
                         f"{phase.cpu_seconds * 1000 / agents:.3f}",
                         f"{phase.sandbox_cpu_seconds * 1000 / agents:.3f}",
                         str(phase.statements),
+                        f"{phase.peak_mib:,.0f}" if phase.peak_mib is not None else "-",
                     )
             table.add_section()
     console.print(table)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     console.print(f"database: {(database_url or 'sqlite (a new file per run)').split(':')[0]}")
+    # The phases' peaks are each their own; the process's, where they cannot be told apart, covers
+    # the set-up as well.
+    peaks = [p for p in peak_of_phases if p is not None]
+    peak = max(peaks) if peaks else peak_rss_mib()
     console.print(f"peak memory (RSS) of the server process: {peak:,.0f} MiB")
     console.print(
         "wall time includes waiting for the emulator (another process); server CPU is this process's own "

@@ -23,7 +23,7 @@ def _env() -> dict[str, str]:
 
 def test_bench_prints_each_phase_of_both_runs() -> None:
     output = _run("nightshift.bench", "--agents", "20")
-    for phase in ("create run + submit step 1", "poll + resume step 1 (memory tool)", "(custom tool)"):
+    for phase in ("create the run", "submit step 1", "poll + resume step 1 (memory tool)", "(custom tool)"):
         assert phase in output, output
     assert re.search(r"peak memory \(RSS\) of the server process: [\d,]+ MiB", output), output
 

@@ -12,6 +12,7 @@ them again); everything in the database happens exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter, defaultdict
@@ -53,6 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# An ended batch's results are stored this many at a time as they are read (see ``poll``).
+RESULT_SLICE = 2_000
+
 
 def snapshot_of(status: BatchStatus, now: datetime) -> PollSnapshot:
     """What a poll saw, as stored on the provider batch."""
@@ -89,26 +93,36 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
         return batch
     async with worker.engine.connect() as conn:
         # Items that failed before they went in (their request could not be built) keep that result.
-        items = {
-            i.agent_id: i
-            for i in await item_store.items_of(conn, batch.id)
-            if i.request_status is not RequestStatus.FAILED
-        }
+        waiting = await item_store.awaiting_results(conn, batch.id)
+    # The results are read as a stream and stored a slice at a time, each in a transaction of its
+    # own, so that a batch's results are never all held; the last slice goes with the transition
+    # (running -> ended). A poll cut short stores them again, the same: they are only stored on
+    # items whose step is open, and only applied once the batch has ended (meanwhile a run's
+    # agents view may count an answered request a moment early).
     results: list[ItemResult] = []
+    answered = 0
     errors: Counter[str] = Counter()
     try:
-        async for custom_id, outcome in provider.batch_results(batch.provider_batch_id):
-            item = items.pop(custom_id, None)
-            if item is not None:
-                results.append(outcome_result(item.id, outcome))
+        async with contextlib.aclosing(provider.batch_results(batch.provider_batch_id)) as outcomes:
+            async for custom_id, outcome in outcomes:
+                item_id = waiting.pop(custom_id, None)
+                if item_id is None:
+                    continue
+                results.append(outcome_result(item_id, outcome))
                 if outcome.status is OutcomeStatus.ERRORED and outcome.error is not None:
                     errors[outcome.error.type] += 1  # expired and cancelled requests are no provider error
+                if len(results) >= RESULT_SLICE:
+                    async with worker.engine.begin() as conn:
+                        await item_store.store_results(conn, results, datetime.now(UTC))
+                    answered += len(results)
+                    results = []
     except ProviderError as exc:
         log.warning("reading the results of %s failed (%s)", batch.id, exc.message)
         await worker.stage_failed(batch, exc.message, retryable=exc.retryable)
         return batch
-    for item in items.values():  # a request the provider never answered
-        results.append(failed_result(item.id, "the provider returned no result for this request"))
+    answered += len(results)
+    for item_id in waiting.values():  # a request the provider never answered
+        results.append(failed_result(item_id, "the provider returned no result for this request"))
     ended = await end_batch(
         worker,
         batch,
@@ -120,7 +134,7 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
     )
     for kind, count in errors.items():
         worker.metrics.provider_error(batch.provider, kind, ErrorScope.REQUEST, count)
-    stage_done(Stage.POLL, ended, agents=len(results), started=started, metrics=worker.metrics)
+    stage_done(Stage.POLL, ended, agents=answered + len(waiting), started=started, metrics=worker.metrics)
     return ended
 
 
@@ -187,6 +201,7 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
             lease=worker.lease(now),
             endpoints=worker.providers.endpoints(),
             summary_model=worker.summary_model,
+            batch_bytes=worker.batch_bytes,
         )
         if not next_batches:
             await end_run_if_done(conn, run.id, now)

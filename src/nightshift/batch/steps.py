@@ -2,9 +2,9 @@
 
 A step is written in one transaction: the agents' input messages (the user's messages on the
 first step, a heartbeat later), their context windows, the provider batches (status created,
-one per provider, split at the provider's request limit) and one batch item per agent. Submitting
-to the provider happens afterwards (``batch/worker.py``), from what was written here, so that a
-crash in between only delays the submission.
+one per provider, split by count and by the requests' estimated size) and one batch item per
+agent. Submitting to the provider happens afterwards (``batch/worker.py``), from what was
+written here, so that a crash in between only delays the submission.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import StepEntry
+from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
@@ -39,9 +40,10 @@ from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
 
-# A step's agents on one provider and model go into provider batches of at most this many, so
-# that submitting or applying one batch holds a bounded working set (and stays well inside the
-# providers' 200-256 MB body limits); a step of up to this many agents is one batch.
+# A step's agents on one provider and model go into provider batches of at most this many (and
+# of at most the provider's byte limit of estimated requests, see ``domain.batch_split``), so
+# that submitting or applying one batch holds a bounded working set; a step of up to this many
+# agents of typical size is one batch.
 BATCH_SLICE = 10_000
 # Input text per run; the providers cap a batch's size (256 MB Anthropic, 200 MB OpenAI) and the
 # rest of the request (system prompt, tools) must fit too.
@@ -73,6 +75,7 @@ async def create_run(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     summary_model: str | None = None,
+    batch_bytes: int | None = None,
 ) -> tuple[BatchRun, list[ProviderBatch]]:
     """Validate the requests and write the run with its first step; nothing is written on error.
 
@@ -100,8 +103,8 @@ async def create_run(
             raise InvalidInput(f"requests[{index}] has no message text", field=f"requests.{index}.messages")
         if request.max_steps is not None and request.max_steps < 1:
             raise InvalidInput("max_steps must be at least 1", field=f"requests.{index}.max_steps")
-    agents = await agent_store.load_agents(conn, org_id, ids)
-    missing = [i for i in ids if i not in agents]
+    providers = await agent_store.providers_of(conn, org_id, ids)
+    missing = [i for i in ids if i not in providers]
     if missing:
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     await agent_store.lock_agents(conn, ids)
@@ -112,10 +115,7 @@ async def create_run(
             f"agents already stepping (in an open step of another run, or synchronously): "
             f"{', '.join(sorted(busy)[:10])}; wait for that to finish or cancel the run"
         )
-    per_provider: dict[str, int] = defaultdict(int)
-    for agent in agents.values():
-        per_provider[agent.llm_config.provider] += 1
-    for provider, count in per_provider.items():
+    for provider, count in Counter(providers.values()).items():
         limit = provider_info(provider).max_batch_requests
         if count > limit:
             raise InvalidInput(
@@ -136,15 +136,30 @@ async def create_run(
         updated_at=now,
     )
     await run_store.insert_run(conn, run)
-    entries = [
-        StepEntry(
-            agent=agents[r.agent_id],
-            state=first_state(agents[r.agent_id], r.max_steps or default_max_steps),
-            inputs=r.messages,
+    # The first step is written BATCH_SLICE agents at a time (a provider batch's worth), so that a
+    # run of 100,000 agents never holds them all loaded at once.
+    batches: list[ProviderBatch] = []
+    for start in range(0, len(requests), BATCH_SLICE):
+        part = requests[start : start + BATCH_SLICE]
+        agents = await agent_store.load_agents(conn, org_id, [r.agent_id for r in part])
+        entries = [
+            StepEntry(
+                agent=agents[r.agent_id],
+                state=first_state(agents[r.agent_id], r.max_steps or default_max_steps),
+                inputs=r.messages,
+            )
+            for r in part
+        ]
+        batches += await write_step(
+            conn,
+            run,
+            entries,
+            now,
+            lease=lease,
+            endpoints=endpoints,
+            summary_model=summary_model,
+            batch_bytes=batch_bytes,
         )
-        for r in requests
-    ]
-    batches = await write_step(conn, run, entries, now, lease=lease, endpoints=endpoints, summary_model=summary_model)
     return run, batches
 
 
@@ -157,6 +172,7 @@ async def write_step(
     lease: tuple[str, datetime] | None = None,
     endpoints: Mapping[str, str],
     summary_model: str | None = None,
+    batch_bytes: int | None = None,
 ) -> list[ProviderBatch]:
     """Write one step for ``entries``: provider batches, items, input messages, context windows.
 
@@ -165,7 +181,9 @@ async def write_step(
     are the provider base URLs they go to: only a worker that reaches the same takes them.
     An agent whose window would overflow gets the request that summarizes its oldest messages
     instead (by ``summary_model``, or its own model), and its step waits for it (see
-    ``runtime.context.StepInputs``).
+    ``runtime.context.StepInputs``). A provider batch holds at most ``BATCH_SLICE`` requests and
+    ``batch_bytes`` (by default, and at most, the provider's limit) of their estimated size (see
+    ``domain.batch_split``).
     """
     if not entries:
         return []
@@ -196,9 +214,12 @@ async def write_step(
     batches: list[ProviderBatch] = []
     items: list[BatchItem] = []
     for (provider, _model), group in groups.items():
-        limit = min(provider_info(provider).max_batch_requests, BATCH_SLICE)
-        for start in range(0, len(group), limit):
-            chunk = group[start : start + limit]
+        info = provider_info(provider)
+        sizes = [_estimated_bytes(entry, state, inputs) for entry, state in group]
+        max_count = min(info.max_batch_requests, BATCH_SLICE)
+        max_bytes = min(info.max_batch_bytes, batch_bytes or info.max_batch_bytes)
+        for part in split_by_size(sizes, max_count=max_count, max_bytes=max_bytes):
+            chunk = group[part.start : part.stop]
             batch = ProviderBatch(
                 id=new_id("llm_batch"),
                 organization_id=run.organization_id,
@@ -230,6 +251,17 @@ async def write_step(
     await item_store.insert_items(conn, items)
     await inputs.write(conn, now)
     return batches
+
+
+def _estimated_bytes(entry: StepEntry, state: StepState, inputs: StepInputs) -> int:
+    """The estimated size of an agent's request in this step: its window (or the summary it waits
+    for) in tokens, and the images of its input."""
+    if state.summary is not None:
+        tokens = state.summary.evicted_tokens
+    else:
+        tokens = inputs.agents[entry.agent.id].context_tokens or 0
+    images = (i.images for i in entry.inputs if isinstance(i, UserInput))
+    return estimated_request_bytes(tokens, image_bytes=sum(len(m.data or m.url or "") for ms in images for m in ms))
 
 
 async def cancel_run(

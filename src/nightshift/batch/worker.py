@@ -89,6 +89,9 @@ class Worker:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
+    # The most bytes of estimated requests in one provider batch (``Settings.batch_bytes``);
+    # None: the provider's limit.
+    batch_bytes: int | None = None
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
@@ -312,5 +315,6 @@ async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterat
             error_backoff=timedelta(seconds=settings.error_backoff_seconds),
             prices=PriceTable(settings.prices),
             summary_model=checked_summary_model(settings.summary_model),
+            batch_bytes=settings.batch_bytes,
         )
         await preloading

@@ -42,6 +42,8 @@ class ProviderInfo:
         base_url_variable: The variable its SDK reads the base URL from (to use the emulator).
         default_base_url: Where its SDK goes without that variable.
         max_batch_requests: The most requests the provider takes in one batch.
+        max_batch_bytes: The largest batch it takes, in bytes of what is uploaded (a request body
+            or an input file).
         one_model_per_batch: Whether a batch may hold requests for one model only.
         example_model: A cheap model of it, for the demo and examples.
         batch_cache_ttl: The prompt-cache lifetime its batch requests ask for (None: it has no
@@ -56,6 +58,7 @@ class ProviderInfo:
     base_url_variable: str
     default_base_url: str
     max_batch_requests: int
+    max_batch_bytes: int
     one_model_per_batch: bool
     example_model: str
     batch_cache_ttl: CacheTtl | None

@@ -128,6 +128,7 @@ async def start_run(
                 idempotency_key=new.idempotency_key,
                 request_hash=digest,
                 summary_model=worker.summary_model,
+                batch_bytes=worker.batch_bytes,
             )
     except (Conflict, IntegrityError):
         # The same request, sent twice at once: the first one made the run (and holds its agents).

@@ -149,6 +149,15 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     }
 
 
+async def providers_of(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, str]:
+    """The provider of each agent of ``org_id`` among ``ids`` (missing ids are absent), reading
+    nothing else of them."""
+    query = select(agents.c.id, agents.c.llm_config).where(
+        agents.c.organization_id == org_id, in_ids(conn, agents.c.id, list(dict.fromkeys(ids)))
+    )
+    return {row.id: _to_llm_config(row.llm_config).provider for row in await conn.execute(query)}
+
+
 async def agent_exists(conn: AsyncConnection, org_id: str, agent_id: str) -> bool:
     """Whether ``org_id`` has an agent of that id, in one statement (nothing of it is loaded)."""
     found = await conn.scalar(select(agents.c.id).where(agents.c.organization_id == org_id, agents.c.id == agent_id))

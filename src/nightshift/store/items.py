@@ -46,6 +46,15 @@ async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchI
     return [to_item(r) for r in await conn.execute(query)]
 
 
+async def awaiting_results(conn: AsyncConnection, provider_batch_id: str) -> dict[str, str]:
+    """The items of a provider batch whose request went in (not failed before), as agent id -> item id."""
+    query = select(batch_items.c.agent_id, batch_items.c.id).where(
+        batch_items.c.provider_batch_id == provider_batch_id,
+        batch_items.c.request_status != RequestStatus.FAILED.value,
+    )
+    return {str(agent_id): str(item_id) for agent_id, item_id in await conn.execute(query)}
+
+
 async def count_items(conn: AsyncConnection, provider_batch_id: str) -> int:
     """How many agents a provider batch holds."""
     query = select(func.count()).select_from(batch_items).where(batch_items.c.provider_batch_id == provider_batch_id)

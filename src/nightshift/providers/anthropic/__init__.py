@@ -9,6 +9,7 @@ INFO = ProviderInfo(
     base_url_variable="ANTHROPIC_BASE_URL",
     default_base_url="https://api.anthropic.com",
     max_batch_requests=100_000,
+    max_batch_bytes=256 * 1024 * 1024,  # of the request body that creates the batch
     one_model_per_batch=False,
     example_model="claude-3-5-haiku-20241022",
     batch_cache_ttl=CacheTtl.ONE_HOUR,

@@ -29,6 +29,7 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
 from nightshift.providers.registry import Closer, ProviderInfo
+from nightshift.providers.spool import SpooledBody
 
 
 def connect(info: ProviderInfo, *, max_retries: int) -> tuple[AnthropicProvider, Closer]:
@@ -86,25 +87,25 @@ class AnthropicProvider:
         """
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
-        # Each request is serialised as soon as it is built (only bytes are kept), and the body goes
-        # out as bytes through the SDK client (auth, retries, errors as usual) instead of
+        # Each request is serialised as soon as it is built and spooled to a file (see ``spool``),
+        # and the body goes out through the SDK client (auth, retries, errors as usual) instead of
         # ``batches.create``, which deep-copies every request first and costs as much as everything
         # else of a submit at 10,000 agents.
-        parts = [
-            orjson.dumps(
-                {"custom_id": custom_id, "params": wire.build_request(request, cache_ttl=self._batch_cache_ttl)}
-            )
-            for custom_id, request in requests.items()
-        ]
-        content = b'{"requests":[' + b",".join(parts) + b"]}"
-        del parts
-        with _sdk_errors():
-            batch = await self._client.post(
-                "/v1/messages/batches",
-                content=content,
-                cast_to=MessageBatch,
-                options={"headers": {"content-type": "application/json"}},
-            )
+        with SpooledBody() as body:
+            body.write(b'{"requests":[')
+            for index, (custom_id, request) in enumerate(requests.items()):
+                params = wire.build_request(request, cache_ttl=self._batch_cache_ttl)
+                body.write(b"," if index else b"")
+                body.write(orjson.dumps({"custom_id": custom_id, "params": params}))
+            body.write(b"]}")
+            body.check_size(INFO.max_batch_bytes, what=f"the batch of {len(requests)} requests")
+            with _sdk_errors():
+                batch = await self._client.post(
+                    "/v1/messages/batches",
+                    content=body,
+                    cast_to=MessageBatch,
+                    options={"headers": {"content-type": "application/json", "content-length": str(body.size)}},
+                )
         return batch.id
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:

@@ -8,6 +8,7 @@ INFO = ProviderInfo(
     base_url_variable="OPENAI_BASE_URL",
     default_base_url="https://api.openai.com/v1",
     max_batch_requests=50_000,
+    max_batch_bytes=200 * 1024 * 1024,  # of the input file
     one_model_per_batch=True,
     example_model="gpt-4o-mini",
     batch_cache_ttl=None,

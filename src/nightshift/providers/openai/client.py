@@ -30,8 +30,9 @@ from nightshift.providers.base import (
     StreamEvent,
 )
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
-from nightshift.providers.openai import wire
+from nightshift.providers.openai import INFO, wire
 from nightshift.providers.registry import Closer, ProviderInfo
+from nightshift.providers.spool import SpooledBody
 
 # The metadata key that carries our id of a provider batch, to find it again after a crash.
 TAG_KEY = "nightshift_batch"
@@ -88,13 +89,17 @@ class OpenAIProvider:
                 "submit one batch per model",
                 kind=INVALID_REQUEST,
             )
-        data = b"".join(
-            orjson.dumps(wire.batch_line(custom_id, request)) + b"\n" for custom_id, request in requests.items()
-        )
+        # The input file is spooled to disk as its lines are serialised (see ``spool``) and uploaded
+        # from there, a chunk at a time.
+        with SpooledBody() as data:
+            for custom_id, request in requests.items():
+                data.write(orjson.dumps(wire.batch_line(custom_id, request)) + b"\n")
+            data.check_size(INFO.max_batch_bytes, what=f"the input file of {len(requests)} requests")
+            with _sdk_errors():
+                file = await self._client.files.create(
+                    file=("nightshift-batch.jsonl", data.as_file(), "application/jsonl"), purpose="batch"
+                )
         with _sdk_errors():
-            file = await self._client.files.create(
-                file=("nightshift-batch.jsonl", data, "application/jsonl"), purpose="batch"
-            )
             batch = await self._client.batches.create(
                 input_file_id=file.id, endpoint=wire.ENDPOINT, completion_window="24h", metadata={TAG_KEY: tag}
             )
