@@ -38,7 +38,7 @@ from nightshift.batch.steps import RunRequest, create_run
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
-from nightshift.domain.batches import ProviderBatch
+from nightshift.domain.batches import BatchRun, ProviderBatch
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
@@ -46,6 +46,8 @@ from nightshift.services.tools import create_tool
 from nightshift.serving import free_port
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
+from nightshift.store.run_views import run_progress
+from nightshift.store.runs import get_run
 
 console = Console(width=160)
 
@@ -174,7 +176,8 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-async def bench(agents: int, database_url: str, provider: str, tool: str, emulator_pid: int) -> list[Phase]:
+async def bench(agents: int, database_url: str, provider: str, tool: str, emulator_pid: int) -> tuple[list[Phase], str]:
+    """The phases of one run, and how the run ended (its status, its agents by outcome)."""
     # A lease longer than any phase: at the default (20 poll intervals of 0 s, so 5 s) a lease is
     # renewed every 1.7 s of a stage, and those statements would count as the phase's.
     settings = Settings(
@@ -230,9 +233,11 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
             )
             return result
 
+        created: list[BatchRun] = []
+
         async def create() -> list[ProviderBatch]:
             async with engine.begin() as conn:
-                _run, batches = await create_run(
+                run, batches = await create_run(
                     conn,
                     DEFAULT_ORG_ID,
                     requests,
@@ -242,6 +247,7 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
                     endpoints=worker.providers.endpoints(),
                     batch_bytes=worker.batch_bytes,
                 )
+            created.append(run)
             return batches
 
         async def submit(batches: list[ProviderBatch]) -> None:
@@ -252,8 +258,14 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
         # A step of more than BATCH_SLICE agents is several provider batches, one claim each.
         await measure(f"poll + resume step 1 ({tool} tool) + submit step 2", worker.run_once(limit=1_000))
         await measure("poll + resume step 2 (run ends)", worker.run_once(limit=1_000))
+    async with engine.connect() as conn:
+        ended = await get_run(conn, DEFAULT_ORG_ID, created[0].id)
+        progress = await run_progress(conn, created[0].id)
     await engine.dispose()
-    return phases
+    outcomes = ", ".join(f"{count:,} {outcome.value}" for outcome, count in sorted(progress.outcomes.items()))
+    status = ended.status.value if ended else "gone"
+    steps = f"{outcomes or 'none applied'}, {progress.running:,} not applied"
+    return phases, f"the {tool} run ended {status}; its agents' steps: {steps}"
 
 
 def time_now() -> Any:
@@ -280,6 +292,7 @@ def main(
     table.add_column("SQL statements", justify="right")
     table.add_column("peak RSS MiB", justify="right")
     peak_of_phases: list[float | None] = []
+    endings: list[str] = []
     with emulator_process() as (url, emulator_pid):
         os.environ.update(
             ANTHROPIC_BASE_URL=url,
@@ -291,7 +304,9 @@ def main(
             fresh_emulator(url)
             with tempfile.TemporaryDirectory() as tmp:
                 db = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
-                for phase in asyncio.run(bench(agents, db, provider, kind, emulator_pid)):
+                phases, ending = asyncio.run(bench(agents, db, provider, kind, emulator_pid))
+                endings.append(ending)
+                for phase in phases:
                     peak_of_phases.append(phase.peak_mib)
                     table.add_row(
                         phase.name,
@@ -304,6 +319,8 @@ def main(
                     )
             table.add_section()
     console.print(table)
+    for ending in endings:
+        console.print(ending)
     console.print(f"database: {(database_url or 'sqlite (a new file per run)').split(':')[0]}")
     # The phases' peaks are each their own; the process's, where they cannot be told apart, covers
     # the set-up as well.

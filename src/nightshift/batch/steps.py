@@ -103,8 +103,8 @@ async def create_run(
             raise InvalidInput(f"requests[{index}] has no message text", field=f"requests.{index}.messages")
         if request.max_steps is not None and request.max_steps < 1:
             raise InvalidInput("max_steps must be at least 1", field=f"requests.{index}.max_steps")
-    providers = await agent_store.providers_of(conn, org_id, ids)
-    missing = [i for i in ids if i not in providers]
+    configs = await agent_store.llm_configs_of(conn, org_id, ids)
+    missing = [i for i in ids if i not in configs]
     if missing:
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     await agent_store.lock_agents(conn, ids)
@@ -115,7 +115,7 @@ async def create_run(
             f"agents already stepping (in an open step of another run, or synchronously): "
             f"{', '.join(sorted(busy)[:10])}; wait for that to finish or cancel the run"
         )
-    for provider, count in Counter(providers.values()).items():
+    for provider, count in Counter(c.provider for c in configs.values()).items():
         limit = provider_info(provider).max_batch_requests
         if count > limit:
             raise InvalidInput(
@@ -137,10 +137,12 @@ async def create_run(
     )
     await run_store.insert_run(conn, run)
     # The first step is written BATCH_SLICE agents at a time (a provider batch's worth), so that a
-    # run of 100,000 agents never holds them all loaded at once.
+    # run of 100,000 agents never holds them all loaded at once; in order of model, so that a
+    # slice is mostly one provider batch rather than a piece of each.
+    by_model = sorted(requests, key=lambda r: configs[r.agent_id].handle)
     batches: list[ProviderBatch] = []
-    for start in range(0, len(requests), BATCH_SLICE):
-        part = requests[start : start + BATCH_SLICE]
+    for start in range(0, len(by_model), BATCH_SLICE):
+        part = by_model[start : start + BATCH_SLICE]
         agents = await agent_store.load_agents(conn, org_id, [r.agent_id for r in part])
         entries = [
             StepEntry(

@@ -149,13 +149,13 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     }
 
 
-async def providers_of(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, str]:
-    """The provider of each agent of ``org_id`` among ``ids`` (missing ids are absent), reading
+async def llm_configs_of(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, LLMConfig]:
+    """The LLM config of each agent of ``org_id`` among ``ids`` (missing ids are absent), reading
     nothing else of them."""
     query = select(agents.c.id, agents.c.llm_config).where(
         agents.c.organization_id == org_id, in_ids(conn, agents.c.id, list(dict.fromkeys(ids)))
     )
-    return {row.id: _to_llm_config(row.llm_config).provider for row in await conn.execute(query)}
+    return {row.id: _to_llm_config(row.llm_config) for row in await conn.execute(query)}
 
 
 async def agent_exists(conn: AsyncConnection, org_id: str, agent_id: str) -> bool:

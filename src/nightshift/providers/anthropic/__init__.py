@@ -9,7 +9,8 @@ INFO = ProviderInfo(
     base_url_variable="ANTHROPIC_BASE_URL",
     default_base_url="https://api.anthropic.com",
     max_batch_requests=100_000,
-    max_batch_bytes=256 * 1024 * 1024,  # of the request body that creates the batch
+    # Of the request body that creates the batch: "256 MB", read as the smaller 256,000,000.
+    max_batch_bytes=256_000_000,
     one_model_per_batch=False,
     example_model="claude-3-5-haiku-20241022",
     batch_cache_ttl=CacheTtl.ONE_HOUR,
