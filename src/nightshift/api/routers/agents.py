@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import Field
 
+from nightshift.api.context_schemas import ContextWindowOverview
 from nightshift.api.deps import Conn, Org, State
 from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import Body, Name, Text
@@ -19,7 +20,6 @@ from nightshift.api.schemas import (
     AgentUpdate,
     BlockPublic,
     BlockUpdate,
-    ContextWindowOverview,
     ToolPublic,
     llm_config_from,
     secrets_of,
