@@ -119,13 +119,14 @@ def search_text(message: Message) -> str:
     if message.role is Role.SYSTEM or message.extra.get("event"):
         return ""
     if message.role is Role.TOOL:
-        return tool_result_text(message.text)
+        return inner_text(message.text)
     parts = [said_text(message), message.reasoning or ""]
     return "\n".join(p for p in parts if p)
 
 
-def tool_result_text(text: str) -> str:
-    """What a tool returned, out of the JSON a tool message holds (``{"status", "message", "time"}``)."""
+def inner_text(text: str) -> str:
+    """The ``message`` inside the JSON a tool result or a system alert holds (a tool message's
+    ``{"status", "message", "time"}``: what the tool returned), or the text as it is."""
     try:
         body = json.loads(text)
     except ValueError:

@@ -8,7 +8,6 @@ one calls the model at once.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -21,7 +20,7 @@ from nightshift.domain.context_window import (
     summary_notice,
     summary_tokens,
 )
-from nightshift.domain.messages import Message, Role, said_text
+from nightshift.domain.messages import Message, Role, inner_text, said_text
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.tokens import message_tokens, messages_tokens, text_counter, tools_tokens
@@ -92,7 +91,7 @@ def context_overview(
         core_memory_tokens=count(core),
         memory_metadata=metadata,
         memory_metadata_tokens=count(metadata),
-        summary=_notice_text(summary.text) if summary else None,
+        summary=inner_text(summary.text) if summary else None,
         summary_tokens=message_tokens(provider, summary) if summary else 0,
         tools=schemas,
         tools_tokens=tools_tokens(provider, schemas),
@@ -162,10 +161,10 @@ def summary_request(agent: Agent, plan: SummaryPlan, stored: Mapping[str, Messag
 
 def _transcript_line(message: Message) -> str:
     if message.extra.get("event") == SUMMARY_EVENT:
-        text = _notice_text(message.text)
+        text = inner_text(message.text)
         return f"[earlier summary] {text}"
     if message.role is Role.TOOL:
-        text = f"[result of {message.name or 'a tool'}] {_notice_text(message.text)}"
+        text = f"[result of {message.name or 'a tool'}] {inner_text(message.text)}"
     elif message.role is Role.ASSISTANT:
         calls = "; ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
         parts = [p for p in (message.reasoning, said_text(message) if not calls else message.text) if p]
@@ -173,19 +172,8 @@ def _transcript_line(message: Message) -> str:
             parts.append(f"called {calls}")
         text = "[agent] " + " ".join(parts)
     else:
-        text = f"[{message.extra.get('event') or message.role.value}] {_notice_text(message.text)}"
+        text = f"[{message.extra.get('event') or message.role.value}] {inner_text(message.text)}"
     return text if len(text) <= TRANSCRIPT_MESSAGE_CHARS else text[:TRANSCRIPT_MESSAGE_CHARS] + " ..."
-
-
-def _notice_text(text: str) -> str:
-    """The message inside our JSON wrappings (tool results, system alerts, heartbeats), or the text."""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return text
-    if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
-        return str(parsed["message"])
-    return text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

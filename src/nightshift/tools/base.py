@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from nightshift.domain.blocks import Block
-from nightshift.domain.messages import Message, Role, said_text, tool_result_text
+from nightshift.domain.messages import Message, Role, inner_text, said_text
 from nightshift.domain.passages import Passage
 from nightshift.domain.tools import ToolType
 from nightshift.errors import ToolError
@@ -388,7 +388,7 @@ async def conversation_search(agent_state: AgentContext, query: str, page: int =
         {
             "timestamp": m.created_at.isoformat(),
             "role": m.role.value,
-            "text": tool_result_text(m.text) if m.role is Role.TOOL else said_text(m),
+            "text": inner_text(m.text) if m.role is Role.TOOL else said_text(m),
         }
         for m in found
     ]

@@ -25,7 +25,7 @@ _BACKFILL_ROWS = 1000
 
 
 def _returned(text: str) -> str:
-    """What a tool returned, out of a tool message's JSON (as ``domain.messages.tool_result_text``)."""
+    """What a tool returned, out of a tool message's JSON (as ``domain.messages.inner_text``)."""
     try:
         body = json.loads(text)
     except ValueError:
