@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from nightshift.domain.batches import (
     StepState,
     StepStatus,
 )
+from nightshift.domain.context_window import SummaryPlan
 from nightshift.providers.base import ModelError
 from nightshift.runtime.step import TurnReason, TurnResult
 
@@ -122,3 +124,17 @@ def test_an_agent_deleted_meanwhile_fails_and_is_not_retried() -> None:
 def test_a_run_ends_completed_when_any_agent_finished() -> None:
     assert final_status(RunProgress(outcomes={ItemOutcome.FINISHED: 1, ItemOutcome.FAILED: 9})) is RunStatus.COMPLETED
     assert final_status(RunProgress(outcomes={ItemOutcome.FAILED: 3, ItemOutcome.CANCELLED: 1})) is RunStatus.FAILED
+
+
+def test_a_summarized_agent_goes_on_with_its_state_as_it_was_unless_the_run_was_cancelled() -> None:
+    plan = SummaryPlan(evicted=("message-1",), evicted_tokens=500, model="anthropic/m", max_tokens=256)
+    waiting = replace(item("a"), step_state=StepState(step_number=3, retries=1, summary=plan))
+    agents = {"a": agent("a")}
+
+    completions, entries = next_step([waiting], {}, agents, run_open=True, summarized={"a"})
+    (cancelled,), none = next_step([waiting], {}, agents, run_open=False, summarized={"a"})
+
+    assert [c.outcome for c in completions] == [ItemOutcome.SUMMARIZED]
+    (entry,) = entries
+    assert entry.state == StepState(step_number=3) and not entry.heartbeat and entry.inputs == ()
+    assert cancelled.outcome is ItemOutcome.CANCELLED and none == []
