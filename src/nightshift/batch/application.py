@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.batch.decisions import final_status, next_step
 from nightshift.batch.outcomes import failed_result, outcome_result, response_from_json
 from nightshift.batch.stages import Stage, stage_done
-from nightshift.batch.steps import write_step
+from nightshift.batch.steps import WrittenBatch, write_step
 from nightshift.batch.submission import end_batch
 from nightshift.domain.batches import (
     ItemResult,
@@ -138,7 +138,7 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
     return ended
 
 
-async def resume(worker: Worker, batch: ProviderBatch) -> list[ProviderBatch]:
+async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
     """Apply an ended batch's results; returns the next step's batches, written and leased, to submit."""
     started = time.monotonic()
     async with worker.engine.connect() as conn:

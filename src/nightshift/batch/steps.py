@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import StepEntry
+from nightshift.domain.agents import Agent
 from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
@@ -50,6 +51,19 @@ BATCH_SLICE = 10_000
 MAX_INPUT_BYTES = 100 * 1024 * 1024
 # Passes over a run's provider batches when cancelling it, should workers move them on meanwhile.
 CANCEL_PASSES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenBatch:
+    """A provider batch ``write_step`` wrote, with its items and their agents as it wrote them.
+
+    Submitting it at once needs no read of what was just written (``batch/submission.py`` reads
+    again only the agents that changed since).
+    """
+
+    batch: ProviderBatch
+    items: list[BatchItem]
+    agents: dict[str, Agent]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,7 +166,7 @@ async def create_run(
             )
             for r in part
         ]
-        batches += await write_step(
+        written = await write_step(
             conn,
             run,
             entries,
@@ -162,6 +176,7 @@ async def create_run(
             summary_model=summary_model,
             batch_bytes=batch_bytes,
         )
+        batches += [w.batch for w in written]  # (not their agents: a run's may be too many to hold)
     return run, batches
 
 
@@ -175,7 +190,7 @@ async def write_step(
     endpoints: Mapping[str, str],
     summary_model: str | None = None,
     batch_bytes: int | None = None,
-) -> list[ProviderBatch]:
+) -> list[WrittenBatch]:
     """Write one step for ``entries``: provider batches, items, input messages, context windows.
 
     ``lease`` (owner, expiry) reserves the new provider batches for the caller, who submits them
@@ -213,8 +228,7 @@ async def write_step(
             plan.model.split("/", 1) if plan else (entry.agent.llm_config.provider, entry.agent.llm_config.model)
         )
         groups[provider, model if provider_info(provider).one_model_per_batch else ""].append((entry, state))
-    batches: list[ProviderBatch] = []
-    items: list[BatchItem] = []
+    written: list[WrittenBatch] = []
     for (provider, _model), group in groups.items():
         info = provider_info(provider)
         sizes = [_estimated_bytes(entry, state, inputs) for entry, state in group]
@@ -233,8 +247,7 @@ async def write_step(
                 created_at=now,
                 updated_at=now,
             )
-            batches.append(batch)
-            items.extend(
+            items = [
                 BatchItem(
                     id=item_ids[entry.agent.id],
                     organization_id=run.organization_id,
@@ -248,11 +261,14 @@ async def write_step(
                     updated_at=now,
                 )
                 for entry, state in chunk
-            )
-    await batch_store.insert_provider_batches(conn, batches, lease=lease)
-    await item_store.insert_items(conn, items)
+            ]
+            # As ``inputs.write`` stores them (which moves their ``updated_at``).
+            agents = {entry.agent.id: replace(inputs.agents[entry.agent.id], updated_at=now) for entry, _ in chunk}
+            written.append(WrittenBatch(batch, items, agents))
+    await batch_store.insert_provider_batches(conn, [w.batch for w in written], lease=lease)
+    await item_store.insert_items(conn, [item for w in written for item in w.items])
     await inputs.write(conn, now)
-    return batches
+    return written
 
 
 def _estimated_bytes(entry: StepEntry, state: StepState, inputs: StepInputs) -> int:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.stages import Stage, stage_done
+from nightshift.batch.steps import WrittenBatch
 from nightshift.domain.batches import (
     BatchItem,
     ItemResult,
@@ -63,12 +64,20 @@ class _Wait:
 WAIT = _Wait()
 
 
-async def submit(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
-    """Send a created provider batch to its provider, once, and give up the lease; returns it as it is now."""
+async def submit(worker: Worker, batch: ProviderBatch, written: WrittenBatch | None = None) -> ProviderBatch:
+    """Send a created provider batch to its provider, once, and give up the lease; returns it as it is now.
+
+    ``written``: the batch as this worker just wrote it (its items and agents), read from the
+    database otherwise; its agents that changed since are read again all the same.
+    """
     started = time.monotonic()
     async with worker.engine.connect() as conn:
-        items = await item_store.items_of(conn, batch.id)
-        agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
+        if written is None:
+            items = await item_store.items_of(conn, batch.id)
+            agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
+        else:
+            items = written.items
+            agents = await agent_store.reload_changed(conn, batch.organization_id, written.agents)
         present = [i for i in items if i.agent_id in agents]
         requests, problems = await build_requests(
             conn, [agents[i.agent_id] for i in present], {i.agent_id: i.step_state for i in present}

@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nightshift.batch import application, submission
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.stages import Stage, stage_done
+from nightshift.batch.steps import WrittenBatch
 from nightshift.config import Settings
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.errors import ProviderError
@@ -239,16 +240,17 @@ class Worker:
                     await application.end_run_if_done(conn, batch.batch_run_id, now)
                 await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
 
-    async def submit(self, batch: ProviderBatch) -> ProviderBatch:
+    async def submit(self, batch: ProviderBatch, written: WrittenBatch | None = None) -> ProviderBatch:
         """Send a created provider batch to its provider, once (see ``batch/submission.py``)."""
-        return await submission.submit(self, batch)
+        return await submission.submit(self, batch, written)
 
-    async def submit_new(self, batches: Sequence[ProviderBatch]) -> None:
+    async def submit_new(self, batches: Sequence[ProviderBatch | WrittenBatch]) -> None:
         """Submit batches this worker just wrote (and holds the lease of); the poller retries failures."""
-        for batch in batches:
+        for new in batches:
+            batch, written = (new.batch, new) if isinstance(new, WrittenBatch) else (new, None)
             try:
                 async with self.holding(batch.id):
-                    await self.submit(batch)
+                    await self.submit(batch, written)
             except Exception:
                 log.exception("submitting %s failed; the poller will retry", batch.id)
 
