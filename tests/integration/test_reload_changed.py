@@ -8,8 +8,11 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nightshift.batch.decisions import StepEntry
+from nightshift.batch.steps import RunRequest, create_run, write_step
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.orgs import DEFAULT_ORG_ID
+from nightshift.runtime.step import first_state
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents, delete_agent, update_agent
 from nightshift.services.blocks import update_block
 from nightshift.store import agents as agent_store
@@ -47,3 +50,38 @@ async def test_only_the_agents_changed_since_the_read_are_read_again(engine: Asy
     async with engine.connect() as conn:
         assert await agent_store.reload_changed(conn, DEFAULT_ORG_ID, current) == current
         assert await agent_store.reload_changed(conn, DEFAULT_ORG_ID, {}) == {}
+
+
+async def test_a_written_step_holds_its_agents_as_stored(engine: AsyncEngine) -> None:
+    """What ``write_step`` hands to the submission is what the database holds, so the submission
+    reads again only the agents changed since (here, one whose block was edited meanwhile)."""
+    async with engine.begin() as conn:
+        await ensure_default_org(conn)
+        specs = [
+            AgentSpec(name=name, llm_config=CONFIG, memory_blocks=[NewBlock(label="human", value="nothing yet")])
+            for name in ("kept", "edited")
+        ]
+        created = await create_agents(conn, DEFAULT_ORG_ID, specs)
+        run, _ = await create_run(
+            conn,
+            DEFAULT_ORG_ID,
+            [RunRequest(agent_id=a.id, messages=("hello",)) for a in created],
+            callback_url=None,
+            default_max_steps=5,
+            endpoints={},
+        )
+        loaded = await agent_store.load_agents(conn, DEFAULT_ORG_ID, [a.id for a in created])
+        entries = [StepEntry(agent=a, state=first_state(a, 5), heartbeat=True) for a in loaded.values()]
+        (written,) = await write_step(conn, run, entries, datetime.now(UTC), endpoints={})
+    kept, edited = (written.agents[a.id] for a in created)
+    assert [i.agent_id for i in written.items] == [a.id for a in created]
+    assert len(kept.message_ids) == len(loaded[kept.id].message_ids) + 1  # the heartbeat
+
+    async with engine.begin() as conn:
+        await update_block(conn, edited.blocks[0], {"value": "likes tea"})
+    async with engine.connect() as conn:
+        current = await agent_store.reload_changed(conn, DEFAULT_ORG_ID, written.agents)
+        stored = await agent_store.load_agents(conn, DEFAULT_ORG_ID, [a.id for a in created])
+    assert current[kept.id] is kept  # as written: not read again
+    assert current == stored
+    assert current[edited.id].blocks[0].value == "likes tea"
