@@ -49,7 +49,7 @@ from nightshift.store.orgs import ensure_default_org
 from nightshift.store.run_views import run_progress
 from nightshift.store.runs import get_run
 
-console = Console(width=160)
+console = Console(width=200)
 
 
 LOOKUP_TOOL = '''
@@ -77,6 +77,7 @@ class Phase:
     seconds: float
     cpu_seconds: float
     sandbox_cpu_seconds: float
+    database_cpu_seconds: float | None  # PostgreSQL's, on this machine; None: in the server (SQLite) or elsewhere
     statements: int
     peak_mib: float | None
 
@@ -165,6 +166,26 @@ def sandbox_cpu_seconds(*, besides: int) -> float:
     return total / ticks
 
 
+def postgres_cpu_seconds() -> float | None:
+    """CPU time of the PostgreSQL server's processes on this machine (the postmaster, its backends
+    and workers, and those it reaped), or None when none runs here. Every session counts, not only
+    this process's: measure on a server nothing else uses."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, found = 0, False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                name, fields = stat.read().split("(", 1)[1].rsplit(")", 1)
+        except OSError:
+            continue
+        if name == "postgres":
+            found = True
+            total += sum(int(f) for f in fields.split()[11:15])
+    return total / ticks if found else None
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     try:
@@ -220,13 +241,16 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
             reset = reset_peak_rss()
             before, start, cpu = counter.count, time.perf_counter(), time.process_time()
             sandbox = sandbox_cpu_seconds(besides=emulator_pid)
+            database = postgres_cpu_seconds() if engine.dialect.name == "postgresql" else None
             result = await work
+            database_after = postgres_cpu_seconds() if database is not None else None
             phases.append(
                 Phase(
                     name,
                     time.perf_counter() - start,
                     time.process_time() - cpu,
                     sandbox_cpu_seconds(besides=emulator_pid) - sandbox,
+                    database_after - database if database is not None and database_after is not None else None,
                     counter.count - before,
                     peak_rss_mib() if reset else None,
                 )
@@ -268,6 +292,10 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
     return phases, f"the {tool} run ended {status}; its agents' steps: {steps}"
 
 
+def _per_agent(seconds: float | None, agents: int) -> str:
+    return "-" if seconds is None else f"{seconds * 1000 / agents:.3f}"
+
+
 def time_now() -> Any:
     from datetime import UTC, datetime
 
@@ -287,7 +315,15 @@ def main(
         raise typer.BadParameter(f"unknown {unknown}; use memory, custom or both", param_hint="--tools")
     provider_info(provider)  # an unknown name stops here, naming the known ones
     table = Table(title=f"batch runs of {agents:,} agents, {provider}")
-    for column in ("phase", "wall s", "server CPU s", "server CPU ms per agent", "sandbox CPU ms per agent"):
+    columns = (
+        "phase",
+        "wall s",
+        "server CPU s",
+        "server CPU ms/agent",
+        "sandbox CPU ms/agent",
+        "database CPU ms/agent",
+    )
+    for column in columns:
         table.add_column(column, justify="left" if column == "phase" else "right")
     table.add_column("SQL statements", justify="right")
     table.add_column("peak RSS MiB", justify="right")
@@ -314,6 +350,7 @@ def main(
                         f"{phase.cpu_seconds:.2f}",
                         f"{phase.cpu_seconds * 1000 / agents:.3f}",
                         f"{phase.sandbox_cpu_seconds * 1000 / agents:.3f}",
+                        _per_agent(phase.database_cpu_seconds, agents),
                         str(phase.statements),
                         f"{phase.peak_mib:,.0f}" if phase.peak_mib is not None else "-",
                     )
@@ -330,7 +367,8 @@ def main(
     console.print(
         "wall time includes waiting for the emulator (another process); server CPU is this process's own "
         "time, SQLite's included (aiosqlite runs it on a thread of this process); sandbox CPU is the tool "
-        "sandbox's processes (bubblewrap, the zygotes and one process per custom tool call)"
+        "sandbox's processes (bubblewrap, the zygotes and one process per custom tool call); database CPU is "
+        "PostgreSQL's processes on this machine, all of them (- for SQLite, whose work is the server's)"
     )
 
 

@@ -28,6 +28,16 @@ def test_bench_prints_each_phase_of_both_runs() -> None:
     assert re.search(r"peak memory \(RSS\) of the server process: [\d,]+ MiB", output), output
 
 
+def test_bench_counts_the_database_cpu_apart_on_postgresql(empty_db_url: str) -> None:
+    output = _run("nightshift.bench", "--agents", "20", "--tools", "memory", "--database-url", empty_db_url)
+    rows = [line.split("│") for line in output.splitlines() if "create the run" in line]
+    assert len(rows) == 1, output
+    # PostgreSQL's CPU per agent; SQLite's work is the server's own ("-").
+    expected = r"\d+\.\d{3}" if empty_db_url.startswith("postgresql") else "-"
+    assert re.fullmatch(expected, rows[0][6].strip()), output
+    assert f"database: {empty_db_url.split(':')[0]}" in output
+
+
 def test_load_prints_latencies_without_errors() -> None:
     output = _run("nightshift.load", "--agents", "20", "--clients", "4", "--seconds", "1")
     rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 10}
