@@ -137,7 +137,7 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
         .order_by(agent_blocks.c.agent_id, agent_blocks.c.position)
     )
     for row in await conn.execute(block_query):
-        block_map[row.agent_id].append(to_block(row))
+        block_map[row[0]].append(to_block(row))  # (the agent id, then the block)
     links = {row.id: _ordered_tool_ids(row.tool_links) for row in rows}
     tool_ids = list({tool_id for ids_ in links.values() for tool_id in ids_})
     by_id = {

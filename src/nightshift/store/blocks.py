@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.blocks import Block
@@ -13,19 +13,23 @@ from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, blocks
 
 
-def to_block(row: Row[Any]) -> Block:
-    """Map a ``blocks`` row to the domain type."""
+def to_block(row: Sequence[Any]) -> Block:
+    """Map a row whose last columns are those of ``blocks`` (in the table's order) to the domain type.
+
+    Read by position, as ``store.mapping.row_reader`` explains (an agent's blocks come after its id).
+    """
+    *_, id_, organization_id, label, value, limit, description, read_only, metadata, created_at, updated_at = row
     return Block(
-        id=row.id,
-        organization_id=row.organization_id,
-        label=row.label,
-        value=row.value,
-        limit=row.limit,
-        description=row.description,
-        read_only=row.read_only,
-        metadata=row.metadata,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        id=id_,
+        organization_id=organization_id,
+        label=label,
+        value=value,
+        limit=limit,
+        description=description,
+        read_only=read_only,
+        metadata=metadata,
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 

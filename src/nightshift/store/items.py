@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Row, bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
@@ -19,20 +18,18 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.store.bulk import in_ids
-from nightshift.store.mapping import from_row, to_values
+from nightshift.store.mapping import row_reader, to_values
 from nightshift.store.tables import batch_items
 
-
-def to_item(row: Row[Any]) -> BatchItem:
-    """Map a ``batch_items`` row to the domain type."""
-    return from_row(
-        BatchItem,
-        row,
-        request_status=RequestStatus,
-        step_status=StepStatus,
-        step_state=StepState.from_json,
-        outcome=ItemOutcome,
-    )
+# Map a ``batch_items`` row to the domain type.
+to_item = row_reader(
+    BatchItem,
+    batch_items,
+    request_status=RequestStatus,
+    step_status=StepStatus,
+    step_state=StepState.from_json,
+    outcome=ItemOutcome,
+)
 
 
 async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:

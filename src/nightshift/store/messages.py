@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall, search_text
@@ -15,25 +15,49 @@ from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
 
 
-def to_message(row: Row[Any]) -> Message:
-    """Map a ``messages`` row to the domain type."""
+def to_message(row: Sequence[Any]) -> Message:
+    """Map a row of ``select(messages)`` (the table's columns, in its order) to the domain type.
+
+    The row is unpacked by position: reading sixteen columns of a SQLAlchemy row by name costs
+    fifteen times as much, and a step reads its agents' whole windows (a mismatch in the number of
+    columns fails here, loudly).
+    """
+    (
+        id_,
+        organization_id,
+        agent_id,
+        role,
+        text,
+        _search_text,
+        reasoning,
+        tool_calls,
+        tool_call_id,
+        name,
+        is_error,
+        batch_item_id,
+        extra,
+        created_at,
+        run_id,
+        step_id,
+    ) = row
+    images = extra.get(_IMAGES)
     return Message(
-        id=row.id,
-        organization_id=row.organization_id,
-        agent_id=row.agent_id,
-        role=Role(row.role),
-        text=row.text,
-        reasoning=row.reasoning,
-        tool_calls=tuple(ToolCall(**c) for c in row.tool_calls),
-        tool_call_id=row.tool_call_id,
-        name=row.name,
-        is_error=row.is_error,
-        batch_item_id=row.batch_item_id,
-        run_id=row.run_id,
-        step_id=row.step_id,
-        extra={k: v for k, v in row.extra.items() if k != _IMAGES},
-        created_at=row.created_at,
-        images=tuple(Image(**image) for image in row.extra.get(_IMAGES, ())),
+        id=id_,
+        organization_id=organization_id,
+        agent_id=agent_id,
+        role=Role(role),
+        text=text,
+        reasoning=reasoning,
+        tool_calls=tuple(ToolCall(**c) for c in tool_calls),
+        tool_call_id=tool_call_id,
+        name=name,
+        is_error=is_error,
+        batch_item_id=batch_item_id,
+        run_id=run_id,
+        step_id=step_id,
+        extra={k: v for k, v in extra.items() if k != _IMAGES} if images is not None else extra,
+        created_at=created_at,
+        images=tuple(Image(**image) for image in images) if images else (),
     )
 
 
@@ -78,7 +102,7 @@ async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, M
     if not wanted:
         return {}
     rows = await conn.execute(select(messages).where(in_ids(conn, messages.c.id, wanted)))
-    return {row.id: to_message(row) for row in rows}
+    return {row[0]: to_message(row) for row in rows}  # (the id)
 
 
 async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) -> list[Message]:
