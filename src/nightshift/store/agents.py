@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Row, String, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent, LLMConfig
@@ -68,26 +68,48 @@ def _row_values(agent: Agent) -> dict[str, Any]:
     }
 
 
-def _to_agent(row: Row[Any], blocks_: list[Block], tools_: list[Tool], tags: list[str]) -> Agent:
+def _to_agent(row: Sequence[Any], blocks_: list[Block], tools_: list[Tool], tags: list[str]) -> Agent:
+    """An agent from a row of ``agents``' columns (in the table's order) and its tags and tool links,
+    read by position as ``store.mapping.row_reader`` explains (another number of columns fails)."""
+    (
+        id_,
+        organization_id,
+        name,
+        description,
+        system,
+        llm_config,
+        embedding,
+        tool_rules,
+        metadata,
+        message_ids,
+        message_buffer_autoclear,
+        secrets,
+        _stepping_until,
+        context_tokens,
+        created_at,
+        updated_at,
+        _tags,
+        _tool_links,
+    ) = row
     return Agent(
-        id=row.id,
-        organization_id=row.organization_id,
-        name=row.name,
-        description=row.description,
-        system=row.system,
-        llm_config=_to_llm_config(row.llm_config),
-        embedding=row.embedding,
+        id=id_,
+        organization_id=organization_id,
+        name=name,
+        description=description,
+        system=system,
+        llm_config=_to_llm_config(llm_config),
+        embedding=embedding,
         blocks=tuple(blocks_),
         tools=tuple(tools_),
-        tool_rules=parse_tool_rules(row.tool_rules),
+        tool_rules=parse_tool_rules(tool_rules),
         tags=tuple(sorted(tags)),
-        metadata=row.metadata,
-        message_ids=tuple(row.message_ids),
-        context_tokens=row.context_tokens,
-        message_buffer_autoclear=row.message_buffer_autoclear,
-        secrets=row.secrets,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        metadata=metadata,
+        message_ids=tuple(message_ids),
+        context_tokens=context_tokens,
+        message_buffer_autoclear=message_buffer_autoclear,
+        secrets=secrets,
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 
@@ -125,10 +147,11 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     query = select(agents, _tags_of_agent(conn).label("tag_list"), _tool_links_of_agent().label("tool_links")).where(
         agents.c.organization_id == org_id, in_ids(conn, agents.c.id, wanted)
     )
+    # Each row: the agent's columns, then its tags and tool links (read by position, see _to_agent).
     rows = list(await conn.execute(query))
     if not rows:
         return {}
-    present = [row.id for row in rows]
+    present = [row[0] for row in rows]
     block_map: dict[str, list[Block]] = defaultdict(list)
     block_query = (
         select(agent_blocks.c.agent_id, blocks)
@@ -138,14 +161,13 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     )
     for row in await conn.execute(block_query):
         block_map[row[0]].append(to_block(row))  # (the agent id, then the block)
-    links = {row.id: _ordered_tool_ids(row.tool_links) for row in rows}
+    links = {row[0]: _ordered_tool_ids(row[-1]) for row in rows}
     tool_ids = list({tool_id for ids_ in links.values() for tool_id in ids_})
     by_id = {
         row.id: to_tool(row) for row in await conn.execute(select(tools).where(in_ids(conn, tools.c.id, tool_ids)))
     }
     return {
-        row.id: _to_agent(row, block_map[row.id], [by_id[i] for i in links[row.id]], _tag_list(row.tag_list))
-        for row in rows
+        row[0]: _to_agent(row, block_map[row[0]], [by_id[i] for i in links[row[0]]], _tag_list(row[-2])) for row in rows
     }
 
 
