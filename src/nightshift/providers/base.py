@@ -15,11 +15,14 @@ writes, then one ``StreamEnd`` holding the whole answer, the same ``ModelRespons
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
+
+import orjson
 
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.messages import Message, ToolCall
@@ -335,3 +338,16 @@ class BatchProvider(Protocol):
 
 class ModelProvider(ChatProvider, BatchProvider, Protocol):
     """One model provider, for single calls and for batches."""
+
+
+def parse_json_line(line: str | bytes) -> Any:
+    """One line of a provider's JSONL (a batch's results, output or error file).
+
+    orjson reads it in a third of the time the standard library takes, which counts at ten
+    thousand lines a batch; what orjson refuses (a lone surrogate, which a model may write, is
+    valid JSON) is read by the standard library, which raises as before on a line that is not JSON.
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)

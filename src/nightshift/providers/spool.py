@@ -18,6 +18,8 @@ from nightshift.providers.errors import REQUEST_TOO_LARGE
 
 # Read back this much at a time while sending.
 CHUNK_BYTES = 1024 * 1024
+# The file's write buffer (see ``SpooledBody.__init__``).
+WRITE_BUFFER = 1024 * 1024
 
 
 class SpooledBody:
@@ -27,7 +29,9 @@ class SpooledBody:
     """
 
     def __init__(self) -> None:
-        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="nightshift-batch-")
+        # Written a request at a time (kilobytes each): a buffer of a megabyte makes that a system
+        # call per megabyte, not per request.
+        self._file: IO[bytes] = tempfile.TemporaryFile(prefix="nightshift-batch-", buffering=WRITE_BUFFER)
         self.size = 0
 
     def write(self, data: bytes) -> None:

@@ -166,14 +166,13 @@ async def refresh_system_messages(
 
     Returns the old and new text of each rewritten one, by agent id.
     """
-    system_ids = [a.message_ids[0] for a in agents if a.message_ids]
-    current = await message_store.get_messages(conn, system_ids)
+    current = await message_store.message_texts(conn, [a.message_ids[0] for a in agents if a.message_ids])
     stale = [
         a
         for a in agents
         if a.message_ids
         and a.message_ids[0] in current
-        and memory_changed(current[a.message_ids[0]].text, a.system, a.blocks)
+        and memory_changed(current[a.message_ids[0]], a.system, a.blocks)
     ]
     if not stale:
         return {}
@@ -187,7 +186,7 @@ async def refresh_system_messages(
         for a in stale
     }
     await message_store.update_system_texts(conn, [(a.message_ids[0], texts[a.id]) for a in stale])
-    return {a.id: (current[a.message_ids[0]].text, texts[a.id]) for a in stale}
+    return {a.id: (current[a.message_ids[0]], texts[a.id]) for a in stale}
 
 
 async def build_requests(

@@ -105,6 +105,15 @@ async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, M
     return {row[0]: to_message(row) for row in rows}  # (the id)
 
 
+async def message_texts(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, str]:
+    """The text of each message by id, reading nothing else of them (callers check ownership)."""
+    wanted = list(ids)
+    if not wanted:
+        return {}
+    rows = await conn.execute(select(messages.c.id, messages.c.text).where(in_ids(conn, messages.c.id, wanted)))
+    return {str(message_id): str(text) for message_id, text in rows}
+
+
 async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) -> list[Message]:
     """A page of an agent's messages, in one statement, as Letta lists them.
 

@@ -6,7 +6,6 @@ exceptions into ``ProviderError`` (in one place, ``_sdk_errors``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -26,6 +25,7 @@ from nightshift.providers.base import (
     ModelResponse,
     StreamEnd,
     StreamEvent,
+    parse_json_line,
 )
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
 from nightshift.providers.registry import Closer, ProviderInfo
@@ -137,7 +137,7 @@ class AnthropicProvider:
             async with self._client.messages.batches.with_streaming_response.results(batch_id) as response:
                 async for line in response.iter_lines():
                     if line.strip():
-                        yield wire.parse_result_line(json.loads(line))
+                        yield wire.parse_result_line(parse_json_line(line))
 
     async def cancel_batch(self, batch_id: str) -> BatchStatus:
         """Ask Anthropic to cancel the batch (it goes to ``canceling``, then ends)."""

@@ -9,7 +9,6 @@ that every submitted custom_id gets an outcome. Translation lives in ``wire``; S
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -28,6 +27,7 @@ from nightshift.providers.base import (
     ModelResponse,
     StreamEnd,
     StreamEvent,
+    parse_json_line,
 )
 from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
 from nightshift.providers.openai import INFO, wire
@@ -134,7 +134,7 @@ class OpenAIProvider:
             file_id = batch.get(key)
             if isinstance(file_id, str) and file_id:
                 async for line in self._lines(file_id):
-                    custom_id, outcome = wire.parse_result_line(json.loads(line))
+                    custom_id, outcome = wire.parse_result_line(parse_json_line(line))
                     seen.add(custom_id)
                     yield custom_id, outcome
         if status.provider_status == "completed" and len(seen) >= status.counts.total:
@@ -142,7 +142,7 @@ class OpenAIProvider:
         missing = wire.missing_outcome(status)
         async for line in self._lines(str(batch["input_file_id"])):
             try:
-                custom_id = json.loads(line).get("custom_id")
+                custom_id = parse_json_line(line).get("custom_id")
             except (ValueError, AttributeError):
                 continue  # a line the provider refused; it has no request to report
             if isinstance(custom_id, str) and custom_id not in seen:
