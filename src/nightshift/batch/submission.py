@@ -150,7 +150,7 @@ async def _split(
     and send each part (see the module docstring); returns the batch (the first part) as it is now."""
     ids = list(built.requests)
     cuts = split_by_size([exc.sizes[i] for i in ids], max_count=len(ids), max_bytes=exc.room)
-    if len(cuts) < 2:  # one request over the limit: not a batch to cut
+    if len(cuts) < 2:  # not raised for fewer than two requests over the room; never loop on it
         return await _refused(worker, batch, built.items, exc)
     now = datetime.now(UTC)
     parts = [
@@ -177,7 +177,7 @@ async def _split(
         await batch_store.insert_provider_batches(conn, parts, lease=worker.lease(now))
         for part, cut in zip(parts, cuts[1:], strict=True):
             await item_store.move_items(conn, [by_agent[ids[k]].id for k in cut], part.id, now)
-    log.warning(
+    log.info(
         "provider batch %s holds %d bytes of requests, over the %d a batch may: cut into %d parts by size",
         batch.id,
         sum(exc.sizes.values()),
