@@ -55,7 +55,7 @@ class SpooledBody:
         self.size += len(data)
 
     def write_request(self, custom_id: str, data: bytes) -> None:
-        """Append one request's ``data`` (with its separator) to the body, its size noted."""
+        """Append bytes of one request (its separator, its JSON: each call adds) to the body, their size noted."""
         self.write(data)
         self._requests[custom_id] = self._requests.get(custom_id, 0) + len(data)
 
