@@ -94,9 +94,10 @@ class Settings(BaseSettings):
     # The model that writes the summaries of agents' evicted messages, as provider/model-name
     # (default: each agent's own model).
     summary_model: str | None = None
-    # The most bytes of estimated requests in one provider batch: a step's agents on a provider go
-    # into as many batches as this (and 10,000 requests a batch) requires. Default and ceiling:
-    # the provider's own limit (see domain/batch_split.py).
+    # The most bytes of requests in one provider batch: a step's agents on a provider go into as
+    # many batches as this (and 10,000 requests a batch) requires, on their estimated size, and a
+    # batch is cut again on its real size when it is sent. Default and ceiling: the provider's own
+    # limit (see domain/batch_split.py and batch/submission.py).
     batch_bytes: int | None = Field(default=None, ge=1)
 
     @field_validator("home")

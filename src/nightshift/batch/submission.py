@@ -13,6 +13,16 @@ it) looks for the batch at the provider first and adopts it instead of sending i
 A submission that lost a race (another worker submitted or adopted the batch meanwhile) cancels
 its own copy. An agent whose request cannot be built fails alone; a batch the provider refuses
 for good ends at once with every item failed.
+
+A batch is cut when its step is written, on an estimate of its requests' sizes, which can come
+out low (see ``domain.batch_split``). A batch whose body, once serialised, is over the limit
+(the provider's, or the lower ``Worker.batch_bytes``) is cut again by the requests' real sizes,
+before anything of it is sent: it keeps the first part, and new provider batches of the same
+run, step and provider take the others, written with the items they take over in one
+transaction and leased to this worker, which sends them at once from the requests it holds.
+A crash after that transaction leaves ordinary created batches, which the poller submits when
+the lease expires; before it, nothing has changed. A request over the provider's limit on its
+own is in a part alone, and fails alone.
 """
 
 from __future__ import annotations
@@ -21,13 +31,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.stages import Stage, stage_done
 from nightshift.batch.steps import WrittenBatch
+from nightshift.domain.batch_split import split_by_size
 from nightshift.domain.batches import (
     BatchItem,
     ItemResult,
@@ -38,7 +49,9 @@ from nightshift.domain.batches import (
     RunStatus,
 )
 from nightshift.errors import ProviderError
-from nightshift.providers.base import BatchState, ModelError, ModelProvider
+from nightshift.ids import new_id
+from nightshift.providers.base import BatchState, ModelError, ModelProvider, ModelRequest
+from nightshift.providers.spool import BatchTooLarge
 from nightshift.runtime.context import build_requests
 from nightshift.store import agents as agent_store
 from nightshift.store import items as item_store
@@ -62,6 +75,16 @@ class _Wait:
 
 
 WAIT = _Wait()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Built:
+    """A batch's items, the requests built for them (by custom_id, the agent's id, in the items'
+    order), and the results of the items whose request could not be built."""
+
+    items: Sequence[BatchItem]
+    requests: dict[str, ModelRequest]
+    refused: Sequence[ItemResult]
 
 
 async def submit(worker: Worker, batch: ProviderBatch, written: WrittenBatch | None = None) -> ProviderBatch:
@@ -90,9 +113,17 @@ async def submit(worker: Worker, batch: ProviderBatch, written: WrittenBatch | N
     if not requests:
         error = "no request of this batch could be built"
         return await end_batch(worker, batch, refused, only_from=ProviderBatchStatus.CREATED, error=error)
+    return await _send(worker, batch, _Built(items=items, requests=requests, refused=refused), started=started)
+
+
+async def _send(
+    worker: Worker, batch: ProviderBatch, built: _Built, *, started: float, look_first: bool = True
+) -> ProviderBatch:
+    """Send the built requests of a batch, once (found at the provider first unless ``look_first``
+    is off: the caller knows no copy is there), and give up the lease."""
     try:
         provider = worker.providers.get(batch.provider)
-        adopted = await _adopt(worker, batch, provider, set(requests))
+        adopted = await _adopt(worker, batch, provider, set(built.requests)) if look_first else None
         if isinstance(adopted, _Wait):
             await worker.release(batch, delay=timedelta(seconds=worker.poll_interval))
             return batch
@@ -103,7 +134,9 @@ async def submit(worker: Worker, batch: ProviderBatch, written: WrittenBatch | N
                     current = await batch_store.get_provider_batch(conn, batch.id)
                     assert current is not None
                     return current  # moved on (cancelled) or taken over meanwhile
-            provider_batch_id = await provider.submit_batch(requests, tag=batch.id)
+            provider_batch_id = await provider.submit_batch(built.requests, tag=batch.id, max_bytes=worker.batch_bytes)
+    except BatchTooLarge as exc:
+        return await _split(worker, batch, built, exc, started=started)
     except ProviderError as exc:
         attempts = batch.failures + 1
         if exc.retryable and attempts < SUBMIT_ATTEMPTS:
@@ -112,10 +145,71 @@ async def submit(worker: Worker, batch: ProviderBatch, written: WrittenBatch | N
                 batch, failures=attempts, error=exc.message, delay=worker.error_backoff * attempts
             )
             return replace(batch, status=ProviderBatchStatus.CREATED)
-        return await _refused(worker, batch, items, exc)
-    current = await _submitted(worker, batch, provider_batch_id, refused)
+        return await _refused(worker, batch, built.items, exc)
+    current = await _submitted(worker, batch, provider_batch_id, built.refused)
     if current.status is ProviderBatchStatus.RUNNING and current.provider_batch_id == provider_batch_id:
-        stage_done(Stage.SUBMIT, current, agents=len(requests), started=started, metrics=worker.metrics)
+        stage_done(Stage.SUBMIT, current, agents=len(built.requests), started=started, metrics=worker.metrics)
+    return current
+
+
+async def _split(
+    worker: Worker, batch: ProviderBatch, built: _Built, exc: BatchTooLarge, *, started: float
+) -> ProviderBatch:
+    """Cut a batch whose body is over the limit into parts that fit, by the requests' real sizes,
+    and send each part (see the module docstring); returns the batch (the first part) as it is now."""
+    ids = list(built.requests)
+    cuts = split_by_size([exc.sizes[i] for i in ids], max_count=len(ids), max_bytes=exc.room)
+    if len(cuts) < 2:  # not raised for fewer than two requests over the room; never loop on it
+        return await _refused(worker, batch, built.items, exc)
+    now = datetime.now(UTC)
+    parts = [
+        ProviderBatch(
+            id=new_id("llm_batch"),
+            organization_id=batch.organization_id,
+            batch_run_id=batch.batch_run_id,
+            provider=batch.provider,
+            endpoint=batch.endpoint,
+            step_number=batch.step_number,
+            status=ProviderBatchStatus.CREATED,
+            created_at=now,
+            updated_at=now,
+        )
+        for _ in cuts[1:]
+    ]
+    by_agent = {item.agent_id: item for item in built.items}
+    async with worker.engine.begin() as conn:
+        await run_store.lock_run(conn, batch.batch_run_id)
+        if not await batch_store.hold_created(conn, batch.id, worker.owner, now):
+            current = await batch_store.get_provider_batch(conn, batch.id)
+            assert current is not None
+            return current  # moved on (cancelled) or taken over meanwhile
+        await batch_store.insert_provider_batches(conn, parts, lease=worker.lease(now))
+        for part, cut in zip(parts, cuts[1:], strict=True):
+            await item_store.move_items(conn, [by_agent[ids[k]].id for k in cut], part.id, now)
+    log.info(
+        "provider batch %s holds %d bytes of requests, over the %d a batch may: cut into %d parts by size",
+        batch.id,
+        sum(exc.sizes.values()),
+        exc.room,
+        len(cuts),
+    )
+    moved = {ids[k] for cut in cuts[1:] for k in cut}
+    first = _Built(
+        items=[i for i in built.items if i.agent_id not in moved],
+        requests={ids[k]: built.requests[ids[k]] for k in cuts[0]},
+        refused=built.refused,
+    )
+    current = await _send(worker, batch, first, started=started, look_first=False)
+    for part, cut in zip(parts, cuts[1:], strict=True):
+        part_ids = [ids[k] for k in cut]
+        rest = _Built(
+            items=[by_agent[i] for i in part_ids], requests={i: built.requests[i] for i in part_ids}, refused=()
+        )
+        try:
+            async with worker.holding(part.id):
+                await _send(worker, part, rest, started=time.monotonic(), look_first=False)
+        except Exception:
+            log.exception("submitting %s failed; the poller will retry", part.id)
     return current
 
 

@@ -91,8 +91,8 @@ class Worker:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
-    # The most bytes of estimated requests in one provider batch (``Settings.batch_bytes``);
-    # None: the provider's limit.
+    # The most bytes of requests in one provider batch, estimated when a step is written and real
+    # when it is sent (``Settings.batch_bytes``); None: the provider's limit.
     batch_bytes: int | None = None
 
     def lease(self, now: datetime) -> tuple[str, datetime]:

@@ -11,8 +11,9 @@ estimate, not larger: English text is about 4 bytes a token, and a new agent's r
 tool definitions (to which the wire adds the agent's arguments), 5.3 (Anthropic) to 6.1
 (OpenAI). A batch cut at the provider's limit on the estimate so stays under it with room to
 spare (``NIGHTSHIFT_BATCH_BYTES`` lowers the cut). Images already in an agent's window count as
-tokens only (a provider counts an image at about 1,600 tokens whatever its bytes); the provider
-client refuses a body over the provider's limit before sending it.
+tokens only (a provider counts an image at about 1,600 tokens whatever its bytes), so there the
+estimate can be low: a batch whose real body is over the limit is cut again at submission, by
+its requests' real sizes, with the same ``split_by_size`` (``batch.submission``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from nightshift.emulator.config import ScriptedError
 from nightshift.emulator.errors import ApiError, status_for
 from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn, call_id_suffix
 from nightshift.emulator.state import EmulatorState
-from nightshift.emulator.tokens import Segment, context_window_error, count_tokens, prompt_tokens
+from nightshift.emulator.tokens import IMAGE_TOKENS, Segment, context_window_error, count_tokens, prompt_tokens
 
 
 def model_input(params: Mapping[str, Any]) -> ModelInput:
@@ -86,10 +86,11 @@ def segments(params: Mapping[str, Any]) -> list[Segment]:
 
 
 def _segment(text: str, block: Mapping[str, Any]) -> Segment:
+    tokens = IMAGE_TOKENS if block.get("type") == "image" else None
     control = block.get("cache_control")
     if not isinstance(control, Mapping):
-        return Segment(text=text)
-    return Segment(text=text, breakpoint=True, ttl=str(control.get("ttl") or "5m"))
+        return Segment(text=text, tokens=tokens)
+    return Segment(text=text, breakpoint=True, ttl=str(control.get("ttl") or "5m"), tokens=tokens)
 
 
 def run(

@@ -20,7 +20,13 @@ from nightshift.emulator.errors import ApiError, openai_error, status_for
 from nightshift.emulator.model import ModelInput, ModelOutput, ToolChoice, ToolSpec, Turn, call_id_suffix
 from nightshift.emulator.openai_checks import check_body
 from nightshift.emulator.state import EmulatorState
-from nightshift.emulator.tokens import Segment, context_window_error, count_openai_tokens, prompt_tokens
+from nightshift.emulator.tokens import (
+    IMAGE_TOKENS,
+    Segment,
+    context_window_error,
+    count_openai_tokens,
+    prompt_tokens,
+)
 
 
 def model_input(body: Mapping[str, Any]) -> ModelInput:
@@ -90,8 +96,21 @@ def segments(body: Mapping[str, Any]) -> list[Segment]:
         lead += 1
     if out:
         out[-1] = Segment(text=out[-1].text, breakpoint=True)
-    out.extend(Segment(text=json.dumps(m, sort_keys=True)) for m in messages[lead:])
+    out.extend(_message_segment(m) for m in messages[lead:])
     return out
+
+
+def _message_segment(message: Mapping[str, Any]) -> Segment:
+    """A message as a segment; its images count ``IMAGE_TOKENS`` each, not their URLs' characters."""
+    text = json.dumps(message, sort_keys=True)
+    content = message.get("content")
+    parts = content if isinstance(content, list) else []
+    images = sum(1 for p in parts if isinstance(p, Mapping) and p.get("type") == "image_url")
+    if not images:
+        return Segment(text=text)
+    bare = [{"type": "image_url"} if isinstance(p, Mapping) and p.get("type") == "image_url" else p for p in parts]
+    rest = count_openai_tokens(json.dumps({**message, "content": bare}, sort_keys=True))
+    return Segment(text=text, tokens=rest + IMAGE_TOKENS * images)
 
 
 def run(state: EmulatorState, body: Any, *, custom_id: str | None = None, batch_id: str | None = None) -> RequestResult:

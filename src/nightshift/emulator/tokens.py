@@ -2,13 +2,15 @@
 
 Anthropic's tokens are estimated as a quarter of the characters of the JSON the model reads (its
 tokenizer is not public); OpenAI's are counted with tiktoken's cl100k_base, as nightshift counts
-them. A request whose prompt, with room for its ``max_tokens``, is over its model's context window
-is refused as the real APIs refuse it (``context_window_error``). The cache works
-like Anthropic's: a request is a sequence of segments (each tool, system block and content block,
-in that order); a segment marked ``cache_control`` is a breakpoint. The longest prefix ending at a
-breakpoint already seen is read from the cache, the rest up to the last breakpoint is written. The
-first request for a given system + tools prefix writes, the later ones read. Written tokens count
-under the lifetime (``ttl``: "5m", the default, or "1h") of the breakpoint that ends their part.
+them. An image counts ``IMAGE_TOKENS`` whatever its bytes, as both providers count an image by its
+pixels (scaled down to a bounded size), not by the bytes of its base64. A request whose prompt, with
+room for its ``max_tokens``, is over its model's context window is refused as the real APIs refuse
+it (``context_window_error``). The cache works like Anthropic's: a request is a sequence of segments
+(each tool, system block and content block, in that order); a segment marked ``cache_control`` is a
+breakpoint. The longest prefix ending at a breakpoint already seen is read from the cache, the rest
+up to the last breakpoint is written. The first request for a given system + tools prefix writes,
+the later ones read. Written tokens count under the lifetime (``ttl``: "5m", the default, or "1h")
+of the breakpoint that ends their part.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from functools import cache
 from nightshift.emulator.errors import ApiError, invalid
 
 Counter = Callable[[str], int]
+
+# The tokens of one image (the most either provider charges for one, about).
+IMAGE_TOKENS = 1_600
 
 
 def count_tokens(text: str) -> int:
@@ -64,11 +69,19 @@ def context_window_error(api: str, *, window: int, prompt: int, max_tokens: int 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Segment:
-    """A piece of the prompt, in prompt order; ``breakpoint`` when it carries ``cache_control``."""
+    """A piece of the prompt, in prompt order; ``breakpoint`` when it carries ``cache_control``.
+
+    ``tokens``, when set, is its count instead of its text's (an image's, or a message's with images).
+    """
 
     text: str
     breakpoint: bool = False
     ttl: str = "5m"
+    tokens: int | None = None
+
+    def count(self, counter: Counter) -> int:
+        """Its tokens, counted with ``counter`` unless they are known."""
+        return counter(self.text) if self.tokens is None else self.tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +101,7 @@ class PromptUsage:
 
 def prompt_tokens(segments: Sequence[Segment], counter: Counter = count_tokens) -> int:
     """The tokens of a whole prompt."""
-    return sum(counter(segment.text) for segment in segments)
+    return sum(segment.count(counter) for segment in segments)
 
 
 class PromptCache:
@@ -121,7 +134,7 @@ class PromptCache:
         prefixes: list[tuple[str, int, str]] = []
         for segment in segments:
             digest.update(segment.text.encode())
-            total += counter(segment.text)
+            total += segment.count(counter)
             if segment.breakpoint and total >= min_tokens:
                 prefixes.append((digest.copy().hexdigest(), total, segment.ttl))
         if not prefixes:

@@ -303,7 +303,10 @@ class BatchProvider(Protocol):
       * Every method raises ``ProviderError`` as ``ChatProvider.complete`` does.
       * ``submit_batch`` takes ``custom_id -> request``; a custom_id matches
         ``^[a-zA-Z0-9_-]{1,64}$`` (an agent id does). It returns the provider's batch id. ``tag``
-        (our id of the batch) goes with it where the provider keeps metadata.
+        (our id of the batch) goes with it where the provider keeps metadata. A body over the
+        provider's limit, or over ``max_bytes`` (a lower limit of ours), is refused before it is
+        sent: with ``spool.BatchTooLarge`` (how to cut it) when it holds several requests, else
+        with ``request_too_large``; one request over ``max_bytes`` alone is sent.
       * ``find_batches`` lists the provider's batches created at or after ``created_after`` that
         may be the one submitted with ``tag`` and ``requests`` requests (by the tag where the
         provider keeps it, else by the count; see ``FoundBatches``): after a crash between the
@@ -315,7 +318,9 @@ class BatchProvider(Protocol):
       * Per-request errors inside a batch are outcomes, not exceptions.
     """
 
-    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+    async def submit_batch(
+        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+    ) -> str:
         """Submit one batch of ``custom_id -> request`` and return the provider's batch id."""
         ...
 

@@ -17,6 +17,7 @@ from nightshift.providers.base import (
     ModelResponse,
     StreamEvent,
 )
+from nightshift.providers.spool import BatchTooLarge
 
 
 class MeteredProvider:
@@ -33,6 +34,8 @@ class MeteredProvider:
     def _counted(self) -> Iterator[None]:
         try:
             yield
+        except BatchTooLarge:
+            raise  # nothing failed: the batch is cut into parts (``batch.submission``)
         except ProviderError as exc:
             self._metrics.provider_error(self._name, exc.kind, ErrorScope.CALL)
             raise
@@ -47,9 +50,11 @@ class MeteredProvider:
                 async for event in events:
                     yield event
 
-    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+    async def submit_batch(
+        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+    ) -> str:
         with self._counted():
-            return await self._inner.submit_batch(requests, tag=tag)
+            return await self._inner.submit_batch(requests, tag=tag, max_bytes=max_bytes)
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
         with self._counted():

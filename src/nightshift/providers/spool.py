@@ -4,12 +4,15 @@ A provider batch may be hundreds of megabytes (Anthropic takes 256 MB per reques
 200 MB per input file). Joined in memory it would be held once as the requests' pieces and once
 whole, for as long as the upload lasts; spooled to a file, the process holds one request's bytes
 at a time, and the body can be sent again (an SDK retry) by reading the file from the start.
+
+Each request's bytes are counted as they are written, so that a body over the limit says how to
+cut it (``BatchTooLarge``) without its requests being serialised again to be measured.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import IO
 
@@ -20,6 +23,21 @@ from nightshift.providers.errors import REQUEST_TOO_LARGE
 CHUNK_BYTES = 1024 * 1024
 # The file's write buffer (see ``SpooledBody.__init__``).
 WRITE_BUFFER = 1024 * 1024
+
+
+class BatchTooLarge(ProviderError):
+    """A batch body over the limit that holds more than one request: cut it and send the parts.
+
+    ``sizes`` are the bytes each request (by custom_id, in the body's order) takes in the body,
+    its separator included; ``room`` is the most bytes of requests one body may hold (the limit
+    less what wraps them), so that parts cut by ``domain.batch_split.split_by_size(sizes,
+    max_bytes=room)`` each fit (a request over ``room`` on its own goes alone, judged then).
+    """
+
+    def __init__(self, message: str, *, sizes: Mapping[str, int], room: int) -> None:
+        super().__init__(message, kind=REQUEST_TOO_LARGE)
+        self.sizes = dict(sizes)
+        self.room = room
 
 
 class SpooledBody:
@@ -33,23 +51,40 @@ class SpooledBody:
         # call per megabyte, not per request.
         self._file: IO[bytes] = tempfile.TemporaryFile(prefix="nightshift-batch-", buffering=WRITE_BUFFER)
         self.size = 0
+        self._requests: dict[str, int] = {}
 
     def write(self, data: bytes) -> None:
-        """Append ``data`` to the body."""
+        """Append ``data`` (what wraps the requests) to the body."""
         self._file.write(data)
         self.size += len(data)
+
+    def write_request(self, custom_id: str, data: bytes) -> None:
+        """Append bytes of one request (its separator, its JSON: each call adds) to the body, their size noted."""
+        self.write(data)
+        self._requests[custom_id] = self._requests.get(custom_id, 0) + len(data)
 
     @property
     def closed(self) -> bool:
         """Whether the file is gone (the block has ended)."""
         return self._file.closed
 
-    def check_size(self, limit: int, *, what: str) -> None:
-        """Refuse, before anything is sent, a body over the provider's ``limit`` in bytes.
+    def check_size(self, limit: int, *, what: str, split_above: int | None = None) -> None:
+        """Refuse, before anything is sent, a body over the provider's ``limit`` in bytes, or one
+        of several requests over ``split_above`` (a lower limit of ours; by default ``limit``).
 
         Raises:
-            ProviderError: ``request_too_large``, not retryable: the same requests will not fit later.
+            BatchTooLarge: Over either limit with more than one request: the parts would fit.
+            ProviderError: ``request_too_large``, not retryable: one request over the provider's
+                limit, which will not fit later.
         """
+        cut = min(limit, split_above or limit)
+        if self.size > cut and len(self._requests) > 1:
+            wrapping = self.size - sum(self._requests.values())
+            raise BatchTooLarge(
+                f"{what} holds {self.size:,} bytes, over the limit of {cut:,}: to be cut into parts",
+                sizes=self._requests,
+                room=cut - wrapping,
+            )
         if self.size > limit:
             raise ProviderError(
                 f"{what} holds {self.size:,} bytes, over the provider's limit of {limit:,}",

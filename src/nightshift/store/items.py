@@ -66,6 +66,16 @@ async def agents_in_open_steps(conn: AsyncConnection, agent_ids: Sequence[str]) 
     return {str(a) for a in await conn.scalars(query)}
 
 
+async def move_items(conn: AsyncConnection, item_ids: Sequence[str], provider_batch_id: str, now: datetime) -> None:
+    """Put these items into another provider batch (of the same run and step: a part of theirs)."""
+    if item_ids:
+        await conn.execute(
+            update(batch_items)
+            .where(in_ids(conn, batch_items.c.id, item_ids))
+            .values(provider_batch_id=provider_batch_id, updated_at=now)
+        )
+
+
 async def set_items_request_status(
     conn: AsyncConnection, provider_batch_id: str, status: RequestStatus, now: datetime
 ) -> None:

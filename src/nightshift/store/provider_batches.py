@@ -231,6 +231,21 @@ async def record_submit_intent(conn: AsyncConnection, batch_id: str, owner: str,
     return result.rowcount > 0
 
 
+async def hold_created(conn: AsyncConnection, batch_id: str, owner: str, now: datetime) -> bool:
+    """Whether ``owner`` still holds the batch, not yet submitted; its row stays locked until the
+    transaction ends, so that it is not moved on (cancelled) while its items are cut into parts."""
+    result = await conn.execute(
+        update(provider_batches)
+        .where(
+            provider_batches.c.id == batch_id,
+            provider_batches.c.status == ProviderBatchStatus.CREATED.value,
+            provider_batches.c.lease_owner == owner,
+        )
+        .values(updated_at=now)
+    )
+    return result.rowcount > 0
+
+
 async def add_duplicates(conn: AsyncConnection, batch_id: str, duplicates: Sequence[str]) -> None:
     """Record provider ids of copies of this batch that were found and cancelled."""
     if not duplicates:

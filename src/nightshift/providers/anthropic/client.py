@@ -80,7 +80,9 @@ class AnthropicProvider:
                         yield delta
         yield StreamEnd(response=assembler.response())
 
-    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+    async def submit_batch(
+        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+    ) -> str:
         """Create a Message Batch with one request per custom_id; returns its ``msgbatch_...`` id.
 
         Message Batches keep no metadata: ``tag`` is not sent (``find_batches`` matches by count).
@@ -95,10 +97,11 @@ class AnthropicProvider:
             body.write(b'{"requests":[')
             for index, (custom_id, request) in enumerate(requests.items()):
                 params = wire.build_request(request, cache_ttl=self._batch_cache_ttl)
-                body.write(b"," if index else b"")
-                body.write(orjson.dumps({"custom_id": custom_id, "params": params}))
+                if index:
+                    body.write_request(custom_id, b",")
+                body.write_request(custom_id, orjson.dumps({"custom_id": custom_id, "params": params}))
             body.write(b"]}")
-            body.check_size(INFO.max_batch_bytes, what=f"the batch of {len(requests)} requests")
+            body.check_size(INFO.max_batch_bytes, what=f"the batch of {len(requests)} requests", split_above=max_bytes)
             with _sdk_errors():
                 batch = await self._client.post(
                     "/v1/messages/batches",

@@ -78,7 +78,9 @@ class OpenAIProvider:
                         yield delta
         yield StreamEnd(response=assembler.response())
 
-    async def submit_batch(self, requests: Mapping[str, ModelRequest], *, tag: str) -> str:
+    async def submit_batch(
+        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+    ) -> str:
         """Upload the input file and create the batch, ``tag`` in its metadata; returns its ``batch_...`` id."""
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
@@ -93,8 +95,10 @@ class OpenAIProvider:
         # from there, a chunk at a time.
         with SpooledBody() as data:
             for custom_id, request in requests.items():
-                data.write(orjson.dumps(wire.batch_line(custom_id, request)) + b"\n")
-            data.check_size(INFO.max_batch_bytes, what=f"the input file of {len(requests)} requests")
+                data.write_request(custom_id, orjson.dumps(wire.batch_line(custom_id, request)) + b"\n")
+            data.check_size(
+                INFO.max_batch_bytes, what=f"the input file of {len(requests)} requests", split_above=max_bytes
+            )
             with _sdk_errors():
                 file = await self._client.files.create(
                     file=("nightshift-batch.jsonl", data.as_file(), "application/jsonl"), purpose="batch"
