@@ -315,6 +315,11 @@ provider_batches = Table(
         server_default=text("'[]'"),
         comment="provider ids of the same batch submitted twice, cancelled",
     ),
+    Column(
+        "summary",
+        JSONType,
+        comment="versioned JSON: its items counted and summed, once they are final (applied or cancelled)",
+    ),
     *_times(),
     UniqueConstraint("provider", "provider_batch_id", name="uq_provider_batches_provider_provider_batch_id"),
     Index("ix_provider_batches_status_next_poll_at", "status", "next_poll_at"),
