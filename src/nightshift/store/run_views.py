@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
@@ -49,10 +49,18 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
     later item, so only one that was not shows up here. Whatever failed it counts: the provider's
     error, a batch the provider cancelled or expired, a request that could not be built.
     """
-    last = (
-        select(func.max(batch_items.c.id))
-        .where(in_ids(conn, batch_items.c.batch_run_id, run_ids))
-        .group_by(batch_items.c.batch_run_id, batch_items.c.agent_id)
+    # The failed items are found through an index of failed items alone, and each is checked
+    # against the agent's later items in the run (none) through the index by (run, agent, id):
+    # the statement reads the run's failures, not its items.
+    later = batch_items.alias("later")
+    retried = (
+        select(later.c.id)
+        .where(
+            later.c.batch_run_id == batch_items.c.batch_run_id,
+            later.c.agent_id == batch_items.c.agent_id,
+            later.c.id > batch_items.c.id,
+        )
+        .exists()
     )
     query = (
         select(
@@ -65,9 +73,11 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         )
         .join(agents, agents.c.id == batch_items.c.agent_id)
         .where(
-            batch_items.c.id.in_(last),
+            in_ids(conn, batch_items.c.batch_run_id, run_ids),
+            # A literal, not a parameter, so that SQLite's planner may use the partial index.
+            batch_items.c.outcome == literal_column(f"'{ItemOutcome.FAILED.value}'"),
             batch_items.c.step_status == StepStatus.COMPLETED.value,
-            batch_items.c.outcome == ItemOutcome.FAILED.value,
+            ~retried,
         )
         .order_by(batch_items.c.id)
     )
