@@ -25,6 +25,9 @@ from nightshift.store.messages import to_message
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agents, batch_items, messages
 
+# Built once: an alias proxies every column of the table, which costs milliseconds per statement.
+_LATER_ITEMS = batch_items.alias("later")
+
 
 async def run_progress(conn: AsyncConnection, run_id: str) -> RunProgress:
     """The run's items by outcome, its current step, its tokens and cost (see ``runs_progress``)."""
@@ -52,7 +55,7 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
     # The failed items are found through an index of failed items alone, and each is checked
     # against the agent's later items in the run (none) through the index by (run, agent, id):
     # the statement reads the run's failures, not its items.
-    later = batch_items.alias("later")
+    later = _LATER_ITEMS
     retried = (
         select(later.c.id)
         .where(
