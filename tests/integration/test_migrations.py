@@ -10,8 +10,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, insert, inspect, select, text
 
+from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, StepStatus
 from nightshift.store import db
+from nightshift.store.batch_summaries import summarize
 from nightshift.store.db import include_object, opened, upgrade
+from nightshift.store.run_views import run_progress
 from nightshift.store.tables import agents, batch_items, batch_runs, metadata, organizations, provider_batches
 
 # The newest revision: the number of the last of store/migrations/versions (they are numbered in order).
@@ -89,3 +92,69 @@ async def test_items_priced_before_0005_keep_their_normal_api_cost(empty_db_url:
                 ).order_by(batch_items.c.id)
             )
             assert [tuple(row) for row in rows] == [("item-1", 0.025, None), ("item-2", None, None)]
+
+
+async def test_batches_closed_before_0010_get_their_summaries(empty_db_url: str) -> None:
+    now = datetime.now(UTC)
+    times = {"created_at": now, "updated_at": now}
+    async with opened(empty_db_url) as engine:
+        await upgrade(engine, "0009")
+        async with engine.begin() as conn:
+            await conn.execute(insert(organizations).values(id="org-1", name="org", created_at=now))
+            for agent_id in ("agent-1", "agent-2"):
+                await conn.execute(
+                    insert(agents).values(
+                        id=agent_id, organization_id="org-1", name=agent_id, system="", llm_config={},
+                        tool_rules=[], metadata={}, message_ids=[], message_buffer_autoclear=False, **times,
+                    )
+                )  # fmt: skip
+            await conn.execute(
+                insert(batch_runs).values(
+                    id="run-1", organization_id="org-1", status="running", metadata={}, max_steps=3,
+                    callback_attempts=0, **times,
+                )
+            )  # fmt: skip
+            for batch_id, step, status in (("pb-1", 0, "applied"), ("pb-2", 1, "cancelled"), ("pb-3", 2, "running")):
+                await conn.execute(
+                    insert(provider_batches).values(
+                        id=batch_id, organization_id="org-1", batch_run_id="run-1", provider="anthropic",
+                        step_number=step, status=status, request_counts={}, **times,
+                    )
+                )  # fmt: skip
+            usage = {"input_tokens": 100, "output_tokens": 20, "cache_read_tokens": 0, "cache_write_tokens": 5}
+            item = {"organization_id": "org-1", "batch_run_id": "run-1", "step_state": {"schema_version": 2}, **times}
+            await conn.execute(
+                insert(batch_items),
+                [
+                    {**item, "id": "item-1", "provider_batch_id": "pb-1", "agent_id": "agent-1",
+                     "request_status": "completed", "step_status": "completed", "outcome": "continued",
+                     "usage": usage, "cost_usd": 0.25, "cost_without_batch_usd": 0.5, "cache_savings_usd": 0.0},
+                    {**item, "id": "item-2", "provider_batch_id": "pb-1", "agent_id": "agent-2",
+                     "request_status": "failed", "step_status": "completed", "outcome": "failed",
+                     "usage": None, "cost_usd": None, "cost_without_batch_usd": None, "cache_savings_usd": None},
+                    {**item, "id": "item-3", "provider_batch_id": "pb-2", "agent_id": "agent-1",
+                     "request_status": "cancelled", "step_status": "completed", "outcome": "cancelled",
+                     "usage": None, "cost_usd": None, "cost_without_batch_usd": None, "cache_savings_usd": None},
+                    {**item, "id": "item-4", "provider_batch_id": "pb-3", "agent_id": "agent-1",
+                     "request_status": "running", "step_status": "paused", "outcome": None,
+                     "usage": None, "cost_usd": None, "cost_without_batch_usd": None, "cache_savings_usd": None},
+                ],
+            )  # fmt: skip
+        await upgrade(engine)
+        async with engine.connect() as conn:
+            stored = {
+                row.id: row.summary
+                for row in await conn.execute(select(provider_batches.c.id, provider_batches.c.summary))
+            }
+            assert stored["pb-3"] is None  # still open: counted from its items at each look
+            afresh = await summarize(conn, ["pb-1", "pb-2"])
+            assert {b: BatchSummary.from_json(stored[b]) for b in ("pb-1", "pb-2")} == afresh
+            progress = await run_progress(conn, "run-1")
+    assert afresh["pb-1"].items == {
+        (StepStatus.COMPLETED, ItemOutcome.CONTINUED): 1,
+        (StepStatus.COMPLETED, ItemOutcome.FAILED): 1,
+    }
+    assert progress.running == 1 and progress.step == 2
+    assert progress.outcomes == {ItemOutcome.CONTINUED: 1, ItemOutcome.FAILED: 1, ItemOutcome.CANCELLED: 1}
+    assert progress.usage == usage and progress.batch_usage["pb-1"] == usage
+    assert progress.cost == Costs(usd=0.25, without_batch_usd=0.5, cache_savings_usd=0.0)

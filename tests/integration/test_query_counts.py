@@ -327,3 +327,32 @@ async def test_reading_one_agent_costs_the_same_statements_in_an_organization_of
         assert {t["name"] for t in found["tools"]} == {t["name"] for t in agent["tools"]}
     assert Counter(map(shape, read[0])) == Counter(map(shape, read[1]))
     print({"get agent": len(read[1])})
+
+
+async def test_a_look_at_a_run_costs_the_same_statements_for_2_agents_as_for_20(
+    app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
+) -> None:
+    # ... at each stage; and once its steps are applied it reads none of its items: their counts
+    # and sums are stored on its provider batches (store/batch_summaries.py).
+    worker: Worker = app.state.nightshift.worker
+    runs = Runs(client)
+    log = StatementLog(app.state.nightshift.engine)
+    stages = ("step 1 running", "step 1 applied, step 2 running", "completed")
+    looks: dict[int, dict[str, list[str]]] = {}
+    for size in (2, 20):
+        agents = [await runs.agent(f"looked-at-{size}-{index}") for index in range(size)]
+        run = await runs.start([{"agent_id": a["id"], "input": MESSAGE} for a in agents])
+        looks[size] = {}
+        for stage in stages:
+            with log.recording() as statements:
+                view = (await client.get(f"/v1/messages/batches/{run['id']}")).json()
+            looks[size][stage] = statements
+            if stage != stages[-1]:
+                await asyncio.sleep(worker.poll_interval * 2)
+                assert await worker.run_once() == 1
+        assert view["status"] == "completed", view
+        assert view["progress"]["agents"]["finished"] == size
+    for stage in stages:
+        assert Counter(map(shape, looks[2][stage])) == Counter(map(shape, looks[20][stage])), stage
+    assert not [s for s in looks[20][stages[-1]] if "batch_items" in s], looks[20][stages[-1]]
+    print({stage: len(looks[20][stage]) for stage in stages})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nightshift.batch.outcomes import usage_json
 from nightshift.providers.base import Usage
-from nightshift.store.run_views import USAGE_KEYS
+from nightshift.store.batch_summaries import USAGE_KEYS
 
 
 def test_the_summed_keys_are_the_stored_ones() -> None:

@@ -44,9 +44,9 @@ from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, take_turns
 from nightshift.runtime.window import Summary
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_summaries, run_views
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
-from nightshift.store import run_views
 from nightshift.store import runs as run_store
 
 if TYPE_CHECKING:
@@ -193,6 +193,7 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
                 provider, model = handle.split("/", 1)
                 usage.add(provider, model, item.usage, cost.usd if cost else None)
         await item_store.complete_items(conn, completions, now)
+        await batch_summaries.record_summaries(conn, [batch.id])  # its items are final: the views read this
         next_batches = await write_step(
             conn,
             run,

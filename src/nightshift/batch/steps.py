@@ -37,6 +37,7 @@ from nightshift.providers.registry import provider_info
 from nightshift.runtime.context import StepInputs, heartbeat_message, user_message
 from nightshift.runtime.step import first_state
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
@@ -322,6 +323,7 @@ async def cancel_run(
                 moved_on = await batch_store.mark_cancelled(conn, batch.id, now, only_from=(batch.status,))
             if moved_on:
                 await item_store.cancel_items(conn, batch.id, now)
+                await batch_summaries.record_summaries(conn, [batch.id])
             else:
                 missed = True
         if not missed:

@@ -46,6 +46,7 @@ from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.clients import ProviderSet, preload
 from nightshift.providers.registry import parse_model
+from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
@@ -237,6 +238,7 @@ class Worker:
                     items = await item_store.items_of(conn, batch.id)
                     failed = [ItemCompletion(item_id=i.id, outcome=ItemOutcome.FAILED, error=reason) for i in items]
                     await item_store.complete_items(conn, failed, now)
+                    await batch_summaries.record_summaries(conn, [batch.id])
                     await application.end_run_if_done(conn, batch.batch_run_id, now)
                 await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
 

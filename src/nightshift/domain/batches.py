@@ -14,7 +14,8 @@ A batch item is one agent inside one provider batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -273,6 +274,51 @@ class Costs:
         )
 
 
+SUMMARY_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSummary:
+    """What a provider batch's items add up to, as its run's progress counts them.
+
+    Counted from the items while the batch is open; once its items are final (the batch applied,
+    or cancelled) it is stored on the batch as versioned JSON, in the transaction that closed them.
+    ``items`` counts them by (step status, outcome). ``usage`` (each key some item holds) and
+    ``cost`` are their sums; ``usage`` is None when no item has a usage at all, and the batch is
+    then left out of its run's per-batch figures.
+    """
+
+    items: Mapping[tuple[StepStatus, ItemOutcome | None], int] = field(default_factory=dict)
+    usage: Mapping[str, int] | None = None
+    cost: Costs = field(default_factory=Costs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SUMMARY_VERSION,
+            "items": [[step.value, outcome.value if outcome else None, n] for (step, outcome), n in self.items.items()],
+            "usage": dict(self.usage) if self.usage is not None else None,
+            "cost": [self.cost.usd, self.cost.without_batch_usd, self.cost.cache_savings_usd],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BatchSummary:
+        """Read a stored summary.
+
+        Raises:
+            ValueError: A summary of another version (there is no other yet).
+        """
+        data = upgrade_state(data, {}, current=SUMMARY_VERSION)
+        usd, without_batch_usd, cache_savings_usd = data["cost"]
+        return cls(
+            items={
+                (StepStatus(step), ItemOutcome(outcome) if outcome else None): int(n)
+                for step, outcome, n in data["items"]
+            },
+            usage={key: int(total) for key, total in data["usage"].items()} if data["usage"] is not None else None,
+            cost=Costs(usd=usd, without_batch_usd=without_batch_usd, cache_savings_usd=cache_savings_usd),
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ItemCompletion:
     """How an applied step ended for one item: its outcome, the reason for a failure, its cost."""
@@ -299,6 +345,42 @@ class RunProgress:
     def count(self, outcome: ItemOutcome) -> int:
         """How many items ended with ``outcome``."""
         return self.outcomes.get(outcome, 0)
+
+    @classmethod
+    def of(cls, batches: Iterable[tuple[str, int, BatchSummary]]) -> RunProgress:
+        """A run's progress from its provider batches' (id, step number, summary).
+
+        The sums are added in the order of the batches' ids, so that the same batches give the
+        same floats whatever order they come in.
+        """
+        running, step = 0, 0
+        outcomes: Counter[ItemOutcome] = Counter()
+        usage: Counter[str] = Counter()
+        cost = Costs()
+        batch_usage: dict[str, dict[str, int]] = {}
+        batch_cost: dict[str, float] = {}
+        for batch_id, step_number, summary in sorted(batches, key=lambda batch: batch[0]):
+            for (step_status, outcome), count in summary.items.items():
+                if count:
+                    step = max(step, step_number)
+                if step_status is StepStatus.PAUSED or outcome is None:
+                    running += count
+                else:
+                    outcomes[outcome] += count
+            if summary.usage is not None:
+                usage.update(summary.usage)
+                batch_usage[batch_id] = dict(summary.usage)
+                cost += summary.cost
+                batch_cost[batch_id] = summary.cost.usd
+        return cls(
+            running=running,
+            outcomes=dict(outcomes),
+            step=step,
+            usage=dict(usage),
+            cost=cost,
+            batch_usage=batch_usage,
+            batch_cost_usd=batch_cost,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -240,7 +240,8 @@ async def _get(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun:
 
 
 async def _views(conn: AsyncConnection, runs: Sequence[BatchRun]) -> list[RunView]:
-    """The runs with their progress, provider batches and failed agents: four statements in all."""
+    """The runs with their progress, provider batches and failed agents: two to five statements in all,
+    whatever the runs' sizes (see ``run_views.runs_progress``)."""
     ids = [run.id for run in runs]
     if not ids:
         return []

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
     BatchItem,
-    Costs,
     ItemOutcome,
     RequestStatus,
     RunAgent,
@@ -20,95 +18,31 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.domain.messages import Message
+from nightshift.store import batch_summaries
 from nightshift.store.bulk import in_ids
 from nightshift.store.items import to_item
 from nightshift.store.messages import to_message
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import agents, batch_items, messages, provider_batches
+from nightshift.store.tables import agents, batch_items, messages
 
-# The keys of an item's stored usage (``batch/outcomes.usage_json``), which the run views sum.
-USAGE_KEYS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "cache_write_5m_tokens",
-    "cache_write_1h_tokens",
-)
+# Built once: an alias proxies every column of the table, which costs milliseconds per statement.
+_LATER_ITEMS = batch_items.alias("later")
 
 
 async def run_progress(conn: AsyncConnection, run_id: str) -> RunProgress:
-    """The run's items by outcome, its current step, its tokens and cost: two statements."""
+    """The run's items by outcome, its current step, its tokens and cost (see ``runs_progress``)."""
     return (await runs_progress(conn, [run_id]))[run_id]
 
 
 async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, RunProgress]:
-    """``run_progress`` of each run (every id present), in two statements whatever their number."""
-    in_runs = in_ids(conn, batch_items.c.batch_run_id, run_ids)
-    by_state = await conn.execute(
-        select(
-            batch_items.c.batch_run_id,
-            batch_items.c.step_status,
-            batch_items.c.outcome,
-            func.count(),
-            func.max(provider_batches.c.step_number),
-        )
-        .join(provider_batches, provider_batches.c.id == batch_items.c.provider_batch_id)
-        .where(in_runs)
-        .group_by(batch_items.c.batch_run_id, batch_items.c.step_status, batch_items.c.outcome)
-    )
-    running = dict.fromkeys(run_ids, 0)
-    steps = dict.fromkeys(run_ids, 0)
-    outcomes: dict[str, Counter[ItemOutcome]] = {run_id: Counter() for run_id in run_ids}
-    for run_id, step_status, outcome, count, max_step in by_state:
-        steps[run_id] = max(steps[run_id], int(max_step or 0))
-        if step_status == StepStatus.PAUSED.value or outcome is None:
-            running[run_id] += int(count)
-        else:
-            outcomes[run_id][ItemOutcome(outcome)] += int(count)
-    # Tokens and costs are summed by the database, per provider batch: the rows read are the run's
-    # steps, not its items (reading and adding up ten thousand usages held the event loop for
-    # tens of milliseconds on every look at a run).
-    sums = await conn.execute(
-        select(
-            batch_items.c.batch_run_id,
-            batch_items.c.provider_batch_id,
-            *(func.sum(batch_items.c.usage[key].as_integer()) for key in USAGE_KEYS),
-            func.sum(batch_items.c.cost_usd),
-            func.sum(batch_items.c.cost_without_batch_usd),
-            func.sum(batch_items.c.cache_savings_usd),
-        )
-        .where(in_runs, batch_items.c.usage.is_not(None))
-        .group_by(batch_items.c.batch_run_id, batch_items.c.provider_batch_id)
-    )
-    usage: dict[str, Counter[str]] = {run_id: Counter() for run_id in run_ids}
-    cost = {run_id: Costs() for run_id in run_ids}
-    batch_usage: dict[str, dict[str, Counter[str]]] = {run_id: {} for run_id in run_ids}
-    batch_cost: dict[str, dict[str, float]] = {run_id: {} for run_id in run_ids}
-    for run_id, batch_id, *values in sums:
-        tokens, (billed, without_batch, savings) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
-        # A key no item holds (usage stored before it existed) stays out, as it is absent from each.
-        counted = {key: int(total) for key, total in zip(USAGE_KEYS, tokens, strict=True) if total is not None}
-        usage[run_id].update(counted)
-        batch_usage[run_id][batch_id] = Counter(counted)
-        cost[run_id] += Costs(
-            usd=float(billed or 0.0),
-            without_batch_usd=float(without_batch or 0.0),
-            cache_savings_usd=float(savings or 0.0),
-        )
-        batch_cost[run_id][batch_id] = float(billed or 0.0)
-    return {
-        run_id: RunProgress(
-            running=running[run_id],
-            outcomes=dict(outcomes[run_id]),
-            step=steps[run_id],
-            usage=dict(usage[run_id]),
-            cost=cost[run_id],
-            batch_usage={batch_id: dict(counted) for batch_id, counted in batch_usage[run_id].items()},
-            batch_cost_usd=batch_cost[run_id],
-        )
-        for run_id in run_ids
-    }
+    """``run_progress`` of each run (every id present), from its provider batches' summaries.
+
+    A closed batch's summary is read from its row; only the items of batches still open are
+    counted, so a look at a run costs what its open steps hold, not all it did. One statement,
+    and two more when some batch is open, whatever the number of runs.
+    """
+    summaries = await batch_summaries.summaries_of_runs(conn, run_ids)
+    return {run_id: RunProgress.of(summaries[run_id]) for run_id in run_ids}
 
 
 async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, list[RunFailure]]:
@@ -118,10 +52,18 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
     later item, so only one that was not shows up here. Whatever failed it counts: the provider's
     error, a batch the provider cancelled or expired, a request that could not be built.
     """
-    last = (
-        select(func.max(batch_items.c.id))
-        .where(in_ids(conn, batch_items.c.batch_run_id, run_ids))
-        .group_by(batch_items.c.batch_run_id, batch_items.c.agent_id)
+    # The failed items are found through an index of failed items alone, and each is checked
+    # against the agent's later items in the run (none) through the index by (run, agent, id):
+    # the statement reads the run's failures, not its items.
+    later = _LATER_ITEMS
+    retried = (
+        select(later.c.id)
+        .where(
+            later.c.batch_run_id == batch_items.c.batch_run_id,
+            later.c.agent_id == batch_items.c.agent_id,
+            later.c.id > batch_items.c.id,
+        )
+        .exists()
     )
     query = (
         select(
@@ -134,9 +76,11 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         )
         .join(agents, agents.c.id == batch_items.c.agent_id)
         .where(
-            batch_items.c.id.in_(last),
+            in_ids(conn, batch_items.c.batch_run_id, run_ids),
+            # A literal, not a parameter, so that SQLite's planner may use the partial index.
+            batch_items.c.outcome == literal_column(f"'{ItemOutcome.FAILED.value}'"),
             batch_items.c.step_status == StepStatus.COMPLETED.value,
-            batch_items.c.outcome == ItemOutcome.FAILED.value,
+            ~retried,
         )
         .order_by(batch_items.c.id)
     )

@@ -315,6 +315,11 @@ provider_batches = Table(
         server_default=text("'[]'"),
         comment="provider ids of the same batch submitted twice, cancelled",
     ),
+    Column(
+        "summary",
+        JSONType,
+        comment="versioned JSON: its items counted and summed, once they are final (applied or cancelled)",
+    ),
     *_times(),
     UniqueConstraint("provider", "provider_batch_id", name="uq_provider_batches_provider_provider_batch_id"),
     Index("ix_provider_batches_status_next_poll_at", "status", "next_poll_at"),
@@ -347,5 +352,14 @@ batch_items = Table(
     *_times(),
     Index("ix_batch_items_provider_batch_id", "provider_batch_id"),
     Index("ix_batch_items_agent_id_step_status", "agent_id", "step_status"),
-    Index("ix_batch_items_batch_run_id", "batch_run_id"),
+    # A run's items by agent (its failed agents' later items, its agents page), id included so
+    # that the agent's last item in the run is read from the index alone.
+    Index("ix_batch_items_batch_run_id_agent_id", "batch_run_id", "agent_id", "id"),
+    # A run's failed items, few: the run's failures are read without reading its other items.
+    Index(
+        "ix_batch_items_failed",
+        "batch_run_id",
+        sqlite_where=text("outcome = 'failed'"),
+        postgresql_where=text("outcome = 'failed'"),
+    ),
 )
