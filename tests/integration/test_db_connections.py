@@ -1,0 +1,61 @@
+"""The engine's connections: SQLite statements in one hop to its thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from nightshift.store.db import opened
+from nightshift.store.sqlite_driver import OneHopConnection
+
+
+async def _hops(conn: Any) -> int:
+    """Calls made so far on the thread of this SQLite connection."""
+    raw = await conn.get_raw_connection()
+    adapted = raw.dbapi_connection
+    assert isinstance(adapted, OneHopConnection)
+    return adapted._sent
+
+
+async def test_sqlite_statement_is_one_hop_and_a_read_needs_no_commit(tmp_path: Path) -> None:
+    async with opened(f"sqlite:///{tmp_path / 'hops.db'}") as engine:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT UNIQUE)"))
+        async with engine.begin() as conn:
+            before = await _hops(conn)
+            inserted = await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+            many = await conn.execute(text("INSERT INTO t (name) VALUES (:n)"), [{"n": "b"}, {"n": "c"}])
+            rows = (await conn.execute(text("SELECT id, name FROM t ORDER BY id"))).all()
+            assert await _hops(conn) - before == 3  # one per statement, executemany included
+        assert (inserted.lastrowid, many.rowcount) == (1, 2)
+        assert rows == [(1, "a"), (2, "b"), (3, "c")]
+        async with engine.begin() as conn:
+            before = await _hops(conn)
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 3
+        async with engine.connect() as conn:
+            # The read's commit and the pool's rollback made no call: SQLite had no transaction open.
+            assert await _hops(conn) - before == 1
+
+
+async def test_sqlite_failed_write_rolls_back_and_a_write_commits(tmp_path: Path) -> None:
+    async with opened(f"sqlite:///{tmp_path / 'tx.db'}") as engine:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT UNIQUE)"))
+            await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t (name) VALUES ('b')"))
+                await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))  # not unique
+        async with engine.connect() as conn:
+            names = (await conn.execute(text("SELECT name FROM t ORDER BY name"))).scalars().all()
+            assert names == ["a"]  # 'b' went with the failed transaction
+            await conn.execute(text("INSERT INTO t (name) VALUES ('c')"))
+            await conn.rollback()
+            await conn.execute(text("INSERT INTO t (name) VALUES ('d')"))
+            await conn.commit()
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT name FROM t ORDER BY name"))).scalars().all() == ["a", "d"]
