@@ -1,4 +1,4 @@
-"""The engine's connections: SQLite statements in one hop to its thread."""
+"""The engine's connections: SQLite statements in one hop to its thread, PostgreSQL pings only when idle."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from nightshift.store.db import opened
+from nightshift.store.db import create_engine, opened
 from nightshift.store.sqlite_driver import OneHopConnection
 
 
@@ -59,3 +59,43 @@ async def test_sqlite_failed_write_rolls_back_and_a_write_commits(tmp_path: Path
             await conn.commit()
         async with engine.connect() as conn:
             assert (await conn.execute(text("SELECT name FROM t ORDER BY name"))).scalars().all() == ["a", "d"]
+
+
+async def _terminate(db_url: str, pid: int) -> None:
+    """End a PostgreSQL server process, as a restart or an idle timeout would, from another connection."""
+    async with opened(db_url) as admin, admin.connect() as conn:
+        await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+
+async def _backend_pid(engine: Any) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+async def test_postgres_connection_killed_while_idle_is_replaced(db_url: str) -> None:
+    """A pooled connection whose server process ended while it sat idle is found dead by the
+    ping at checkout and replaced: the next request does not fail."""
+    engine = create_engine(db_url, idle_ping_seconds=0)
+    try:
+        pid = await _backend_pid(engine)
+        await _terminate(db_url, pid)
+        assert await _backend_pid(engine) != pid
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+async def test_postgres_connection_in_use_is_not_pinged(db_url: str) -> None:
+    """Within ``idle_ping_seconds`` of its last use a connection is handed out as it is: killed
+    meanwhile, the request on it fails once, and the pool then replaces it."""
+    engine = create_engine(db_url, idle_ping_seconds=3600)
+    try:
+        pid = await _backend_pid(engine)
+        await _terminate(db_url, pid)
+        with pytest.raises(DBAPIError) as failed:
+            await _backend_pid(engine)
+        assert failed.value.connection_invalidated
+        assert await _backend_pid(engine) != pid
+    finally:
+        await engine.dispose()
