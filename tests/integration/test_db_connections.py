@@ -1,4 +1,5 @@
-"""The engine's connections: SQLite statements in one hop to its thread, PostgreSQL pings only when idle."""
+"""The engine's connections: SQLite statements in one hop to its thread, PostgreSQL pings only
+when idle, reads outside transactions."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.store.db import create_engine, opened
+from nightshift.store.db import create_engine, opened, read_only
 from nightshift.store.sqlite_driver import OneHopConnection
 
 
@@ -99,3 +101,20 @@ async def test_postgres_connection_in_use_is_not_pinged(db_url: str) -> None:
         assert await _backend_pid(engine) != pid
     finally:
         await engine.dispose()
+
+
+async def test_reads_outside_a_transaction_leave_writes_atomic(engine: AsyncEngine) -> None:
+    """``read_only`` shares the pool: a connection that served a read (in autocommit on
+    PostgreSQL) serves a write next in a transaction again, which a failure rolls back whole."""
+    reads = read_only(engine)
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE t (name TEXT UNIQUE)"))
+    for _ in range(3):
+        async with reads.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 0
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+                await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+    async with reads.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 0

@@ -26,6 +26,7 @@ class AppState:
 
     settings: Settings
     engine: AsyncEngine
+    read_engine: AsyncEngine  # the same pool, for reads outside a transaction (``read_only``)
     worker: Worker
     key_usage: KeyUsage
     background: BackgroundRuns  # the message sends this process steps in the background
@@ -52,6 +53,22 @@ async def connection(state: State) -> AsyncIterator[AsyncConnection]:
 # scope="function": the transaction commits before the response is sent, so what a 2xx reports
 # is stored (and visible to the caller's next request), and a failed commit is an error response.
 Conn = Annotated[AsyncConnection, Depends(connection, scope="function")]
+
+
+async def read_connection(state: State) -> AsyncIterator[AsyncConnection]:
+    """A connection for a request that only reads: outside a transaction on PostgreSQL.
+
+    Each statement sees what was committed when it started, as in a READ COMMITTED transaction
+    (PostgreSQL's default, and ours), without a BEGIN and a COMMIT, two round trips, around a
+    read of one or three statements. SQLite holds no transaction for reads either way (Python's
+    sqlite3 opens one before a write). Only for handlers that write nothing.
+    """
+    async with state.read_engine.connect() as conn:
+        yield conn
+
+
+# scope="function": the connection goes back to the pool before the response is sent.
+ReadConn = Annotated[AsyncConnection, Depends(read_connection, scope="function")]
 
 
 def _bearer(request: Request) -> str | None:

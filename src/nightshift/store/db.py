@@ -94,6 +94,14 @@ def _ping_when_idle(engine: Engine, seconds: float) -> None:
             raise DisconnectionError("a pooled connection failed its ping") from exc
 
 
+def read_only(engine: AsyncEngine) -> AsyncEngine:
+    """``engine`` (its pool) for reads that need no transaction: on PostgreSQL its connections
+    are in autocommit, so a read is its statements alone, without BEGIN and COMMIT."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
+
+
 @asynccontextmanager
 async def opened(url: str) -> AsyncIterator[AsyncEngine]:
     """An engine for the length of a block (a command, a test), disposed of when the block ends."""
