@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
+from nightshift.api.agent_json import agent_response, agents_response
 from nightshift.api.context_schemas import ContextWindowOverview
 from nightshift.api.deps import Conn, Org, ReadConn, State
 from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
@@ -74,8 +75,8 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
     return AgentPublic.of(agent)
 
 
-@router.get("/v1/agents/")
-@router.get("/v1/agents", include_in_schema=False)
+@router.get("/v1/agents/", response_model=list[AgentPublic])
+@router.get("/v1/agents", include_in_schema=False, response_model=list[AgentPublic])
 async def list_agents(
     conn: ReadConn,
     org: Org,
@@ -87,7 +88,7 @@ async def list_agents(
         str | None, Query(max_length=MAX_NAME_CHARS, description="Agents whose name contains this, in any case")
     ] = None,
     include: IncludeQuery = None,
-) -> list[AgentPublic]:
+) -> Response:
     """A page of agents, oldest first (``order=desc`` for newest first).
 
     ``include`` names the relations to fill (``agent.blocks``, ``agent.tags``, ``agent.tools``,
@@ -97,13 +98,13 @@ async def list_agents(
     agents = await service.list_agents(
         conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags, query_text=query_text
     )
-    return AgentPublic.many(agents, include=include)
+    return agents_response(agents, include=include)
 
 
-@router.get("/v1/agents/{agent_id}")
-async def get_agent(agent_id: str, conn: ReadConn, org: Org, include: IncludeQuery = None) -> AgentPublic:
+@router.get("/v1/agents/{agent_id}", response_model=AgentPublic)
+async def get_agent(agent_id: str, conn: ReadConn, org: Org, include: IncludeQuery = None) -> Response:
     """The agent; ``include`` as for the list (without it, every relation is filled)."""
-    return AgentPublic.of(await service.get_agent(conn, org, agent_id), include=include)
+    return agent_response(await service.get_agent(conn, org, agent_id), include=include)
 
 
 @router.patch("/v1/agents/{agent_id}")
