@@ -95,7 +95,7 @@ async def caller(request: Request, state: State) -> Caller:
 
     An API key (``nightshift keys create``) maps to its organization; a revoked one is refused.
     The key is looked up in the database on every request (no cache), so a revocation holds at
-    the next request in every process. The server password, when set, maps to the default
+    the next request in every process: one statement, outside a transaction (the read engine). The server password, when set, maps to the default
     organization; when it is set, a request without either is refused. Without a password, a
     request without a key belongs to the default organization.
     """
@@ -104,7 +104,7 @@ async def caller(request: Request, state: State) -> Caller:
     if token is not None:
         if password is not None and _same_secret(token, password.get_secret_value()):
             return Caller(organization_id=DEFAULT_ORG_ID, kind=CallerKind.PASSWORD)
-        async with state.engine.connect() as conn:
+        async with state.read_engine.connect() as conn:
             key = await key_for_secret(conn, token)
         if key is None:
             raise Unauthorized("the API key or password is not valid")
