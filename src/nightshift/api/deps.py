@@ -95,9 +95,10 @@ async def caller(request: Request, state: State) -> Caller:
 
     An API key (``nightshift keys create``) maps to its organization; a revoked one is refused.
     The key is looked up in the database on every request (no cache), so a revocation holds at
-    the next request in every process: one statement, outside a transaction (the read engine). The server password, when set, maps to the default
-    organization; when it is set, a request without either is refused. Without a password, a
-    request without a key belongs to the default organization.
+    the next request in every process: one statement, outside a transaction (the read engine).
+    The server password, when set, maps to the default organization; when it is set, a request
+    without either is refused. Without a password, a request without a key belongs to the
+    default organization.
     """
     token = _bearer(request)
     password = state.settings.server_password
