@@ -9,6 +9,12 @@ page of 50 agents, an agent's last 20 messages, the page of runs and the run. Ea
 connection of its own, as separate users would (one shared httpx pool of fifty connections costs
 the measuring process more than the server: its latencies were the pool's). It prints the latency
 percentiles of each phase, the API process's CPU time per request, and how long the run's steps took.
+
+By default a reader sends its next request as soon as it has the answer (the server saturated:
+the figures say how much it serves). With ``--rate R`` each reader sends R requests a second
+(``--arrivals poisson``: at random times, R a second on average; ``fixed``: every 1/R s), so the
+figures are the latencies at an offered load of CLIENTS x R requests a second. A request is timed
+from when it was due, so one that waited for the reader's previous answer counts that wait too.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import httpx
 import typer
@@ -125,8 +131,24 @@ async def create_agents(client: httpx.AsyncClient, count: int, model: str) -> li
     return ids
 
 
-async def read(client: httpx.AsyncClient, agent_ids: list[str], run_id: str | None, into: Latencies) -> None:
-    """One read of what a user looks at, its latency added to ``into``."""
+@dataclass(frozen=True)
+class Pacing:
+    """How often each reader sends: ``rate`` requests a second (0: as soon as it has the last answer)."""
+
+    rate: float = 0.0
+    arrivals: Literal["poisson", "fixed"] = "poisson"
+
+    def gap(self) -> float:
+        """Seconds from one request's due time to the next one's."""
+        if self.rate <= 0:
+            return 0.0
+        return random.expovariate(self.rate) if self.arrivals == "poisson" else 1 / self.rate
+
+
+async def read(
+    client: httpx.AsyncClient, agent_ids: list[str], run_id: str | None, into: Latencies, due: float | None = None
+) -> None:
+    """One read of what a user looks at, its latency (from ``due``, if given) added to ``into``."""
     agent_id = random.choice(agent_ids)
     choices = [
         f"/v1/agents/{agent_id}",
@@ -136,7 +158,7 @@ async def read(client: httpx.AsyncClient, agent_ids: list[str], run_id: str | No
     ]
     if run_id is not None:
         choices.append(f"/v1/messages/batches/{run_id}")
-    started = time.perf_counter()
+    started = time.perf_counter() if due is None else due
     try:
         answer = await client.get(random.choice(choices))
         failed = answer.status_code >= 400
@@ -147,30 +169,59 @@ async def read(client: httpx.AsyncClient, agent_ids: list[str], run_id: str | No
 
 
 async def readers(
-    url: str, server: int, clients: int, agent_ids: list[str], run_id: str | None, into: Latencies, until: Any
+    url: str,
+    server: int,
+    clients: int,
+    agent_ids: list[str],
+    run_id: str | None,
+    into: Latencies,
+    until: Any,
+    pacing: Pacing,
 ) -> None:
     """``clients`` readers, each on a connection of its own, in a loop until ``until()`` is true."""
     started, cpu = time.perf_counter(), cpu_seconds(server)
 
     async def reader() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=1)) as client:
+            # Paced readers start at random points of their first interval, not all at once.
+            due = time.perf_counter() + (random.uniform(0, 1 / pacing.rate) if pacing.rate > 0 else 0.0)
             while not until():
-                await read(client, agent_ids, run_id, into)
+                if pacing.rate <= 0:
+                    await read(client, agent_ids, run_id, into)
+                    continue
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                if until():
+                    break
+                await read(client, agent_ids, run_id, into, due=due)
+                due += pacing.gap()
 
     await asyncio.gather(*(reader() for _ in range(clients)))
     into.wall = time.perf_counter() - started
     into.server_cpu = cpu_seconds(server) - cpu
 
 
+async def settle(server: int, *, longest: float = 60) -> None:
+    """Wait until the server is idle (it imports the providers' SDKs in a thread after it starts,
+    seconds of CPU that would count against the first phase's requests)."""
+    limit, last = time.monotonic() + longest, cpu_seconds(server)
+    while time.monotonic() < limit:
+        await asyncio.sleep(0.5)
+        now = cpu_seconds(server)
+        if now - last < 0.025:  # under 5% of a core
+            return
+        last = now
+
+
 async def load(
-    url: str, server: int, *, agents: int, clients: int, seconds: float, model: str
+    url: str, server: int, *, agents: int, clients: int, seconds: float, model: str, pacing: Pacing
 ) -> tuple[list[Latencies], float]:
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=20)) as client:
         agent_ids = await create_agents(client, agents, model)
+        await settle(server)
         quiet = Latencies("no run going")
         deadline = time.monotonic() + seconds
         console.print(f"reading with {clients} clients for {seconds:.0f} s, no run going")
-        await readers(url, server, clients, agent_ids, None, quiet, lambda: time.monotonic() > deadline)
+        await readers(url, server, clients, agent_ids, None, quiet, lambda: time.monotonic() > deadline, pacing)
 
         console.print(f"a batch run over {agents:,} agents (two steps), read meanwhile by {clients} clients")
         started = time.perf_counter()
@@ -192,7 +243,7 @@ async def load(
             ended.set()
 
         busy = Latencies("while the run steps")
-        await asyncio.gather(watch(), readers(url, server, clients, agent_ids, run_id, busy, ended.is_set))
+        await asyncio.gather(watch(), readers(url, server, clients, agent_ids, run_id, busy, ended.is_set, pacing))
         run_seconds = time.perf_counter() - started
     return [quiet, busy], run_seconds
 
@@ -203,17 +254,29 @@ def main(
     seconds: Annotated[float, typer.Option(help="Length of the quiet phase (the run's phase ends with the run)")] = 20,
     database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file)")] = None,
     provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai)")] = "anthropic",
+    rate: Annotated[
+        float, typer.Option(help="Requests a second per reader (0: the next as soon as the last is answered)")
+    ] = 0.0,
+    arrivals: Annotated[
+        str, typer.Option(help="With --rate: poisson (random times, RATE a second on average) or fixed")
+    ] = "poisson",
 ) -> None:
     """Measure the API's latency under CLIENTS concurrent readers, without and with a run stepping."""
+    if rate < 0 or arrivals not in ("poisson", "fixed"):
+        raise typer.BadParameter("--rate must be 0 or more and --arrivals poisson or fixed")
+    pacing = Pacing(rate=rate, arrivals="fixed" if arrivals == "fixed" else "poisson")
     model = f"{provider}/{provider_info(provider).example_model}"
     with tempfile.TemporaryDirectory() as tmp, emulator_process() as (emulator_url, _pid):
         home = Path(tmp)
         db = database_url or f"sqlite:///{home / 'load.db'}"
         with server_process(db, home, emulator_url) as (url, server):
             phases, run_seconds = asyncio.run(
-                load(url, server, agents=agents, clients=clients, seconds=seconds, model=model)
+                load(url, server, agents=agents, clients=clients, seconds=seconds, model=model, pacing=pacing)
             )
-    table = Table(title=f"API latency, {clients} concurrent readers, {agents:,} agents")
+    offered = (
+        f"each {rate:g} requests/s ({arrivals}), {clients * rate:g} requests/s offered" if rate > 0 else "no pause"
+    )
+    table = Table(title=f"API latency, {clients} concurrent readers ({offered}), {agents:,} agents")
     for column in ("phase", "requests", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "API CPU ms/req"):
         table.add_column(column, justify="left" if column == "phase" else "right")
     for phase in phases:

@@ -45,3 +45,12 @@ def test_load_prints_latencies_without_errors() -> None:
     for cells in rows.values():
         assert int(cells[0]) > 0 and cells[-3].strip() == "0", output  # requests answered, no errors
     assert "the run took" in output
+
+
+def test_paced_load_states_its_offered_load() -> None:
+    output = _run("nightshift.load", "--agents", "20", "--clients", "4", "--seconds", "2", "--rate", "5")
+    assert "each 5 requests/s (poisson), 20 requests/s offered" in output, output
+    rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 10}
+    assert set(rows) == {"no run going", "while the run steps"}, output
+    for cells in rows.values():
+        assert int(cells[0]) > 0 and cells[-3].strip() == "0", output

@@ -39,7 +39,7 @@ from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
 from nightshift.services.agent_runs import BackgroundRuns, fail_stopped_runs
 from nightshift.services.keys import KeyUsage
-from nightshift.store.db import create_engine, upgrade
+from nightshift.store.db import create_engine, read_only, upgrade
 from nightshift.store.orgs import ensure_default_org
 from nightshift.tracing import instrument_app
 
@@ -82,6 +82,7 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
                 app.state.nightshift = AppState(
                     settings=settings,
                     engine=engine,
+                    read_engine=read_only(engine),
                     worker=worker,
                     key_usage=key_usage,
                     background=background,

@@ -26,6 +26,7 @@ class AppState:
 
     settings: Settings
     engine: AsyncEngine
+    read_engine: AsyncEngine  # the same pool, for reads outside a transaction (``read_only``)
     worker: Worker
     key_usage: KeyUsage
     background: BackgroundRuns  # the message sends this process steps in the background
@@ -54,6 +55,22 @@ async def connection(state: State) -> AsyncIterator[AsyncConnection]:
 Conn = Annotated[AsyncConnection, Depends(connection, scope="function")]
 
 
+async def read_connection(state: State) -> AsyncIterator[AsyncConnection]:
+    """A connection for a request that only reads: outside a transaction on PostgreSQL.
+
+    Each statement sees what was committed when it started, as in a READ COMMITTED transaction
+    (PostgreSQL's default, and ours), without a BEGIN and a COMMIT, two round trips, around a
+    read of one or three statements. SQLite holds no transaction for reads either way (Python's
+    sqlite3 opens one before a write). Only for handlers that write nothing.
+    """
+    async with state.read_engine.connect() as conn:
+        yield conn
+
+
+# scope="function": the connection goes back to the pool before the response is sent.
+ReadConn = Annotated[AsyncConnection, Depends(read_connection, scope="function")]
+
+
 def _bearer(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -78,16 +95,17 @@ async def caller(request: Request, state: State) -> Caller:
 
     An API key (``nightshift keys create``) maps to its organization; a revoked one is refused.
     The key is looked up in the database on every request (no cache), so a revocation holds at
-    the next request in every process. The server password, when set, maps to the default
-    organization; when it is set, a request without either is refused. Without a password, a
-    request without a key belongs to the default organization.
+    the next request in every process: one statement, outside a transaction (the read engine).
+    The server password, when set, maps to the default organization; when it is set, a request
+    without either is refused. Without a password, a request without a key belongs to the
+    default organization.
     """
     token = _bearer(request)
     password = state.settings.server_password
     if token is not None:
         if password is not None and _same_secret(token, password.get_secret_value()):
             return Caller(organization_id=DEFAULT_ORG_ID, kind=CallerKind.PASSWORD)
-        async with state.engine.connect() as conn:
+        async with state.read_engine.connect() as conn:
             key = await key_for_secret(conn, token)
         if key is None:
             raise Unauthorized("the API key or password is not valid")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -10,24 +11,30 @@ from typing import Any
 import orjson
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import URL, Connection, event, text
+from sqlalchemy import URL, Connection, Engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from nightshift.config import async_database_url
 from nightshift.errors import DatabaseUnavailable
 from nightshift.store.clean import dumps
+from nightshift.store.sqlite_driver import one_hop_dbapi
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+# A pooled PostgreSQL connection idle for longer than this is pinged before it is handed out.
+IDLE_PING_SECONDS = 5.0
+
+
+def create_engine(url: str, *, echo: bool = False, idle_ping_seconds: float = IDLE_PING_SECONDS) -> AsyncEngine:
     """An async engine for a plain or async URL; SQLite files (and their folder) are created on first use.
 
     SQLite runs in WAL mode with foreign keys on and a busy timeout, so a reader never blocks the
-    poller and several connections of one process can write in turn.
+    poller and several connections of one process can write in turn. A PostgreSQL connection that
+    sat in the pool for ``idle_ping_seconds`` is pinged before use, and replaced if it is dead.
     """
     url = async_database_url(url)
     parsed = make_url(url)
@@ -49,11 +56,49 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         if not parsed.database or parsed.database == ":memory:":
             kwargs["poolclass"] = NullPool
+        if parsed.get_driver_name() == "aiosqlite":
+            kwargs["module"] = one_hop_dbapi()  # a statement in one hop to SQLite's thread, not four
     else:
-        kwargs.update(pool_size=10, max_overflow=10, pool_pre_ping=True)
+        kwargs.update(pool_size=10, max_overflow=10)
     engine = create_async_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    else:
+        _ping_when_idle(engine.sync_engine, idle_ping_seconds)
+    return engine
+
+
+def _ping_when_idle(engine: Engine, seconds: float) -> None:
+    """Ping a pooled connection at checkout only if it has been idle for ``seconds``.
+
+    SQLAlchemy's ``pool_pre_ping`` pings at every checkout: on asyncpg three round trips (BEGIN,
+    an empty statement, ROLLBACK), more than a read of one agent makes. A connection that was
+    in use a moment ago is alive as far as a ping can tell (the server may die right after a ping
+    too; a request that meets a dead connection fails, and SQLAlchemy then drops the pool's older
+    connections). One that sat idle longer, through a database restart or an idle timeout, is
+    checked, and replaced when the ping fails (the pool retries on ``DisconnectionError``).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.get("idle_since")  # None for a new connection: nothing to check
+        if since is None or time.monotonic() - since < seconds:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError("a pooled connection failed its ping") from exc
+
+
+def read_only(engine: AsyncEngine) -> AsyncEngine:
+    """``engine`` (its pool) for reads that need no transaction: on PostgreSQL its connections
+    are in autocommit, so a read is its statements alone, without BEGIN and COMMIT."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
 
 

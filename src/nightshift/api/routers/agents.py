@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
+from nightshift.api.agent_json import agent_response, agents_response
 from nightshift.api.context_schemas import ContextWindowOverview
-from nightshift.api.deps import Conn, Org, State
+from nightshift.api.deps import Conn, Org, ReadConn, State
 from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import Body, Name, Text
 from nightshift.api.letta_messages import to_letta_messages
@@ -74,10 +75,10 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
     return AgentPublic.of(agent)
 
 
-@router.get("/v1/agents/")
-@router.get("/v1/agents", include_in_schema=False)
+@router.get("/v1/agents/", response_model=list[AgentPublic])
+@router.get("/v1/agents", include_in_schema=False, response_model=list[AgentPublic])
 async def list_agents(
-    conn: Conn,
+    conn: ReadConn,
     org: Org,
     page: PageQuery,
     name: Annotated[str | None, Query(description="Exact name")] = None,
@@ -87,7 +88,7 @@ async def list_agents(
         str | None, Query(max_length=MAX_NAME_CHARS, description="Agents whose name contains this, in any case")
     ] = None,
     include: IncludeQuery = None,
-) -> list[AgentPublic]:
+) -> Response:
     """A page of agents, oldest first (``order=desc`` for newest first).
 
     ``include`` names the relations to fill (``agent.blocks``, ``agent.tags``, ``agent.tools``,
@@ -97,13 +98,13 @@ async def list_agents(
     agents = await service.list_agents(
         conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags, query_text=query_text
     )
-    return AgentPublic.many(agents, include=include)
+    return agents_response(agents, include=include)
 
 
-@router.get("/v1/agents/{agent_id}")
-async def get_agent(agent_id: str, conn: Conn, org: Org, include: IncludeQuery = None) -> AgentPublic:
+@router.get("/v1/agents/{agent_id}", response_model=AgentPublic)
+async def get_agent(agent_id: str, conn: ReadConn, org: Org, include: IncludeQuery = None) -> Response:
     """The agent; ``include`` as for the list (without it, every relation is filled)."""
-    return AgentPublic.of(await service.get_agent(conn, org, agent_id), include=include)
+    return agent_response(await service.get_agent(conn, org, agent_id), include=include)
 
 
 @router.patch("/v1/agents/{agent_id}")
@@ -150,7 +151,7 @@ async def delete_agent(agent_id: str, conn: Conn, org: Org) -> dict[str, str]:
 
 
 @router.get("/v1/agents/{agent_id}/tools")
-async def list_agent_tools(agent_id: str, conn: Conn, org: Org, page: PageQuery) -> list[ToolPublic]:
+async def list_agent_tools(agent_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[ToolPublic]:
     """The agent's tools in the order they were given; ``after`` / ``before`` are tool ids."""
     tools = (await service.get_agent(conn, org, agent_id)).tools
     return [ToolPublic.of(t) for t in page_of(tools, page, key=lambda t: t.id)]
@@ -168,14 +169,14 @@ async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> Agen
 
 
 @router.get("/v1/agents/{agent_id}/core-memory/blocks")
-async def list_agent_blocks(agent_id: str, conn: Conn, org: Org, page: PageQuery) -> list[BlockPublic]:
+async def list_agent_blocks(agent_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[BlockPublic]:
     """The agent's blocks in the order they were given; ``after`` / ``before`` are block ids."""
     blocks = (await service.get_agent(conn, org, agent_id)).blocks
     return [BlockPublic.of(b) for b in page_of(blocks, page, key=lambda b: b.id)]
 
 
 @router.get("/v1/agents/{agent_id}/core-memory/blocks/{label}")
-async def get_agent_block(agent_id: str, label: str, conn: Conn, org: Org) -> BlockPublic:
+async def get_agent_block(agent_id: str, label: str, conn: ReadConn, org: Org) -> BlockPublic:
     agent = await service.get_agent(conn, org, agent_id)
     return BlockPublic.of(service.agent_block(agent, label))
 
@@ -202,7 +203,7 @@ async def detach_block(agent_id: str, block_id: str, conn: Conn, org: Org) -> Ag
 
 
 @router.get("/v1/agents/{agent_id}/context")
-async def get_context(agent_id: str, conn: Conn, org: Org) -> ContextWindowOverview:
+async def get_context(agent_id: str, conn: ReadConn, org: Org) -> ContextWindowOverview:
     """Letta's context-window overview: what the agent's next request holds, part by part, in tokens.
 
     ``context_window_size_current`` is the size nightshift keeps the window by (the provider's
@@ -215,7 +216,7 @@ async def get_context(agent_id: str, conn: Conn, org: Org) -> ContextWindowOverv
 @router.get("/v1/agents/{agent_id}/messages")
 async def list_agent_messages(
     agent_id: str,
-    conn: Conn,
+    conn: ReadConn,
     org: Org,
     before: Annotated[str | None, Query()] = None,
     after: Annotated[str | None, Query()] = None,

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query
 
 from nightshift.api.batch_schemas import BatchCreate, BatchRunPublic, agent_in_run_json
-from nightshift.api.deps import Conn, Org, State
+from nightshift.api.deps import Org, ReadConn, State
 from nightshift.api.letta_messages import run_message_json
 from nightshift.api.routers.params import PageQuery
 from nightshift.batch.steps import RunRequest
@@ -66,7 +66,7 @@ async def create_batch(
 
 @router.get("/v1/messages/batches")
 async def list_batches(
-    conn: Conn,
+    conn: ReadConn,
     org: Org,
     page: PageQuery,
     status: Annotated[list[RunStatus] | None, Query(description="Only runs with these statuses")] = None,
@@ -76,14 +76,14 @@ async def list_batches(
 
 
 @router.get("/v1/messages/batches/{run_id}")
-async def get_batch(run_id: str, conn: Conn, org: Org) -> BatchRunPublic:
+async def get_batch(run_id: str, conn: ReadConn, org: Org) -> BatchRunPublic:
     return BatchRunPublic.of(await service.run_view(conn, org, run_id))
 
 
 @router.get("/v1/messages/batches/{run_id}/messages")
 async def batch_messages(
     run_id: str,
-    conn: Conn,
+    conn: ReadConn,
     org: Org,
     agent_id: Annotated[str | None, Query()] = None,
     before: Annotated[str | None, Query()] = None,
@@ -100,7 +100,7 @@ async def batch_messages(
 @router.get("/v1/messages/batches/{run_id}/agents")
 async def batch_agents(
     run_id: str,
-    conn: Conn,
+    conn: ReadConn,
     org: Org,
     after: Annotated[str | None, Query(description="Agents after this agent id")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

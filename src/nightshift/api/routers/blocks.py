@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from nightshift.api.deps import Conn, Org
+from nightshift.api.deps import Conn, Org, ReadConn
 from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.schemas import AgentPublic, BlockCreate, BlockPublic, BlockUpdate
 from nightshift.services import blocks as service
@@ -26,13 +26,13 @@ async def create_block(body: BlockCreate, conn: Conn, org: Org) -> BlockPublic:
 @router.get("/v1/blocks/")
 @router.get("/v1/blocks", include_in_schema=False)
 async def list_blocks(
-    conn: Conn, org: Org, page: PageQuery, label: Annotated[str | None, Query()] = None
+    conn: ReadConn, org: Org, page: PageQuery, label: Annotated[str | None, Query()] = None
 ) -> list[BlockPublic]:
     return [BlockPublic.of(b) for b in await block_store.list_blocks(conn, org, page, label=label)]
 
 
 @router.get("/v1/blocks/{block_id}")
-async def get_block(block_id: str, conn: Conn, org: Org) -> BlockPublic:
+async def get_block(block_id: str, conn: ReadConn, org: Org) -> BlockPublic:
     return BlockPublic.of(await service.get_block(conn, org, block_id))
 
 
@@ -51,7 +51,7 @@ async def delete_block(block_id: str, conn: Conn, org: Org) -> dict[str, str]:
 
 
 @router.get("/v1/blocks/{block_id}/agents")
-async def block_agents(block_id: str, conn: Conn, org: Org, page: PageQuery) -> list[AgentPublic]:
+async def block_agents(block_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[AgentPublic]:
     """The agents sharing this block, oldest first (``order=desc`` for newest first)."""
     await service.get_block(conn, org, block_id)
     ids = page_of(sorted(await block_store.agents_using_block(conn, block_id)), page, key=lambda i: i)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
-from nightshift.api.deps import Conn, Org
+from nightshift.api.deps import Org, ReadConn
 from nightshift.api.letta_messages import DEFAULT_VIEW, to_letta_messages
 from nightshift.api.routers.agent_messages import view_of
 from nightshift.api.routers.params import PageQuery, page_of
@@ -29,7 +29,7 @@ def _json(run: Listed) -> dict[str, Any]:
 @router.get("/v1/runs")
 @router.get("/v1/runs/", include_in_schema=False)
 async def list_runs(
-    conn: Conn,
+    conn: ReadConn,
     org: Org,
     agent_id: str | None = None,
     agent_ids: Annotated[list[str] | None, Query(max_length=MAX_PAGE)] = None,
@@ -62,13 +62,13 @@ async def list_runs(
 
 
 @router.get("/v1/runs/{run_id}")
-async def retrieve_run(run_id: str, conn: Conn, org: Org) -> dict[str, Any]:
+async def retrieve_run(run_id: str, conn: ReadConn, org: Org) -> dict[str, Any]:
     """One run: a send to one agent (``run-...``) or a batch run (``batch-...``)."""
     return _json(await agent_runs.get_any_run(conn, org, run_id))
 
 
 @router.get("/v1/runs/{run_id}/messages")
-async def list_run_messages(run_id: str, conn: Conn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
+async def list_run_messages(run_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
     """The messages the run wrote, inputs and heartbeats too, shown as its send asked."""
     run, messages = await agent_runs.messages_of_any_run(conn, org, run_id, page)
     view = view_of(run.request_config) if isinstance(run, AgentRun) else DEFAULT_VIEW
@@ -76,7 +76,7 @@ async def list_run_messages(run_id: str, conn: Conn, org: Org, page: PageQuery) 
 
 
 @router.get("/v1/runs/{run_id}/steps")
-async def list_run_steps(run_id: str, conn: Conn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
+async def list_run_steps(run_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
     """The model calls of an agent run, each with its tokens (a batch run's steps are its provider
     batches: see ``GET /v1/messages/batches/{id}``; here its list is empty)."""
     run = await agent_runs.get_any_run(conn, org, run_id)
@@ -86,7 +86,7 @@ async def list_run_steps(run_id: str, conn: Conn, org: Org, page: PageQuery) -> 
 
 
 @router.get("/v1/runs/{run_id}/usage")
-async def run_usage(run_id: str, conn: Conn, org: Org) -> dict[str, Any]:
+async def run_usage(run_id: str, conn: ReadConn, org: Org) -> dict[str, Any]:
     """The tokens the run used, over all its steps (and agents, for a batch run)."""
     usage = await agent_runs.usage_of_any_run(conn, org, run_id)
     return usage_json(usage.prompt, usage.completion, usage.cache_read, usage.cache_write)

@@ -1,0 +1,120 @@
+"""The engine's connections: SQLite statements in one hop to its thread, PostgreSQL pings only
+when idle, reads outside transactions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nightshift.store.db import create_engine, opened, read_only
+from nightshift.store.sqlite_driver import OneHopConnection
+
+
+async def _hops(conn: Any) -> int:
+    """Calls made so far on the thread of this SQLite connection."""
+    raw = await conn.get_raw_connection()
+    adapted = raw.dbapi_connection
+    assert isinstance(adapted, OneHopConnection)
+    return adapted._sent
+
+
+async def test_sqlite_statement_is_one_hop_and_a_read_needs_no_commit(tmp_path: Path) -> None:
+    async with opened(f"sqlite:///{tmp_path / 'hops.db'}") as engine:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT UNIQUE)"))
+        async with engine.begin() as conn:
+            before = await _hops(conn)
+            inserted = await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+            many = await conn.execute(text("INSERT INTO t (name) VALUES (:n)"), [{"n": "b"}, {"n": "c"}])
+            rows = (await conn.execute(text("SELECT id, name FROM t ORDER BY id"))).all()
+            assert await _hops(conn) - before == 3  # one per statement, executemany included
+        assert (inserted.lastrowid, many.rowcount) == (1, 2)
+        assert rows == [(1, "a"), (2, "b"), (3, "c")]
+        async with engine.begin() as conn:
+            before = await _hops(conn)
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 3
+        async with engine.connect() as conn:
+            # The read's commit and the pool's rollback made no call: SQLite had no transaction open.
+            assert await _hops(conn) - before == 1
+
+
+async def test_sqlite_failed_write_rolls_back_and_a_write_commits(tmp_path: Path) -> None:
+    async with opened(f"sqlite:///{tmp_path / 'tx.db'}") as engine:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT UNIQUE)"))
+            await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t (name) VALUES ('b')"))
+                await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))  # not unique
+        async with engine.connect() as conn:
+            names = (await conn.execute(text("SELECT name FROM t ORDER BY name"))).scalars().all()
+            assert names == ["a"]  # 'b' went with the failed transaction
+            await conn.execute(text("INSERT INTO t (name) VALUES ('c')"))
+            await conn.rollback()
+            await conn.execute(text("INSERT INTO t (name) VALUES ('d')"))
+            await conn.commit()
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT name FROM t ORDER BY name"))).scalars().all() == ["a", "d"]
+
+
+async def _terminate(db_url: str, pid: int) -> None:
+    """End a PostgreSQL server process, as a restart or an idle timeout would, from another connection."""
+    async with opened(db_url) as admin, admin.connect() as conn:
+        await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+
+async def _backend_pid(engine: Any) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+async def test_postgres_connection_killed_while_idle_is_replaced(db_url: str) -> None:
+    """A pooled connection whose server process ended while it sat idle is found dead by the
+    ping at checkout and replaced: the next request does not fail."""
+    engine = create_engine(db_url, idle_ping_seconds=0)
+    try:
+        pid = await _backend_pid(engine)
+        await _terminate(db_url, pid)
+        assert await _backend_pid(engine) != pid
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+async def test_postgres_connection_in_use_is_not_pinged(db_url: str) -> None:
+    """Within ``idle_ping_seconds`` of its last use a connection is handed out as it is: killed
+    meanwhile, the request on it fails once, and the pool then replaces it."""
+    engine = create_engine(db_url, idle_ping_seconds=3600)
+    try:
+        pid = await _backend_pid(engine)
+        await _terminate(db_url, pid)
+        with pytest.raises(DBAPIError) as failed:
+            await _backend_pid(engine)
+        assert failed.value.connection_invalidated
+        assert await _backend_pid(engine) != pid
+    finally:
+        await engine.dispose()
+
+
+async def test_reads_outside_a_transaction_leave_writes_atomic(engine: AsyncEngine) -> None:
+    """``read_only`` shares the pool: a connection that served a read (in autocommit on
+    PostgreSQL) serves a write next in a transaction again, which a failure rolls back whole."""
+    reads = read_only(engine)
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE t (name TEXT UNIQUE)"))
+    for _ in range(3):
+        async with reads.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 0
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+                await conn.execute(text("INSERT INTO t (name) VALUES ('a')"))
+    async with reads.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar() == 0
