@@ -77,14 +77,17 @@ class EmulatorState:
         self.reset()
 
     def reset(self) -> None:
-        """Back to the config the app was created with; forget batches, files, logs and the cache."""
+        """Back to the config the app was created with; forget batches, files, logs and the cache.
+
+        Ids go on counting: a provider never gives an id twice, and a database that outlives the
+        reset (``make bench`` on one PostgreSQL database) would otherwise see a batch id again.
+        """
         self.anthropic_batches.clear()
         self.openai_batches.clear()
         self.files.clear()
         self.requests.clear()
         self.model_calls.clear()
         self.cache.clear()
-        self._counters.clear()
         self.scripts.clear()
         self.faults.clear()
         self.config = self.initial
