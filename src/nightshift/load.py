@@ -178,11 +178,25 @@ async def readers(
     until: Any,
     pacing: Pacing,
 ) -> None:
-    """``clients`` readers, each on a connection of its own, in a loop until ``until()`` is true."""
-    started, cpu = time.perf_counter(), cpu_seconds(server)
+    """``clients`` readers, each on a connection of its own, in a loop until ``until()`` is true.
+
+    Each reader opens its connection (one untimed request) before any is timed: fifty clients
+    set up at once keep this process busy for most of a second, which counted as the server's
+    latency (the first requests were sent late by the readers themselves).
+    """
+    connected = 0
+    ready = asyncio.Event()
+    started, cpu = 0.0, 0.0
 
     async def reader() -> None:
+        nonlocal connected, started, cpu
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=1)) as client:
+            await client.get("/v1/health")
+            connected += 1
+            if connected == clients:
+                started, cpu = time.perf_counter(), cpu_seconds(server)
+                ready.set()
+            await ready.wait()
             # Paced readers start at random points of their first interval, not all at once.
             due = time.perf_counter() + (random.uniform(0, 1 / pacing.rate) if pacing.rate > 0 else 0.0)
             while not until():
