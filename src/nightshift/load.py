@@ -14,7 +14,9 @@ By default a reader sends its next request as soon as it has the answer (the ser
 the figures say how much it serves). With ``--rate R`` each reader sends R requests a second
 (``--arrivals poisson``: at random times, R a second on average; ``fixed``: every 1/R s), so the
 figures are the latencies at an offered load of CLIENTS x R requests a second. A request is timed
-from when it was due, so one that waited for the reader's previous answer counts that wait too.
+from when it was due, so one that waited for the reader's previous answer counts that wait too;
+how late the requests left this process is printed too (the readers' own share of the latency).
+``--slow`` lists the requests over 100 ms by the second of the phase they were sent in.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -43,6 +46,8 @@ from nightshift.providers.registry import provider_info
 from nightshift.serving import free_port
 
 console = Console(width=160)
+# A request slower than this is listed by ``--slow`` (when it was sent, how long it took, what it read).
+SLOW = 0.1
 
 
 @dataclass
@@ -51,12 +56,15 @@ class Latencies:
 
     name: str
     seconds: list[float] = field(default_factory=list)
+    slow: list[tuple[float, float, str]] = field(default_factory=list)  # (sent at, seconds, path) over SLOW
+    late: list[float] = field(default_factory=list)  # how late each paced request left this process
     errors: int = 0
     wall: float = 0.0
+    started: float = 0.0  # perf_counter when the phase's timed requests began
     server_cpu: float = 0.0  # CPU seconds the API process spent during the phase
 
-    def percentile(self, share: float) -> float:
-        ordered = sorted(self.seconds)
+    def percentile(self, share: float, of: list[float] | None = None) -> float:
+        ordered = sorted(self.seconds if of is None else of)
         return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
 
 
@@ -158,14 +166,20 @@ async def read(
     ]
     if run_id is not None:
         choices.append(f"/v1/messages/batches/{run_id}")
+    path = random.choice(choices)
     started = time.perf_counter() if due is None else due
+    if due is not None:
+        into.late.append(time.perf_counter() - due)
     try:
-        answer = await client.get(random.choice(choices))
+        answer = await client.get(path)
         failed = answer.status_code >= 400
     except httpx.HTTPError:
         failed = True
-    into.seconds.append(time.perf_counter() - started)
+    took = time.perf_counter() - started
+    into.seconds.append(took)
     into.errors += failed
+    if took > SLOW:
+        into.slow.append((started, took, path))
 
 
 async def readers(
@@ -186,11 +200,15 @@ async def readers(
     """
     connected = 0
     ready = asyncio.Event()
+    # One TLS context for all (the readers speak plain HTTP): httpx makes one per client otherwise,
+    # 50 ms of this process's CPU each on the development machine.
+    tls = ssl.create_default_context()
     started, cpu = 0.0, 0.0
 
     async def reader() -> None:
         nonlocal connected, started, cpu
-        async with httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=1)) as client:
+        limits = httpx.Limits(max_connections=1)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits, verify=tls) as client:
             await client.get("/v1/health")
             connected += 1
             if connected == clients:
@@ -211,6 +229,7 @@ async def readers(
 
     await asyncio.gather(*(reader() for _ in range(clients)))
     into.wall = time.perf_counter() - started
+    into.started = started
     into.server_cpu = cpu_seconds(server) - cpu
 
 
@@ -262,6 +281,26 @@ async def load(
     return [quiet, busy], run_seconds
 
 
+def kind_of(path: str) -> str:
+    """What a reader's request reads: agent, agents, messages, runs or run."""
+    parts = path.split("?")[0].strip("/").split("/")  # v1 agents [id [messages]] | v1 messages batches [id]
+    if parts[1] == "agents":
+        return {2: "agents", 3: "agent"}.get(len(parts), "messages")
+    return "runs" if len(parts) == 3 else "run"
+
+
+def print_slow(phase: Latencies) -> None:
+    """The requests of ``phase`` over ``SLOW``, by the second of the phase they were sent in."""
+    by_second: dict[int, list[tuple[float, str]]] = {}
+    for at, took, path in phase.slow:
+        by_second.setdefault(int(at - phase.started), []).append((took, kind_of(path)))
+    console.print(f"{phase.name}: {len(phase.slow)} requests over {SLOW * 1000:.0f} ms")
+    for second, hits in sorted(by_second.items()):
+        longest = max(t for t, _ in hits) * 1000
+        kinds = ", ".join(sorted({k for _, k in hits}))
+        console.print(f"  second {second:>3}: {len(hits):>3}, longest {longest:,.0f} ms ({kinds})")
+
+
 def main(
     agents: Annotated[int, typer.Option(help="Agents in the organization and in the run")] = 2_000,
     clients: Annotated[int, typer.Option(help="Concurrent readers")] = 50,
@@ -274,6 +313,7 @@ def main(
     arrivals: Annotated[
         str, typer.Option(help="With --rate: poisson (random times, RATE a second on average) or fixed")
     ] = "poisson",
+    slow: Annotated[bool, typer.Option(help="List the requests over 100 ms by the second they were sent in")] = False,
 ) -> None:
     """Measure the API's latency under CLIENTS concurrent readers, without and with a run stepping."""
     if rate < 0 or arrivals not in ("poisson", "fixed"):
@@ -291,7 +331,8 @@ def main(
         f"each {rate:g} requests/s ({arrivals}), {clients * rate:g} requests/s offered" if rate > 0 else "no pause"
     )
     table = Table(title=f"API latency, {clients} concurrent readers ({offered}), {agents:,} agents")
-    for column in ("phase", "requests", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "API CPU ms/req"):
+    columns = ("phase", "requests", "per s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "API CPU ms/req")
+    for column in (*columns, "sent late p99 ms") if rate > 0 else columns:
         table.add_column(column, justify="left" if column == "phase" else "right")
     for phase in phases:
         table.add_row(
@@ -302,11 +343,17 @@ def main(
             f"{max(phase.seconds, default=0) * 1000:.0f}",
             str(phase.errors),
             f"{phase.server_cpu * 1000 / len(phase.seconds):.1f}" if phase.seconds else "-",
+            *([f"{phase.percentile(0.99, of=phase.late) * 1000:.0f}"] if rate > 0 else []),
         )
     console.print(table)
+    if slow:
+        for phase in phases:
+            print_slow(phase)
     console.print(f"database: {db.split(':')[0]}; the run took {run_seconds:.1f} s (two steps)")
     console.print("the readers run in this process, on the same machine as the server and the emulator;")
     console.print("API CPU: the serve process's own CPU time in the phase (a run's work included) per request")
+    if rate > 0:
+        console.print("sent late: how long after it was due a request left the readers (this process was busy)")
 
 
 if __name__ == "__main__":

@@ -48,9 +48,13 @@ def test_load_prints_latencies_without_errors() -> None:
 
 
 def test_paced_load_states_its_offered_load() -> None:
-    output = _run("nightshift.load", "--agents", "20", "--clients", "4", "--seconds", "2", "--rate", "5")
+    output = _run("nightshift.load", "--agents", "20", "--clients", "4", "--seconds", "2", "--rate", "5", "--slow")
     assert "each 5 requests/s (poisson), 20 requests/s offered" in output, output
-    rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 10}
+    # One more column than unpaced: how late the readers sent their requests.
+    rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 11}
     assert set(rows) == {"no run going", "while the run steps"}, output
     for cells in rows.values():
-        assert int(cells[0]) > 0 and cells[-3].strip() == "0", output
+        assert int(cells[0]) > 0 and cells[-4].strip() == "0" and int(cells[-2]) >= 0, output
+    # --slow: each phase says how many requests took over 100 ms (by second, when there are some).
+    assert re.search(r"no run going: \d+ requests over 100 ms", output), output
+    assert re.search(r"while the run steps: \d+ requests over 100 ms", output), output

@@ -158,3 +158,52 @@ async def test_batches_closed_before_0010_get_their_summaries(empty_db_url: str)
     assert progress.outcomes == {ItemOutcome.CONTINUED: 1, ItemOutcome.FAILED: 1, ItemOutcome.CANCELLED: 1}
     assert progress.usage == usage and progress.batch_usage["pb-1"] == usage
     assert progress.cost == Costs(usd=0.25, without_batch_usd=0.5, cache_savings_usd=0.0)
+
+
+async def test_absent_usage_stored_before_0012_becomes_sql_null(empty_db_url: str) -> None:
+    # Before 0012 an item without usage held JSON null, which `usage IS NOT NULL` matched: the
+    # view of a run parsed the usage of every item waiting for its result.
+    now = datetime.now(UTC)
+    times = {"created_at": now, "updated_at": now}
+    async with opened(empty_db_url) as engine:
+        await upgrade(engine, "0011")
+        async with engine.begin() as conn:
+            await conn.execute(insert(organizations).values(id="org-1", name="org", created_at=now))
+            await conn.execute(
+                insert(agents).values(
+                    id="agent-1", organization_id="org-1", name="a", system="", llm_config={}, tool_rules=[],
+                    metadata={}, message_ids=[], message_buffer_autoclear=False, **times,
+                )
+            )  # fmt: skip
+            await conn.execute(
+                insert(batch_runs).values(
+                    id="run-1", organization_id="org-1", status="running", metadata={}, max_steps=2,
+                    callback_attempts=0, **times,
+                )
+            )  # fmt: skip
+            await conn.execute(
+                insert(provider_batches).values(
+                    id="pb-1", organization_id="org-1", batch_run_id="run-1", provider="anthropic", step_number=0,
+                    status="running", request_counts={}, **times,
+                )
+            )  # fmt: skip
+            item = {"organization_id": "org-1", "batch_run_id": "run-1", "provider_batch_id": "pb-1",
+                    "agent_id": "agent-1", "step_state": {"schema_version": 2}, **times}  # fmt: skip
+            usage = {"input_tokens": 10, "output_tokens": 2}
+            await conn.execute(
+                insert(batch_items),
+                [
+                    {**item, "id": "item-1", "request_status": "running", "step_status": "paused", "usage": None},
+                    {**item, "id": "item-2", "request_status": "succeeded", "step_status": "paused", "usage": usage},
+                ],
+            )
+            used = text("SELECT count(*) FROM batch_items WHERE usage IS NOT NULL")
+            assert await conn.scalar(used) == 1  # the column's type now writes None as SQL NULL
+            await conn.execute(text("UPDATE batch_items SET usage = 'null' WHERE id = 'item-1'"))  # as it was
+            assert await conn.scalar(used) == 2
+        await upgrade(engine)
+        async with engine.connect() as conn:
+            used = (await conn.execute(text("SELECT id FROM batch_items WHERE usage IS NOT NULL"))).scalars().all()
+            progress = await run_progress(conn, "run-1")
+    assert used == ["item-2"]
+    assert progress.running == 2 and progress.usage == usage

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 RESTART_DELAY = 5.0
 # After the grace period, how long the child may take to close its sandbox and database.
 EXIT_MARGIN = 10.0
+# The child's niceness (its tool sandboxes inherit it): batch work yields the CPU to the API's answers.
+NICENESS = 10
 # Linux's prctl(PR_SET_PDEATHSIG, signal): the kernel sends ``signal`` when the parent dies.
 _PR_SET_PDEATHSIG = 1
 
@@ -118,6 +120,7 @@ class PollerProcess:
             )
         finally:
             signal.signal(signal.SIGUSR1, previous)
+        os.setpriority(os.PRIO_PROCESS, process.pid, NICENESS)
         log.info("started the poller process %d", process.pid)
         return process
 

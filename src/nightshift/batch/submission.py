@@ -54,6 +54,7 @@ from nightshift.providers.base import BatchState, ModelError, ModelProvider, Mod
 from nightshift.providers.spool import BatchTooLarge
 from nightshift.runtime.context import build_requests
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
@@ -233,6 +234,7 @@ async def end_batch(
     async with worker.engine.begin() as conn:
         if await batch_store.mark_ended(conn, batch.id, now, only_from=only_from, snapshot=snapshot, error=error):
             await item_store.store_results(conn, results, now)
+            await batch_summaries.record_usage(conn, batch.id)  # the views count its items alone until applied
         if release:
             await batch_store.release(conn, batch.id, worker.owner, next_poll_at=now)
         current = await batch_store.get_provider_batch(conn, batch.id)

@@ -5,13 +5,14 @@ Every function costs a fixed number of statements whatever the number of agents.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import String, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import Select, String, bindparam, cast, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent, LLMConfig
@@ -20,7 +21,7 @@ from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.store import batch_summaries
 from nightshift.store.blocks import to_block
-from nightshift.store.bulk import in_ids
+from nightshift.store.bulk import bound_ids, in_bound, in_ids
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, batch_items, blocks, tools
 from nightshift.store.tools import to_tool
@@ -145,31 +146,36 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     wanted = list(dict.fromkeys(ids))
     if not wanted:
         return {}
-    query = select(agents, _tags_of_agent(conn).label("tag_list"), _tool_links_of_agent().label("tool_links")).where(
-        agents.c.organization_id == org_id, in_ids(conn, agents.c.id, wanted)
-    )
+    agent_query, block_query, tool_query = _load_statements(conn.dialect.name)
     # Each row: the agent's columns, then its tags and tool links (read by position, see _to_agent).
-    rows = list(await conn.execute(query))
+    rows = list(await conn.execute(agent_query, {"org_id": org_id, "ids": bound_ids(conn, wanted)}))
     if not rows:
         return {}
-    present = [row[0] for row in rows]
     block_map: dict[str, list[Block]] = defaultdict(list)
-    block_query = (
-        select(agent_blocks.c.agent_id, blocks)
-        .join(blocks, blocks.c.id == agent_blocks.c.block_id)
-        .where(in_ids(conn, agent_blocks.c.agent_id, present))
-        .order_by(agent_blocks.c.agent_id, agent_blocks.c.position)
-    )
-    for row in await conn.execute(block_query):
+    for row in await conn.execute(block_query, {"ids": bound_ids(conn, [row[0] for row in rows])}):
         block_map[row[0]].append(to_block(row))  # (the agent id, then the block)
     links = {row[0]: _ordered_tool_ids(row[-1]) for row in rows}
-    tool_ids = list({tool_id for ids_ in links.values() for tool_id in ids_})
-    by_id = {
-        row.id: to_tool(row) for row in await conn.execute(select(tools).where(in_ids(conn, tools.c.id, tool_ids)))
-    }
+    tool_ids = {tool_id for ids_ in links.values() for tool_id in ids_}
+    by_id = {row.id: to_tool(row) for row in await conn.execute(tool_query, {"ids": bound_ids(conn, tool_ids)})}
     return {
         row[0]: _to_agent(row, block_map[row[0]], [by_id[i] for i in links[row[0]]], _tag_list(row[-2])) for row in rows
     }
+
+
+@functools.cache
+def _load_statements(dialect: str) -> tuple[Select[Any], Select[Any], Select[Any]]:
+    """``load_agents``'s three statements for a dialect, built once (parameters ``org_id``, ``ids``)."""
+    agent_query = select(
+        agents, _tags_of_agent(dialect).label("tag_list"), _tool_links_of_agent().label("tool_links")
+    ).where(agents.c.organization_id == bindparam("org_id"), in_bound(dialect, agents.c.id, "ids"))
+    block_query = (
+        select(agent_blocks.c.agent_id, blocks)
+        .join(blocks, blocks.c.id == agent_blocks.c.block_id)
+        .where(in_bound(dialect, agent_blocks.c.agent_id, "ids"))
+        .order_by(agent_blocks.c.agent_id, agent_blocks.c.position)
+    )
+    tool_query = select(tools).where(in_bound(dialect, tools.c.id, "ids"))
+    return agent_query, block_query, tool_query
 
 
 async def llm_configs_of(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, LLMConfig]:
@@ -187,9 +193,9 @@ async def agent_exists(conn: AsyncConnection, org_id: str, agent_id: str) -> boo
     return found is not None
 
 
-def _tags_of_agent(conn: AsyncConnection) -> Any:
+def _tags_of_agent(dialect: str) -> Any:
     """The agent's tags as a JSON array, read with its row (a correlated subquery on the tags' key)."""
-    tag_array = func.json_agg if conn.dialect.name == "postgresql" else func.json_group_array
+    tag_array = func.json_agg if dialect == "postgresql" else func.json_group_array
     return select(tag_array(agent_tags.c.tag)).where(agent_tags.c.agent_id == agents.c.id).scalar_subquery()
 
 

@@ -3,7 +3,10 @@
 Counted from the items while the batch is open. Once its items are final, which happens in the
 transaction that applies the batch (``complete_items``) or cancels it (``cancel_items``), the
 summary is stored on the batch in that same transaction, so that a look at a run reads its
-batches' rows instead of every item of its closed steps. Nothing changes an item of a closed
+batches' rows instead of every item of its closed steps. Before that, when the batch ends (its
+results all stored), what their usage adds up to is stored on it (``record_usage``): until it is
+applied, a look counts its items by state from an index and takes the usage from the batch,
+instead of parsing the usage of each of its items. Nothing changes an item of a closed
 batch afterwards (results are stored on paused items only; retries are new items in new
 batches), except deleting its agent, which takes the item with it: the summaries of that agent's
 batches are then forgotten and their items counted again, as for an open batch.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
 from sqlalchemy import bindparam, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -39,15 +43,34 @@ async def summarize(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[str
     out), in two statements whatever their number."""
     if not batch_ids:
         return {}
-    in_batches = in_ids(conn, batch_items.c.provider_batch_id, batch_ids)
+    items = await _count_items(conn, batch_ids)
+    usage, cost = await _sum_usage(conn, batch_ids)
+    return {
+        batch_id: BatchSummary(items=dict(items[batch_id]), usage=usage.get(batch_id), cost=cost.get(batch_id, Costs()))
+        for batch_id in items.keys() | usage.keys()
+    }
+
+
+async def _count_items(
+    conn: AsyncConnection, batch_ids: Sequence[str]
+) -> defaultdict[str, Counter[tuple[StepStatus, ItemOutcome | None]]]:
+    """The items of each batch by (step status, outcome), from an index: one statement."""
     by_state = await conn.execute(
         select(batch_items.c.provider_batch_id, batch_items.c.step_status, batch_items.c.outcome, func.count())
-        .where(in_batches)
+        .where(in_ids(conn, batch_items.c.provider_batch_id, batch_ids))
         .group_by(batch_items.c.provider_batch_id, batch_items.c.step_status, batch_items.c.outcome)
     )
     items: defaultdict[str, Counter[tuple[StepStatus, ItemOutcome | None]]] = defaultdict(Counter)
     for batch_id, step_status, outcome, count in by_state:
         items[batch_id][StepStatus(step_status), ItemOutcome(outcome) if outcome else None] += int(count)
+    return items
+
+
+async def _sum_usage(
+    conn: AsyncConnection, batch_ids: Sequence[str]
+) -> tuple[dict[str, dict[str, int]], dict[str, Costs]]:
+    """The usage and costs of each batch's items that have a usage (batches with none are absent):
+    one statement. It reads each such item's row and parses its usage."""
     # Summed by the database, per batch: reading and adding up ten thousand usages in Python held
     # the event loop for tens of milliseconds.
     sums = await conn.execute(
@@ -58,7 +81,7 @@ async def summarize(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[str
             func.sum(batch_items.c.cost_without_batch_usd),
             func.sum(batch_items.c.cache_savings_usd),
         )
-        .where(in_batches, batch_items.c.usage.is_not(None))
+        .where(in_ids(conn, batch_items.c.provider_batch_id, batch_ids), batch_items.c.usage.is_not(None))
         .group_by(batch_items.c.provider_batch_id)
     )
     usage: dict[str, dict[str, int]] = {}
@@ -72,10 +95,7 @@ async def summarize(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[str
             without_batch_usd=float(without_batch or 0.0),
             cache_savings_usd=float(savings or 0.0),
         )
-    return {
-        batch_id: BatchSummary(items=dict(items[batch_id]), usage=usage.get(batch_id), cost=cost.get(batch_id, Costs()))
-        for batch_id in items.keys() | usage.keys()
-    }
+    return usage, cost
 
 
 async def record_summaries(conn: AsyncConnection, batch_ids: Sequence[str]) -> None:
@@ -92,6 +112,19 @@ async def record_summaries(conn: AsyncConnection, batch_ids: Sequence[str]) -> N
     )
 
 
+async def record_usage(conn: AsyncConnection, batch_id: str) -> None:
+    """Store the usage of an ended batch's items (its results are all stored, and they change no
+    more): a summary whose item counts are left empty, counted at each look until the batch is
+    applied. In the transaction that ended the batch; two statements."""
+    usage, cost = await _sum_usage(conn, [batch_id])
+    summary = BatchSummary(usage=usage.get(batch_id), cost=cost.get(batch_id, Costs()))
+    await conn.execute(
+        update(provider_batches)
+        .where(provider_batches.c.id == batch_id, provider_batches.c.status == ProviderBatchStatus.ENDED.value)
+        .values(summary=summary.to_json())
+    )
+
+
 async def forget_summaries(conn: AsyncConnection, batch_ids: Sequence[str]) -> None:
     """Drop the stored summaries of these batches (some of their items were deleted): their items
     are counted again at each look, which is right whatever they hold."""
@@ -105,22 +138,28 @@ async def summaries_of_runs(
     conn: AsyncConnection, run_ids: Sequence[str]
 ) -> dict[str, list[tuple[str, int, BatchSummary]]]:
     """Each run's provider batches as (id, step number, summary), every id present: the stored
-    summaries, and those of the batches still open counted from their items. One statement, and
-    two more when some batch is open."""
+    summaries of closed batches; those of ended ones with their items counted; those of the others
+    counted from their items. One statement, and at most three more when some batch is open."""
     rows = (
         await conn.execute(
             select(
                 provider_batches.c.id,
                 provider_batches.c.batch_run_id,
                 provider_batches.c.step_number,
+                provider_batches.c.status,
                 provider_batches.c.summary,
             ).where(in_ids(conn, provider_batches.c.batch_run_id, run_ids))
         )
     ).all()
     counted = await summarize(conn, [row.id for row in rows if row.summary is None])
+    ended = [row.id for row in rows if row.summary is not None and row.status not in FINAL]
+    items = await _count_items(conn, ended) if ended else {}
     found: dict[str, list[tuple[str, int, BatchSummary]]] = {run_id: [] for run_id in run_ids}
     for row in rows:
         summary = BatchSummary.from_json(row.summary) if row.summary is not None else counted.get(row.id)
+        if row.id in items:
+            assert summary is not None
+            summary = replace(summary, items=dict(items[row.id]))
         if summary is not None:
             found[row.batch_run_id].append((row.id, row.step_number, summary))
     return found

@@ -26,6 +26,22 @@ def in_ids(conn: AsyncConnection, target: Any, values: Iterable[str]) -> ColumnE
     return target.in_(each)  # type: ignore[no-any-return]
 
 
+def in_bound(dialect: str, target: Any, name: str) -> ColumnElement[bool]:
+    """``target IN`` the values bound at execution as ``name`` (``bound_ids``), for a statement
+    built once per dialect and executed many times: SQLAlchemy then reuses its cache key too,
+    which building the statement anew recomputes each time (a good part of a small read)."""
+    if dialect == "postgresql":
+        return target == any_(bindparam(name, type_=ARRAY(String)))  # type: ignore[no-any-return]
+    each: Select[Any] = select(column("value")).select_from(func.json_each(bindparam(name, type_=String)))
+    return target.in_(each)  # type: ignore[no-any-return]
+
+
+def bound_ids(conn: AsyncConnection, values: Iterable[str]) -> Any:
+    """The value to bind for an ``in_bound`` parameter."""
+    items = list(values)
+    return items if conn.dialect.name == "postgresql" else json.dumps(items)
+
+
 async def count_per_agent(conn: AsyncConnection, table: Table, agent_ids: Iterable[str]) -> dict[str, int]:
     """Rows of ``table`` per agent (every id present, 0 when none), in one statement."""
     ids = list(agent_ids)

@@ -63,6 +63,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
+# The same, with None stored as SQL NULL rather than JSON null (a partial index can then leave it out).
+NullableJSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 
 def _id(prefix_comment: str) -> Column[Any]:
@@ -344,13 +346,22 @@ batch_items = Table(
     Column("step_state", JSONType, nullable=False, comment="versioned JSON: step number, solver history"),
     Column("outcome", String(16), comment="what the step did to the agent: continued, finished, failed, ..."),
     Column("result", JSONType),
-    Column("usage", JSONType),
+    Column("usage", NullableJSONType),  # NULL until the provider's result is stored
     Column("cost_usd", Float),
     Column("cost_without_batch_usd", Float, comment="the same tokens through the normal API"),
     Column("cache_savings_usd", Float, comment="the cached tokens as plain input, minus what they cost"),
     Column("error", CleanText),
     *_times(),
-    Index("ix_batch_items_provider_batch_id", "provider_batch_id"),
+    # A provider batch's items counted by state from the index alone (the view of a run counts
+    # the items of its open batches at each look), and those with usage summed without reading
+    # the others: a batch waiting for its results has none.
+    Index("ix_batch_items_provider_batch_id_state", "provider_batch_id", "step_status", "outcome"),
+    Index(
+        "ix_batch_items_provider_batch_id_used",
+        "provider_batch_id",
+        sqlite_where=text("usage IS NOT NULL"),
+        postgresql_where=text("usage IS NOT NULL"),
+    ),
     Index("ix_batch_items_agent_id_step_status", "agent_id", "step_status"),
     # A run's items by agent (its failed agents' later items, its agents page), id included so
     # that the agent's last item in the run is read from the index alone.

@@ -21,10 +21,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from integration.batch.kit import call, say
 from integration.batch.test_context_window import MAX_TOKENS, PAGES, READ_PAGE, TASK, WINDOW
+from nightshift.batch import application
 from nightshift.batch.worker import Worker
-from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, RunProgress, StepStatus
+from nightshift.domain.batches import (
+    BatchSummary,
+    Costs,
+    ItemOutcome,
+    ProviderBatchStatus,
+    RunProgress,
+    StepStatus,
+)
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply
+from nightshift.store import provider_batches as batch_store
 from nightshift.store.batch_summaries import FINAL, USAGE_KEYS, summarize
 from nightshift.store.run_views import run_progress
 from nightshift.store.tables import batch_items, provider_batches
@@ -107,6 +116,11 @@ async def check(engine: AsyncEngine, run_id: str, *, forgotten: frozenset[str] =
         if batch.status in FINAL and batch.id not in forgotten:
             assert batch.summary is not None, batch
             assert BatchSummary.from_json(batch.summary) == afresh.get(batch.id, BatchSummary()), batch
+        elif batch.status == "ended" and batch.id not in forgotten:
+            # Its results are stored: their usage is kept on it; its items are counted at each look.
+            assert batch.summary is not None, batch
+            whole = afresh.get(batch.id, BatchSummary())
+            assert BatchSummary.from_json(batch.summary) == BatchSummary(usage=whole.usage, cost=whole.cost), batch
         else:
             assert batch.summary is None, batch
     return progress
@@ -158,6 +172,30 @@ async def test_a_run_with_failures_and_retries_reads_as_counted_at_every_step(
         ItemOutcome.RETRIED: 1,
     }
     assert progress.running == 0 and progress.step == 1 and progress.cost.usd > 0
+
+
+async def test_a_run_between_its_results_and_their_application_reads_as_counted(
+    runs: Runs, admin: EmulatorAdmin, app: FastAPI
+) -> None:
+    worker: Worker = app.state.nightshift.worker
+    engine: AsyncEngine = app.state.nightshift.engine
+    agents = [await runs.agent(f"ended-{i}") for i in range(3)]
+    await admin.configure(errors={agents[2]["id"]: "invalid_request_error"})
+    await admin.script(agents[0]["id"], call("conversation_search", heartbeat=True, query="x"), say("done"))
+    await admin.script(agents[1]["id"], say("done"))
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
+    await asyncio.sleep(worker.poll_interval * 2)
+    async with engine.connect() as conn:
+        (batch,) = await batch_store.provider_batches_of_run(conn, run["id"])
+    ended = await application.poll(worker, batch)  # results stored, not applied: as between two stages
+    assert ended.status is ProviderBatchStatus.ENDED
+    progress = await check(engine, run["id"])
+    assert progress.running == 3 and progress.usage and progress.usage["output_tokens"] > 0
+
+    await step(worker)  # applied, and the next step submitted for the agent that goes on
+    progress = await check(engine, run["id"])
+    assert progress.outcomes == {ItemOutcome.CONTINUED: 1, ItemOutcome.FINISHED: 1, ItemOutcome.FAILED: 1}
+    assert progress.running == 1
 
 
 async def test_a_cancelled_run_reads_as_counted(runs: Runs, admin: EmulatorAdmin, app: FastAPI) -> None:
