@@ -197,10 +197,10 @@ async def test_absent_usage_stored_before_0012_becomes_sql_null(empty_db_url: st
                     {**item, "id": "item-2", "request_status": "succeeded", "step_status": "paused", "usage": usage},
                 ],
             )
-            used = text("SELECT count(*) FROM batch_items WHERE usage IS NOT NULL")
-            assert await conn.scalar(used) == 1  # the column's type now writes None as SQL NULL
+            with_usage = text("SELECT count(*) FROM batch_items WHERE usage IS NOT NULL")
+            assert await conn.scalar(with_usage) == 1  # the column's type now writes None as SQL NULL
             await conn.execute(text("UPDATE batch_items SET usage = 'null' WHERE id = 'item-1'"))  # as it was
-            assert await conn.scalar(used) == 2
+            assert await conn.scalar(with_usage) == 2
         await upgrade(engine)
         async with engine.connect() as conn:
             used = (await conn.execute(text("SELECT id FROM batch_items WHERE usage IS NOT NULL"))).scalars().all()
