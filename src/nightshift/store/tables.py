@@ -6,6 +6,7 @@ Alembic's migrations in ``store/migrations`` must produce exactly this schema (a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,6 +61,17 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], datetime | None] | None:
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+
+        # SQLite's text (naive UTC, as bound above) read in one C call: SQLAlchemy's parse and
+        # then replace(tzinfo=UTC) cost five times as much, and a page of agents reads 400.
+        def from_text(value: str | None) -> datetime | None:
+            return None if value is None else datetime.fromisoformat(value + "+00:00")
+
+        return from_text
 
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
