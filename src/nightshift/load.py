@@ -149,6 +149,19 @@ class Pacing:
     rate: float = 0.0
     arrivals: Literal["poisson", "fixed"] = "poisson"
 
+    def first(self) -> float:
+        """Seconds from the phase's start to a reader's first request.
+
+        Poisson: a gap like any other (a Poisson process is memoryless), so that the readers
+        together send CLIENTS x RATE a second from the first moment. (Each reader's first request
+        at a uniform point of its first interval, as before, made the first half second's rate half
+        as much again as the offered one, at 100 a second offered, and the queue it left was most
+        of each phase's slowest answers.) Fixed: a uniform point of the first interval.
+        """
+        if self.rate <= 0:
+            return 0.0
+        return random.expovariate(self.rate) if self.arrivals == "poisson" else random.uniform(0, 1 / self.rate)
+
     def gap(self) -> float:
         """Seconds from one request's due time to the next one's."""
         if self.rate <= 0:
@@ -197,9 +210,11 @@ async def readers(
 ) -> None:
     """``clients`` readers, each on a connection of its own, in a loop until ``until()`` is true.
 
-    Each reader opens its connection (one untimed request) before any is timed: fifty clients
+    Each reader opens its connection with one untimed read before any is timed: fifty clients
     set up at once keep this process busy for most of a second, which counted as the server's
-    latency (the first requests were sent late by the readers themselves).
+    latency (the first requests were sent late by the readers themselves); and the server's first
+    read of each kind (its statements compiled, its first page of each table read) is not one a
+    phase should count.
     """
     connected = 0
     ready = asyncio.Event()
@@ -212,14 +227,13 @@ async def readers(
         nonlocal connected, started, cpu
         limits = httpx.Limits(max_connections=1)
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits, verify=tls) as client:
-            await client.get("/v1/health")
+            await read(client, agent_ids, run_id, Latencies("warm-up"))
             connected += 1
             if connected == clients:
                 started, cpu = time.perf_counter(), cpu_seconds(server)
                 ready.set()
             await ready.wait()
-            # Paced readers start at random points of their first interval, not all at once.
-            due = time.perf_counter() + (random.uniform(0, 1 / pacing.rate) if pacing.rate > 0 else 0.0)
+            due = time.perf_counter() + pacing.first()
             while not until():
                 if pacing.rate <= 0:
                     await read(client, agent_ids, run_id, into)
