@@ -15,9 +15,9 @@ the figures say how much it serves). With ``--rate R`` each reader sends R reque
 (``--arrivals poisson``: at random times, R a second on average; ``fixed``: every 1/R s), so the
 figures are the latencies at an offered load of CLIENTS x R requests a second. A request is timed
 from when it was due, so one that waited for the reader's previous answer counts that wait too;
-how late the requests left this process is printed too (the readers' own share of the latency).
-``--slow`` lists the requests over 100 ms by the second of the phase they were sent in. Run as
-root, the readers run ahead of the server for the CPU (niceness -5), as clients elsewhere would.
+how late the requests were sent is printed too (a reader waiting for its previous answer, or
+this process busy: the part of the latency the server did not spend on the request itself).
+``--slow`` lists the requests over 100 ms by the second of the phase they were sent in.
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ from nightshift.serving import free_port
 console = Console(width=160)
 # A request slower than this is listed by ``--slow`` (when it was sent, how long it took, what it read).
 SLOW = 0.1
-# The readers' niceness when the measuring user may raise its priority (see readers_first).
-READERS_NICENESS = -5
 
 
 @dataclass
@@ -60,7 +58,7 @@ class Latencies:
     name: str
     seconds: list[float] = field(default_factory=list)
     slow: list[tuple[float, float, str]] = field(default_factory=list)  # (sent at, seconds, path) over SLOW
-    late: list[float] = field(default_factory=list)  # how late each paced request left this process
+    late: list[float] = field(default_factory=list)  # how long after it was due each paced request was sent
     errors: int = 0
     wall: float = 0.0
     started: float = 0.0  # perf_counter when the phase's timed requests began
@@ -298,18 +296,6 @@ async def load(
     return [quiet, busy], run_seconds
 
 
-def readers_first() -> bool:
-    """Put this process (the readers) ahead of the server, the emulator and the poller for the CPU,
-    as clients on other machines would be, when allowed (root): on a small machine the readers'
-    own lateness otherwise counts as the server's latency. The server, started before, keeps its
-    niceness. Whether it was done."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, READERS_NICENESS)
-    except PermissionError:
-        return False
-    return True
-
-
 def kind_of(path: str) -> str:
     """What a reader's request reads: agent, agents, messages, runs or run."""
     parts = path.split("?")[0].strip("/").split("/")  # v1 agents [id [messages]] | v1 messages batches [id]
@@ -353,7 +339,6 @@ def main(
         home = Path(tmp)
         db = database_url or f"sqlite:///{home / 'load.db'}"
         with server_process(db, home, emulator_url) as (url, server):
-            ahead = readers_first()
             phases, run_seconds = asyncio.run(
                 load(url, server, agents=agents, clients=clients, seconds=seconds, model=model, pacing=pacing)
             )
@@ -383,9 +368,8 @@ def main(
     console.print("the readers run in this process, on the same machine as the server and the emulator;")
     console.print("API CPU: the serve process's own CPU time in the phase (a run's work included) per request")
     if rate > 0:
-        console.print("sent late: how long after it was due a request left the readers (this process was busy)")
-    if ahead:
-        console.print(f"the readers ran at niceness {READERS_NICENESS} (ahead of the server, which started before)")
+        console.print("sent late: how long after it was due a request was sent (its reader still waiting for its")
+        console.print("previous answer, or this process busy)")
 
 
 if __name__ == "__main__":
