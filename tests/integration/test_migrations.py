@@ -9,6 +9,7 @@ from typing import Any
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, insert, inspect, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, StepStatus
 from nightshift.store import db
@@ -26,6 +27,30 @@ def _differences(connection: Connection) -> list[Any]:
         connection, opts={"include_object": include_object, "compare_type": True, "target_metadata": metadata}
     )
     return list(compare_metadata(context, metadata))
+
+
+async def _one_agent_run(conn: AsyncConnection, now: datetime, *, run_status: str, batch_status: str) -> None:
+    """org-1 with agent-1, and run-1 with one provider batch, pb-1 (step 0), as rows of the earliest schema."""
+    times = {"created_at": now, "updated_at": now}
+    await conn.execute(insert(organizations).values(id="org-1", name="org", created_at=now))
+    await conn.execute(
+        insert(agents).values(
+            id="agent-1", organization_id="org-1", name="a", system="", llm_config={}, tool_rules=[],
+            metadata={}, message_ids=[], message_buffer_autoclear=False, **times,
+        )
+    )  # fmt: skip
+    await conn.execute(
+        insert(batch_runs).values(
+            id="run-1", organization_id="org-1", status=run_status, metadata={}, max_steps=2,
+            callback_attempts=0, **times,
+        )
+    )  # fmt: skip
+    await conn.execute(
+        insert(provider_batches).values(
+            id="pb-1", organization_id="org-1", batch_run_id="run-1", provider="anthropic", step_number=0,
+            status=batch_status, request_counts={}, **times,
+        )
+    )  # fmt: skip
 
 
 async def test_upgrade_head_matches_the_models(empty_db_url: str) -> None:
@@ -60,25 +85,7 @@ async def test_items_priced_before_0005_keep_their_normal_api_cost(empty_db_url:
     async with opened(empty_db_url) as engine:
         await upgrade(engine, "0004")
         async with engine.begin() as conn:
-            await conn.execute(insert(organizations).values(id="org-1", name="org", created_at=now))
-            await conn.execute(
-                insert(agents).values(
-                    id="agent-1", organization_id="org-1", name="a", system="", llm_config={}, tool_rules=[],
-                    metadata={}, message_ids=[], message_buffer_autoclear=False, **times,
-                )
-            )  # fmt: skip
-            await conn.execute(
-                insert(batch_runs).values(
-                    id="run-1", organization_id="org-1", status="completed", metadata={}, max_steps=1,
-                    callback_attempts=0, **times,
-                )
-            )  # fmt: skip
-            await conn.execute(
-                insert(provider_batches).values(
-                    id="pb-1", organization_id="org-1", batch_run_id="run-1", provider="anthropic", step_number=0,
-                    status="applied", request_counts={}, **times,
-                )
-            )  # fmt: skip
+            await _one_agent_run(conn, now, run_status="completed", batch_status="applied")
             item = {"organization_id": "org-1", "batch_run_id": "run-1", "provider_batch_id": "pb-1",
                     "agent_id": "agent-1", "request_status": "completed", "step_status": "completed",
                     "step_state": {"schema_version": 1}, **times}  # fmt: skip
@@ -168,25 +175,7 @@ async def test_absent_usage_stored_before_0012_becomes_sql_null(empty_db_url: st
     async with opened(empty_db_url) as engine:
         await upgrade(engine, "0011")
         async with engine.begin() as conn:
-            await conn.execute(insert(organizations).values(id="org-1", name="org", created_at=now))
-            await conn.execute(
-                insert(agents).values(
-                    id="agent-1", organization_id="org-1", name="a", system="", llm_config={}, tool_rules=[],
-                    metadata={}, message_ids=[], message_buffer_autoclear=False, **times,
-                )
-            )  # fmt: skip
-            await conn.execute(
-                insert(batch_runs).values(
-                    id="run-1", organization_id="org-1", status="running", metadata={}, max_steps=2,
-                    callback_attempts=0, **times,
-                )
-            )  # fmt: skip
-            await conn.execute(
-                insert(provider_batches).values(
-                    id="pb-1", organization_id="org-1", batch_run_id="run-1", provider="anthropic", step_number=0,
-                    status="running", request_counts={}, **times,
-                )
-            )  # fmt: skip
+            await _one_agent_run(conn, now, run_status="running", batch_status="running")
             item = {"organization_id": "org-1", "batch_run_id": "run-1", "provider_batch_id": "pb-1",
                     "agent_id": "agent-1", "step_state": {"schema_version": 2}, **times}  # fmt: skip
             usage = {"input_tokens": 10, "output_tokens": 2}
