@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, Table, any_, bindparam, column, func, select
+from sqlalchemy import BindParameter, ColumnElement, Select, String, Table, any_, bindparam, column, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -19,21 +19,26 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 def in_ids(conn: AsyncConnection, target: Any, values: Iterable[str]) -> ColumnElement[bool]:
     """A condition ``target IN values`` for the connection's dialect, with a single parameter."""
-    items = list(values)
-    if conn.dialect.name == "postgresql":
-        return target == any_(bindparam(None, items, type_=ARRAY(String)))  # type: ignore[no-any-return]
-    each: Select[Any] = select(column("value")).select_from(func.json_each(bindparam(None, json.dumps(items))))
-    return target.in_(each)  # type: ignore[no-any-return]
+    dialect = conn.dialect.name
+    return _in(dialect, target, bindparam(None, bound_ids(conn, values), type_=_ids_type(dialect)))
 
 
 def in_bound(dialect: str, target: Any, name: str) -> ColumnElement[bool]:
     """``target IN`` the values bound at execution as ``name`` (``bound_ids``), for a statement
     built once per dialect and executed many times: SQLAlchemy then reuses its cache key too,
     which building the statement anew recomputes each time (a good part of a small read)."""
+    return _in(dialect, target, bindparam(name, type_=_ids_type(dialect)))
+
+
+def _in(dialect: str, target: Any, ids: BindParameter[Any]) -> ColumnElement[bool]:
     if dialect == "postgresql":
-        return target == any_(bindparam(name, type_=ARRAY(String)))  # type: ignore[no-any-return]
-    each: Select[Any] = select(column("value")).select_from(func.json_each(bindparam(name, type_=String)))
+        return target == any_(ids)  # type: ignore[no-any-return]
+    each: Select[Any] = select(column("value")).select_from(func.json_each(ids))
     return target.in_(each)  # type: ignore[no-any-return]
+
+
+def _ids_type(dialect: str) -> Any:
+    return ARRAY(String) if dialect == "postgresql" else String()
 
 
 def bound_ids(conn: AsyncConnection, values: Iterable[str]) -> Any:
