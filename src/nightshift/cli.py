@@ -136,7 +136,7 @@ def poll(
         die_with_parent(parent)
 
     async def run() -> int:
-        async with opened(settings.resolved_database_url) as engine:
+        async with opened(settings.resolved_database_url, pool_size=settings.database_pool_size) as engine:
             if parent is None:
                 await upgrade(engine)  # (serve has migrated the database before it started this poller)
             async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:

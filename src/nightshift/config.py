@@ -10,6 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
 
+# PostgreSQL connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
+DEFAULT_POOL_SIZE = 20
+
 
 class SandboxKind(StrEnum):
     """How custom tools are isolated (``NIGHTSHIFT_TOOL_SANDBOX``)."""
@@ -53,6 +56,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=lambda: Path.home() / ".nightshift")
     database_url: str | None = None
+    # PostgreSQL: the most connections each process keeps (serve is two: the API and its poller);
+    # a request that finds them all in use waits for one (see store/db.py).
+    database_pool_size: int = Field(default=DEFAULT_POOL_SIZE, ge=1)
     server_password: SecretStr | None = None
     host: str = "127.0.0.1"
     port: int = 8283

@@ -3,6 +3,7 @@ when idle, reads outside transactions."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,27 @@ async def test_postgres_connection_in_use_is_not_pinged(db_url: str) -> None:
             await _backend_pid(engine)
         assert failed.value.connection_invalidated
         assert await _backend_pid(engine) != pid
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+async def test_postgres_pool_keeps_its_connections_and_makes_the_rest_wait(db_url: str) -> None:
+    """More requests at once than the pool holds wait for a pooled connection: none is opened
+    beyond it, to be closed when given back (a new backend, type lookups and every statement
+    prepared again, paid per request by a busy server), and the same connections serve the next
+    round."""
+    engine = create_engine(db_url, pool_size=3)
+
+    async def busy_backend() -> int:
+        async with engine.connect() as conn:
+            return int((await conn.execute(text("SELECT pg_backend_pid() FROM pg_sleep(0.05)"))).scalar_one())
+
+    try:
+        first = set(await asyncio.gather(*(busy_backend() for _ in range(10))))
+        second = set(await asyncio.gather(*(busy_backend() for _ in range(10))))
+        assert len(first) == 3
+        assert second == first
     finally:
         await engine.dispose()
 

@@ -67,7 +67,9 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.resolved_database_url, echo=settings.sql_echo)
+        engine = create_engine(
+            settings.resolved_database_url, echo=settings.sql_echo, pool_size=settings.database_pool_size
+        )
         try:
             await upgrade(engine)
             async with engine.begin() as conn:

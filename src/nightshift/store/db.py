@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from nightshift.config import async_database_url
+from nightshift.config import DEFAULT_POOL_SIZE, async_database_url
 from nightshift.errors import DatabaseUnavailable
 from nightshift.store.clean import dumps
 from nightshift.store.sqlite_driver import one_hop_dbapi
@@ -29,12 +29,21 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 IDLE_PING_SECONDS = 5.0
 
 
-def create_engine(url: str, *, echo: bool = False, idle_ping_seconds: float = IDLE_PING_SECONDS) -> AsyncEngine:
+def create_engine(
+    url: str, *, echo: bool = False, idle_ping_seconds: float = IDLE_PING_SECONDS, pool_size: int = DEFAULT_POOL_SIZE
+) -> AsyncEngine:
     """An async engine for a plain or async URL; SQLite files (and their folder) are created on first use.
 
     SQLite runs in WAL mode with foreign keys on and a busy timeout, so a reader never blocks the
     poller and several connections of one process can write in turn. A PostgreSQL connection that
     sat in the pool for ``idle_ping_seconds`` is pinged before use, and replaced if it is dead.
+
+    PostgreSQL connections are opened as needed up to ``pool_size`` and kept; a request that finds
+    them all in use waits for one. None is opened beyond (SQLAlchemy's overflow): an overflow
+    connection is closed as soon as it is given back, so under load every request past the pool
+    paid for a new one (a backend forked, asyncpg's type lookups, every statement prepared again),
+    which made a busy server slower exactly when it was busiest (``make load``: 20 connections
+    opened every 10 s while a run stepped, p99 over a second).
     """
     url = async_database_url(url)
     parsed = make_url(url)
@@ -59,7 +68,7 @@ def create_engine(url: str, *, echo: bool = False, idle_ping_seconds: float = ID
         if parsed.get_driver_name() == "aiosqlite":
             kwargs["module"] = one_hop_dbapi()  # a statement in one hop to SQLite's thread, not four
     else:
-        kwargs.update(pool_size=10, max_overflow=10)
+        kwargs.update(pool_size=pool_size, max_overflow=0)
     engine = create_async_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
@@ -103,9 +112,9 @@ def read_only(engine: AsyncEngine) -> AsyncEngine:
 
 
 @asynccontextmanager
-async def opened(url: str) -> AsyncIterator[AsyncEngine]:
+async def opened(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> AsyncIterator[AsyncEngine]:
     """An engine for the length of a block (a command, a test), disposed of when the block ends."""
-    engine = create_engine(url)
+    engine = create_engine(url, pool_size=pool_size)
     try:
         yield engine
     finally:
