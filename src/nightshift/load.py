@@ -329,13 +329,25 @@ def main(
         str, typer.Option(help="With --rate: poisson (random times, RATE a second on average) or fixed")
     ] = "poisson",
     slow: Annotated[bool, typer.Option(help="List the requests over 100 ms by the second they were sent in")] = False,
+    emulator_niceness: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=19,
+            help="The emulator's niceness: it stands in for the provider's servers, whose work is not on "
+            "this machine in a real deployment (0: it competes with the server as an equal)",
+        ),
+    ] = 19,
 ) -> None:
     """Measure the API's latency under CLIENTS concurrent readers, without and with a run stepping."""
     if rate < 0 or arrivals not in ("poisson", "fixed"):
         raise typer.BadParameter("--rate must be 0 or more and --arrivals poisson or fixed")
     pacing = Pacing(rate=rate, arrivals="fixed" if arrivals == "fixed" else "poisson")
     model = f"{provider}/{provider_info(provider).example_model}"
-    with tempfile.TemporaryDirectory() as tmp, emulator_process() as (emulator_url, _pid):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        emulator_process(niceness=emulator_niceness) as (emulator_url, _pid),
+    ):
         home = Path(tmp)
         db = database_url or f"sqlite:///{home / 'load.db'}"
         with server_process(db, home, emulator_url) as (url, server):
@@ -365,7 +377,8 @@ def main(
         for phase in phases:
             print_slow(phase)
     console.print(f"database: {db.split(':')[0]}; the run took {run_seconds:.1f} s (two steps)")
-    console.print("the readers run in this process, on the same machine as the server and the emulator;")
+    console.print("the readers run in this process, on the same machine as the server and the emulator")
+    console.print(f"(the emulator at niceness {emulator_niceness});")
     console.print("API CPU: the serve process's own CPU time in the phase (a run's work included) per request")
     if rate > 0:
         console.print("sent late: how long after it was due a request was sent (its reader still waiting for its")
