@@ -10,7 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
 
-# PostgreSQL connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
+# Database connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
 DEFAULT_POOL_SIZE = 20
 
 
@@ -56,8 +56,8 @@ class Settings(BaseSettings):
 
     home: Path = Field(default_factory=lambda: Path.home() / ".nightshift")
     database_url: str | None = None
-    # PostgreSQL: the most connections each process keeps (serve is two: the API and its poller);
-    # a request that finds them all in use waits for one (see store/db.py).
+    # The most database connections each process keeps (serve is two: the API and its poller); a
+    # request that finds them all in use waits for one (see store/db.py).
     database_pool_size: int = Field(default=DEFAULT_POOL_SIZE, ge=1)
     server_password: SecretStr | None = None
     host: str = "127.0.0.1"

@@ -38,12 +38,13 @@ def create_engine(
     poller and several connections of one process can write in turn. A PostgreSQL connection that
     sat in the pool for ``idle_ping_seconds`` is pinged before use, and replaced if it is dead.
 
-    PostgreSQL connections are opened as needed up to ``pool_size`` and kept; a request that finds
-    them all in use waits for one. None is opened beyond (SQLAlchemy's overflow): an overflow
-    connection is closed as soon as it is given back, so under load every request past the pool
-    paid for a new one (a backend forked, asyncpg's type lookups, every statement prepared again),
-    which made a busy server slower exactly when it was busiest (``make load``: 20 connections
-    opened every 10 s while a run stepped, p99 over a second).
+    Connections are opened as needed up to ``pool_size`` and kept; a request that finds them all in
+    use waits for one. None is opened beyond (SQLAlchemy's overflow): an overflow connection is
+    closed as soon as it is given back, so under load every request past the pool paid for a new
+    one (PostgreSQL: a backend forked, asyncpg's type lookups, every statement prepared again;
+    SQLite: a thread, the schema parsed, the pragmas), which made a busy server slower exactly when
+    it was busiest (``make load`` on PostgreSQL: 20 connections opened every 10 s while a run
+    stepped, p99 over a second).
     """
     url = async_database_url(url)
     parsed = make_url(url)
@@ -62,13 +63,12 @@ def create_engine(
         "json_serializer": dumps,
         "json_deserializer": orjson.loads,
     }
-    if parsed.get_backend_name() == "sqlite":
-        if not parsed.database or parsed.database == ":memory:":
-            kwargs["poolclass"] = NullPool
-        if parsed.get_driver_name() == "aiosqlite":
-            kwargs["module"] = one_hop_dbapi()  # a statement in one hop to SQLite's thread, not four
+    if parsed.get_backend_name() == "sqlite" and (not parsed.database or parsed.database == ":memory:"):
+        kwargs["poolclass"] = NullPool
     else:
         kwargs.update(pool_size=pool_size, max_overflow=0)
+    if parsed.get_driver_name() == "aiosqlite":
+        kwargs["module"] = one_hop_dbapi()  # a statement in one hop to SQLite's thread, not four
     engine = create_async_engine(url, **kwargs)
     if parsed.get_backend_name() == "sqlite":
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
