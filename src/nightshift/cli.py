@@ -114,6 +114,9 @@ def poll(
     parent: Annotated[
         int | None, typer.Option(hidden=True, help="serve's process id: this poller is its child and ends with it")
     ] = None,
+    runs_fd: Annotated[
+        int | None, typer.Option(hidden=True, help="A socket serve hands this poller new runs through")
+    ] = None,
 ) -> None:
     """Advance batch runs: submit, poll, apply results and send callbacks (serve does this too).
 
@@ -126,8 +129,9 @@ def poll(
     import httpx
 
     from nightshift.batch.poller import drain, poll_forever, poll_once
-    from nightshift.batch.poller_process import die_with_parent, watch_parent, write_figures
+    from nightshift.batch.poller_process import answer_runs, die_with_parent, watch_parent, write_figures
     from nightshift.batch.worker import running_worker
+    from nightshift.services.runs import create_handed_off
     from nightshift.store.db import opened, upgrade
 
     settings = Settings()
@@ -150,6 +154,14 @@ def poll(
                 loop.add_signal_handler(signal.SIGUSR1, wake.set)  # serve: new work is due (see PollerProcess)
                 poller = asyncio.create_task(poll_forever(worker, http, after_pass=figures, wake=wake), name="poller")
                 waits = [poller, asyncio.create_task(stop.wait())]
+                if runs_fd is not None:
+                    runs = answer_runs(
+                        runs_fd,
+                        lambda run: create_handed_off(
+                            engine, worker, run, default_max_steps=settings.default_max_steps
+                        ),
+                    )
+                    waits.append(asyncio.create_task(runs, name="runs"))
                 if parent is not None:
                     waits.append(asyncio.create_task(watch_parent(parent)))
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +30,7 @@ from nightshift.domain.batches import (
     StepState,
     StepStatus,
 )
-from nightshift.domain.messages import Message, UserInput
+from nightshift.domain.messages import Image, Message, UserInput
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.providers.registry import provider_info
@@ -75,6 +75,28 @@ class RunRequest:
     agent_id: str
     messages: tuple[str | UserInput, ...]
     max_steps: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON (a text stays a string), as ``from_json`` reads it back."""
+        return {
+            "agent_id": self.agent_id,
+            "messages": [
+                m if isinstance(m, str) else {"text": m.text, "images": [asdict(i) for i in m.images]}
+                for m in self.messages
+            ],
+            "max_steps": self.max_steps,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRequest:
+        return cls(
+            agent_id=data["agent_id"],
+            messages=tuple(
+                m if isinstance(m, str) else UserInput(text=m["text"], images=tuple(Image(**i) for i in m["images"]))
+                for m in data["messages"]
+            ),
+            max_steps=data["max_steps"],
+        )
 
 
 async def create_run(

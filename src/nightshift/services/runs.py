@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.callbacks import check_callback_url
+from nightshift.batch.poller_process import ChannelClosed, PollerProcess
 from nightshift.batch.steps import RunRequest, cancel_run, create_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
@@ -35,6 +37,8 @@ from nightshift.store import provider_batches as batch_store
 from nightshift.store import run_views
 from nightshift.store import runs as run_store
 from nightshift.store.pagination import Page
+
+log = logging.getLogger(__name__)
 
 # A run's first step handed to a poller process: how long the request waits for it to be
 # submitted (then it answers with the run as it is), and how often it looks.
@@ -86,16 +90,19 @@ async def start_run(
     *,
     default_max_steps: int,
     allow_private_callbacks: bool,
-    hand_off: Callable[[], None] | None = None,
+    hand_off: PollerProcess | None = None,
 ) -> RunView:
     """Create a run with its first step and submit it; a retry with the same Idempotency-Key and
     body gets the run the first request made.
 
-    With ``hand_off`` (``serve``'s poller process: it wakes the poller), the first step's provider
-    batches are left due at once for the poller to submit, and this waits (without work of its
-    own: one statement every ``HAND_OFF_CHECK`` seconds) until it has, for ``HAND_OFF_WAIT`` at
-    most: building and sending ten thousand requests would hold this process's event loop for
-    seconds. The answer is the same either way: the run, its first step submitted.
+    With ``hand_off`` (``serve``'s poller process), the poller process writes the run and its
+    first step and submits it (``create_handed_off``), and this waits (without work of its own:
+    one statement every ``HAND_OFF_CHECK`` seconds) until it has, for ``HAND_OFF_WAIT`` at most:
+    loading ten thousand agents, writing their inputs and building and sending their requests
+    would hold this process's event loop for seconds, in stretches of 0.1-0.2 s. A poller process
+    that is not running (starting again) or ends before it answers leaves the work to this
+    process, which leaves the submission to the poller. The answer is the same either way: the
+    run, its first step submitted.
 
     Raises:
         InvalidInput: bad requests, a callback URL on a private address, or an Idempotency-Key
@@ -112,24 +119,29 @@ async def start_run(
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=allow_private_callbacks)
     # The first step is submitted by this request, under a lease name of its own (see ``for_request``),
-    # or left unleased for a poller.
+    # or by a poller.
     worker = worker.for_request()
+    message = {
+        "org_id": org_id,
+        "requests": [r.to_json() for r in new.requests],
+        "callback_url": new.callback_url,
+        "metadata": new.metadata,
+        "idempotency_key": new.idempotency_key,
+        "request_hash": digest,
+    }
     try:
-        async with engine.begin() as conn:
-            run, batches = await create_run(
-                conn,
-                org_id,
-                new.requests,
-                callback_url=new.callback_url,
-                default_max_steps=default_max_steps,
-                metadata=new.metadata,
-                lease=worker.lease(datetime.now(UTC)) if hand_off is None else None,
-                endpoints=worker.providers.endpoints(),
-                idempotency_key=new.idempotency_key,
-                request_hash=digest,
-                summary_model=worker.summary_model,
-                batch_bytes=worker.batch_bytes,
-            )
+        run_id: str | None = None
+        if hand_off is not None:
+            try:
+                run_id = _created(await hand_off.create_run(message))
+            except ChannelClosed as closed:
+                log.warning("%s: this process writes the run", closed)
+        if run_id is None:
+            async with engine.begin() as conn:
+                run, batches = await _create(
+                    conn, worker, message, default_max_steps=default_max_steps, inline=hand_off is None
+                )
+            run_id = run.id
     except (Conflict, IntegrityError):
         # The same request, sent twice at once: the first one made the run (and holds its agents).
         if new.idempotency_key is not None:
@@ -141,10 +153,60 @@ async def start_run(
     if hand_off is None:
         await worker.submit_new(batches)
     else:
-        hand_off()
-        await _submitted(engine, run.id)
+        hand_off.wake()  # to submit the first step
+        await _submitted(engine, run_id)
     async with engine.connect() as conn:
-        return await run_view(conn, org_id, run.id)
+        return await run_view(conn, org_id, run_id)
+
+
+async def _create(
+    conn: AsyncConnection, worker: Worker, message: dict[str, Any], *, default_max_steps: int, inline: bool
+) -> tuple[BatchRun, list[ProviderBatch]]:
+    """``create_run`` for a run as ``start_run`` sends it to a poller process; ``inline``: its
+    batches leased to ``worker``, which submits them at once, rather than left to a poller."""
+    return await create_run(
+        conn,
+        message["org_id"],
+        [RunRequest.from_json(r) for r in message["requests"]],
+        callback_url=message["callback_url"],
+        default_max_steps=default_max_steps,
+        metadata=message["metadata"],
+        lease=worker.lease(datetime.now(UTC)) if inline else None,
+        endpoints=worker.providers.endpoints(),
+        idempotency_key=message["idempotency_key"],
+        request_hash=message["request_hash"],
+        summary_model=worker.summary_model,
+        batch_bytes=worker.batch_bytes,
+    )
+
+
+async def create_handed_off(
+    engine: AsyncEngine, worker: Worker, message: dict[str, Any], *, default_max_steps: int
+) -> dict[str, Any]:
+    """The poller process's side of ``start_run``: write the run and its first step (left due, for
+    this process's poller, which ``start_run`` then wakes) and answer with the run's id, or with
+    the error to raise (``create_run``'s refusals, when nothing was written)."""
+    try:
+        async with engine.begin() as conn:
+            run, _ = await _create(conn, worker, message, default_max_steps=default_max_steps, inline=False)
+    except (InvalidInput, NotFound, Conflict) as refused:
+        return {"refused": type(refused).__name__, "message": refused.message, "field": getattr(refused, "field", None)}
+    except IntegrityError:  # the same Idempotency-Key, sent twice at once
+        return {"refused": "Conflict", "message": "the same request is being handled", "field": None}
+    return {"run_id": run.id}
+
+
+def _created(answer: dict[str, Any]) -> str:
+    """The run id in a poller process's answer, or the error it sends back, raised."""
+    match answer.get("refused"):
+        case None:
+            return str(answer["run_id"])
+        case "InvalidInput":
+            raise InvalidInput(answer["message"], field=answer["field"])
+        case "NotFound":
+            raise NotFound(answer["message"])
+        case _:
+            raise Conflict(answer["message"])
 
 
 async def _submitted(engine: AsyncEngine, run_id: str) -> None:

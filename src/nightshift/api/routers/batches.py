@@ -58,8 +58,8 @@ async def create_batch(
         new,
         default_max_steps=state.settings.default_max_steps,
         allow_private_callbacks=state.settings.callback_allow_private,
-        # With a poller process (serve's default), it submits the first step, woken at once.
-        hand_off=state.poller_process.wake if state.poller_process is not None else None,
+        # With a poller process (serve's default), it writes the run and submits its first step.
+        hand_off=state.poller_process,
     )
     return BatchRunPublic.of(view)
 
