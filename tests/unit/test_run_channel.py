@@ -36,6 +36,19 @@ async def test_answers_come_back_to_their_questions_in_any_order() -> None:
     await asyncio.wait_for(child, 5)  # the child's end returns when ours closes
 
 
+async def test_a_handler_that_fails_still_answers() -> None:
+    ours, childs = socket.socketpair()
+
+    async def handle(message: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("the database said no")
+
+    child = asyncio.create_task(answer_runs(childs.detach(), handle))
+    channel = await RunChannel.open(ours)
+    assert await asyncio.wait_for(channel.ask({"name": "doomed"}), 5) == {"failed": "ValueError"}
+    await channel.close()
+    await asyncio.wait_for(child, 5)
+
+
 async def test_a_child_that_ends_before_it_answers_fails_the_question() -> None:
     ours, childs = socket.socketpair()
     channel = await RunChannel.open(ours)

@@ -133,13 +133,18 @@ class RunChannel:
 
 async def answer_runs(fd: int, handle: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> None:
     """The child's end of the run channel (socket ``fd``): each message is answered with what
-    ``handle`` returns for it, several at a time. Returns when the parent closes its end."""
+    ``handle`` returns for it (``{"failed": <the exception's type>}`` when it raises: logged
+    here), several at a time. Returns when the parent closes its end."""
     reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
     answering: set[asyncio.Task[None]] = set()
 
     async def answer(message: dict[str, Any]) -> None:
         number = message.pop("number")
-        reply = await handle(message)
+        try:
+            reply = await handle(message)
+        except Exception as exc:  # the parent must get an answer: it waits for one
+            log.exception("a run handed over by serve failed")
+            reply = {"failed": type(exc).__name__}
         with contextlib.suppress(OSError):
             await _send(writer, {"number": number, **reply})
 

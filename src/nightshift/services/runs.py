@@ -198,6 +198,8 @@ async def create_handed_off(
 
 def _created(answer: dict[str, Any]) -> str:
     """The run id in a poller process's answer, or the error it sends back, raised."""
+    if "failed" in answer:
+        raise RuntimeError(f"the poller process failed to write the run ({answer['failed']}); see its log")
     match answer.get("refused"):
         case None:
             return str(answer["run_id"])
