@@ -1,10 +1,10 @@
 """``make load``: how fast the API answers readers, with no run going and while a batch run steps.
 
-Starts the provider emulator and ``nightshift serve`` (a fresh SQLite file, or ``--database-url``)
-as processes of their own on the loopback, creates AGENTS agents through the API, then runs
-CLIENTS concurrent readers for two phases: with no run going (SECONDS long), and while one batch
-run over every agent goes through its two steps (a memory edit, then send_message), until the run
-ends (at most SECONDS * 10). Readers loop over what a user or the dashboard reads: one agent, a
+Starts the provider emulator (at niceness 19 by default: it stands in for the provider's machines)
+and ``nightshift serve`` (a fresh SQLite file, or ``--database-url``) as processes of their own on
+the loopback, creates AGENTS agents through the API, then runs CLIENTS concurrent readers for two
+phases: with no run going (SECONDS long), and while one batch run over every agent goes through
+its two steps (a memory edit, then send_message), until the run ends (at most SECONDS * 10). Readers loop over what a user or the dashboard reads: one agent, a
 page of 50 agents, an agent's last 20 messages, the page of runs and the run. Each reader has a
 connection of its own, as separate users would (one shared httpx pool of fifty connections costs
 the measuring process more than the server: its latencies were the pool's). It prints the latency
