@@ -4,11 +4,12 @@ Starts the provider emulator (at niceness 19 by default: it stands in for the pr
 and ``nightshift serve`` (a fresh SQLite file, or ``--database-url``) as processes of their own on
 the loopback, creates AGENTS agents through the API, then runs CLIENTS concurrent readers for two
 phases: with no run going (SECONDS long), and while one batch run over every agent goes through
-its two steps (a memory edit, then send_message), until the run ends (at most SECONDS * 10). Readers loop over what a user or the dashboard reads: one agent, a
-page of 50 agents, an agent's last 20 messages, the page of runs and the run. Each reader has a
-connection of its own, as separate users would (one shared httpx pool of fifty connections costs
-the measuring process more than the server: its latencies were the pool's). It prints the latency
-percentiles of each phase, the API process's CPU time per request, and how long the run's steps took.
+its two steps (a memory edit, then send_message), until the run ends (at most SECONDS * 10).
+Readers loop over what a user or the dashboard reads: one agent, a page of 50 agents, an agent's
+last 20 messages, the page of runs and the run. Each reader has a connection of its own, as
+separate users would (one shared httpx pool of fifty connections costs the measuring process more
+than the server: its latencies were the pool's). It prints the latency percentiles of each phase,
+the API process's CPU time per request, and how long the run's steps took.
 
 By default a reader sends its next request as soon as it has the answer (the server saturated:
 the figures say how much it serves). With ``--rate R`` each reader sends R requests a second
@@ -17,7 +18,8 @@ figures are the latencies at an offered load of CLIENTS x R requests a second. A
 from when it was due, so one that waited for the reader's previous answer counts that wait too;
 how late the requests were sent is printed too (a reader waiting for its previous answer, or
 this process busy: the part of the latency the server did not spend on the request itself).
-``--slow`` lists the requests over 100 ms by the second of the phase they were sent in.
+``--slow`` prints the percentiles by kind of read, and lists the requests over 100 ms by the
+second of the phase they were sent in.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Latencies:
     seconds: list[float] = field(default_factory=list)
     slow: list[tuple[float, float, str]] = field(default_factory=list)  # (sent at, seconds, path) over SLOW
     late: list[float] = field(default_factory=list)  # how long after it was due each paced request was sent
+    kinds: dict[str, list[float]] = field(default_factory=dict)  # each request's latency by kind_of its path
     errors: int = 0
     wall: float = 0.0
     started: float = 0.0  # perf_counter when the phase's timed requests began
@@ -191,6 +194,7 @@ async def read(
         failed = True
     took = time.perf_counter() - started
     into.seconds.append(took)
+    into.kinds.setdefault(kind_of(path), []).append(took)
     into.errors += failed
     if took > SLOW:
         into.slow.append((started, took, path))
@@ -304,6 +308,18 @@ def kind_of(path: str) -> str:
     return "runs" if len(parts) == 3 else "run"
 
 
+def print_kinds(phases: list[Latencies]) -> None:
+    """Each phase's latencies by kind of read."""
+    table = Table(title="by kind of read (ms)")
+    for column in ("phase", "read", "requests", "p50", "p99", "max"):
+        table.add_column(column, justify="left" if column in ("phase", "read") else "right")
+    for phase in phases:
+        for kind, seconds in sorted(phase.kinds.items()):
+            shown = (phase.percentile(0.5, of=seconds), phase.percentile(0.99, of=seconds), max(seconds))
+            table.add_row(phase.name, kind, str(len(seconds)), *(f"{v * 1000:.0f}" for v in shown))
+    console.print(table)
+
+
 def print_slow(phase: Latencies) -> None:
     """The requests of ``phase`` over ``SLOW``, by the second of the phase they were sent in."""
     by_second: dict[int, list[tuple[float, str]]] = {}
@@ -328,7 +344,12 @@ def main(
     arrivals: Annotated[
         str, typer.Option(help="With --rate: poisson (random times, RATE a second on average) or fixed")
     ] = "poisson",
-    slow: Annotated[bool, typer.Option(help="List the requests over 100 ms by the second they were sent in")] = False,
+    slow: Annotated[
+        bool,
+        typer.Option(
+            help="Print the latencies by kind of read, and the requests over 100 ms by the second they were sent in"
+        ),
+    ] = False,
     emulator_niceness: Annotated[
         int,
         typer.Option(
@@ -374,6 +395,7 @@ def main(
         )
     console.print(table)
     if slow:
+        print_kinds(phases)
         for phase in phases:
             print_slow(phase)
     console.print(f"database: {db.split(':')[0]}; the run took {run_seconds:.1f} s (two steps)")

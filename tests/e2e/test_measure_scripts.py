@@ -55,6 +55,18 @@ def test_paced_load_states_its_offered_load() -> None:
     assert set(rows) == {"no run going", "while the run steps"}, output
     for cells in rows.values():
         assert int(cells[0]) > 0 and cells[-4].strip() == "0" and int(cells[-2]) >= 0, output
-    # --slow: each phase says how many requests took over 100 ms (by second, when there are some).
+    # --slow: the latencies by kind of read, which add up to the phase's requests (the run is read
+    # only while it steps)...
+    kinds: dict[str, dict[str, int]] = {}
+    for line in output.splitlines():
+        if line.count("│") == 7:
+            phase, kind, requests = (cell.strip() for cell in line.split("│")[1:4])
+            kinds.setdefault(phase, {})[kind] = int(requests)
+    assert set(kinds) == set(rows), output
+    assert set(kinds["no run going"]) <= {"agent", "agents", "messages", "runs"}, output
+    assert set(kinds["while the run steps"]) <= {"agent", "agents", "messages", "runs", "run"}, output
+    for phase, cells in rows.items():
+        assert sum(kinds[phase].values()) == int(cells[0]), output
+    # ...and each phase says how many requests took over 100 ms (by second, when there are some).
     assert re.search(r"no run going: \d+ requests over 100 ms", output), output
     assert re.search(r"while the run steps: \d+ requests over 100 ms", output), output
