@@ -15,11 +15,11 @@ The parent owns the child's life:
 * ``create_run`` hands it a new run (``POST /v1/messages/batches``) through a socket pair, one
   length-prefixed JSON message each way: the child writes the run and its first step in its own
   transaction (loading ten thousand agents and writing their inputs holds an event loop for
-  stretches of 0.1-0.2 s, which the API's would spend not answering), answers with the run's id
-  or the error to raise (``RunRefused``), and submits the step at once. The answer comes back
+  stretches of 0.1-0.2 s, which the API's would spend not answering) and answers with the run's
+  id or the refusal to raise (see ``services.runs.create_handed_off``); an answer comes back
   whatever happens: a child that dies first fails the call with ``ChannelClosed``, and so does
   a call while the child restarts;
-* ``wake`` has it poll at once (SIGUSR1);
+* ``wake`` has it poll at once (SIGUSR1): a new run's first step is due;
 * a child that exits by itself is started again after ``RESTART_DELAY``;
 * at shutdown it sends the child SIGTERM, on which the child drains as ``serve`` does (claims
   nothing more, finishes its stage for the grace period at most, gives its leases back), and
