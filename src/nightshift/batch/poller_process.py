@@ -67,6 +67,9 @@ _LENGTH = struct.Struct("!I")
 class ChannelClosed(Exception):
     """The child poller is not there to take a run (starting again, or it died before answering)."""
 
+    def __init__(self, message: str = "the poller process is not running") -> None:
+        super().__init__(message)
+
 
 async def _send(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
     data = orjson.dumps(message)
@@ -98,7 +101,7 @@ class RunChannel:
     async def ask(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message``; its answer. Raises ``ChannelClosed`` when the child is gone first."""
         if self._reading.done():
-            raise ChannelClosed("the poller process is not running")
+            raise ChannelClosed()
         number = next(self._numbers)
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[number] = answer
@@ -106,7 +109,7 @@ class RunChannel:
             await _send(self._writer, {"number": number, **message})
         except OSError as exc:
             self._waiting.pop(number, None)
-            raise ChannelClosed("the poller process is not running") from exc
+            raise ChannelClosed() from exc
         return await answer
 
     async def close(self) -> None:
@@ -184,7 +187,7 @@ class PollerProcess:
         """Have the child create a run (see ``services.runs.create_handed_off``); its answer.
         Raises ``ChannelClosed`` when the child is not running or ends before it answers."""
         if self._channel is None:
-            raise ChannelClosed("the poller process is not running")
+            raise ChannelClosed()
         return await self._channel.ask(message)
 
     def wake(self) -> None:
