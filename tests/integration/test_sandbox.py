@@ -18,7 +18,8 @@ import pytest
 from nightshift.config import SandboxKind, Settings
 from nightshift.errors import ToolError
 from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
-from nightshift.tools.sandbox import SandboxCall, ToolSandbox, build_sandbox
+from nightshift.tools.results import SandboxCall
+from nightshift.tools.sandbox import ToolSandbox, build_sandbox
 
 ORG = "org-test"
 
@@ -237,6 +238,50 @@ async def test_state_dies_with_the_call(sandbox: ToolSandbox) -> None:
 
     assert counts == [1, 1, 1, 1, 1]
     assert files == [[], [], []]  # the scratch directory is wiped after every call
+
+
+async def test_a_tool_compiled_once_serves_every_call_unchanged(sandbox: ToolSandbox) -> None:
+    # The zygote compiles each tool once; a call that tampers with the compiled code, in its own
+    # process, changes nothing for the next.
+    tamper = """
+import __main__
+
+def tool() -> int:
+    \"\"\"Empties the zygote's table of compiled tools and swaps this tool's constants.\"\"\"
+    __main__._compiled.clear()
+    tool.__code__ = (lambda: 0).__code__
+    return 1
+"""
+    broken = "def tool(:\n"
+    warns = "def tool(x: int) -> bool:\n    return x is 1\n"
+
+    tampered = [(await sandbox.run(call(tamper))).value for _ in range(3)]
+    added = [(await sandbox.run(call(ADD, a=i, b=1))).value for i in range(3)]
+    errors = [(await sandbox.run(call(broken))).error for _ in range(2)]
+    warned = [(await sandbox.run(call(warns, x=1))).stderr for _ in range(2)]
+
+    assert tampered == [1, 1, 1]
+    assert added == [1, 2, 3]
+    assert errors[0] == errors[1] == "SyntaxError: invalid syntax (<tool>, line 1)"
+    # What compiling prints reaches every call, as it would if each call compiled its tool.
+    assert warned[0] == warned[1] == '<tool>:2: SyntaxWarning: "is" with a literal. Did you mean "=="?\n'
+
+
+async def test_more_tools_than_a_zygote_keeps_compiled_still_run(sandbox: ToolSandbox) -> None:
+    sources = [f"def tool(x: int) -> int:\n    return x + {n}\n" for n in range(80)]
+
+    results = await sandbox.run_many([call(source, x=1000) for source in sources] * 2)
+
+    assert [r.value for r in results] == [1000 + n for n in range(80)] * 2
+
+
+async def test_a_call_killed_before_it_read_its_arguments_leaves_no_trace(sandbox: ToolSandbox) -> None:
+    # The call's process reads its own arguments; killed at once, it leaves most of them unread,
+    # which the zygote must not take for the next call.
+    cut_short = await sandbox.run(call(ADD, a="x" * 4_000_000, b=""), timeout=0.000001)
+
+    assert cut_short.error == "timed out after 1e-06 s"
+    assert [(await sandbox.run(call(ADD, a=n, b=1))).value for n in range(3)] == [1, 2, 3]
 
 
 async def test_secrets_reach_their_call_only(sandbox: ToolSandbox) -> None:

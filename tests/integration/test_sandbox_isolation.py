@@ -20,7 +20,8 @@ import pytest
 
 from nightshift.config import ToolNetwork
 from nightshift.tools.launch import OUTSIDE_UID, BubblewrapLauncher, SandboxLimits
-from nightshift.tools.sandbox import SandboxCall, ToolSandbox
+from nightshift.tools.results import SandboxCall
+from nightshift.tools.sandbox import ToolSandbox
 from support.host import host_processes_with
 
 SERVER_SECRETS = {

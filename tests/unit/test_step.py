@@ -27,8 +27,7 @@ from nightshift.domain.tools import Tool, ToolType
 from nightshift.providers.base import ModelResponse
 from nightshift.runtime.step import Turn, TurnReason, first_state, take_turns
 from nightshift.tools.base import BASE_TOOLS
-from nightshift.tools.results import SandboxResult
-from nightshift.tools.sandbox import SandboxCall
+from nightshift.tools.results import SandboxCall, SandboxResult
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ORG = "org-1"

@@ -26,7 +26,8 @@ from nightshift.store import items as item_store
 from nightshift.store import passages as passage_store
 from nightshift.tools.base import AgentContext, run_base_tool
 from nightshift.tools.models import sandbox_source
-from nightshift.tools.sandbox import Sandbox, SandboxCall
+from nightshift.tools.results import SandboxCall
+from nightshift.tools.sandbox import Sandbox
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -37,7 +37,8 @@ from nightshift.ids import new_id
 from nightshift.providers.base import ModelResponse
 from nightshift.tools.base import AgentContext, MemorySearch, run_base_tool
 from nightshift.tools.models import sandbox_source
-from nightshift.tools.sandbox import Sandbox, SandboxCall
+from nightshift.tools.results import SandboxCall
+from nightshift.tools.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 

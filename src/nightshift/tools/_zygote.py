@@ -8,10 +8,20 @@ kills every process the call left, wipes the scratch directories and answers the
 can change nothing that outlives its call: not the zygote (which never runs tool code, never
 sees a call's arguments or secrets, and is not dumpable), not the next call's process.
 
-Protocol, newline-delimited JSON on the zygote's ORIGINAL stdin/stdout (moved aside at start):
-    zygote -> server, once:     ``{"ready": true}``
-    server -> child, per call:  ``{"timeout", "env", "call": {"source_code", "function_name", "arguments"}}``
-    zygote -> server, per call: ``{"ok", "value", "error", "stdout", "stderr"}``
+Protocol, on the zygote's ORIGINAL stdin/stdout (moved aside at start). The server sends frames,
+each a 13-byte header (:data:`HEADER`: kind, body length, timeout) and a body; the zygote answers
+with newline-delimited JSON:
+    zygote -> server, once:      ``{"ready": true}``
+    server -> zygote, per tool:  ``S`` frame, body ``marshal((number, source_code))``: the zygote
+                                 compiles the source once, for every later call of it
+    server -> child, per call:   ``C`` frame, body ``marshal((env, code, function_name, arguments))``,
+                                 ``code`` the number of a compiled source or the source itself
+    zygote -> server, per call:  ``=`` (it serves the next call) or ``!`` (it exits now: the server
+                                 starts a fresh sandbox), then ``{"ok", "value", "error", "stdout", "stderr"}``
+
+The zygote reads a call's header (its timeout) but never its body: the child reads that itself,
+so the arguments and secrets of a call never enter the zygote, whose memory every later call
+inherits. The sources it compiles are the organization's own tools.
 
 With ``--isolated`` the zygote is pid 1 of its own pid namespace: it drops to the unprivileged
 uid, kills every other process of the namespace after each call (``kill(-1)``), watches the
@@ -20,24 +30,31 @@ sandbox) whenever it cannot prove the namespace clean. Without it (``NIGHTSHIFT_
 it kills the call's process group, which a tool can leave; that mode isolates nothing.
 
 The zygote exits when its request stream reaches end of file.
+
+It imports as little as it can: every module in its heap makes each fork, and each page a call
+touches, dearer (a fresh process pays a page fault for every page it writes).
 """
 
 from __future__ import annotations
 
+import _json
 import builtins
 import contextlib
 import ctypes
 import io
-import json
+import marshal
 import math
 import os
 import resource
 import select
 import signal
+import struct
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing stays out of the zygote's heap
+    from typing import Any
 
 SANDBOX_UID = 1000
 # The longest answer a call may send; a longer one fails the call.
@@ -50,22 +67,41 @@ WATCH_INTERVAL = 0.02
 _TOOL_MODULE_NAME = "nightshift_tool"
 _MIB = 1024 * 1024
 _PR_SET_PDEATHSIG = 1
+# A frame's header: its kind (b"S" a source, b"C" a call), the body's length in bytes, and the
+# call's timeout in seconds (0 in a source frame).
+HEADER = struct.Struct("<cId")
+# What a call's process writes first on its answer pipe once it has read all of its call, so that
+# the zygote knows where the next frame starts.
+_READ_MARK = b"+"
+# What precedes each answer: whether this zygote serves the next call or exits after this one.
+_GOES_ON, _RETIRES = b"=", b"!"
+# What the ``S`` frames compiled, by number: a code object or the exception compiling raised, and
+# the warnings it printed.
+_compiled: dict[int, tuple[Any, str]] = {}
+# What a call's process needs made before the fork rather than in the process, where every page
+# written costs a fault: the C encoder ``json.dumps(default=str, ensure_ascii=False)`` would build
+# through three Python layers (no circular check: a value that holds itself fails with
+# RecursionError instead), and the buffers a call's output is captured in, empty in every call.
+_encode_json = _json.make_encoder(None, str, _json.encode_basestring, None, ": ", ", ", False, False, True)
+_stdout, _stderr = io.StringIO(), io.StringIO()
 
 
-@dataclass(slots=True)
 class Options:
     """The command line: ``--isolated``, ``--scratch=DIR`` (repeated) and the per-call limits."""
 
-    isolated: bool = False  # pid 1 of a bubblewrap sandbox
-    scratch: list[str] = field(default_factory=list)  # directories wiped after every call
-    memory_mb: int = 512
-    processes: int = 32
-    open_files: int = 256
-    file_mb: int = 64
+    __slots__ = ("file_mb", "isolated", "memory_mb", "open_files", "processes", "scratch")
+
+    def __init__(self) -> None:
+        self.isolated = False  # pid 1 of a bubblewrap sandbox
+        self.scratch: list[str] = []  # directories wiped after every call
+        self.memory_mb = 512
+        self.processes = 32
+        self.open_files = 256
+        self.file_mb = 64
 
     @classmethod
     def parse(cls, argv: list[str]) -> Options:
-        # No argparse: every module the zygote imports makes each fork a little dearer.
+        # No argparse: see the module docstring.
         options = cls()
         for argument in argv:
             name, _, value = argument.removeprefix("--").partition("=")
@@ -104,12 +140,33 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)  # raw writes to fd 1 by tools land in stderr, which the server drains
     _send(responses, b'{"ready": true}')
     while True:
-        answer, clean = _serve_one(requests, responses, options)
-        if answer is None:
-            return 0
-        _send(responses, answer)
+        header = _read_exactly(requests, HEADER.size)
+        if len(header) < HEADER.size:
+            return 0  # the server closed the request stream
+        kind, length, timeout = HEADER.unpack(header)
+        if kind == b"S":
+            _compile(_read_exactly(requests, length))
+            continue
+        if kind != b"C":
+            raise SystemExit(f"nightshift-tool-zygote: unknown frame {kind!r}")
+        answer, clean = _serve_one(requests, responses, length, timeout, options)
+        _send(responses, (_GOES_ON if clean else _RETIRES) + answer)
         if not clean:
-            return 0  # the server starts a fresh sandbox for the next call
+            return 0
+
+
+def _compile(body: bytes) -> None:
+    """Compile a tool's source for the calls to come, as each call's process would: what fails is
+    kept to fail them with, and the warnings compiling printed, to print in each."""
+    number, source_code = marshal.loads(body)
+    sys.stderr = warnings = io.StringIO()
+    try:
+        code: Any = compile(source_code, "<tool>", "exec")
+    except Exception as exc:  # SyntaxError, and the MemoryError or RecursionError of a hostile source
+        code = exc.with_traceback(None)
+    finally:
+        sys.stderr = sys.__stderr__
+    _compiled[number] = (code, warnings.getvalue())
 
 
 def _send(fd: int, line: bytes) -> None:
@@ -118,37 +175,36 @@ def _send(fd: int, line: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _serve_one(requests: int, responses: int, options: Options) -> tuple[bytes | None, bool]:
-    """Fork a child for the next call and supervise it; None when no call will come."""
-    started_r, started_w = os.pipe()
+def _serve_one(requests: int, responses: int, length: int, timeout: float, options: Options) -> tuple[bytes, bool]:
+    """Fork a child for the call whose body (``length`` bytes) is next on ``requests``, and
+    supervise it; its answer, and whether the sandbox is still clean."""
     result_r, result_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(started_r)
         os.close(result_r)
         code = 70
         try:
-            code = _child(requests, responses, started_w, result_w, options)
+            code = _child(requests, responses, result_w, length, timeout, options)
         finally:
             os._exit(code)
-    os.close(started_w)
+    if not options.isolated:
+        # Its own process group, as the child makes itself too: whichever runs first, a kill of
+        # the group cannot come before it exists.
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
     os.close(result_w)
     try:
-        header = _read_to_end(started_r, 64)
-        if not header:
-            status = _reap(pid, options)
-            if os.waitstatus_to_exitcode(status) == 0:
-                return None, True  # the request stream ended
-            return _failure(f"the call could not start ({_describe_status(status)})"), False
-        answer = _supervise(pid, result_r, requests, float(header), options)
+        answer, read_all = _supervise(pid, result_r, requests, timeout, options)
     finally:
-        os.close(started_r)
         os.close(result_r)
-    return answer, _clean_up(options)
+    # A child that died before reading all of its call left the rest in the request stream, where
+    # the next header would be looked for: the server starts a fresh sandbox instead.
+    return answer, read_all and _clean_up(options)
 
 
-def _supervise(pid: int, result_r: int, requests: int, timeout: float, options: Options) -> bytes:
-    """Wait for the call's answer within its limits, then make sure every process of it is gone."""
+def _supervise(pid: int, result_r: int, requests: int, timeout: float, options: Options) -> tuple[bytes, bool]:
+    """Wait for the call's answer within its limits, then make sure every process of it is gone;
+    the answer, and whether the call's process read all of its call."""
     data = bytearray()
     reason: str | None = None
     start = time.monotonic()
@@ -187,23 +243,28 @@ def _supervise(pid: int, result_r: int, requests: int, timeout: float, options: 
     finally:
         os.close(pidfd)
     _kill_call(pid, options)
-    if reason is None and reading:
-        # Every writer is dead now, so the rest of the answer ends at end of file.
-        while chunk := os.read(result_r, 1 << 16):
-            data += chunk
-            if len(data) > ANSWER_LIMIT:
-                reason = f"the tool's answer is longer than {ANSWER_LIMIT} bytes"
-                break
+    if reading:
+        # Its writers are dead now, so what the pipe holds is the rest of the answer (not waited
+        # for: in process mode a tool's process can escape the kill).
+        os.set_blocking(result_r, False)
+        with contextlib.suppress(BlockingIOError):
+            while len(data) <= ANSWER_LIMIT and (chunk := os.read(result_r, 1 << 16)):
+                data += chunk
     status = _reap(pid, options)
+    read_all = data.startswith(_READ_MARK)
+    if read_all:
+        del data[: len(_READ_MARK)]
+    if reason is None and len(data) > ANSWER_LIMIT:
+        reason = f"the tool's answer is longer than {ANSWER_LIMIT} bytes"
     if reason is not None:
-        return _failure(reason)
+        return _failure(reason), read_all
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL) and not data:
-        return _failure(f"the tool was killed ({_describe_status(status)}; CPU time limit {math.ceil(timeout)} s)")
-    if not data or os.waitstatus_to_exitcode(status) != 0:
-        return _failure(f"the tool's process ended before answering ({_describe_status(status)})")
-    if b"\n" in data:
-        return _failure("the tool wrote into its answer channel")
-    return bytes(data)
+        reason = f"the tool was killed ({_describe_status(status)}; CPU time limit {math.ceil(timeout)} s)"
+    elif not data or os.waitstatus_to_exitcode(status) != 0:
+        reason = f"the tool's process ended before answering ({_describe_status(status)})"
+    elif b"\n" in data:
+        reason = "the tool wrote into its answer channel"
+    return (bytes(data) if reason is None else _failure(reason)), read_all
 
 
 def _namespace_memory() -> int:
@@ -264,8 +325,8 @@ def _clean_up(options: Options) -> bool:
     if options.isolated:
         # System V IPC objects outlive processes; the namespace is cheaper to replace than to scrub.
         for kind in ("shm", "sem", "msg"):
-            with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}", "rb") as table:
-                if len(table.read().splitlines()) > 1:
+            with contextlib.suppress(OSError):
+                if _read_exactly(os.open(f"/proc/sysvipc/{kind}", os.O_RDONLY), 4096, close=True).count(b"\n") > 1:
                     clean = False
     return clean
 
@@ -287,34 +348,24 @@ def _make_removable(function: Any, path: str, _exc: object) -> None:
     function(path)
 
 
-def _child(requests: int, responses: int, started_w: int, result_w: int, options: Options) -> int:
+def _child(requests: int, responses: int, result_w: int, length: int, timeout: float, options: Options) -> int:
     """One call, in a fresh process: read it, lower the limits, run the tool, answer."""
     os.setpgid(0, 0)  # its own process group, which the zygote kills after the call
     os.close(responses)
-    with open(requests, "rb", closefd=True) as stream:
-        line = stream.readline()
-    if not line:
-        return 0
+    body = _read_exactly(requests, length, close=True)
+    if len(body) == length:
+        os.write(result_w, _READ_MARK)
     try:
-        request = json.loads(line)
-        timeout = float(request["timeout"])
-        env: dict[str, str] = request["env"]
-        call = request["call"]
-        source_code: str = call["source_code"]
-        function_name: str = call["function_name"]
-        arguments: dict[str, Any] = call["arguments"]
-    except (ValueError, KeyError, TypeError) as exc:
-        os.write(started_w, b"5")
+        env, code, function_name, arguments = marshal.loads(body)
+    except (ValueError, EOFError, TypeError) as exc:
         _send_answer(result_w, _failure_dict(f"bad request: {exc}", "", ""))
         return 0
     _limit(options, timeout)
-    os.write(started_w, repr(timeout).encode())
-    os.close(started_w)
     if env:  # the agent's secrets, most often none: updating os.environ costs a fresh process ~50 page faults
         os.environ.update(env)
     if options.scratch:
         os.chdir(options.scratch[0])
-    _send_answer(result_w, _run(source_code, function_name, arguments))
+    _send_answer(result_w, _run(code, function_name, arguments))
     return 0
 
 
@@ -344,11 +395,11 @@ def _send_answer(fd: int, answer: dict[str, Any]) -> None:
             view = view[os.write(fd, view) :]
 
 
-def _run(source_code: str, function_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    stdout, stderr = io.StringIO(), io.StringIO()
+def _run(code: int | str, function_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    # Not restored: the process ends with the call.
+    sys.stdout, sys.stderr = stdout, stderr = _stdout, _stderr
     try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            value = _call(source_code, function_name, arguments)
+        value = _call(code, function_name, arguments)
     except BaseException as exc:  # sys.exit() in a tool is the tool's failure
         return _failure_dict(_describe(exc), stdout.getvalue(), stderr.getvalue())
     return {
@@ -360,9 +411,16 @@ def _run(source_code: str, function_name: str, arguments: dict[str, Any]) -> dic
     }
 
 
-def _call(source_code: str, function_name: str, arguments: dict[str, Any]) -> Any:
+def _call(code: int | str, function_name: str, arguments: dict[str, Any]) -> Any:
+    if isinstance(code, str):
+        compiled = compile(code, "<tool>", "exec")
+    else:
+        compiled, warnings = _compiled[code]
+        sys.stderr.write(warnings)
+    if isinstance(compiled, BaseException):
+        raise compiled
     namespace: dict[str, Any] = {"__name__": _TOOL_MODULE_NAME, "__builtins__": builtins}
-    exec(compile(source_code, "<tool>", "exec"), namespace)
+    exec(compiled, namespace)
     function = namespace.get(function_name)
     if not callable(function):
         raise NameError(f"source_code defines no function {function_name!r}")
@@ -389,7 +447,7 @@ def _encode(message: dict[str, Any]) -> bytes:
 
 def _dumps(message: dict[str, Any]) -> bytes:
     # Control characters are escaped, so the answer is one line; a lone surrogate becomes "?".
-    return json.dumps(message, default=str, ensure_ascii=False).encode("utf-8", "replace")
+    return "".join(_encode_json(message, 0)).encode("utf-8", "replace")
 
 
 def _failure(error: str) -> bytes:
@@ -400,12 +458,15 @@ def _failure_dict(error: str, stdout: str, stderr: str) -> dict[str, Any]:
     return {"ok": False, "value": None, "error": error, "stdout": _cut(stdout), "stderr": _cut(stderr)}
 
 
-def _read_to_end(fd: int, limit: int) -> bytes:
+def _read_exactly(fd: int, size: int, *, close: bool = False) -> bytes:
+    """``size`` bytes from ``fd``, or fewer when it reaches end of file first."""
     data = b""
-    while chunk := os.read(fd, limit):
-        data += chunk
-        if len(data) >= limit:
-            break
+    try:
+        while len(data) < size and (chunk := os.read(fd, size - len(data))):
+            data += chunk
+    finally:
+        if close:
+            os.close(fd)
     return data
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nightshift.metrics import Metrics
-from nightshift.tools.results import SandboxResult
-from nightshift.tools.sandbox import Sandbox, SandboxCall
+from nightshift.tools.results import SandboxCall, SandboxResult
+from nightshift.tools.sandbox import Sandbox
 
 
 class MeteredSandbox:

@@ -1,10 +1,25 @@
-"""What one sandboxed tool call produced, as the sandbox returns it."""
+"""One sandboxed tool call, and what it produced, as the sandbox returns it."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SandboxCall:
+    """One call of a tool function defined in ``source_code``, with JSON-serializable arguments.
+
+    ``env`` is added to the call's environment: the agent's secrets, seen by this call only.
+    """
+
+    organization_id: str
+    source_code: str
+    function_name: str
+    arguments: dict[str, Any]
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

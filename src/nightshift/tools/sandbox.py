@@ -24,36 +24,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
-import orjson
 from sqlalchemy.engine import make_url
 
 from nightshift.config import SandboxKind, Settings
 from nightshift.errors import ToolError
 from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
-from nightshift.tools.results import SandboxResult, failure
+from nightshift.tools.results import SandboxCall, SandboxResult, failure
 from nightshift.tools.zygotes import StartError, Zygote
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SandboxCall:
-    """One call of a tool function defined in ``source_code``, with JSON-serializable arguments.
-
-    ``env`` is added to the call's environment: the agent's secrets, seen by this call only.
-    """
-
-    organization_id: str
-    source_code: str
-    function_name: str
-    arguments: dict[str, Any]
-    env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 class Sandbox(Protocol):
@@ -163,27 +147,13 @@ class ToolSandbox:
         if self._missing is not None:
             return failure(f"custom tools cannot run on this server: {self._missing}", started=started)
         limit = self.limits.timeout if timeout is None else timeout
-        try:
-            payload = orjson.dumps(
-                {
-                    "timeout": limit,
-                    "env": dict(call.env),
-                    "call": {
-                        "source_code": call.source_code,
-                        "function_name": call.function_name,
-                        "arguments": call.arguments,
-                    },
-                }
-            )
-        except TypeError as exc:
-            return failure(f"arguments are not JSON-serializable: {exc}", started=started)
         async with self._turns:
             try:
                 zygote = await self._checkout(call.organization_id)
             except StartError as exc:
                 return failure(f"the tool sandbox could not start: {exc}", started=started)
             try:
-                result = await zygote.call(payload, limit)
+                result = await zygote.call(call, limit)
             finally:
                 self._checkin(zygote)
         return result

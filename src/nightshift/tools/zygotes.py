@@ -1,20 +1,24 @@
 """One zygote process of one organization, seen from the server: start it, send it calls, close it.
 
-The zygote (``_zygote.py``) runs one call at a time, each in a fresh child; this side writes a
-call as one JSON line, reads the answer line, and ends the process (and its sandbox) when asked.
+The zygote (``_zygote.py``) runs one call at a time, each in a fresh child; this side sends it
+each tool's source once (to compile it for every later call) and then the calls, reads the answer
+lines, and ends the process (and its sandbox) when asked. The frames are marshal, not JSON: a
+fresh process decodes them with far fewer page faults, and only the server writes them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import marshal
 import shutil
+import struct
 import time
 
 import orjson
 
 from nightshift.tools.launch import Launcher, SandboxLimits, Started
-from nightshift.tools.results import SandboxResult, failure
+from nightshift.tools.results import SandboxCall, SandboxResult, failure
 
 _STDERR_TAIL_BYTES = 64 * 1024
 _STARTUP_TIMEOUT = 30.0
@@ -23,6 +27,14 @@ _STARTUP_TIMEOUT = 30.0
 _ANSWER_GRACE = 5.0
 # How long a zygote told to stop may take before it is killed.
 _EXIT_GRACE = 2.0
+# A frame's header, as _zygote.HEADER (which the server does not import: the zygote is a script).
+_HEADER = struct.Struct("<cId")
+# What precedes an answer from a zygote that exits after it (``=`` from one that goes on).
+_RETIRES = b"!"
+# How many tool sources a zygote keeps compiled, and their total size; a call of any other tool
+# carries its source, and its process compiles it.
+_COMPILED_SOURCES = 64
+_COMPILED_CHARS = 4_000_000
 
 
 class StartError(Exception):
@@ -38,6 +50,8 @@ class Zygote:
         self.org_id = ""  # set when an organization first takes it; never changed after
         self.idle_since = time.monotonic()
         self.calls = 0
+        self._compiled: dict[str, int] = {}  # source code -> its number in the zygote
+        self._compiled_chars = 0
         self._failed = False
         self._stderr_tail = bytearray()
         self._stderr_task = asyncio.create_task(self._drain_stderr())
@@ -77,21 +91,26 @@ class Zygote:
             raise
         return zygote
 
-    async def call(self, payload: bytes, timeout: float) -> SandboxResult:  # noqa: ASYNC109
-        """Send one call (whose own ``timeout`` the zygote enforces) and wait for its answer; a
-        zygote that does not answer in time, or fails, is marked dead."""
+    async def call(self, call: SandboxCall, timeout: float) -> SandboxResult:  # noqa: ASYNC109
+        """Send one call (whose ``timeout`` the zygote enforces) and wait for its answer; a zygote
+        that does not answer in time, or fails, is marked dead."""
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.calls += 1
         started = time.perf_counter()
         try:
+            frames = self._frames(call, timeout)
+        except ValueError as exc:
+            return failure(f"arguments are not JSON-serializable: {exc}", started=started)
+        self.calls += 1
+        try:
             async with asyncio.timeout(timeout + _ANSWER_GRACE):
-                self.process.stdin.write(payload + b"\n")
-                await self.process.stdin.drain()
+                with contextlib.suppress(ConnectionError):  # it stopped reading: its answer says why
+                    self.process.stdin.write(frames)
+                    await self.process.stdin.drain()
                 line = await self.process.stdout.readline()
         except TimeoutError:
             self._failed = True
             return failure(f"timed out after {timeout} s (the sandbox did not answer)", started=started)
-        except (ConnectionError, ValueError):  # gone before it read the call; a line over the limit
+        except ValueError:  # a line over the limit
             line = b""
         except BaseException:  # cancelled: its state is unknown, so it must not be reused
             self._failed = True
@@ -106,7 +125,33 @@ class Zygote:
                 started=started,
                 stderr=self.stderr_text(),
             )
-        return decode(line, started)
+        if line.startswith(_RETIRES):  # it exits after this answer: the call is done, the zygote is not
+            self._failed = True
+        return decode(line[1:], started)
+
+    def _frames(self, call: SandboxCall, timeout: float) -> bytes:
+        """The call's frame, after its source's when the zygote is to compile it first.
+
+        Raises:
+            ValueError: The arguments hold a value marshal cannot (nothing JSON gives).
+        """
+        source = call.source_code
+        number = self._compiled.get(source)
+        compile_first = (
+            number is None
+            and len(self._compiled) < _COMPILED_SOURCES
+            and self._compiled_chars + len(source) <= _COMPILED_CHARS
+        )
+        if compile_first:
+            number = len(self._compiled)
+        body = marshal.dumps((dict(call.env), source if number is None else number, call.function_name, call.arguments))
+        frames = _HEADER.pack(b"C", len(body), timeout) + body
+        if compile_first:
+            self._compiled[source] = len(self._compiled)
+            self._compiled_chars += len(source)
+            code = marshal.dumps((number, source))
+            frames = _HEADER.pack(b"S", len(code), 0.0) + code + frames
+        return frames
 
     def close(self, launcher: Launcher) -> asyncio.Task[None]:
         """Kill the zygote and clean up after it; every caller shares one cleanup task."""
