@@ -28,6 +28,7 @@ from genai_prices.data_snapshot import DataSnapshot
 from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
 
 from nightshift.domain.batches import Costs
+from nightshift.domain.fast_init import fast_init
 from nightshift.providers.base import CacheTtl
 from nightshift.providers.registry import providers
 
@@ -38,6 +39,7 @@ BATCH_DISCOUNT: Final = 0.5
 _BATCH: Final = {"processing": "batch"}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Price:
     """Prices in USD per million tokens of one model, for one way of calling it.
@@ -69,6 +71,7 @@ class Price:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tokens:
     """One request's tokens by how they are billed; the cache writes split by lifetime."""

@@ -20,6 +20,7 @@ from nightshift.domain.batches import (
     RunStatus,
     StepState,
 )
+from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import UserInput
 from nightshift.runtime.step import TurnResult
 
@@ -27,6 +28,7 @@ from nightshift.runtime.step import TurnResult
 TRANSIENT_RETRIES = 2
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepEntry:
     """One agent going into a step: its state and whether it gets a heartbeat or the user's inputs.

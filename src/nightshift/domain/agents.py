@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from nightshift.domain.blocks import Block
+from nightshift.domain.fast_init import fast_init
 from nightshift.domain.tool_rules import ToolRule
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput
@@ -20,6 +21,7 @@ _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 DEFAULT_MAX_TOKENS = 4096
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LLMConfig:
     """Which model an agent runs on and with what limits.
@@ -65,6 +67,7 @@ def check_secrets(secrets: Mapping[str, str], *, field_name: str = "secrets") ->
     return dict(secrets)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Agent:
     """An agent with its blocks and tools loaded.

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from nightshift.domain.context_window import SummaryPlan
+from nightshift.domain.fast_init import fast_init
 from nightshift.domain.solver import SolverState
 
 
@@ -79,6 +80,7 @@ TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunSta
 STEP_STATE_VERSION = 2
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepState:
     """Where one agent is in a run, persisted on its batch item as versioned JSON.
@@ -208,6 +210,7 @@ class ProviderBatch:
     ended_at: datetime | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchItem:
     """One agent inside one provider batch. ``result`` is the stored outcome (see ``batch/outcomes``)."""
@@ -242,6 +245,7 @@ class BatchItem:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ItemResult:
     """What the provider answered for one item (or why there is no answer), to be stored once.
@@ -256,6 +260,7 @@ class ItemResult:
     error: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Costs:
     """What some answers cost in USD: as billed, the same tokens through the normal API, and what
@@ -319,6 +324,7 @@ class BatchSummary:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ItemCompletion:
     """How an applied step ended for one item: its outcome, the reason for a failure, its cost."""

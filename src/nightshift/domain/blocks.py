@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nightshift.domain.fast_init import fast_init
 from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.errors import InvalidInput
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Block:
     """A block of core memory. Several agents may share one block (by id)."""

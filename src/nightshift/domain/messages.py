@@ -8,6 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from nightshift.domain.fast_init import fast_init
+
 
 class Role(StrEnum):
     """Who a message is from."""
@@ -18,6 +20,7 @@ class Role(StrEnum):
     TOOL = "tool"  # a tool's result, answering the assistant's tool call by ``tool_call_id``
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCall:
     """One call the model asked for. ``arguments`` is the JSON text as the model wrote it.
@@ -42,6 +45,7 @@ class ToolCall:
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Image:
     """An image in a user's message: base64 ``data`` with its ``media_type`` (one of
@@ -64,6 +68,7 @@ class UserInput:
     images: tuple[Image, ...] = ()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """A persisted message of one agent.

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from nightshift.domain.fast_init import fast_init
 
+
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Passage:
     """One entry of an agent's archival memory, found again by full-text search."""

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from nightshift.domain.fast_init import fast_init
 from nightshift.domain.tool_rules import (
     ChildToolRule,
     ConditionalToolRule,
@@ -89,6 +90,7 @@ class Decision:
     reason: Reason
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SolverState:
     """What the solver remembers of the run so far: the tools called, in order, and the last output."""

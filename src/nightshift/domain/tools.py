@@ -9,6 +9,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from nightshift.domain.fast_init import fast_init
+
 # Both providers' rule for a tool's name.
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
@@ -21,6 +23,7 @@ class ToolType(StrEnum):
     MEMORY = "letta_memory_core"  # core_memory_append / replace, rethink_memory: in-process
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tool:
     """A tool of an organization. ``json_schema`` is {name, description, parameters}."""

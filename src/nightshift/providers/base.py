@@ -25,10 +25,12 @@ from typing import Any, Protocol
 import orjson
 
 from nightshift.domain.agents import LLMConfig
+from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Message, ToolCall
 from nightshift.providers.errors import is_retryable
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequest:
     """One model call, independent of the provider.
@@ -98,6 +100,7 @@ class CacheTtl(StrEnum):
     ONE_HOUR = "1h"  # what batch requests ask for: an agent's steps are minutes apart
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """Tokens of one call. ``input_tokens`` excludes the cached tokens read or written.
@@ -143,6 +146,7 @@ class ModelError:
         return is_retryable(self.type)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelResponse:
     """What the model answered, provider-neutral.

@@ -28,6 +28,7 @@ from typing import Any
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.blocks import Block
+from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import SEND_MESSAGE, Message, Role, ToolCall
 from nightshift.domain.passages import Passage
 from nightshift.domain.solver import ToolRulesSolver, UnmappedToolOutput
@@ -43,6 +44,7 @@ from nightshift.tools.sandbox import Sandbox
 log = logging.getLogger(__name__)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Turn:
     """An agent, where it is in its run, and what the model answered."""
@@ -74,6 +76,7 @@ class TurnReason(StrEnum):
     ERROR = "error"  # ends: the turn could not be taken at all (``TurnResult.failure`` says why)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnResult:
     """What one turn produced. ``state`` is the next step's state when ``continues``.
