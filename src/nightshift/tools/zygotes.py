@@ -137,19 +137,19 @@ class Zygote:
         """
         source = call.source_code
         number = self._compiled.get(source)
-        compile_first = (
+        first: int | None = None  # the number of a source the zygote is to compile now
+        if (
             number is None
             and len(self._compiled) < _COMPILED_SOURCES
             and self._compiled_chars + len(source) <= _COMPILED_CHARS
-        )
-        if compile_first:
-            number = len(self._compiled)
+        ):
+            number = first = len(self._compiled)
         body = marshal.dumps((dict(call.env), source if number is None else number, call.function_name, call.arguments))
         frames = _HEADER.pack(b"C", len(body), timeout) + body
-        if compile_first:
-            self._compiled[source] = len(self._compiled)
+        if first is not None:
+            self._compiled[source] = first
             self._compiled_chars += len(source)
-            code = marshal.dumps((number, source))
+            code = marshal.dumps((first, source))
             frames = _HEADER.pack(b"S", len(code), 0.0) + code + frames
         return frames
 
