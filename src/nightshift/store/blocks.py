@@ -78,9 +78,12 @@ async def update_blocks(conn: AsyncConnection, changed: Sequence[Block]) -> None
         del values["organization_id"], values["created_at"]
         rows.append(values)
     await conn.execute(statement, rows)
-    # A block's label is also kept on the link rows, so agents find it by label.
+    # A block's label is also kept on the link rows, so agents find it by label; most changes
+    # (every memory edit of a step) keep it, and a link row whose label is right is left unwritten.
     await conn.execute(
-        update(agent_blocks).where(agent_blocks.c.block_id == bindparam("b_id")).values(label=bindparam("label")),
+        update(agent_blocks)
+        .where(agent_blocks.c.block_id == bindparam("b_id"), agent_blocks.c.label != bindparam("label"))
+        .values(label=bindparam("label")),
         [{"b_id": b.id, "label": b.label} for b in changed],
     )
 
