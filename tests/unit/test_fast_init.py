@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -12,21 +13,21 @@ from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Message
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plain:
-    name: str
-    count: int = 3
-    tags: tuple[str, ...] = ()
-    extra: dict[str, int] = field(default_factory=dict)
+def sample_class() -> type[Any]:
+    """A fresh frozen dataclass with a required field, defaults and a default factory."""
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Sample:
+        name: str
+        count: int = 3
+        tags: tuple[str, ...] = ()
+        extra: dict[str, int] = field(default_factory=dict)
+
+    return Sample
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fast:
-    name: str
-    count: int = 3
-    tags: tuple[str, ...] = ()
-    extra: dict[str, int] = field(default_factory=dict)
+Plain: type[Any] = sample_class()  # the dataclass's own __init__
+Fast: type[Any] = fast_init(sample_class())
 
 
 def fields_of(obj: object) -> dict[str, object]:
@@ -34,6 +35,7 @@ def fields_of(obj: object) -> dict[str, object]:
 
 
 def test_it_makes_what_the_dataclass_makes() -> None:
+    assert Fast.__init__.__code__ is not Plain.__init__.__code__  # the two inits under comparison
     for arguments in ({"name": "a"}, {"name": "b", "count": 7, "tags": ("x",), "extra": {"k": 1}}):
         assert fields_of(Fast(**arguments)) == fields_of(Plain(**arguments))
     assert str(inspect.signature(Fast)) == str(inspect.signature(Plain))
@@ -51,13 +53,13 @@ def test_the_instance_stays_frozen_and_bad_arguments_still_fail() -> None:
     made = Fast(name="a")
 
     with pytest.raises(dataclasses.FrozenInstanceError):
-        made.name = "b"  # type: ignore[misc]
+        made.name = "b"
     with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'name'"):
-        Fast()  # type: ignore[call-arg]
+        Fast()
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
-        Fast(name="a", colour="red")  # type: ignore[call-arg]
+        Fast(name="a", colour="red")
     with pytest.raises(TypeError):
-        Fast("a")  # type: ignore[call-arg]
+        Fast("a")
 
 
 def test_it_refuses_a_class_whose_init_does_more() -> None:
