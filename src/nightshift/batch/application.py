@@ -171,10 +171,8 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
         assert run is not None
         # Agents may have changed since the read (another run's step, an API edit).
         fresh = await agent_store.reload_changed(conn, batch.organization_id, agents)
-        # Windows are stored once, below: the agents that go on have the next step's input
-        # appended to theirs first (by write_step), the others as their turn left them.
-        updated = await write_turns(conn, fresh, results, now, store_windows=False)
-        summarized = await write_summaries(conn, fresh, summaries, now, store_windows=False)
+        updated = await write_turns(conn, fresh, results, now)
+        summarized = await write_summaries(conn, fresh, summaries, now)
         run_open = run.status in (RunStatus.CREATED, RunStatus.RUNNING)
         # Agents without a result (a failed request to retry) are in ``fresh`` only.
         completions, entries = next_step(
@@ -205,10 +203,6 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
             endpoints=worker.providers.endpoints(),
             summary_model=worker.summary_model,
             batch_bytes=worker.batch_bytes,
-        )
-        stepped = {agent_id for written in next_batches for agent_id in written.agents}
-        await agent_store.set_windows(
-            conn, [a for a in (*updated.values(), *summarized.values()) if a.id not in stepped], now
         )
         if not next_batches:
             await end_run_if_done(conn, run.id, now)

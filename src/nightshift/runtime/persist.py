@@ -20,20 +20,13 @@ from nightshift.store import passages as passage_store
 
 
 async def write_turns(
-    conn: AsyncConnection,
-    agents: Mapping[str, Agent],
-    results: Sequence[TurnResult],
-    now: datetime,
-    *,
-    store_windows: bool = True,
+    conn: AsyncConnection, agents: Mapping[str, Agent], results: Sequence[TurnResult], now: datetime
 ) -> dict[str, Agent]:
     """Persist every turn's messages, changed blocks and passages; append the messages to the windows.
 
     An agent with ``message_buffer_autoclear`` that stops keeps only its system message in context
     (its messages stay in recall memory). Returns the agents as they are now, blocks included.
-    Turns of agents that are not in ``agents`` (deleted meanwhile) are left out. With
-    ``store_windows=False`` the caller stores the windows itself (``agent_store.set_windows``),
-    once, after what it appends to them in the same transaction.
+    Turns of agents that are not in ``agents`` (deleted meanwhile) are left out.
     """
     results = [r for r in results if r.agent_id in agents]
     await message_store.insert_messages(conn, [m for r in results for m in r.messages])
@@ -51,22 +44,15 @@ async def write_turns(
             window, tokens = window[:1], None  # counted again when next needed
         blocks = tuple(changed.get(b.id, b) for b in agent.blocks)
         updated[agent.id] = replace(agent, message_ids=window, context_tokens=tokens, blocks=blocks, updated_at=now)
-    if store_windows:
-        await agent_store.set_windows(conn, list(updated.values()), now)
+    await agent_store.set_windows(conn, list(updated.values()), now)
     return updated
 
 
 async def write_summaries(
-    conn: AsyncConnection,
-    agents: Mapping[str, Agent],
-    summaries: Sequence[Summary],
-    now: datetime,
-    *,
-    store_windows: bool = True,
+    conn: AsyncConnection, agents: Mapping[str, Agent], summaries: Sequence[Summary], now: datetime
 ) -> dict[str, Agent]:
     """Put each summary in its agent's window in place of the messages it stands for; returns
-    the agents as they are now. Agents not in ``agents`` (deleted meanwhile) are left out.
-    ``store_windows`` as in :func:`write_turns`."""
+    the agents as they are now. Agents not in ``agents`` (deleted meanwhile) are left out."""
     updated: dict[str, Agent] = {}
     messages: list[Message] = []
     for summary in summaries:
@@ -74,6 +60,5 @@ async def write_summaries(
             updated[summary.agent_id], message = summarized(agents[summary.agent_id], summary, now)
             messages.append(message)
     await message_store.insert_messages(conn, messages)
-    if store_windows:
-        await agent_store.set_windows(conn, list(updated.values()), now)
+    await agent_store.set_windows(conn, list(updated.values()), now)
     return updated
