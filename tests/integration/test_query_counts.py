@@ -71,8 +71,15 @@ class StatementLog:
             self.statements = None
 
 
+# Rows inserted many at once go by INSERT or, on PostgreSQL from ``COPY_MIN_ROWS`` rows on, by COPY
+# (``store.copy``): the same statement for this count, whichever way it went.
+ROWS_INTO = re.compile(r"\s*(?:INSERT INTO|COPY) (\w+) \(.*", re.I | re.S)
+
+
 def shape(statement: str) -> str:
     """A statement without its literal values, to group statements in a failure message."""
+    if rows_into := ROWS_INTO.fullmatch(statement):
+        return f"rows into {rows_into[1]}"
     return re.sub(r"\s+", " ", re.sub(r"'[^']*'|\$\d+|\b\d+\b", "?", statement)).strip()[:160]
 
 

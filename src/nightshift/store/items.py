@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
@@ -18,6 +18,7 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.store.bulk import in_ids
+from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import row_reader, to_values
 from nightshift.store.tables import batch_items
 
@@ -33,9 +34,7 @@ to_item = row_reader(
 
 
 async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:
-    if not new:
-        return
-    await conn.execute(insert(batch_items), [to_values(i, batch_items, step_state=StepState.to_json) for i in new])
+    await insert_rows(conn, batch_items, [to_values(i, batch_items, step_state=StepState.to_json) for i in new])
 
 
 async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall, search_text
 from nightshift.store.bulk import count_per_agent, in_ids
+from nightshift.store.copy import insert_rows
 from nightshift.store.pagination import MAX_PAGE, Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
@@ -92,8 +93,7 @@ def _values(message: Message) -> dict[str, Any]:
 
 async def insert_messages(conn: AsyncConnection, new: Sequence[Message]) -> None:
     """Insert messages of any number of agents in one statement."""
-    if new:
-        await conn.execute(insert(messages), [_values(m) for m in new])
+    await insert_rows(conn, messages, [_values(m) for m in new])
 
 
 async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, Message]:

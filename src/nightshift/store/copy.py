@@ -1,0 +1,65 @@
+"""Many rows into one table at once: ``COPY`` on PostgreSQL, an ``executemany`` INSERT elsewhere.
+
+A step writes its agents' messages and the next step's items ten thousand rows at a time. On
+asyncpg an ``executemany`` INSERT is one execution per row, each inserted (and logged to the WAL)
+alone; rows sent by ``COPY`` are inserted a page at a time. For the rows of ``messages`` (five
+indexes, a full-text one among them, three foreign keys) that is 61-65 against 33-44 us of the
+database's CPU a row, measured on the development machine.
+
+The rows go through the columns' own bind processing (JSON serialized, text cleaned) as they
+would in an INSERT, the copy is one statement to the engine's ``before_cursor_execute``
+listeners (what counts statements), and a failure is raised as SQLAlchemy's exceptions are
+(``IntegrityError`` for a violated constraint), so callers cannot tell the two paths apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from operator import itemgetter
+from typing import Any
+
+import asyncpg
+from sqlalchemy import Table, insert
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# Fewer rows than this go by INSERT: a copy costs a round trip more the first time a connection
+# copies into a table (asyncpg reads the columns' types), and a few rows gain nothing from it.
+COPY_MIN_ROWS = 100
+
+
+async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert ``rows`` (each with the same columns) into ``table`` in one statement."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql" and len(rows) >= COPY_MIN_ROWS:
+        driver = (await conn.get_raw_connection()).driver_connection
+        # SQLAlchemy's adapter sends BEGIN with a transaction's first statement: a copy made before
+        # it would not be part of the transaction, so that one goes by INSERT (and begins it).
+        if isinstance(driver, asyncpg.Connection) and driver.is_in_transaction():
+            await _copy(conn, driver, table, rows)
+            return
+    await conn.execute(insert(table), list(rows))
+
+
+async def _copy(
+    conn: AsyncConnection, driver: asyncpg.Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    names = list(rows[0])
+    get = itemgetter(*names) if len(names) > 1 else lambda row: (row[names[0]],)
+    records = [list(get(row)) for row in rows]
+    for index, name in enumerate(names):  # column by column: most columns have no processing
+        process = table.c[name].type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+        if process is not None:
+            for record in records:
+                record[index] = process(record[index])
+    statement = f"COPY {table.name} ({', '.join(names)}) FROM STDIN (FORMAT binary)"
+    sync = conn.sync_connection
+    assert sync is not None
+    sync.dispatch.before_cursor_execute(sync, None, statement, records, None, True)
+    try:
+        await driver.copy_records_to_table(table.name, records=records, columns=names)
+    except asyncpg.IntegrityConstraintViolationError as exc:
+        raise IntegrityError(statement, None, exc) from exc
+    except asyncpg.PostgresError as exc:
+        raise DBAPIError(statement, None, exc) from exc
