@@ -85,14 +85,16 @@ def serve(
     """Run the API server (migrating the database first)."""
     import uvicorn
 
-    from nightshift.api.app import create_app
+    from nightshift.api.app import build_routes, create_app
 
     settings = Settings()
     _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
     _configure_observability(settings)
+    application = create_app(settings, poller_process=settings.poller_process)
+    build_routes(application)
     try:
         uvicorn.run(
-            create_app(settings, poller_process=settings.poller_process),
+            application,
             host=host or settings.host,
             port=port or settings.port,
             log_config=None,  # uvicorn's loggers go through ours (configured above), in the same format
