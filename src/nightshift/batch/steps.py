@@ -288,7 +288,8 @@ async def write_step(
             # As ``inputs.write`` stores them (which moves their ``updated_at``).
             agents = {entry.agent.id: replace(inputs.agents[entry.agent.id], updated_at=now) for entry, _ in chunk}
             written.append(WrittenBatch(batch, items, agents))
-    await batch_store.insert_provider_batches(conn, [w.batch for w in written], lease=lease)
+    counts = {w.batch.id: len(w.items) for w in written}
+    await batch_store.insert_provider_batches(conn, [w.batch for w in written], items=counts, lease=lease)
     await item_store.insert_items(conn, [item for w in written for item in w.items])
     await inputs.write(conn, now)
     return written

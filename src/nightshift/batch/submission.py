@@ -184,9 +184,11 @@ async def _split(
             current = await batch_store.get_provider_batch(conn, batch.id)
             assert current is not None
             return current  # moved on (cancelled) or taken over meanwhile
-        await batch_store.insert_provider_batches(conn, parts, lease=worker.lease(now))
+        counts = {part.id: len(cut) for part, cut in zip(parts, cuts[1:], strict=True)}
+        await batch_store.insert_provider_batches(conn, parts, items=counts, lease=worker.lease(now))
         for part, cut in zip(parts, cuts[1:], strict=True):
             await item_store.move_items(conn, [by_agent[ids[k]].id for k in cut], part.id, now)
+        await batch_summaries.record_new_items(conn, {batch.id: len(cuts[0])})  # what it keeps
     log.info(
         "provider batch %s holds %d bytes of requests, over the %d a batch may: cut into %d parts by size",
         batch.id,

@@ -286,16 +286,22 @@ SUMMARY_VERSION = 1
 class BatchSummary:
     """What a provider batch's items add up to, as its run's progress counts them.
 
-    Counted from the items while the batch is open; once its items are final (the batch applied,
-    or cancelled) it is stored on the batch as versioned JSON, in the transaction that closed them.
-    ``items`` counts them by (step status, outcome). ``usage`` (each key some item holds) and
-    ``cost`` are their sums; ``usage`` is None when no item has a usage at all, and the batch is
-    then left out of its run's per-batch figures.
+    Stored on the batch as versioned JSON with its items, and again when their results are all in
+    (the batch ended) and when they are final (the batch applied, or cancelled), each time in the
+    transaction that made it so (see ``store/batch_summaries.py``). ``items`` counts them by (step
+    status, outcome). ``usage`` (each key some item holds) and ``cost`` are their sums; ``usage``
+    is None when no item has a usage at all, and the batch is then left out of its run's
+    per-batch figures.
     """
 
     items: Mapping[tuple[StepStatus, ItemOutcome | None], int] = field(default_factory=dict)
     usage: Mapping[str, int] | None = None
     cost: Costs = field(default_factory=Costs)
+
+    @classmethod
+    def of_new_items(cls, count: int) -> BatchSummary:
+        """A batch just written with ``count`` items: all paused, with no result yet."""
+        return cls(items={(StepStatus.PAUSED, None): count})
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,21 +1,26 @@
 """What a provider batch's items add up to (``BatchSummary``), for the views of its run.
 
-Counted from the items while the batch is open. Once its items are final, which happens in the
-transaction that applies the batch (``complete_items``) or cancels it (``cancel_items``), the
-summary is stored on the batch in that same transaction, so that a look at a run reads its
-batches' rows instead of every item of its closed steps. Before that, when the batch ends (its
-results all stored), what their usage adds up to is stored on it (``record_usage``): until it is
-applied, a look counts its items by state from an index and takes the usage from the batch,
-instead of parsing the usage of each of its items. Nothing changes an item of a closed
-batch afterwards (results are stored on paused items only; retries are new items in new
-batches), except deleting its agent, which takes the item with it: the summaries of that agent's
-batches are then forgotten and their items counted again, as for an open batch.
+The summary is stored on the batch, so that a look at a run reads its batches' rows instead of
+their items, at each change of what it sums, in the transaction that makes the change:
+
+* written with its items (``provider_batches.insert_provider_batches``): so many items, all
+  paused, no usage. Until the batch ends nothing changes that: results are stored on its items
+  as they are read, but the items stay paused (their usage is summed when the batch ends);
+  cutting a batch too large for its provider moves items to new batches (``record_new_items``);
+* ended, its results all stored (``record_usage``): the usage of its items added up;
+* applied or cancelled, its items final (``complete_items``, ``cancel_items``; ``record_summaries``).
+
+Nothing changes an item of a closed batch afterwards (retries are new items in new batches),
+except deleting its agent, which takes the item with it: the summaries of that agent's batches
+are then forgotten (``forget_summaries``) and their items counted at each look instead, as are
+those of batches written before summaries were stored with the items. (Counting the 5,000 items
+of an open batch at each look cost the database 4.5 ms on PostgreSQL, while the run stepped.)
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from sqlalchemy import bindparam, func, null, select, update
@@ -113,15 +118,27 @@ async def record_summaries(conn: AsyncConnection, batch_ids: Sequence[str]) -> N
 
 
 async def record_usage(conn: AsyncConnection, batch_id: str) -> None:
-    """Store the usage of an ended batch's items (its results are all stored, and they change no
-    more): a summary whose item counts are left empty, counted at each look until the batch is
-    applied. In the transaction that ended the batch; two statements."""
-    usage, cost = await _sum_usage(conn, [batch_id])
-    summary = BatchSummary(usage=usage.get(batch_id), cost=cost.get(batch_id, Costs()))
+    """Store the summary of an ended batch (its results are all stored, and they change no more):
+    its items counted and their usage added up. In the transaction that ended the batch; three
+    statements."""
+    summary = (await summarize(conn, [batch_id])).get(batch_id, BatchSummary())
     await conn.execute(
         update(provider_batches)
         .where(provider_batches.c.id == batch_id, provider_batches.c.status == ProviderBatchStatus.ENDED.value)
         .values(summary=summary.to_json())
+    )
+
+
+async def record_new_items(conn: AsyncConnection, items: Mapping[str, int]) -> None:
+    """Store the summary of batches not yet submitted that now hold so many items (``items``:
+    batch id to count), all paused, no usage: in the transaction that moved items out of them."""
+    await conn.execute(
+        update(provider_batches)
+        .where(
+            provider_batches.c.id == bindparam("b_id"), provider_batches.c.status == ProviderBatchStatus.CREATED.value
+        )
+        .values(summary=bindparam("summary")),
+        [{"b_id": batch_id, "summary": BatchSummary.of_new_items(n).to_json()} for batch_id, n in items.items()],
     )
 
 
@@ -138,8 +155,9 @@ async def summaries_of_runs(
     conn: AsyncConnection, run_ids: Sequence[str]
 ) -> dict[str, list[tuple[str, int, BatchSummary]]]:
     """Each run's provider batches as (id, step number, summary), every id present: the stored
-    summaries of closed batches; those of ended ones with their items counted; those of the others
-    counted from their items. One statement, and at most three more when some batch is open."""
+    summaries; those of batches that have none, or (ended before summaries held their items) one
+    without item counts, counted from their items. One statement, and at most three more when
+    some batch has no summary to read."""
     rows = (
         await conn.execute(
             select(
@@ -152,7 +170,7 @@ async def summaries_of_runs(
         )
     ).all()
     counted = await summarize(conn, [row.id for row in rows if row.summary is None])
-    ended = [row.id for row in rows if row.summary is not None and row.status not in FINAL]
+    ended = [row.id for row in rows if row.summary is not None and row.status not in FINAL and not row.summary["items"]]
     items = await _count_items(conn, ended) if ended else {}
     found: dict[str, list[tuple[str, int, BatchSummary]]] = {run_id: [] for run_id in run_ids}
     for row in rows:

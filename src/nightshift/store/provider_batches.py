@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Row, and_, case, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import PollSnapshot, ProviderBatch, ProviderBatchStatus
+from nightshift.domain.batches import BatchSummary, PollSnapshot, ProviderBatch, ProviderBatchStatus
 from nightshift.store.bulk import in_ids
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.tables import provider_batches
@@ -36,9 +36,14 @@ def to_provider_batch(row: Row[Any]) -> ProviderBatch:
 
 
 async def insert_provider_batches(
-    conn: AsyncConnection, new: Sequence[ProviderBatch], *, lease: tuple[str, datetime] | None = None
+    conn: AsyncConnection,
+    new: Sequence[ProviderBatch],
+    *,
+    items: Mapping[str, int],
+    lease: tuple[str, datetime] | None = None,
 ) -> None:
-    """Insert provider batches, due at once, optionally leased to ``(owner, expiry)``."""
+    """Insert provider batches, due at once, optionally leased to ``(owner, expiry)``; ``items``
+    is how many items each will hold (inserted next, in the same transaction), for its summary."""
     if not new:
         return
     owner, expires = lease if lease else (None, None)
@@ -47,6 +52,7 @@ async def insert_provider_batches(
         [
             {
                 **to_values(b, provider_batches),
+                "summary": BatchSummary.of_new_items(items[b.id]).to_json(),
                 "next_poll_at": b.created_at,
                 "lease_owner": owner,
                 "lease_expires_at": expires,

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import update
 
 from integration.batch.kit import by_agent, call, say
+from integration.batch.test_run_summaries import check
 from nightshift.domain.batch_split import BYTES_PER_TOKEN
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
@@ -167,6 +168,9 @@ async def test_parts_not_sent_when_they_were_cut_are_sent_later_and_once(
         await asyncio.sleep(0.05)
     assert all(b["status"] == "created" and b["provider_batch_id"] is None for b in batches), batches
     assert await _sent_per_agent(admin, agents) == {a["name"]: 1 for a in agents}  # the first run's only
+    # Each part's summary counts its own items: those the cut moved out of the first are in theirs.
+    async with opened(db_url) as engine:
+        await check(engine, run["id"])
 
     async with opened(db_url) as engine:  # what the passing of the retry delay would do
         async with engine.begin() as conn:

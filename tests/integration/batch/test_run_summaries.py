@@ -1,11 +1,12 @@
-"""A run's progress, read from its closed provider batches' stored summaries, is what counting
-every item of the run gives.
+"""A run's progress, read from its provider batches' stored summaries, is what counting every
+item of the run gives.
 
 ``counted`` is how a run's progress was computed before summaries were stored (every item
 counted and summed; the per-batch sums added in the order of the batches' ids). Each test takes
 runs through their stages (stepping, completed, failed and retried requests, summarized windows,
-cancelled, an agent deleted) and compares the two at every stage, and checks that exactly the
-batches whose items are final hold a summary, equal to one counted afresh from their items.
+cancelled, an agent deleted) and compares the two at every stage, and checks that every batch
+holds a summary equal to one counted afresh from its items, open ones included (but those that
+lost an item with a deleted agent, which hold none).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from nightshift.domain.batches import (
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply
 from nightshift.store import provider_batches as batch_store
-from nightshift.store.batch_summaries import FINAL, USAGE_KEYS, summarize
+from nightshift.store.batch_summaries import USAGE_KEYS, summarize
 from nightshift.store.run_views import run_progress
 from nightshift.store.tables import batch_items, provider_batches
 from support.api import create_tool
@@ -99,7 +100,7 @@ async def counted(conn: AsyncConnection, run_id: str) -> RunProgress:
 async def check(engine: AsyncEngine, run_id: str, *, forgotten: frozenset[str] = frozenset()) -> RunProgress:
     """Compare the run's progress with its items counted; check its batches' summaries.
 
-    ``forgotten``: closed batches that lost an item (its agent was deleted), so hold no summary.
+    ``forgotten``: batches that lost an item (its agent was deleted), so hold no summary.
     """
     async with engine.connect() as conn:
         progress = await run_progress(conn, run_id)
@@ -113,16 +114,11 @@ async def check(engine: AsyncEngine, run_id: str, *, forgotten: frozenset[str] =
         ).all()
         afresh = await summarize(conn, [b.id for b in batches])
     for batch in batches:
-        if batch.status in FINAL and batch.id not in forgotten:
+        if batch.id in forgotten:
+            assert batch.summary is None, batch
+        else:  # from the moment it is written, whatever its state
             assert batch.summary is not None, batch
             assert BatchSummary.from_json(batch.summary) == afresh.get(batch.id, BatchSummary()), batch
-        elif batch.status == "ended" and batch.id not in forgotten:
-            # Its results are stored: their usage is kept on it; its items are counted at each look.
-            assert batch.summary is not None, batch
-            whole = afresh.get(batch.id, BatchSummary())
-            assert BatchSummary.from_json(batch.summary) == BatchSummary(usage=whole.usage, cost=whole.cost), batch
-        else:
-            assert batch.summary is None, batch
     return progress
 
 
@@ -239,6 +235,27 @@ async def test_deleting_an_agent_of_a_closed_batch_reads_as_counted(
         )
     progress = await check(engine, run["id"], forgotten=frozenset({batch_id}))
     assert progress.count(ItemOutcome.FINISHED) == 2
+
+
+async def test_deleting_an_agent_of_an_open_batch_reads_as_counted(
+    runs: Runs, admin: EmulatorAdmin, app: FastAPI
+) -> None:
+    worker: Worker = app.state.nightshift.worker
+    engine: AsyncEngine = app.state.nightshift.engine
+    agents = [await runs.agent(f"open-{i}") for i in range(3)]
+    for agent in agents:
+        await admin.script(agent["id"], say("done"))
+    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
+    assert (await check(engine, run["id"])).running == 3  # submitted, not yet polled
+
+    assert (await runs.client.delete(f"/v1/agents/{agents[0]['id']}")).status_code == 200
+    async with engine.connect() as conn:
+        (batch_id,) = await conn.scalars(
+            select(provider_batches.c.id).where(provider_batches.c.batch_run_id == run["id"])
+        )
+    assert (await check(engine, run["id"], forgotten=frozenset({batch_id}))).running == 2
+    await step(worker)  # ended and applied: its summary is stored again
+    assert (await check(engine, run["id"])).count(ItemOutcome.FINISHED) == 2
 
 
 async def test_a_run_that_summarizes_windows_reads_as_counted_at_every_step(
