@@ -167,6 +167,7 @@ class BatchRunPublic(BaseModel):
                     {
                         "agent_id": f.agent_id,
                         "agent_name": f.agent_name,
+                        "agent_deleted": f.agent_deleted,
                         "step_number": f.step_number,
                         "request_status": f.request_status.value,
                         "error": f.error,
@@ -201,6 +202,7 @@ def agent_in_run_json(agent: AgentInRun) -> dict[str, Any]:
     return {
         "agent_id": agent.agent_id,
         "agent_name": agent.agent_name,
+        "agent_deleted": agent.agent_deleted,
         "state": agent.state,
         "steps": agent.steps,
         "step_number": agent.step_number,

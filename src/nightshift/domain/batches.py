@@ -411,22 +411,26 @@ class BatchCensus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFailure:
-    """An agent the run failed: at which step, its request's status, and why."""
+    """An agent the run failed: at which step, its request's status, and why (``agent_deleted``:
+    the agent was deleted since, its name is the one it had)."""
 
     agent_id: str
     agent_name: str
     step_number: int
     request_status: RequestStatus
     error: str | None
+    agent_deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunAgent:
-    """One agent of a run, by name, with its items in the run, oldest first."""
+    """One agent of a run, by name, with its items in the run, oldest first (``agent_deleted``:
+    the agent was deleted since, its name is the one it had)."""
 
     agent_id: str
     agent_name: str
     items: list[BatchItem]
+    agent_deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,6 +27,7 @@ from nightshift.runtime.window import ContextOverview, request_tokens, system_ch
 from nightshift.runtime.window import context_overview as window_overview
 from nightshift.services.tools import ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_summaries
 from nightshift.store import blocks as block_store
 from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
@@ -324,9 +325,18 @@ async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, change
 
 
 async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> None:
-    """Delete the agent, its messages, passages and batch items, and blocks no other agent uses."""
-    if not await agent_store.delete_agent(conn, org_id, agent_id):
+    """Delete the agent, its messages and passages, and the blocks made with it that no other agent
+    uses; blocks made on their own (``POST /v1/blocks``) stay.
+
+    The record of its batch runs stays: its items (counts, tokens, costs, failures), shown as a
+    deleted agent's. A step it is in is over for it: its item is cancelled, and what the provider
+    answers for it later is ignored.
+    """
+    now = datetime.now(UTC)
+    if not await agent_store.delete_agent(conn, org_id, agent_id, now):
         raise NotFound(f"agent {agent_id} not found")
+    open_batches = await item_store.close_items_of_agent(conn, agent_id, "the agent was deleted", now)
+    await batch_summaries.forget_summaries(conn, open_batches)
 
 
 async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str) -> Agent:

@@ -16,9 +16,9 @@ from nightshift.store import blocks as block_store
 
 
 async def create_block(conn: AsyncConnection, org_id: str, spec: NewBlock) -> Block:
-    """A standalone block, to be shared with agents later."""
+    """A standalone block, to be shared with agents later; deleting them never deletes it."""
     block = new_block(org_id, spec, datetime.now(UTC))
-    await block_store.insert_blocks(conn, [block])
+    await block_store.insert_blocks(conn, [block], standalone=True)
     return block
 
 

@@ -68,6 +68,7 @@ class AgentInRun:
     usage: dict[str, int]
     cost: Costs
     error: str | None
+    agent_deleted: bool = False  # since the run: its name is the one it had
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,10 +253,17 @@ async def run_view(conn: AsyncConnection, org_id: str, run_id: str) -> RunView:
 
 
 async def list_run_views(
-    conn: AsyncConnection, org_id: str, page: Page, *, statuses: Sequence[RunStatus] = ()
+    conn: AsyncConnection,
+    org_id: str,
+    page: Page,
+    *,
+    statuses: Sequence[RunStatus] = (),
+    has_failures: bool | None = None,
 ) -> list[RunView]:
-    """A page of the organization's runs."""
-    return await _views(conn, await run_store.list_runs(conn, org_id, page, statuses=statuses))
+    """A page of the organization's runs; ``has_failures``: only those that failed or had an agent
+    fail (True), or neither (False)."""
+    runs = await run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures)
+    return await _views(conn, runs)
 
 
 async def messages_of_run(
@@ -290,7 +298,9 @@ async def agents_of_run(
                 step_number=last.step_state.step_number,
                 usage=usage,
                 cost=sum((item.cost for item in items), Costs()),
-                error=last.error if last.outcome is ItemOutcome.FAILED else None,
+                # A deleted agent's step was cancelled with the reason: it tells why it stopped.
+                error=last.error if last.outcome is ItemOutcome.FAILED or agent.agent_deleted else None,
+                agent_deleted=agent.agent_deleted,
             )
         )
     return out

@@ -19,11 +19,10 @@ from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.domain.tools import Tool
-from nightshift.store import batch_summaries
 from nightshift.store.blocks import to_block
 from nightshift.store.bulk import bound_ids, in_bound, in_ids
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, batch_items, blocks, tools
+from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, deleted_agents, tools
 from nightshift.store.tools import to_tool
 
 
@@ -322,20 +321,29 @@ async def set_links(conn: AsyncConnection, agent: Agent) -> None:
         )
 
 
-async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> bool:
-    """Delete an agent with its messages, passages and batch items, and the blocks no other agent uses."""
-    own_blocks = list(await conn.scalars(select(agent_blocks.c.block_id).where(agent_blocks.c.agent_id == agent_id)))
-    stepped_in = list(
-        await conn.scalars(select(batch_items.c.provider_batch_id).where(batch_items.c.agent_id == agent_id).distinct())
-    )
-    result = await conn.execute(delete(agents).where(agents.c.organization_id == org_id, agents.c.id == agent_id))
-    if result.rowcount == 0:
+async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, now: datetime) -> bool:
+    """Delete an agent with its messages and passages, and the blocks made with an agent that no
+    other agent uses (a standalone block stays); False when there was none.
+
+    Its batch items stay, for the record of its runs, and its name is kept in ``deleted_agents``.
+    """
+    name = await conn.scalar(select(agents.c.name).where(agents.c.organization_id == org_id, agents.c.id == agent_id))
+    if name is None:
         return False
-    # Its items went with it, so its provider batches' summaries no longer add up.
-    await batch_summaries.forget_summaries(conn, stepped_in)
+    own_blocks = list(await conn.scalars(select(agent_blocks.c.block_id).where(agent_blocks.c.agent_id == agent_id)))
+    # An id seen deleted before (an agent file imported again with its ids) holds the latest name.
+    await conn.execute(delete(deleted_agents).where(deleted_agents.c.id == agent_id))
+    await conn.execute(
+        insert(deleted_agents).values(id=agent_id, organization_id=org_id, name=name, deleted_at=now)
+    )
+    await conn.execute(delete(agents).where(agents.c.organization_id == org_id, agents.c.id == agent_id))
     if own_blocks:
         still_used = select(agent_blocks.c.block_id).where(agent_blocks.c.block_id.in_(own_blocks))
-        await conn.execute(delete(blocks).where(blocks.c.id.in_(own_blocks), blocks.c.id.not_in(still_used)))
+        await conn.execute(
+            delete(blocks).where(
+                blocks.c.id.in_(own_blocks), blocks.c.standalone.is_(False), blocks.c.id.not_in(still_used)
+            )
+        )
     return True
 
 

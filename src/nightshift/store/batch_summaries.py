@@ -10,10 +10,11 @@ their items, at each change of what it sums, in the transaction that makes the c
 * ended, its results all stored (``record_usage``): the usage of its items added up;
 * applied or cancelled, its items final (``complete_items``, ``cancel_items``; ``record_summaries``).
 
-Nothing changes an item of a closed batch afterwards (retries are new items in new batches),
-except deleting its agent, which takes the item with it: the summaries of that agent's batches
-are then forgotten (``forget_summaries``) and their items counted at each look instead, as are
-those of batches written before summaries were stored with the items. (Counting the 5,000 items
+Nothing changes an item of a closed batch afterwards (retries are new items in new batches);
+deleting its agent leaves it as it is. Deleting an agent in an open batch closes its item there
+(cancelled): the summaries of those batches are then forgotten (``forget_summaries``) and their
+items counted at each look until the batch is final, as are those of batches written before
+summaries were stored with the items. (Counting the 5,000 items
 of an open batch at each look cost the database 4.5 ms on PostgreSQL, while the run stepped.)
 """
 
@@ -143,8 +144,8 @@ async def record_new_items(conn: AsyncConnection, items: Mapping[str, int]) -> N
 
 
 async def forget_summaries(conn: AsyncConnection, batch_ids: Sequence[str]) -> None:
-    """Drop the stored summaries of these batches (some of their items were deleted): their items
-    are counted again at each look, which is right whatever they hold."""
+    """Drop the stored summaries of these batches (an item of theirs was closed early: its agent
+    was deleted): their items are counted again at each look, which is right whatever they hold."""
     if batch_ids:
         await conn.execute(
             update(provider_batches).where(in_ids(conn, provider_batches.c.id, batch_ids)).values(summary=null())

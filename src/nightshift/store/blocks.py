@@ -17,8 +17,9 @@ def to_block(row: Sequence[Any]) -> Block:
     """Map a row whose last columns are those of ``blocks`` (in the table's order) to the domain type.
 
     Read by position, as ``store.mapping.row_reader`` explains (an agent's blocks come after its id).
+    Whether it is standalone matters to the store alone (``agents.delete_agent``).
     """
-    *_, id_, organization_id, label, value, limit, description, read_only, metadata, created_at, updated_at = row
+    *_, id_, organization_id, label, value, limit, description, read_only, metadata, created_at, updated_at, _ = row
     return Block(
         id=id_,
         organization_id=organization_id,
@@ -48,10 +49,11 @@ def _values(block: Block) -> dict[str, Any]:
     }
 
 
-async def insert_blocks(conn: AsyncConnection, new: Sequence[Block]) -> None:
-    """Insert blocks in one statement."""
+async def insert_blocks(conn: AsyncConnection, new: Sequence[Block], *, standalone: bool = False) -> None:
+    """Insert blocks in one statement: ``standalone`` ones made on their own (``POST /v1/blocks``),
+    which deleting an agent never deletes, or (by default) ones made with their agents."""
     if new:
-        await conn.execute(insert(blocks), [_values(b) for b in new])
+        await conn.execute(insert(blocks), [{**_values(b), "standalone": standalone} for b in new])
 
 
 async def update_blocks(conn: AsyncConnection, changed: Sequence[Block]) -> None:

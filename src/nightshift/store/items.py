@@ -118,12 +118,13 @@ async def store_results(conn: AsyncConnection, results: Sequence[ItemResult], no
 
 
 async def complete_items(conn: AsyncConnection, completions: Sequence[ItemCompletion], now: datetime) -> None:
-    """Mark items' steps applied, with how each ended, in one statement."""
+    """Mark items' steps applied, with how each ended, in one statement; an item closed already (its
+    agent was deleted meanwhile, ``close_items_of_agent``) keeps how it ended."""
     if not completions:
         return
     statement = (
         update(batch_items)
-        .where(batch_items.c.id == bindparam("item_id"))
+        .where(batch_items.c.id == bindparam("item_id"), batch_items.c.step_status == StepStatus.PAUSED.value)
         .values(
             step_status=StepStatus.COMPLETED.value,
             outcome=bindparam("outcome"),
@@ -162,3 +163,22 @@ async def cancel_items(conn: AsyncConnection, provider_batch_id: str, now: datet
             updated_at=now,
         )
     )
+
+
+async def close_items_of_agent(conn: AsyncConnection, agent_id: str, reason: str, now: datetime) -> list[str]:
+    """Close the agent's open items (it is being deleted): cancelled with ``reason``, its late
+    results never stored nor applied. Returns the provider batches they are in, whose stored
+    summaries no longer add up."""
+    closed = await conn.execute(
+        update(batch_items)
+        .where(batch_items.c.agent_id == agent_id, batch_items.c.step_status == StepStatus.PAUSED.value)
+        .values(
+            request_status=RequestStatus.CANCELLED.value,
+            step_status=StepStatus.COMPLETED.value,
+            outcome=ItemOutcome.CANCELLED.value,
+            error=reason,
+            updated_at=now,
+        )
+        .returning(batch_items.c.provider_batch_id)
+    )
+    return sorted({str(batch_id) for batch_id in closed.scalars()})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import literal_column, select
+from sqlalchemy import ColumnElement, Join, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
@@ -23,10 +23,18 @@ from nightshift.store.bulk import in_ids
 from nightshift.store.items import to_item
 from nightshift.store.messages import to_message
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import agents, batch_items, messages
+from nightshift.store.tables import agents, batch_items, deleted_agents, messages
 
 # Built once: an alias proxies every column of the table, which costs milliseconds per statement.
 _LATER_ITEMS = batch_items.alias("later")
+
+# A run's items with their agents, live or deleted (an item outlives its agent): the agent's
+# name, as it is or as it was, and whether it is deleted.
+_WITH_AGENTS: Join = batch_items.outerjoin(agents, agents.c.id == batch_items.c.agent_id).outerjoin(
+    deleted_agents, deleted_agents.c.id == batch_items.c.agent_id
+)
+_AGENT_NAME: ColumnElement[str] = func.coalesce(agents.c.name, deleted_agents.c.name, "")
+_AGENT_DELETED: ColumnElement[bool] = agents.c.id.is_(None)
 
 
 async def run_progress(conn: AsyncConnection, run_id: str) -> RunProgress:
@@ -69,12 +77,13 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         select(
             batch_items.c.batch_run_id,
             batch_items.c.agent_id,
-            agents.c.name,
+            _AGENT_NAME,
+            _AGENT_DELETED,
             batch_items.c.step_state,
             batch_items.c.request_status,
             batch_items.c.error,
         )
-        .join(agents, agents.c.id == batch_items.c.agent_id)
+        .select_from(_WITH_AGENTS)
         .where(
             in_ids(conn, batch_items.c.batch_run_id, run_ids),
             # A literal, not a parameter, so that SQLite's planner may use the partial index.
@@ -85,7 +94,7 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         .order_by(batch_items.c.id)
     )
     failures: dict[str, list[RunFailure]] = {run_id: [] for run_id in run_ids}
-    for run_id, agent_id, agent_name, step_state, request_status, error in await conn.execute(query):
+    for run_id, agent_id, agent_name, deleted, step_state, request_status, error in await conn.execute(query):
         failures[run_id].append(
             RunFailure(
                 agent_id=agent_id,
@@ -93,6 +102,7 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
                 step_number=StepState.from_json(step_state).step_number,
                 request_status=RequestStatus(request_status),
                 error=error,
+                agent_deleted=bool(deleted),
             )
         )
     return failures
@@ -110,17 +120,22 @@ async def run_messages(conn: AsyncConnection, run_id: str, page: Page, *, agent_
 async def run_agent_items(conn: AsyncConnection, run_id: str, *, after: str | None, limit: int) -> list[RunAgent]:
     """A page of the run's agents (by id) with their names and items, oldest first: two statements.
 
-    (An agent's items go with it when it is deleted, so every agent of a run has a name.)
+    An agent deleted since stays, by the name it had, marked deleted.
     """
     page = (
-        select(batch_items.c.agent_id, agents.c.name)
-        .join(agents, agents.c.id == batch_items.c.agent_id)
+        select(batch_items.c.agent_id, _AGENT_NAME, _AGENT_DELETED)
+        .select_from(_WITH_AGENTS)
         .where(batch_items.c.batch_run_id == run_id)
     )
     if after is not None:
         page = page.where(batch_items.c.agent_id > after)
-    page = page.group_by(batch_items.c.agent_id, agents.c.name).order_by(batch_items.c.agent_id).limit(limit)
-    names = {str(agent_id): str(name) for agent_id, name in await conn.execute(page)}
+    page = (
+        page.group_by(batch_items.c.agent_id, agents.c.id, agents.c.name, deleted_agents.c.name)
+        .order_by(batch_items.c.agent_id)
+        .limit(limit)
+    )
+    found_agents = {str(agent_id): (str(name), bool(deleted)) for agent_id, name, deleted in await conn.execute(page)}
+    names = {agent_id: name for agent_id, (name, _) in found_agents.items()}
     query = (
         select(batch_items)
         .where(batch_items.c.batch_run_id == run_id, in_ids(conn, batch_items.c.agent_id, list(names)))
@@ -129,4 +144,7 @@ async def run_agent_items(conn: AsyncConnection, run_id: str, *, after: str | No
     found: dict[str, list[BatchItem]] = {agent_id: [] for agent_id in names}
     for row in await conn.execute(query):
         found[row.agent_id].append(to_item(row))
-    return [RunAgent(agent_id=agent_id, agent_name=names[agent_id], items=items) for agent_id, items in found.items()]
+    return [
+        RunAgent(agent_id=agent_id, agent_name=names[agent_id], items=items, agent_deleted=found_agents[agent_id][1])
+        for agent_id, items in found.items()
+    ]

@@ -6,13 +6,13 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, insert, or_, select, update
+from sqlalchemy import Row, insert, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, RunStatus
+from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, ItemOutcome, RunStatus
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import batch_runs
+from nightshift.store.tables import batch_items, batch_runs
 
 
 def to_run(row: Row[Any]) -> BatchRun:
@@ -38,11 +38,30 @@ async def run_by_idempotency_key(conn: AsyncConnection, org_id: str, key: str) -
 
 
 async def list_runs(
-    conn: AsyncConnection, org_id: str, page: Page, *, statuses: Sequence[RunStatus] = ()
+    conn: AsyncConnection,
+    org_id: str,
+    page: Page,
+    *,
+    statuses: Sequence[RunStatus] = (),
+    has_failures: bool | None = None,
 ) -> list[BatchRun]:
+    """A page of the organization's runs, with these statuses if any; ``has_failures``: only runs
+    that failed or in which some agent failed (True), or only the others (False)."""
     query = select(batch_runs).where(batch_runs.c.organization_id == org_id)
     if statuses:
         query = query.where(batch_runs.c.status.in_([s.value for s in statuses]))
+    if has_failures is not None:
+        # Through the index of failed items alone (a literal, so that SQLite may use it).
+        failed_agent = (
+            select(batch_items.c.id)
+            .where(
+                batch_items.c.batch_run_id == batch_runs.c.id,
+                batch_items.c.outcome == literal_column(f"'{ItemOutcome.FAILED.value}'"),
+            )
+            .exists()
+        )
+        failing = or_(batch_runs.c.status == RunStatus.FAILED.value, failed_agent)
+        query = query.where(failing if has_failures else ~failing)
     return [to_run(r) for r in await conn.execute(paginate(query, batch_runs.c.id, page))]
 
 

@@ -170,6 +170,13 @@ blocks = Table(
     Column("read_only", Boolean, nullable=False),
     Column("metadata", JSONType, nullable=False),
     *_times(),
+    Column(
+        "standalone",
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="made on its own (POST /v1/blocks), not with an agent: deleting an agent never deletes it",
+    ),
 )
 
 agent_blocks = Table(
@@ -245,6 +252,17 @@ passages = Table(
     Column("tags", JSONType, nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Index("ix_passages_agent_id", "agent_id"),
+)
+
+deleted_agents = Table(
+    "deleted_agents",
+    metadata,
+    # An agent's batch items outlive it (a run's record is what happened): its name is kept here
+    # for the views of its runs, which mark it deleted.
+    Column("id", String(64), primary_key=True, comment="the deleted agent's id"),
+    _org(),
+    Column("name", String(255), nullable=False),
+    Column("deleted_at", UTCDateTime(), nullable=False),
 )
 
 agent_runs = Table(
@@ -352,7 +370,8 @@ batch_items = Table(
         ForeignKey("provider_batches.id", ondelete="CASCADE"),
         nullable=False,
     ),
-    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), nullable=False),
+    # No foreign key: an item stays when its agent is deleted (see ``deleted_agents``).
+    Column("agent_id", String(64), nullable=False),
     Column("request_status", String(16), nullable=False),
     Column("step_status", String(16), nullable=False),
     Column("step_state", JSONType, nullable=False, comment="versioned JSON: step number, solver history"),

@@ -5,8 +5,8 @@ item of the run gives.
 counted and summed; the per-batch sums added in the order of the batches' ids). Each test takes
 runs through their stages (stepping, completed, failed and retried requests, summarized windows,
 cancelled, an agent deleted) and compares the two at every stage, and checks that every batch
-holds a summary equal to one counted afresh from its items, open ones included (but those that
-lost an item with a deleted agent, which hold none).
+holds a summary equal to one counted afresh from its items, open ones included (but those open
+when one of their agents was deleted, which hold none until they are applied).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ async def counted(conn: AsyncConnection, run_id: str) -> RunProgress:
 async def check(engine: AsyncEngine, run_id: str, *, forgotten: frozenset[str] = frozenset()) -> RunProgress:
     """Compare the run's progress with its items counted; check its batches' summaries.
 
-    ``forgotten``: batches that lost an item (its agent was deleted), so hold no summary.
+    ``forgotten``: open batches one of whose agents was deleted, so hold no summary.
     """
     async with engine.connect() as conn:
         progress = await run_progress(conn, run_id)
@@ -220,6 +220,8 @@ async def test_a_cancelled_run_reads_as_counted(runs: Runs, admin: EmulatorAdmin
 async def test_deleting_an_agent_of_a_batch_reads_as_counted(
     runs: Runs, admin: EmulatorAdmin, app: FastAPI, batch: str
 ) -> None:
+    """The deleted agent's items stay: an applied batch reads as it did, with its summary; an open
+    one loses the agent (its item cancelled) and counts its items until it is applied."""
     worker: Worker = app.state.nightshift.worker
     engine: AsyncEngine = app.state.nightshift.engine
     agents = [await runs.agent(f"kept-{i}") for i in range(3)]
@@ -231,18 +233,25 @@ async def test_deleting_an_agent_of_a_batch_reads_as_counted(
         assert (await check(engine, run["id"])).count(ItemOutcome.FINISHED) == 3
     else:
         assert (await check(engine, run["id"])).running == 3  # submitted, not yet polled
+    before = await status_of(runs, run["id"])
 
     assert (await runs.client.delete(f"/v1/agents/{agents[0]['id']}")).status_code == 200
     async with engine.connect() as conn:
         (batch_id,) = await conn.scalars(
             select(provider_batches.c.id).where(provider_batches.c.batch_run_id == run["id"])
         )
-    progress = await check(engine, run["id"], forgotten=frozenset({batch_id}))
-    if batch == "open":
-        assert progress.running == 2
-        await step(worker)  # ended and applied: its summary is stored again
+    if batch == "applied":
         progress = await check(engine, run["id"])
-    assert progress.count(ItemOutcome.FINISHED) == 2
+        assert progress.count(ItemOutcome.FINISHED) == 3 and progress.cost.usd > 0
+        assert (await status_of(runs, run["id"]))["progress"] == before["progress"]
+        return
+    progress = await check(engine, run["id"], forgotten=frozenset({batch_id}))
+    assert progress.running == 2 and progress.count(ItemOutcome.CANCELLED) == 1
+    await step(worker)  # ended and applied: its summary is stored again
+    progress = await check(engine, run["id"])
+    assert progress.count(ItemOutcome.FINISHED) == 2 and progress.count(ItemOutcome.CANCELLED) == 1
+    done = await status_of(runs, run["id"])
+    assert done["status"] == "completed" and done["progress"]["agents"]["cancelled"] == 1
 
 
 async def test_a_run_that_summarizes_windows_reads_as_counted_at_every_step(

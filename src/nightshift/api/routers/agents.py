@@ -142,9 +142,11 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -
 
 @router.delete("/v1/agents/{agent_id}")
 async def delete_agent(agent_id: str, conn: Conn, org: Org) -> dict[str, str]:
-    """Delete an agent with its messages, archival passages and batch items.
+    """Delete an agent with its messages and archival passages.
 
-    Blocks that no other agent uses are deleted with it; shared blocks are kept.
+    Blocks created with it (``memory_blocks``) that no other agent uses are deleted with it; shared
+    blocks and blocks created on their own (``POST /v1/blocks``) are kept. Its batch runs keep their
+    record (counts, tokens, costs, failures), where it shows as deleted; a step it is in ends for it.
     """
     await service.delete_agent(conn, org, agent_id)
     return {"message": f"agent {agent_id} deleted"}

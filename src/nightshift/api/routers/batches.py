@@ -79,9 +79,21 @@ async def list_batches(
     org: Org,
     page: PageQuery,
     status: Annotated[list[RunStatus] | None, Query(description="Only runs with these statuses")] = None,
+    has_failures: Annotated[
+        bool | None,
+        Query(
+            description="true: only runs that failed or in which some agent failed (a completed run with"
+            " failed agents too); false: only the others"
+        ),
+    ] = None,
 ) -> list[BatchRunPublic]:
-    """Batch runs of every status (filter with ``status``), oldest first (``order=desc`` for newest)."""
-    return [BatchRunPublic.of(view) for view in await service.list_run_views(conn, org, page, statuses=status or ())]
+    """Batch runs of every status (filter with ``status``), oldest first (``order=desc`` for newest).
+
+    ``status`` is Letta's: a run is ``completed`` when some agent finished, even if others failed
+    (``progress.agents.failed`` counts them); ``has_failures=true`` finds those runs and the failed ones.
+    """
+    views = await service.list_run_views(conn, org, page, statuses=status or (), has_failures=has_failures)
+    return [BatchRunPublic.of(view) for view in views]
 
 
 @router.get("/v1/messages/batches/{run_id}")
