@@ -13,12 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Dialog, Locator, Page, Request, async_playwright, expect
+from sqlalchemy import update
 
 from nightshift.api.app import create_app
 from nightshift.cli_commands.views import money
@@ -26,6 +28,9 @@ from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply, ScriptedToolCall
 from nightshift.serving import running_server
+from nightshift.store.db import opened
+from nightshift.store.tables import tools
+from support.api import create_tool
 from support.runs import Runs
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -388,6 +393,111 @@ async def test_the_cancel_button_asks_then_cancels_a_running_run(
     await expect(page.locator(".agent .badge")).to_have_text(["cancelled", "cancelled"])
     await expect(page.locator("#live")).to_contain_text("all runs final")
     watched.assert_clean(base_url)
+
+
+async def test_a_run_says_what_happened_after_failures_and_deleted_agents(
+    browser: Browser, base_url: str, runs: Runs, admin: EmulatorAdmin, db_url: str
+) -> None:
+    """A completed run with a failed agent says so, in the list and on its page, and the Failed
+    filter finds it; "done" counts only the agents that finished; a run's record stays when its
+    agents are deleted (marked deleted); a provider batch never submitted has no "applied" badge,
+    and no duration runs on past the end of its run; a finished run shows its last step."""
+    ok, bad, gone = await runs.agent("ok"), await runs.agent("bad"), await runs.agent("gone")
+    await admin.configure(errors={bad["id"]: "invalid_request_error"})
+    clean = await runs.wait((await runs.start([{"agent_id": ok["id"], "input": "hi"}]))["id"])
+    mixed = await runs.wait(
+        (
+            await runs.start(
+                [{"agent_id": a["id"], "input": "hi"} for a in (ok, bad, gone)], metadata={"name": "mixed"}
+            )
+        )["id"]
+    )
+    assert (clean["status"], mixed["status"]) == ("completed", "completed")
+    assert mixed["progress"]["agents"] == {"running": 0, "finished": 2, "failed": 1, "cancelled": 0}
+    # An agent whose only request cannot be built: its run's one batch never reaches the provider.
+    echo = await create_tool(runs.client, ECHO)
+    unsendable = await runs.agent("unsendable", tool_ids=[echo["id"]])
+    # Stored before the API checked schemas (or changed in the database): it cannot be offered.
+    async with opened(db_url) as engine, engine.begin() as conn:
+        await conn.execute(update(tools).where(tools.c.id == echo["id"]).values(json_schema={"parameters": "x", "name": 5}))
+    unsent = await runs.wait((await runs.start([{"agent_id": unsendable["id"], "input": "hi"}]))["id"])
+    assert unsent["status"] == "failed"
+    (never,) = unsent["progress"]["provider_batches"]
+    assert never["provider_batch_id"] is None and never["status"] == "applied" and never["ended_at"] is None
+
+    for agent in (bad, gone):
+        assert (await runs.client.delete(f"/v1/agents/{agent['id']}")).status_code == 200
+    after = (await runs.client.get(f"/v1/messages/batches/{mixed['id']}")).json()
+    assert after["progress"]["agents"] == mixed["progress"]["agents"]
+
+    watched = await _open(browser)
+    page = watched.page
+    await page.goto(base_url)
+    row = _run_row(page, mixed["id"])
+    await expect(row.locator(".badge")).to_have_text("completed, 1 of 3 failed")
+    await expect(row.locator(".badge")).to_have_class(re.compile("badge-partly"))
+    await expect(row.locator(".progress-count")).to_have_text("2 / 3")  # finished of all
+    await expect(row.locator(".progress-percent")).to_have_text("66%")
+    await expect(row.locator(".cost")).to_have_text(money(mixed["progress"]["cost_usd"]))
+    await expect(_run_row(page, clean["id"]).locator(".badge")).to_have_text("completed")
+    await expect(_run_row(page, unsent["id"]).locator(".badge")).to_have_text("failed")
+
+    # The Failed filter: the failed run and the completed one with a failed agent, not the clean one.
+    await page.locator(".chip", has_text="Failed").click()
+    await expect(page.locator("tr.run-row")).to_have_count(2)
+    await expect(_run_row(page, mixed["id"])).to_be_visible()
+    await expect(_run_row(page, unsent["id"])).to_be_visible()
+    listed = [r for r in watched.api_calls("/v1/messages/batches") if "has_failures=true" in r.url]
+    assert listed, [r.url for r in watched.api_calls("/v1/messages/batches")]
+
+    # The run's page: its record as it was, its deleted agents marked, by the names they had.
+    await _run_row(page, mixed["id"]).locator("a.run-id").click()
+    await expect(page.locator(".run-head .badge")).to_have_text("completed, 1 of 3 failed")
+    await expect(page.locator(".cards .card-value").first).to_have_text("66%")
+    await expect(page.locator(".cards .card-label").nth(1)).to_have_text("Last step")
+    await expect(page.locator(".cards")).to_contain_text(money(mixed["progress"]["cost_usd"]))
+    failed = page.locator(".section", has_text="Failed agents").locator("tbody tr")
+    await expect(failed.locator(".agent-name")).to_have_text("bad")
+    await expect(failed.locator(".agent-deleted")).to_have_text("deleted")
+    await expect(page.locator(".agent .agent-name")).to_have_count(3)
+    deleted = page.locator('.agent[data-deleted="true"]')
+    # The run's agents are listed by id.
+    await expect(deleted.locator(".agent-name")).to_have_text([a["name"] for a in sorted((bad, gone), key=_by_id)])
+    gone_row = page.locator(f'.agent[data-agent-id="{gone["id"]}"]')
+    await expect(gone_row.locator(".badge")).to_have_text("finished")
+    await gone_row.locator(".agent-head").click()
+    await expect(gone_row.locator(".agent-deleted-note")).to_contain_text("This agent was deleted")
+    await expect(gone_row.locator(".spend .spend-item").first).to_have_text("Steps answered1")
+    await expect(page.locator(f'.agent[data-agent-id="{ok["id"]}"]')).not_to_contain_text("deleted")
+    await _screenshot(page, "dashboard-deleted-agents.png")
+
+    # A batch never submitted: no "applied" badge, and its duration ended with its run.
+    await page.goto(f"{base_url}/#/runs/{unsent['id']}")
+    batch = page.locator(".batch-row")
+    await expect(batch.locator(".badge")).to_have_text("not submitted")
+    await expect(batch).to_contain_text("never submitted")
+    await expect(batch).not_to_contain_text("so far")
+    await expect(page.locator(".charts")).not_to_contain_text("so far")
+    await expect(page.locator(".cards .card-label").nth(1)).to_have_text("Last step")
+    took = float((await batch.locator("td.num").nth(1).inner_text()).removesuffix(" s"))
+    run_took = datetime.fromisoformat(unsent["completed_at"]) - datetime.fromisoformat(unsent["created_at"])
+    assert took <= round(run_took.total_seconds(), 1) + 0.1, took
+    watched.assert_clean(base_url)
+
+
+ECHO = '''
+def echo(word: str) -> str:
+    """Say a word back.
+
+    Args:
+        word: The word.
+    """
+    return word
+'''
+
+
+def _by_id(agent: dict[str, Any]) -> str:
+    return str(agent["id"])
 
 
 @pytest.fixture

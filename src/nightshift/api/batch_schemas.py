@@ -191,6 +191,8 @@ class BatchRunPublic(BaseModel):
                         "duplicates": list(b.duplicates),
                         "created_at": b.created_at,
                         "ended_at": b.ended_at,
+                        # Its last change of status: when it was applied or cancelled, once it is.
+                        "updated_at": b.updated_at,
                     }
                     for b in view.batches
                 ],

@@ -113,7 +113,7 @@ const actions = {
   async toggleAgent(agentId) {
     state.openAgent = state.openAgent === agentId ? null : agentId;
     render();
-    if (state.openAgent && !state.agentDetails.has(agentId)) {
+    if (state.openAgent && !state.agentDetails.has(agentId) && !deletedAgent(agentId)) {
       const mine = navigation;
       try {
         const details = await loadAgent(state.route.runId, agentId);
@@ -132,7 +132,7 @@ async function loadList() {
   const runs = await getJson("/v1/messages/batches", {
     order: "desc",
     limit: state.limit,
-    status: FILTERS[state.filter].statuses,
+    ...FILTERS[state.filter].params,
   });
   return () => {
     state.runs = runs;
@@ -169,7 +169,7 @@ async function loadRunAgents(runId, count) {
 
 async function loadRun(runId) {
   const path = `/v1/messages/batches/${encodeURIComponent(runId)}`;
-  const agentId = state.openAgent;
+  const agentId = deletedAgent(state.openAgent) ? null : state.openAgent;
   const wanted = state.agentsShown;
   const run = await getJson(path);
   // A provider batch can stay in progress for hours: while nothing moves, the messages (up to a
@@ -196,6 +196,11 @@ async function loadRun(runId) {
     }
     if (details) state.agentDetails.set(agentId, details);
   };
+}
+
+/** Whether the run view lists this agent as deleted: there is nothing of it left to load. */
+function deletedAgent(agentId) {
+  return Boolean(agentId && state.runAgents?.some((a) => a.agent_id === agentId && a.agent_deleted));
 }
 
 /** The agent (with its memory blocks) and its latest messages in the run, oldest first. */

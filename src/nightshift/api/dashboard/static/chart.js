@@ -1,7 +1,7 @@
 // A run's cost and throughput per step, as two small bar charts drawn in inline SVG.
 
 import { formatDuration, formatInt, formatUsd, h, parseTime } from "./format.js";
-import { shownStep, usageParts } from "./parts.js";
+import { batchEnd, batchOpen, shownStep, usageParts } from "./parts.js";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const WIDTH = 420;
@@ -23,7 +23,8 @@ function svg(tag, attrs = {}, ...children) {
 
 /**
  * The run's steps (provider batches of the same step number together): cost, tokens, requests
- * that ended, and the time from the first batch's creation to the last one's end (or now).
+ * that ended, and the time from the first batch's creation to the last one's end (or now, while
+ * it goes on; never past the run's end).
  */
 export function stepsOf(run, now = Date.now()) {
   const steps = new Map();
@@ -40,10 +41,9 @@ export function stepsOf(run, now = Date.now()) {
       if (name !== "processing") step.requests += count || 0;
     }
     const start = parseTime(batch.created_at)?.getTime() ?? now;
-    const ended = parseTime(batch.ended_at)?.getTime();
     step.start = Math.min(step.start, start);
-    step.end = Math.max(step.end, ended ?? now);
-    step.open = step.open || !ended;
+    step.end = Math.max(step.end, batchEnd(run, batch, now));
+    step.open = step.open || batchOpen(run, batch);
   }
   return [...steps.values()]
     .sort((a, b) => a.number - b.number)

@@ -1,6 +1,6 @@
 // Pieces both views use: status badges, the agents progress bar, token and cost summaries.
 
-import { formatCompact, formatInt, formatUsd, h } from "./format.js";
+import { formatCompact, formatInt, formatUsd, h, parseTime } from "./format.js";
 
 export const ACTIVE = new Set(["created", "running"]);
 
@@ -21,9 +21,57 @@ export function agentCounts(run) {
     cancelled: agents.cancelled || 0,
   };
   counts.total = counts.running + counts.finished + counts.failed + counts.cancelled;
-  counts.done = counts.finished + counts.failed;
-  counts.percent = counts.total ? Math.round((100 * counts.done) / counts.total) : 0;
+  // Done is finished: an agent that failed or was cancelled did not do its work.
+  counts.done = counts.finished;
+  counts.percent = counts.total ? Math.floor((100 * counts.done) / counts.total) : 0;
   return counts;
+}
+
+/**
+ * The run's status as people read it. Letta's statuses stay as they are in the API, where a run
+ * is "completed" when some agent finished; here a completed run with failed agents says how many
+ * of how many failed.
+ */
+export function runStatusText(run) {
+  const counts = agentCounts(run);
+  if (run.status === "completed" && counts.failed) {
+    return `completed, ${formatInt(counts.failed)} of ${formatInt(counts.total)} failed`;
+  }
+  return run.status;
+}
+
+/** The run's status badge: amber, not green, for a completed run with failed agents. */
+export function runBadge(run, extra = "") {
+  const partly = run.status === "completed" && agentCounts(run).failed > 0;
+  return h(
+    "span",
+    { class: `badge badge-${partly ? "partly" : run.status} ${extra}`.trim(), dataset: { status: run.status } },
+    runStatusText(run),
+  );
+}
+
+const FINAL_BATCH = new Set(["applied", "cancelled"]);
+
+/** Whether a provider batch never reached its provider and never will (refused, or nothing to send). */
+export function neverSubmitted(batch) {
+  return !batch.provider_batch_id && !["created", "cancelling"].includes(batch.status);
+}
+
+/**
+ * When a provider batch ended, in ms: when the provider ended it; else, once it is applied or
+ * cancelled, when it was; else when its run ended; else it goes on (now). A duration never runs on
+ * past the end of its run.
+ */
+export function batchEnd(run, batch, now = Date.now()) {
+  const ended = parseTime(batch.ended_at) ?? (FINAL_BATCH.has(batch.status) ? parseTime(batch.updated_at) : null);
+  if (ended) return ended.getTime();
+  if (!isActive(run)) return parseTime(run.completed_at ?? run.updated_at)?.getTime() ?? now;
+  return now;
+}
+
+/** Whether a provider batch is still going on: not ended, in a run that is still going on. */
+export function batchOpen(run, batch) {
+  return !batch.ended_at && !FINAL_BATCH.has(batch.status) && isActive(run);
 }
 
 /** Finished, failed and cancelled agents as segments of one bar; what is left is still running. */
@@ -37,7 +85,7 @@ export function progressBar(counts) {
       "aria-valuemin": 0,
       "aria-valuemax": 100,
       "aria-valuenow": counts.percent,
-      "aria-label": `${counts.done} of ${counts.total} agents done`,
+      "aria-label": `${counts.done} of ${counts.total} agents finished`,
     },
     h("span", { class: "bar-finished", style: `width: ${share(counts.finished)}` }),
     h("span", { class: "bar-failed", style: `width: ${share(counts.failed)}` }),
@@ -111,13 +159,14 @@ export function metadataTexts(run) {
     .map(([key, value]) => `${key}: ${typeof value === "string" ? value : JSON.stringify(value)}`);
 }
 
-/** An agent shown by its name, with its id beside it (smaller) to copy. */
-export function agentLabel(name, id) {
+/** An agent shown by its name, with its id beside it (smaller) to copy; marked if it was deleted. */
+export function agentLabel(name, id, deleted = false) {
   return h(
     "span",
     { class: "agent-label" },
     name ? h("span", { class: "agent-name" }, name) : null,
     h("span", { class: `mono agent-id${name ? " muted small" : ""}` }, id),
+    deleted ? h("span", { class: "agent-deleted", title: "This agent was deleted since" }, "deleted") : null,
   );
 }
 

@@ -17,10 +17,14 @@ import {
   agentCounts,
   agentLabel,
   badge,
+  batchEnd,
+  batchOpen,
   isActive,
   memoryBlocks,
   metadataTexts,
+  neverSubmitted,
   progressBar,
+  runBadge,
   runName,
   shownStep,
   stepOf,
@@ -87,7 +91,7 @@ function title(state, run, actions) {
         {},
         name ? h("span", { class: "run-name" }, name) : null,
         h("span", { class: `mono run-title${name ? " run-title-small" : ""}` }, run.id),
-        badge(run.status, "badge-large"),
+        runBadge(run, "badge-large"),
       ),
       cancelButton(state, run, actions),
     ),
@@ -117,9 +121,10 @@ function cards(run) {
   return h(
     "div",
     { class: "cards" },
+    // Done counts the agents that finished: failed and cancelled ones show in the bar, not here.
     card("Agents done", `${counts.percent}%`, progressBar(counts), h("div", { class: "legends" }, legend)),
     card(
-      "Current step",
+      isActive(run) ? "Current step" : "Last step",
       String(stepOf(run)),
       h("div", { class: "muted" }, `${batches.length} provider ${batches.length === 1 ? "batch" : "batches"}`),
     ),
@@ -181,7 +186,7 @@ function failures(run) {
             h(
               "tr",
               {},
-              h("td", {}, agentLabel(f.agent_name, f.agent_id)),
+              h("td", {}, agentLabel(f.agent_name, f.agent_id, f.agent_deleted)),
               h("td", { class: "num" }, String(shownStep(f.step_number))),
               h("td", {}, badge(f.request_status)),
               h("td", { class: "error-text" }, f.error || ""),
@@ -229,14 +234,15 @@ function timeline(run) {
   }
   const now = Date.now();
   const starts = batches.map((b) => parseTime(b.created_at)?.getTime() ?? now);
-  const ends = batches.map((b) => parseTime(b.ended_at)?.getTime() ?? now);
+  const ends = batches.map((b) => batchEnd(run, b, now));
   const runStart = Math.min(parseTime(run.created_at)?.getTime() ?? now, ...starts);
   const runEnd = Math.max(parseTime(run.completed_at)?.getTime() ?? 0, ...ends, runStart + 1);
   const span = runEnd - runStart;
   const rows = batches.map((b, i) => {
     const left = (100 * (starts[i] - runStart)) / span;
     const width = Math.max(0.8, (100 * (ends[i] - starts[i])) / span);
-    const open = !b.ended_at;
+    const open = batchOpen(run, b);
+    const unsent = neverSubmitted(b);
     return h(
       "tr",
       { class: "batch-row", dataset: { batchId: b.id, status: b.status } },
@@ -245,12 +251,19 @@ function timeline(run) {
         "td",
         {},
         h("div", {}, b.provider),
-        h("div", { class: "mono muted small", title: b.id }, b.provider_batch_id || "not submitted yet"),
+        h(
+          "div",
+          { class: "mono muted small", title: b.id },
+          b.provider_batch_id || (unsent ? "never submitted" : "not submitted yet"),
+        ),
       ),
       h(
         "td",
         {},
-        badge(b.status),
+        // Applied or not, a batch the provider never had did nothing there: it says so instead.
+        unsent && b.status !== "cancelled"
+          ? h("span", { class: "badge badge-unsent", dataset: { status: b.status } }, "not submitted")
+          : badge(b.status),
         b.provider_status ? h("div", { class: "muted small" }, `provider: ${b.provider_status}`) : null,
         b.error ? h("div", { class: "error-text small" }, b.error) : null,
       ),
@@ -259,7 +272,7 @@ function timeline(run) {
       h(
         "td",
         { title: fullTime(parseTime(b.ended_at)) },
-        open ? h("span", { class: "muted" }, "—") : formatClock(parseTime(b.ended_at)),
+        b.ended_at ? formatClock(parseTime(b.ended_at)) : h("span", { class: "muted" }, "—"),
       ),
       h(
         "td",
@@ -386,7 +399,7 @@ function agentRow(state, agent, group, actions) {
       h(
         "span",
         { class: "agent-line" },
-        agentLabel(agent.agent_name, agent.agent_id),
+        agentLabel(agent.agent_name, agent.agent_id, agent.agent_deleted),
         badge(agent.state),
         h("span", { class: "muted small agent-step" }, `step ${shownStep(agent.step_number)}`),
         h("span", { class: "muted small agent-cost" }, formatUsd(agent.cost_usd)),
@@ -397,7 +410,10 @@ function agentRow(state, agent, group, actions) {
   );
   return h(
     "div",
-    { class: `agent${open ? " agent-open" : ""}`, dataset: { agentId: agent.agent_id, state: agent.state } },
+    {
+      class: `agent${open ? " agent-open" : ""}${agent.agent_deleted ? " agent-gone" : ""}`,
+      dataset: { agentId: agent.agent_id, state: agent.state, deleted: agent.agent_deleted ? "true" : "false" },
+    },
     head,
     open ? agentPanel(state.agentDetails.get(agent.agent_id), agent) : null,
   );
@@ -411,6 +427,14 @@ function preview(agent, last) {
       { class: "preview preview-failed" },
       h("span", { class: "preview-label" }, `failed at step ${shownStep(agent.step_number)}`),
       ` ${why}`,
+    );
+  }
+  if (agent.agent_deleted && !last) {
+    return h(
+      "span",
+      { class: "preview preview-deleted" },
+      h("span", { class: "preview-label" }, "deleted"),
+      agent.error ? ` ${agent.error}` : " its messages went with it",
     );
   }
   if (!last) return h("span", { class: "preview muted" }, "no messages");
@@ -441,6 +465,7 @@ function spendItem(label, value, title) {
 }
 
 function agentPanel(details, summary) {
+  if (summary.agent_deleted) return deletedAgentPanel(summary);
   if (!details) return h("div", { class: "agent-panel muted" }, "Loading agent…");
   if (details.error)
     return h("div", { class: "agent-panel error-text" }, `Could not load this agent: ${details.error}`);
@@ -481,6 +506,33 @@ function agentPanel(details, summary) {
           ? h("ol", { class: "transcript" }, details.messages.map(transcriptLine))
           : h("p", { class: "muted" }, "No messages."),
       ),
+    ),
+  );
+}
+
+/** A deleted agent: what it did in this run stays; its memory and messages went with it. */
+function deletedAgentPanel(summary) {
+  return h(
+    "div",
+    { class: "agent-panel" },
+    h(
+      "div",
+      { class: "agent-title" },
+      h("strong", {}, summary.agent_name || summary.agent_id),
+      h("span", { class: "muted" }, " · deleted"),
+    ),
+    agentSpend(summary),
+    summary.state === "failed"
+      ? h(
+          "p",
+          { class: "error-text agent-failure" },
+          `Failed at step ${shownStep(summary.step_number)}: ${summary.error || "no reason given"}`,
+        )
+      : null,
+    h(
+      "p",
+      { class: "muted agent-deleted-note" },
+      "This agent was deleted: its memory and messages went with it. What it did in this run stays.",
     ),
   );
 }

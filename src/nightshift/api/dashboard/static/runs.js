@@ -3,23 +3,25 @@
 import { formatAgo, formatClock, formatDuration, formatInt, fullTime, h, icon, parseTime } from "./format.js";
 import {
   agentCounts,
-  badge,
   costCell,
   isActive,
   metadataTexts,
   progressBar,
   progressLabel,
+  runBadge,
   runName,
   stepOf,
   tokensCell,
 } from "./parts.js";
 
+// Each filter's query to GET /v1/messages/batches. "Failed" finds runs that failed and completed
+// runs in which some agent failed (the API's has_failures); the statuses are Letta's.
 export const FILTERS = {
-  all: { label: "All", statuses: null },
-  active: { label: "Active", statuses: ["created", "running"] },
-  completed: { label: "Completed", statuses: ["completed"] },
-  failed: { label: "Failed", statuses: ["failed"] },
-  cancelled: { label: "Cancelled", statuses: ["cancelled"] },
+  all: { label: "All", params: {} },
+  active: { label: "Active", params: { status: ["created", "running"] } },
+  completed: { label: "Completed", params: { status: ["completed"] } },
+  failed: { label: "Failed", params: { has_failures: true } },
+  cancelled: { label: "Cancelled", params: { status: ["cancelled"] } },
 };
 
 export function renderRuns(state, actions) {
@@ -128,7 +130,7 @@ function row(run, actions) {
       h("a", { class: `mono run-id${name ? " muted small" : ""}`, href }, run.id),
       metadata ? h("div", { class: "muted small run-metadata" }, metadata) : null,
     ),
-    h("td", {}, badge(run.status)),
+    h("td", {}, runBadge(run)),
     h("td", { class: "col-progress" }, progressBar(counts), progressLabel(counts)),
     h(
       "td",
