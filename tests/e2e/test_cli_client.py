@@ -267,7 +267,8 @@ def test_steps_count_from_1_as_in_the_dashboard_and_the_demo(server: str, emulat
     run = api.get(f"/v1/messages/batches/{run_id}").json()
     # Ada calls check_stock, then answers: the API's steps 0 and 1 are steps 1 and 2.
     assert run["progress"]["step"] == 1
-    assert f"{run_id}: completed, step 2, 4/4 agents done" in watched.stderr  # the last progress line
+    # The last progress line: completed, but not all well; done counts the agents that finished.
+    assert f"{run_id}: completed, 1 of 4 failed, step 2, 3/4 agents done" in watched.stderr
     assert "│ steps            │ 2 " in watched.stdout
     # Tess failed in her first step (the API's step_number 0), shown by name.
     (failure,) = run["progress"]["failures"]
@@ -276,6 +277,39 @@ def test_steps_count_from_1_as_in_the_dashboard_and_the_demo(server: str, emulat
     assert row.split("│")[2].strip() == "1", row
     (listed,) = [line for line in cli("batch", "list", server=server).stdout.splitlines() if run_id in line]
     assert listed.split("│")[6].strip() == "2", listed
+    assert listed.split("│")[2].strip() == "completed, 1 of 4 failed", listed
+    assert listed.split("│")[4].strip() == "3/4", listed
+    assert "│ status           │ completed, 1 of 4 failed" in watched.stdout
+
+
+def test_the_failed_filter_lists_completed_runs_with_failed_agents(
+    server: str, emulator: str, api: httpx.Client
+) -> None:
+    create_examples(server)
+    agents = {a["name"]: a["id"] for a in api.get("/v1/agents/").json()}
+    clean = run_id_of(cli("batch", "submit", str(REQUESTS_FILE), "--watch", *WATCH, server=server))
+    configure_emulator(emulator, errors={agents["tess-maths-tutor"]: "invalid_request_error"})
+    mixed = run_id_of(cli("batch", "submit", str(REQUESTS_FILE), server=server))
+    assert cli("batch", "watch", mixed, *WATCH, server=server).exit_code == 0
+    assert api.get(f"/v1/messages/batches/{mixed}").json()["status"] == "completed"
+
+    failed = cli("batch", "list", "--failed", server=server)
+
+    assert failed.exit_code == 0, failed.output
+    (listed,) = [line for line in failed.stdout.splitlines() if "batch-" in line]
+    assert listed.split("│")[1].strip() == mixed and "completed, 1 of 4 failed" in listed, failed.stdout
+    assert clean not in failed.stdout
+    # With a status too: none of the cancelled runs had failures.
+    none = cli("batch", "list", "--failed", "--status", "cancelled", server=server)
+    assert none.exit_code == 0 and "no batch runs with status cancelled with failures" in none.stderr
+
+    # Its failed agent deleted since: the run's record stays, the agent marked deleted.
+    assert api.delete(f"/v1/agents/{agents['tess-maths-tutor']}").status_code == 200
+    watched = cli("batch", "watch", mixed, *WATCH, server=server)
+    assert watched.exit_code == 0, watched.output
+    assert "│ status           │ completed, 1 of 4 failed" in watched.stdout
+    (row,) = [line for line in watched.stdout.splitlines() if "tess-maths-tutor" in line]
+    assert "tess-maths-tutor (deleted)" in row, row
 
 
 def test_watch_gives_up_at_its_timeout(server: str, emulator: str) -> None:

@@ -123,16 +123,29 @@ def list_runs(
         list[RunStatus] | None,
         typer.Option("--status", "-s", help="Only runs with this status (repeat for several)", show_default=False),
     ] = None,
+    failed: Annotated[
+        bool,
+        typer.Option(
+            "--failed",
+            help="Only runs that failed or in which some agent failed (a completed run with failed agents too)",
+        ),
+    ] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many runs")] = 20,
     server: ServerOption = DEFAULT_SERVER,
     api_key: ApiKeyOption = None,
 ) -> None:
-    """List batch runs, newest first: status, agents done, failures, step and cost."""
+    """List batch runs, newest first: status, agents done (finished), failures, step and cost.
+
+    A completed run in which agents failed shows as "completed, 3 of 20 failed".
+    """
     with reported_errors(), ServerClient(server, api_key) as client:
         statuses = [s.value for s in status] if status else None
-        runs = client.get("/v1/messages/batches", status=statuses, limit=limit, order="desc")
+        only_failed = {"has_failures": "true"} if failed else {}
+        runs = client.get("/v1/messages/batches", status=statuses, limit=limit, order="desc", **only_failed)
     if not runs:
-        stderr().print("no batch runs" + (f" with status {', '.join(statuses)}" if statuses else ""), markup=False)
+        which = [f"with status {', '.join(statuses)}"] if statuses else []
+        which += ["with failures"] if failed else []
+        stderr().print(" ".join(["no batch runs", *which]), markup=False)
         return
     stdout().print(views.runs_table(runs))
 

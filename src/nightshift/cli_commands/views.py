@@ -24,6 +24,8 @@ STATUS_STYLE = {
     RunStatus.FAILED: "red",
     RunStatus.CANCELLED: "magenta",
 }
+# A completed run in which some agents failed: done, but not all well.
+PARTLY_STYLE = "yellow"
 
 
 def agents_table(agents: Sequence[Mapping[str, Any]], *, title: str | None = None) -> Table:
@@ -41,7 +43,7 @@ def agents_table(agents: Sequence[Mapping[str, Any]], *, title: str | None = Non
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
-    """Batch runs: id, status, when, agents done, step and cost."""
+    """Batch runs: id, status, when, agents done (finished), failed, step and cost."""
     table = Table()
     table.add_column("id", no_wrap=True)
     table.add_column("status")
@@ -55,7 +57,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
         done, total = agents_done(counts)
         table.add_row(
             run["id"],
-            status_text(run["status"]),
+            run_status_text(run),
             _local(run["created_at"]),
             f"{done}/{total}",
             str(counts.get("failed", 0)),
@@ -74,7 +76,7 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
     table = Table(title=f"batch run {run['id']}", title_justify="left", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
-    table.add_row("status", status_text(run["status"]))
+    table.add_row("status", run_status_text(run))
     table.add_row("agents", f"{total} ({agent_counts(counts)})")
     table.add_row("steps", str(_steps(run)))
     table.add_row("provider batches", str(len(progress.get("provider_batches", []))))
@@ -94,6 +96,8 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
     failed.add_column("error")
     for failure in failures[:20]:
         agent = failure.get("agent_name") or failure["agent_id"]
+        if failure.get("agent_deleted"):
+            agent += " (deleted)"
         failed.add_row(agent, str(shown_step(failure["step_number"])), failure.get("error") or "")
     rows: list[RenderableType] = [table, failed]
     if len(failures) > 20:
@@ -106,7 +110,7 @@ def progress_line(run: Mapping[str, Any]) -> str:
     progress = run["progress"]
     done, total = agents_done(progress["agents"])
     return (
-        f"{run['id']}: {run['status']}, step {shown_step(progress['step'])}, {done}/{total} agents done "
+        f"{run['id']}: {run_status(run)}, step {shown_step(progress['step'])}, {done}/{total} agents done "
         f"({agent_counts(progress['agents'])}), cost {money(progress['cost_usd'])}"
     )
 
@@ -203,6 +207,24 @@ def shown_step(step_number: int) -> int:
     return step_number + 1
 
 
+def run_status(run: Mapping[str, Any]) -> str:
+    """The run's status as people read it: Letta's status, which the API keeps (a run is completed
+    when some agent finished), and for a completed run with failed agents, how many of how many
+    failed: "completed, 3 of 20 failed"."""
+    counts = run["progress"]["agents"]
+    failed = counts.get("failed", 0)
+    if run["status"] == RunStatus.COMPLETED.value and failed:
+        _, total = agents_done(counts)
+        return f"completed, {failed} of {total} failed"
+    return str(run["status"])
+
+
+def run_status_text(run: Mapping[str, Any]) -> Text:
+    """``run_status`` in its colour: yellow, not green, for a completed run with failed agents."""
+    shown = run_status(run)
+    return status_text(run["status"]) if shown == run["status"] else Text(shown, style=PARTLY_STYLE)
+
+
 def status_text(status: str) -> Text:
     try:
         style = STATUS_STYLE[RunStatus(status)]
@@ -212,9 +234,11 @@ def status_text(status: str) -> Text:
 
 
 def agents_done(counts: Mapping[str, int]) -> tuple[int, int]:
-    """(agents that stopped, all agents of the run) from ``progress.agents``."""
-    done = counts.get("finished", 0) + counts.get("failed", 0) + counts.get("cancelled", 0)
-    return done, done + counts.get("running", 0)
+    """(agents that finished, all agents of the run) from ``progress.agents``: an agent that failed
+    or was cancelled is not done, so a run is 100% done only when every agent finished."""
+    finished = counts.get("finished", 0)
+    total = finished + sum(counts.get(k, 0) for k in ("failed", "cancelled", "running"))
+    return finished, total
 
 
 def agent_counts(counts: Mapping[str, int]) -> str:

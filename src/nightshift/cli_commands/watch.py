@@ -1,6 +1,6 @@
 """``batch watch``: poll a run until it is final, with live progress bars on a terminal.
 
-On a terminal the progress (agents done out of all, finished / failed counts, the step, tokens,
+On a terminal the progress (agents done (finished) out of all, finished / failed counts, the step, tokens,
 cost against the non-batch cost, and what the batch and the prompt cache saved) is redrawn in
 place; into a pipe or a file one line is written each time the progress changes. A server that
 stops answering for a while (a restart) is waited for, up to ``UNREACHABLE_GRACE`` seconds; an
@@ -95,7 +95,7 @@ class _LiveProgress:
         done, total = views.agents_done(counts)
         detail = (
             f"[green]{counts.get('finished', 0)} finished[/] · [red]{counts.get('failed', 0)} failed[/]"
-            f" · {counts.get('cancelled', 0)} cancelled · {run['status']}"
+            f" · {counts.get('cancelled', 0)} cancelled · {views.run_status(run)}"
         )
         self.progress.update(self.task, completed=done, total=total or None, detail=detail)
         return Group(self.progress, views.stats_text(run))
