@@ -406,11 +406,9 @@ async def test_a_run_says_what_happened_after_failures_and_deleted_agents(
     await admin.configure(errors={bad["id"]: "invalid_request_error"})
     clean = await runs.wait((await runs.start([{"agent_id": ok["id"], "input": "hi"}]))["id"])
     mixed = await runs.wait(
-        (
-            await runs.start(
-                [{"agent_id": a["id"], "input": "hi"} for a in (ok, bad, gone)], metadata={"name": "mixed"}
-            )
-        )["id"]
+        (await runs.start([{"agent_id": a["id"], "input": "hi"} for a in (ok, bad, gone)], metadata={"name": "mixed"}))[
+            "id"
+        ]
     )
     assert (clean["status"], mixed["status"]) == ("completed", "completed")
     assert mixed["progress"]["agents"] == {"running": 0, "finished": 2, "failed": 1, "cancelled": 0}
@@ -419,7 +417,8 @@ async def test_a_run_says_what_happened_after_failures_and_deleted_agents(
     unsendable = await runs.agent("unsendable", tool_ids=[echo["id"]])
     # Stored before the API checked schemas (or changed in the database): it cannot be offered.
     async with opened(db_url) as engine, engine.begin() as conn:
-        await conn.execute(update(tools).where(tools.c.id == echo["id"]).values(json_schema={"parameters": "x", "name": 5}))
+        unusable = {"parameters": "x", "name": 5}
+        await conn.execute(update(tools).where(tools.c.id == echo["id"]).values(json_schema=unusable))
     unsent = await runs.wait((await runs.start([{"agent_id": unsendable["id"], "input": "hi"}]))["id"])
     assert unsent["status"] == "failed"
     (never,) = unsent["progress"]["provider_batches"]

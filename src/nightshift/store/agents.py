@@ -333,9 +333,7 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, now: d
     own_blocks = list(await conn.scalars(select(agent_blocks.c.block_id).where(agent_blocks.c.agent_id == agent_id)))
     # An id seen deleted before (an agent file imported again with its ids) holds the latest name.
     await conn.execute(delete(deleted_agents).where(deleted_agents.c.id == agent_id))
-    await conn.execute(
-        insert(deleted_agents).values(id=agent_id, organization_id=org_id, name=name, deleted_at=now)
-    )
+    await conn.execute(insert(deleted_agents).values(id=agent_id, organization_id=org_id, name=name, deleted_at=now))
     await conn.execute(delete(agents).where(agents.c.organization_id == org_id, agents.c.id == agent_id))
     if own_blocks:
         still_used = select(agent_blocks.c.block_id).where(agent_blocks.c.block_id.in_(own_blocks))

@@ -86,7 +86,8 @@ async def test_an_agent_deleted_during_its_step_is_cancelled_there_and_the_run_g
     done = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
     assert done["status"] == "completed", done
     assert done["progress"]["agents"] == {"running": 0, "finished": 1, "failed": 0, "cancelled": 1}
-    agents = {a["agent_name"]: a for a in (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]}
+    listed = (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
+    agents = {a["agent_name"]: a for a in listed}
     assert agents["goes"]["state"] == "cancelled" and agents["goes"]["agent_deleted"] is True
     assert agents["goes"]["error"] == "the agent was deleted"
     assert agents["stays"]["state"] == "finished" and agents["stays"]["agent_deleted"] is False
