@@ -288,6 +288,7 @@ async def agents_of_run(
             for key, value in (item.usage or {}).items():
                 usage[key] = usage.get(key, 0) + value
         state = "running" if last.step_status is StepStatus.PAUSED else (last.outcome or ItemOutcome.FINISHED).value
+        stopped_by_deletion = agent.agent_deleted and last.outcome is ItemOutcome.CANCELLED
         out.append(
             AgentInRun(
                 agent_id=agent.agent_id,
@@ -298,8 +299,8 @@ async def agents_of_run(
                 step_number=last.step_state.step_number,
                 usage=usage,
                 cost=sum((item.cost for item in items), Costs()),
-                # A deleted agent's step was cancelled with the reason: it tells why it stopped.
-                error=last.error if last.outcome is ItemOutcome.FAILED or agent.agent_deleted else None,
+                # A step cancelled by the agent's deletion holds the reason: it tells why it stopped.
+                error=last.error if last.outcome is ItemOutcome.FAILED or stopped_by_deletion else None,
                 agent_deleted=agent.agent_deleted,
             )
         )
