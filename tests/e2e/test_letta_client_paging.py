@@ -8,8 +8,9 @@ no ``before``, else ``before=<the page's first id>``; it stops at an empty page.
 (``core/pagination.js``, ``ArrayPage.nextPageRequestOptions`` and
 ``ObjectPage.nextPageRequestOptions``: ``before`` present in the query means backwards) send the
 same requests; they cannot be installed beside 1.7.0, so :func:`replay` sends those requests
-over plain HTTP. Letta documents the cursors as ids "in the specified sort order", which is what
-makes these walks end with every item seen once.
+over plain HTTP (1.12.1 has no ``batches`` resource: the batch lists are walked by 1.7.0 and by
+the same requests). Letta documents the cursors as ids "in the specified sort order", which is
+what makes these walks end with every item seen once.
 
 A real server (uvicorn in a thread) on SQLite and PostgreSQL, the emulator behind it.
 """

@@ -218,8 +218,8 @@ async def list_agent_messages(
     agent_id: str,
     conn: ReadConn,
     org: Org,
-    before: Annotated[str | None, Query()] = None,
-    after: Annotated[str | None, Query()] = None,
+    before: Annotated[str | None, Query(description="A message id: the messages before it in the sort order")] = None,
+    after: Annotated[str | None, Query(description="A message id: the messages after it in the sort order")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
 ) -> list[dict[str, Any]]:
