@@ -57,7 +57,7 @@ def window(agent: Any) -> list[str]:
     return list(agent.message_ids)
 
 
-def test_message_cursors_are_times_whatever_the_order(letta: Letta) -> None:
+def test_message_cursors_follow_the_sort_order(letta: Letta) -> None:
     agent = letta.agents.create(
         name="talker",
         model=MODEL,
@@ -70,24 +70,34 @@ def test_message_cursors_are_times_whatever_the_order(letta: Letta) -> None:
     newest_first = ids(letta.agents.messages.list(agent.id))
     assert newest_first == oldest_first[::-1]
     middle = oldest_first[3]
-    # after: newer messages; before: older ones; order only sorts them.
+    # As Letta documents them: after and before are "in the specified sort order".
     assert ids(letta.agents.messages.list(agent.id, after=middle, order="asc")) == oldest_first[4:]
-    assert ids(letta.agents.messages.list(agent.id, after=middle, order="desc")) == oldest_first[4:][::-1]
+    assert ids(letta.agents.messages.list(agent.id, after=middle, order="desc")) == oldest_first[:3][::-1]
     assert ids(letta.agents.messages.list(agent.id, before=middle, order="asc")) == oldest_first[:3]
-    assert ids(letta.agents.messages.list(agent.id, before=middle, order="desc")) == oldest_first[:3][::-1]
+    assert ids(letta.agents.messages.list(agent.id, before=middle, order="desc")) == oldest_first[4:][::-1]
     assert (
         ids(letta.agents.messages.list(agent.id, after=oldest_first[1], before=oldest_first[5], order="asc"))
         == (oldest_first[2:5])
     )
-    # limit keeps the first of the order: the newest with desc, the oldest with asc.
-    assert ids(letta.agents.messages.list(agent.id, after=oldest_first[0], limit=2)) == oldest_first[-1:-3:-1]
+    assert (
+        ids(letta.agents.messages.list(agent.id, after=oldest_first[5], before=oldest_first[1], order="desc"))
+        == (oldest_first[2:5][::-1])
+    )
+    # limit keeps the first of the page's order, next to the cursor.
+    assert ids(letta.agents.messages.list(agent.id, after=oldest_first[-1], limit=2)) == oldest_first[-2:-4:-1]
     assert ids(letta.agents.messages.list(agent.id, after=oldest_first[0], limit=2, order="asc")) == oldest_first[1:3]
+    # before: the messages nearest the cursor, shown in the page's order.
+    assert (
+        ids(letta.agents.messages.list(agent.id, before=oldest_first[-1], limit=2, order="asc"))
+        == (oldest_first[-3:-1])
+    )
+    assert ids(letta.agents.messages.list(agent.id, before=oldest_first[0], limit=2)) == oldest_first[2:0:-1]
     # Walking back from the newest, a page at a time, as a chat view does.
     seen: list[str] = []
     page = letta.agents.messages.list(agent.id, limit=3)
     while page.items:
         seen += ids(page)
-        page = letta.agents.messages.list(agent.id, limit=3, before=seen[-1])
+        page = letta.agents.messages.list(agent.id, limit=3, after=seen[-1])
     assert seen == newest_first
 
 
@@ -150,6 +160,9 @@ def test_tags_are_listed_alphabetically_with_cursors(letta: Letta) -> None:
     assert lower == ["alpha", "beta", "zeta"]
     assert letta.tags.list(order="desc")[0] == everything[-1]
     assert letta.tags.list(after="alpha", limit=1) == [everything[everything.index("alpha") + 1]]
+    # before: the tags just before the cursor in the listing's order, as with the other lists.
+    assert letta.tags.list(before=everything[-1], limit=2) == everything[-3:-1]
+    assert letta.tags.list(before=everything[0], limit=2, order="desc") == everything[2:0:-1]
     assert letta.tags.list(name="ET") == ["beta", "zeta"]
     assert letta.tags.list(query_text="mix") == ["Mixed"]
 

@@ -270,7 +270,7 @@ async def test_listing_messages_tags_and_agents_and_the_context_cost_the_same_st
             assert made.status_code == 200, made.text
         read[size] = {}
         queries = {
-            "messages": (f"/v1/agents/{agent['id']}/messages", {"after": agent["message_ids"][0]}),
+            "messages": (f"/v1/agents/{agent['id']}/messages", {"after": agent["message_ids"][0], "order": "asc"}),
             "tags": ("/v1/tags/", {"limit": 1000}),
             "agents": ("/v1/agents/", {"query_text": f"tagged-{size}-", "limit": 1000}),
             "context": (f"/v1/agents/{agent['id']}/context", {}),

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 from nightshift.api.input import Body
+from nightshift.batch.steps import refuse_repeated_agents
 from nightshift.domain.batches import Costs, ItemOutcome
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.services.runs import AgentInRun, RunView
@@ -120,6 +121,25 @@ class BatchCreate(Body):
     requests: list[BatchRequestBody]
     callback_url: HttpUrl | None = None
     metadata: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _each_agent_once(cls, data: Any) -> Any:
+        """Refuse an agent named twice before the requests are read one by one.
+
+        Validating, checking and copying tens of thousands of requests (and handing them to the
+        poller process, which would refuse them) is most of the work such a body costs, while a
+        repeated agent id is found in the parsed JSON in one pass over the ids. The error is the
+        one ``create_run`` raises:
+        ``InvalidInput``, which pydantic lets through (it wraps only ``ValueError``), answered
+        as a 422 that names the agents. Anything malformed is left to the validation that follows.
+        """
+        requests = data.get("requests") if isinstance(data, dict) else None
+        if isinstance(requests, list):
+            refuse_repeated_agents(
+                r["agent_id"] for r in requests if isinstance(r, dict) and isinstance(r.get("agent_id"), str)
+            )
+        return data
 
 
 class BatchRunPublic(BaseModel):

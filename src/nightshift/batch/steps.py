@@ -10,7 +10,7 @@ written here, so that a crash in between only delays the submission.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -99,6 +99,16 @@ class RunRequest:
         )
 
 
+def refuse_repeated_agents(agent_ids: Iterable[str]) -> None:
+    """Raise ``InvalidInput`` naming the agents (ten at most) that ``agent_ids`` holds more than once.
+
+    Also checked as a run's body arrives (``api.batch_schemas``), before its requests are read.
+    """
+    repeated = sorted(i for i, n in Counter(agent_ids).items() if n > 1)
+    if repeated:
+        raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
+
+
 async def create_run(
     conn: AsyncConnection,
     org_id: str,
@@ -128,9 +138,7 @@ async def create_run(
     if not requests:
         raise InvalidInput("requests must hold at least one request", field="requests")
     ids = [r.agent_id for r in requests]
-    repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
-    if repeated:
-        raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
+    refuse_repeated_agents(ids)
     turns = [[m if isinstance(m, UserInput) else UserInput(text=m) for m in r.messages] for r in requests]
     size = sum(len(t.text.encode()) + sum(len(i.data or i.url or "") for i in t.images) for ts in turns for t in ts)
     if size > MAX_INPUT_BYTES:

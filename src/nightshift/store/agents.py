@@ -399,8 +399,9 @@ async def list_tags(
     containing: str | None,
 ) -> list[str]:
     """A page of the distinct tags of the organization's agents, in alphabetical order (or reversed), in
-    one statement. ``after`` / ``before`` are tags, taken in the listing's order; ``containing``
-    keeps the tags holding that text, in any case."""
+    one statement. ``after`` / ``before`` are tags, taken in the listing's order (``before``
+    alone: the ``limit`` tags just before it, as :func:`~nightshift.store.pagination.paginate`
+    gives them); ``containing`` keeps the tags holding that text, in any case."""
     tag = agent_tags.c.tag
     query = (
         select(tag)
@@ -414,5 +415,7 @@ async def list_tags(
         query = query.where(tag < after if descending else tag > after)
     if before is not None:
         query = query.where(tag > before if descending else tag < before)
-    query = query.order_by(tag.desc() if descending else tag.asc()).limit(limit)
-    return [str(t) for t in await conn.scalars(query)]
+    walk_back = before is not None and after is None
+    query = query.order_by(tag.desc() if descending != walk_back else tag.asc()).limit(limit)
+    found = [str(t) for t in await conn.scalars(query)]
+    return found[::-1] if walk_back else found

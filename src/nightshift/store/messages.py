@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.messages import Image, Message, Role, ToolCall, search_text
 from nightshift.store.bulk import count_per_agent, in_ids
 from nightshift.store.copy import insert_rows
-from nightshift.store.pagination import MAX_PAGE, Page, paginate
+from nightshift.store.pagination import Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
 
@@ -115,20 +115,13 @@ async def message_texts(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, 
 
 
 async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) -> list[Message]:
-    """A page of an agent's messages, in one statement, as Letta lists them.
+    """A page of an agent's messages, in one statement.
 
-    Unlike the other listings, the cursors are times whatever the order: ``after`` keeps the
-    messages created later than that message, ``before`` those created earlier, and ``order``
-    only sorts what is kept (``desc``: the newest ``limit`` of them, newest first).
+    ``after`` / ``before`` are message ids in the page's order, as Letta documents them and its
+    clients page: with ``order=desc``, ``after`` gives the older messages.
     """
     query = select(messages).where(messages.c.agent_id == agent_id)
-    if page.after is not None:
-        query = query.where(messages.c.id > page.after)
-    if page.before is not None:
-        query = query.where(messages.c.id < page.before)
-    ordered = messages.c.id.asc() if page.order == "asc" else messages.c.id.desc()
-    limit = MAX_PAGE if page.limit is None else max(1, min(page.limit, MAX_PAGE))
-    return [to_message(r) for r in await conn.execute(query.order_by(ordered).limit(limit))]
+    return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
 
 
 async def delete_agent_messages(conn: AsyncConnection, agent_id: str, *, keep: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ is retried forever on an error that will not go away.
 from __future__ import annotations
 
 import json
+import time
 
 import anthropic
 import pytest
@@ -96,6 +97,43 @@ async def test_one_agent_many_times_is_refused_at_once(runs: Runs) -> None:
 
     assert response.status_code == 422
     assert response.json()["detail"] == f"an agent may appear once per run; repeated: {agent['id']}"
+
+
+async def test_twenty_thousand_requests_naming_the_same_agents_are_refused_in_well_under_a_second(
+    runs: Runs,
+) -> None:
+    agents = sorted([(await runs.agent(f"popular-{n}"))["id"] for n in range(4)])
+    lines = [
+        {"role": "user", "content": [{"type": "text", "text": f"Where is my order A-{k}? It is late."}]}
+        for k in range(3)
+    ]
+    body = {"requests": [{"agent_id": agents[n % 4], "messages": lines} for n in range(20_000)]}
+    raw = json.dumps(body).encode()  # encoded here, so that only the server's work is timed
+    headers = {"content-type": "application/json"}
+    warm = await runs.client.post("/v1/messages/batches", json={"requests": body["requests"][:5]})
+    assert warm.status_code == 422, warm.text
+
+    # The app runs in this process, so its CPU time (all threads) is the server's time, which the
+    # other processes of a loaded machine do not stretch as they stretch the wall clock. Reading
+    # the 20,000 requests one by one takes over a second of it; finding the repeated ids in the
+    # parsed body, a small part of that: half a second is generous on a slow machine, and reading
+    # every request first does not fit in it.
+    cpu = time.process_time()
+    response = await runs.client.post("/v1/messages/batches", content=raw, headers=headers)
+    spent = time.process_time() - cpu
+
+    assert response.status_code == 422, response.text
+    assert response.json() == {
+        "detail": f"an agent may appear once per run; repeated: {', '.join(agents)}",
+        "field": "requests",
+    }
+    assert spent < 0.5, f"{spent:.2f} s of CPU to refuse the body"
+    listed = await runs.client.get("/v1/messages/batches")
+    assert listed.json() == []  # nothing was written
+    # A repeated id that is no id at all is left to the validation of each request.
+    wrong = await runs.client.post("/v1/messages/batches", json={"requests": [{"agent_id": 7, "input": "hi"}] * 2})
+    assert wrong.status_code == 422, wrong.text
+    assert wrong.json()["field"] == "requests.0.agent_id"
 
 
 @pytest.mark.settings(error_backoff_seconds=0.01)

@@ -220,16 +220,18 @@ async def list_agent_messages(
     agent_id: str,
     conn: ReadConn,
     org: Org,
-    before: Annotated[str | None, Query()] = None,
-    after: Annotated[str | None, Query()] = None,
+    before: Annotated[str | None, Query(description="A message id: the messages before it in the sort order")] = None,
+    after: Annotated[str | None, Query(description="A message id: the messages after it in the sort order")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
 ) -> list[dict[str, Any]]:
     """The agent's messages in Letta's shapes, newest first by default (``order=asc`` for oldest first).
 
-    As in Letta, the cursors are times whatever the order: ``after`` gives messages newer than
-    that message, ``before`` older ones. An assistant turn is shown as a reasoning message plus
-    an assistant message (send_message) or a tool-call message, all with the stored message's id.
+    As Letta documents them, ``after`` / ``before`` are message ids in the specified sort order
+    (with the default ``desc``, ``after`` gives older messages), so that its clients' iterators,
+    which ask for ``after`` the last id they saw, walk the whole history once. ``limit`` counts
+    stored messages: an assistant turn is shown as a reasoning message plus an assistant message
+    (send_message) or a tool-call message, all with the stored message's id.
     """
     page = Page(before=before, after=after, limit=limit, order="asc" if order == "asc" else "desc")
     messages = await service.list_messages(conn, org, agent_id, page)

@@ -107,8 +107,8 @@ async def batch_messages(
     conn: ReadConn,
     org: Org,
     agent_id: Annotated[str | None, Query()] = None,
-    before: Annotated[str | None, Query()] = None,
-    after: Annotated[str | None, Query()] = None,
+    before: Annotated[str | None, Query(description="A message id: the messages before it in the sort order")] = None,
+    after: Annotated[str | None, Query(description="A message id: the messages after it in the sort order")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[Literal["asc", "desc"], Query()] = "desc",
 ) -> dict[str, list[dict[str, Any]]]:
