@@ -24,9 +24,13 @@ so the arguments and secrets of a call never enter the zygote, whose memory ever
 inherits. The sources it compiles are the organization's own tools.
 
 With ``--isolated`` the zygote is pid 1 of its own pid namespace: it drops to the unprivileged
-uid, kills every other process of the namespace after each call (``kill(-1)``), watches the
-memory of all the call's processes together, and exits (so that the server starts a fresh
-sandbox) whenever it cannot prove the namespace clean. Without it (``NIGHTSHIFT_TOOL_SANDBOX=process``)
+uid, leaves the session keyring it inherited (the server's) for an anonymous one, kills every
+other process of the namespace after each call (``kill(-1)``), watches the memory of all the
+call's processes and of the files it keeps in the scratch tmpfs together, and exits (so that the
+server starts a fresh sandbox) whenever it cannot prove the namespace clean. The sandbox's syscall
+filter keeps memory from hiding anywhere else (memfd, System V memory, nested mounts) and keeps
+calls from leaving keys or message queues behind. ``--keep=PATH`` names what the wipe of the
+scratch directories leaves: the Python runtime, when it lives under ``/tmp``. Without it (``NIGHTSHIFT_TOOL_SANDBOX=process``)
 it kills the call's process group, which a tool can leave; that mode isolates nothing.
 
 The zygote exits when its request stream reaches end of file.
@@ -67,6 +71,10 @@ WATCH_INTERVAL = 0.02
 _TOOL_MODULE_NAME = "nightshift_tool"
 _MIB = 1024 * 1024
 _PR_SET_PDEATHSIG = 1
+# keyctl's syscall number, by machine, and its operation that makes the caller join a new anonymous
+# session keyring (the only one the sandbox's syscall filter lets through).
+_KEYCTL = {"x86_64": 250, "aarch64": 219}
+_KEYCTL_JOIN_SESSION_KEYRING = 1
 # A frame's header: its kind (b"S" a source, b"C" a call), the body's length in bytes, and the
 # call's timeout in seconds (0 in a source frame).
 HEADER = struct.Struct("<cId")
@@ -87,13 +95,15 @@ _stdout, _stderr = io.StringIO(), io.StringIO()
 
 
 class Options:
-    """The command line: ``--isolated``, ``--scratch=DIR`` (repeated) and the per-call limits."""
+    """The command line: ``--isolated``, ``--scratch=DIR`` and ``--keep=PATH`` (each repeated), and
+    the per-call limits."""
 
-    __slots__ = ("file_mb", "isolated", "memory_mb", "open_files", "processes", "scratch")
+    __slots__ = ("file_mb", "isolated", "keep", "memory_mb", "open_files", "processes", "scratch")
 
     def __init__(self) -> None:
         self.isolated = False  # pid 1 of a bubblewrap sandbox
         self.scratch: list[str] = []  # directories wiped after every call
+        self.keep: set[str] = set()  # paths under them that the wipe leaves, with their parents
         self.memory_mb = 512
         self.processes = 32
         self.open_files = 256
@@ -110,6 +120,8 @@ class Options:
                 options.isolated = True
             elif name == "scratch":
                 options.scratch.append(value)
+            elif name == "keep":
+                options.keep.add(value)
             elif name in ("memory_mb", "processes", "open_files", "file_mb"):
                 setattr(options, name, int(value))
             else:
@@ -129,8 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        libc = ctypes.CDLL(None, use_errno=True)
         # Changing uid cleared the death signal bubblewrap set (--die-with-parent): set it again.
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The session keyring came from the server, with whatever it (or a service manager) keeps
+        # there: the zygote and every call's process get an empty one of their own instead.
+        if libc.syscall(_KEYCTL[os.uname().machine], _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+            raise SystemExit(f"nightshift-tool-zygote: cannot leave the server's keyring: {os.strerror(ctypes.get_errno())}")
     # As pid 1 a signal without a handler is ignored: tools cannot interrupt the zygote.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     requests, responses = os.dup(0), os.dup(1)
@@ -238,7 +255,7 @@ def _supervise(pid: int, result_r: int, requests: int, timeout: float, options: 
                 break
             if options.isolated and time.monotonic() >= next_watch:
                 next_watch += WATCH_INTERVAL
-                if _namespace_memory() > options.memory_mb * _MIB:
+                if _namespace_memory() + _scratch_memory(options) > options.memory_mb * _MIB:
                     reason = f"the tool used more than {options.memory_mb} MB of memory (all its processes together)"
     finally:
         os.close(pidfd)
@@ -286,6 +303,16 @@ def _namespace_memory() -> int:
     return total
 
 
+def _scratch_memory(options: Options) -> int:
+    """What the files in the scratch tmpfs hold: memory too, which no process's counts show."""
+    total = 0
+    for scratch in options.scratch:
+        with contextlib.suppress(OSError):
+            stat = os.statvfs(scratch)
+            total += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+    return total
+
+
 def _kill_call(pid: int, options: Options) -> None:
     """SIGKILL every process the call started, wherever it went."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -313,22 +340,61 @@ def _reap(pid: int, options: Options) -> int:
 def _clean_up(options: Options) -> bool:
     """Leave nothing of the call behind; False when that cannot be made sure of."""
     clean = True
-    for scratch in options.scratch:
-        for entry in os.scandir(scratch):
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    _remove_tree(entry.path)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                clean = False
-    if options.isolated:
-        # System V IPC objects outlive processes; the namespace is cheaper to replace than to scrub.
-        for kind in ("shm", "sem", "msg"):
-            with contextlib.suppress(OSError):
-                if _read_exactly(os.open(f"/proc/sysvipc/{kind}", os.O_RDONLY), 4096, close=True).count(b"\n") > 1:
-                    clean = False
+    if options.keep:
+        leading = {parent for path in options.keep for parent in _parents(path)}
+        for scratch in options.scratch:
+            clean = _wipe_around(scratch, options.keep, leading) and clean
+    else:
+        for scratch in options.scratch:
+            clean = _wipe(scratch) and clean
+    # System V IPC objects and POSIX message queues would outlive processes too: the sandbox's
+    # syscall filter refuses them.
     return clean
+
+
+def _wipe(directory: str) -> bool:
+    """Remove everything in ``directory``; False when something could not be removed."""
+    clean = True
+    for entry in os.scandir(directory):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            clean = False
+    return clean
+
+
+def _wipe_around(directory: str, keep: set[str], leading: set[str]) -> bool:
+    """Remove everything in ``directory`` but the ``keep`` paths and the directories ``leading``
+    to them (whose other entries go)."""
+    clean = True
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.path in keep:
+            continue
+        if entry.path in leading and entry.is_dir(follow_symlinks=False):
+            clean = _wipe_around(entry.path, keep, leading) and clean
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _remove_tree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            clean = False
+    return clean
+
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    while (path := os.path.dirname(path)) not in ("/", ""):
+        parents.append(path)
+    return parents
 
 
 def _remove_tree(path: str) -> None:
