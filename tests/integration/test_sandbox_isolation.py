@@ -371,7 +371,11 @@ def tool() -> dict:
     left = await sandbox.run(call(source))
     after = await sandbox.run(call(namespace))
 
-    assert left.value == {"shm": "Operation not permitted", "sem": "Operation not permitted", "msg": "Operation not permitted"}
+    assert left.value == {
+        "shm": "Operation not permitted",
+        "sem": "Operation not permitted",
+        "msg": "Operation not permitted",
+    }
     assert after.value == before.value  # nothing was left, so the warm sandbox goes on
 
 

@@ -30,8 +30,10 @@ call's processes and of the files it keeps in the scratch tmpfs together, and ex
 server starts a fresh sandbox) whenever it cannot prove the namespace clean. The sandbox's syscall
 filter keeps memory from hiding anywhere else (memfd, System V memory, nested mounts) and keeps
 calls from leaving keys or message queues behind. ``--keep=PATH`` names what the wipe of the
-scratch directories leaves: the Python runtime, when it lives under ``/tmp``. Without it (``NIGHTSHIFT_TOOL_SANDBOX=process``)
-it kills the call's process group, which a tool can leave; that mode isolates nothing.
+scratch directories leaves: the Python runtime, when it lives under ``/tmp``.
+
+Without ``--isolated`` (``NIGHTSHIFT_TOOL_SANDBOX=process``) it kills the call's process group,
+which a tool can leave; that mode isolates nothing.
 
 The zygote exits when its request stream reaches end of file.
 
@@ -70,6 +72,8 @@ OUTPUT_LIMIT = 1_000_000
 WATCH_INTERVAL = 0.02
 _TOOL_MODULE_NAME = "nightshift_tool"
 _MIB = 1024 * 1024
+# Signals a call's processes may have queued at once, all together.
+_SIGNALS_PENDING = 64
 _PR_SET_PDEATHSIG = 1
 # keyctl's syscall number, by machine, and its operation that makes the caller join a new anonymous
 # session keyring (the only one the sandbox's syscall filter lets through).
@@ -147,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         # The session keyring came from the server, with whatever it (or a service manager) keeps
         # there: the zygote and every call's process get an empty one of their own instead.
         if libc.syscall(_KEYCTL[os.uname().machine], _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
-            raise SystemExit(f"nightshift-tool-zygote: cannot leave the server's keyring: {os.strerror(ctypes.get_errno())}")
+            raise SystemExit(
+                f"nightshift-tool-zygote: cannot leave the server's keyring: {os.strerror(ctypes.get_errno())}"
+            )
     # As pid 1 a signal without a handler is ignored: tools cannot interrupt the zygote.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     requests, responses = os.dup(0), os.dup(1)
@@ -448,6 +454,8 @@ def _limit(options: Options, timeout: float) -> None:
         (resource.RLIMIT_NPROC, processes),
         (resource.RLIMIT_NOFILE, options.open_files),
         (resource.RLIMIT_FSIZE, files),
+        # Queued signals are counted per user up the namespace tree too (see launch.py).
+        (resource.RLIMIT_SIGPENDING, _SIGNALS_PENDING),
     ):
         if value > 0:  # 0: no limit of this kind
             resource.setrlimit(limit, (value, value))

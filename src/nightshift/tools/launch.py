@@ -335,7 +335,9 @@ def _map_ids(info_r: int, block_w: int, uid: int) -> None:
     os.write(block_w, b"1")
 
 
-def _mount_arguments(python: str, prefixes: Sequence[str], hidden: Sequence[Path]) -> tuple[list[str], list[str], list[str]]:
+def _mount_arguments(
+    python: str, prefixes: Sequence[str], hidden: Sequence[Path]
+) -> tuple[list[str], list[str], list[str]]:
     """bubblewrap's arguments for the read-only view of the system, then for the Python runtime
     (which go after the private /tmp), and the runtime's paths under a scratch directory."""
     system: list[str] = []

@@ -85,6 +85,11 @@ DENIED = (
     "bpf",
     "perf_event_open",
     "fanotify_init",
+    # Counted per user at the top of the namespace tree, where every sandbox's count goes to the
+    # namespace's owner (root, when the server is root) and a handful of instances is the whole
+    # allowance: one tool could take them all from every other sandbox, and from root itself.
+    "inotify_init",
+    "inotify_init1",
     # Reaching into other processes.
     "ptrace",
     "process_vm_readv",
@@ -180,6 +185,8 @@ _X86_64 = _Architecture(
         "bpf": 321,
         "perf_event_open": 298,
         "fanotify_init": 300,
+        "inotify_init": 253,
+        "inotify_init1": 294,
         "ptrace": 101,
         "process_vm_readv": 310,
         "process_vm_writev": 311,
@@ -259,6 +266,7 @@ _AARCH64 = _Architecture(
         "bpf": 280,
         "perf_event_open": 241,
         "fanotify_init": 262,
+        "inotify_init1": 26,
         "ptrace": 117,
         "process_vm_readv": 270,
         "process_vm_writev": 271,
