@@ -75,6 +75,7 @@ _MIB = 1024 * 1024
 # Signals a call's processes may have queued at once, all together.
 _SIGNALS_PENDING = 64
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 # keyctl's syscall number, by machine, and its operation that makes the caller join a new anonymous
 # session keyring (the only one the sandbox's syscall filter lets through).
 _KEYCTL = {"x86_64": 250, "aarch64": 219}
@@ -139,13 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     # compile() is slow the first time in a process (about 3 ms): pay it once, here.
     compile("def warm(a):\n    return a\n", "<warm>", "exec")
     if options.isolated:
-        # bwrap kept CAP_SETUID/CAP_SETGID for this one step; setresuid to a non-zero uid drops
-        # every capability, and the zygote becomes undumpable: tools (the same uid) cannot
-        # ptrace it or read its memory.
-        os.setgroups([])
-        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        if os.getuid() == 0:
+            # The server is root: bwrap kept CAP_SETUID/CAP_SETGID for this one step, and
+            # setresuid to a non-zero uid drops every capability. (As another user, bwrap started
+            # the zygote as the sandbox uid already, without groups to drop.)
+            os.setgroups([])
+            os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+            os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         libc = ctypes.CDLL(None, use_errno=True)
+        # Undumpable: tools (the same uid) can neither read nor write its memory (/proc/1/mem).
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         # Changing uid cleared the death signal bubblewrap set (--die-with-parent): set it again.
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # The session keyring came from the server, with whatever it (or a service manager) keeps

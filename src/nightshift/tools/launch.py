@@ -220,6 +220,9 @@ class BubblewrapLauncher:
             "--ro-bind",
             str(ZYGOTE_SCRIPT),
             "/nightshift/zygote.py",
+            # As another user than root, bubblewrap makes the root and /dev the sandbox uid's own:
+            # only the scratch directories, wiped after each call, stay writable.
+            *("--remount-ro", "/", "--remount-ro", "/dev"),
             "--chdir",
             "/tmp",
             "--clearenv",
