@@ -328,7 +328,7 @@ def supported(machine: str | None = None) -> str | None:
     if machine in ARCHITECTURES:
         return None
     return (
-        f"the tool sandbox's syscall filter knows {', '.join(sorted(ARCHITECTURES))}, "
+        f"the tool sandbox's syscall filter is kept for {' and '.join(sorted(ARCHITECTURES))} only, "
         f"and this machine is {machine!r} (NIGHTSHIFT_TOOL_SANDBOX=process runs tools without isolation)"
     )
 
