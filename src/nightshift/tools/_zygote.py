@@ -349,36 +349,18 @@ def _reap(pid: int, options: Options) -> int:
 
 def _clean_up(options: Options) -> bool:
     """Leave nothing of the call behind; False when that cannot be made sure of."""
+    leading = {parent for path in options.keep for parent in _parents(path)}
     clean = True
-    if options.keep:
-        leading = {parent for path in options.keep for parent in _parents(path)}
-        for scratch in options.scratch:
-            clean = _wipe_around(scratch, options.keep, leading) and clean
-    else:
-        for scratch in options.scratch:
-            clean = _wipe(scratch) and clean
+    for scratch in options.scratch:
+        clean = _wipe(scratch, options.keep, leading) and clean
     # System V IPC objects and POSIX message queues would outlive processes too: the sandbox's
     # syscall filter refuses them.
     return clean
 
 
-def _wipe(directory: str) -> bool:
-    """Remove everything in ``directory``; False when something could not be removed."""
-    clean = True
-    for entry in os.scandir(directory):
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                _remove_tree(entry.path)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            clean = False
-    return clean
-
-
-def _wipe_around(directory: str, keep: set[str], leading: set[str]) -> bool:
+def _wipe(directory: str, keep: set[str], leading: set[str]) -> bool:
     """Remove everything in ``directory`` but the ``keep`` paths and the directories ``leading``
-    to them (whose other entries go)."""
+    to them (whose other entries go); False when something could not be removed."""
     clean = True
     try:
         entries = list(os.scandir(directory))
@@ -387,12 +369,12 @@ def _wipe_around(directory: str, keep: set[str], leading: set[str]) -> bool:
     for entry in entries:
         if entry.path in keep:
             continue
-        if entry.path in leading and entry.is_dir(follow_symlinks=False):
-            clean = _wipe_around(entry.path, keep, leading) and clean
-            continue
         try:
             if entry.is_dir(follow_symlinks=False):
-                _remove_tree(entry.path)
+                if entry.path in leading:
+                    clean = _wipe(entry.path, keep, leading) and clean
+                else:
+                    _remove_tree(entry.path)
             else:
                 os.unlink(entry.path)
         except OSError:

@@ -18,13 +18,15 @@ launcher writes the user namespace's id maps itself (bubblewrap waits for that o
 ``--userns-block-fd``): inside uid 0 stays the host's root only while bubblewrap builds the
 mounts, and the zygote then switches for good to uid 1000, which outside is a uid of its own,
 taken from ``uids`` (``NIGHTSHIFT_TOOL_UID_BASE`` and ``NIGHTSHIFT_TOOL_UID_COUNT``) and held by
-no other live zygote: no two sandboxes share a host uid's per-user kernel counts (inotify
-instances, pending signals, processes). bubblewrap cannot disable nested user namespaces in that
-mode; the syscall filter refuses them instead.
+no other live zygote: no two sandboxes share what the kernel counts per host uid (descriptors in
+flight on Unix sockets, pipe buffers). What it counts per user up the namespace tree (processes,
+queued signals, inotify instances) goes, above the sandbox's own namespace, to the namespace's
+owner, root: each call's rlimits bound the first two and the syscall filter refuses the third.
+bubblewrap cannot disable nested user namespaces in that mode; the syscall filter refuses them.
 
-As another user, bubblewrap maps the sandbox uid to that user (so every sandbox shares the
-server's per-user counts, each call bounded by its own limits) and disables nested user
-namespaces itself (``--disable-userns``), on top of the filter.
+As another user, bubblewrap maps the sandbox uid to that user, so every sandbox shares that
+user's counts, each call within the same bounds; and it disables nested user namespaces itself
+(``--disable-userns``), on top of the filter.
 
 :class:`ProcessLauncher` (``NIGHTSHIFT_TOOL_SANDBOX=process``) starts the zygote as a plain
 child process with an empty environment: the same protocol and limits per call, no isolation.
@@ -358,7 +360,7 @@ def _mount_arguments(
     runtime_paths.add(Path(os.path.realpath(python)).parent.parent)
     runtime: list[str] = []
     keep: list[str] = []
-    made: set[Path] = set(_SCRATCH)
+    made: set[Path] = {Path("/dev"), *_SCRATCH}
     for path in sorted(runtime_paths):
         if any(path.is_relative_to(b) for b in bound):
             continue
