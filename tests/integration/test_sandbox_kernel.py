@@ -379,6 +379,28 @@ async def test_organizations_share_no_host_uid(sandbox: ToolSandbox) -> None:
     assert {hog_uid, other_uid} <= set(DEFAULT_UIDS)
 
 
+async def test_two_servers_on_one_host_never_share_a_uid() -> None:
+    # One uid for both, as the API's and the poller's processes, or two servers, would draw from
+    # one range: the second cannot start a sandbox while the first holds it.
+    uids = range(DEFAULT_UIDS.start + 4321, DEFAULT_UIDS.start + 4322)
+    host_uid = "def tool():\n    return [line.split() for line in open('/proc/self/uid_map')][-1]\n"
+    async with (
+        ToolSandbox(BubblewrapLauncher(uids=uids), workers=1) as first,
+        ToolSandbox(BubblewrapLauncher(uids=uids), workers=1) as second,
+    ):
+        held = await first.run(call(host_uid))
+        refused = await second.run(call(host_uid))
+    async with ToolSandbox(BubblewrapLauncher(uids=uids), workers=1) as third:
+        freed = await third.run(call(host_uid))
+
+    assert held.value == ["1000", str(uids.start), "1"]
+    assert refused.error == (
+        f"the tool sandbox could not start: OSError: every host uid of the tool sandbox's range (1 from {uids.start}) "
+        "is taken: raise NIGHTSHIFT_TOOL_UID_COUNT to at least the tool workers of every server on this host"
+    )
+    assert freed.value == held.value  # the first server's sandbox is gone, and its uid free
+
+
 @pytest.fixture
 def runtime_under_tmp() -> Iterator[Path]:
     """A virtualenv of this interpreter under /tmp, beside a file of the host's /tmp."""

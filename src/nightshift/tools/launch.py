@@ -38,8 +38,10 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -157,7 +159,8 @@ class BubblewrapLauncher:
             python: The interpreter that runs the zygote and the tools, with its virtualenv if it
                 is one (default: the server's own).
             uids: The host uids the sandboxes run as when the server runs as root, one per live
-                zygote; a zygote cannot start while every one of them is taken.
+                zygote of every server process on this host; a zygote cannot start while every one
+                of them is taken.
         """
         self.binary = binary
         self.network = network
@@ -173,8 +176,10 @@ class BubblewrapLauncher:
         self._python = str(Path(executable).absolute().parent.resolve() / Path(executable).name)
         prefixes.append(str(Path(self._python).parent.parent))
         self._system, self._runtime, self._keep = _mount_arguments(self._python, prefixes, hidden)
-        self._uids_taken: set[int] = set()
-        self._next_uid = 0
+        # The uids this process's live zygotes hold, each with the lock that keeps other server
+        # processes on this host (the API's and the poller's, other servers) from taking it too.
+        self._uid_locks: dict[int, socket.socket] = {}
+        self._next_uid = secrets.randbelow(len(uids)) if uids else 0
 
     def missing(self) -> str | None:
         if sys.platform != "linux":
@@ -254,7 +259,7 @@ class BubblewrapLauncher:
             )
         except BaseException:
             if uid is not None:
-                self._uids_taken.discard(uid)
+                self._release_uid(uid)
             for fd in (info_r, block_w):
                 if fd >= 0:
                     os.close(fd)
@@ -275,17 +280,33 @@ class BubblewrapLauncher:
         return started
 
     def _take_uid(self) -> int:
-        """A host uid of ``uids`` that no live zygote holds, the least recently given first."""
+        """A host uid of ``uids`` that no live zygote on this host holds.
+
+        The lock is an abstract Unix socket name: binding it is atomic across processes, and the
+        kernel frees it when the socket closes, however the process ends.
+        """
         for _ in range(len(self.uids)):
             uid = self.uids[self._next_uid % len(self.uids)]
             self._next_uid += 1
-            if uid not in self._uids_taken:
-                self._uids_taken.add(uid)
-                return uid
+            if uid in self._uid_locks:
+                continue
+            lock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                lock.bind(f"\0nightshift-tool-uid-{uid}")
+            except OSError:
+                lock.close()
+                continue
+            self._uid_locks[uid] = lock
+            return uid
         raise OSError(
             f"every host uid of the tool sandbox's range ({len(self.uids)} from {self.uids.start}) is taken: "
-            "raise NIGHTSHIFT_TOOL_UID_COUNT to at least NIGHTSHIFT_TOOL_WORKERS plus a few"
+            "raise NIGHTSHIFT_TOOL_UID_COUNT to at least the tool workers of every server on this host"
         )
+
+    def _release_uid(self, uid: int) -> None:
+        lock = self._uid_locks.pop(uid, None)
+        if lock is not None:
+            lock.close()
 
     def _identity(self, as_root: bool, *, info_w: int, block_r: int) -> list[str]:
         if not as_root:
@@ -300,7 +321,7 @@ class BubblewrapLauncher:
         with contextlib.suppress(ProcessLookupError):
             started.process.kill()
         if started.uid is not None:
-            self._uids_taken.discard(started.uid)
+            self._release_uid(started.uid)
             started.uid = None
 
 
