@@ -199,6 +199,42 @@ def tool() -> str:
     assert after.value == []
 
 
+async def test_socket_buffers_count_toward_the_memory_limit() -> None:
+    source = '''
+import os, socket, time
+
+def tool() -> str:
+    """Seven processes fill the buffers of every socket pair they can open: kernel memory, far
+    over the call's 128 MB, that no process's counts show."""
+    for _ in range(7):
+        if os.fork() == 0:
+            pairs = []
+            try:
+                for _ in range(120):
+                    pairs.append(socket.socketpair())
+                    for end in pairs[-1]:
+                        end.setblocking(False)
+                        try:
+                            while True:
+                                end.send(b"x" * 65536)
+                        except BlockingIOError:
+                            pass
+            except OSError:
+                pass
+            time.sleep(30)
+            os._exit(0)
+    time.sleep(8)
+    return "held"
+'''
+    limits = SandboxLimits(timeout=10.0, memory_mb=128, processes=8)
+    async with ToolSandbox(BubblewrapLauncher(), limits=limits) as sandbox:
+        result = await sandbox.run(call(source))
+        after = await sandbox.run(call("def tool():\n    return 'fine'\n"))
+
+    assert result.error == "the tool used more than 128 MB of memory (all its processes together)"
+    assert after.value == "fine"
+
+
 KEYCTL_READ, KEYCTL_DESCRIBE, KEYCTL_INVALIDATE = 11, 6, 21
 KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING = -3, -4
 

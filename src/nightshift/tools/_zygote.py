@@ -26,10 +26,11 @@ inherits. The sources it compiles are the organization's own tools.
 With ``--isolated`` the zygote is pid 1 of its own pid namespace: it drops to the unprivileged
 uid, leaves the session keyring it inherited (the server's) for an anonymous one, kills every
 other process of the namespace after each call (``kill(-1)``), watches the memory of all the
-call's processes and of the files it keeps in the scratch tmpfs together, and exits (so that the
-server starts a fresh sandbox) whenever it cannot prove the namespace clean. The sandbox's syscall
-filter keeps memory from hiding anywhere else (memfd, System V memory, nested mounts) and keeps
-calls from leaving keys or message queues behind. ``--keep=PATH`` names what the wipe of the
+call's processes, of the files it keeps in the scratch tmpfs and (``--own-network``: the network
+namespace is the sandbox's own) of its sockets' buffers together, and exits (so that the server
+starts a fresh sandbox) whenever it cannot prove the namespace clean. The sandbox's syscall filter
+keeps memory from hiding where none of these shows it (memfd, System V memory, nested mounts) and
+keeps calls from leaving keys or message queues behind. ``--keep=PATH`` names what the wipe of the
 scratch directories leaves: the Python runtime, when it lives under ``/tmp``.
 
 Without ``--isolated`` (``NIGHTSHIFT_TOOL_SANDBOX=process``) it kills the call's process group,
@@ -44,6 +45,7 @@ touches, dearer (a fresh process pays a page fault for every page it writes).
 from __future__ import annotations
 
 import _json
+import _socket
 import builtins
 import contextlib
 import ctypes
@@ -99,14 +101,43 @@ _encode_json = _json.make_encoder(None, str, _json.encode_basestring, None, ": "
 _stdout, _stderr = io.StringIO(), io.StringIO()
 
 
-class Options:
-    """The command line: ``--isolated``, ``--scratch=DIR`` and ``--keep=PATH`` (each repeated), and
-    the per-call limits."""
+# Socket buffers are kernel memory that no process's counts show. In a network namespace of the
+# sandbox's own, the kernel's socket diagnostics (netlink, NETLINK_SOCK_DIAG) list every socket of
+# the call with what its buffers hold: one dump per family and protocol, each a request and where
+# the memory attribute sits in each answer (after the 16-byte unix_diag_msg or the 72-byte
+# inet_diag_msg), and that attribute's type (UNIX_DIAG_MEMINFO, INET_DIAG_SKMEMINFO).
+_NLMSG = struct.Struct("=IHHII")  # struct nlmsghdr
+_ATTRIBUTE = struct.Struct("=HH")  # struct rtattr (nlattr)
+_MEMINFO = struct.Struct("=6I")  # rmem_alloc, rcvbuf, wmem_alloc, sndbuf, fwd_alloc, wmem_queued
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
 
-    __slots__ = ("file_mb", "isolated", "keep", "memory_mb", "open_files", "processes", "scratch")
+
+def _diag_request(body: bytes) -> bytes:
+    # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP
+    return _NLMSG.pack(_NLMSG.size + len(body), 20, 0x301, 0, 0) + body
+
+
+_SOCKET_DUMPS = (
+    # unix_diag_req: AF_UNIX, every state, UDIAG_SHOW_MEMINFO
+    (_diag_request(struct.pack("=BBHIII8x", 1, 0, 0, 0xFFFFFFFF, 0, 0x20)), 16, 5),
+    *(
+        # inet_diag_req_v2: the family, the protocol, the INET_DIAG_SKMEMINFO extension, every state
+        (_diag_request(struct.pack("=BBBxI48x", family, protocol, 1 << (7 - 1), 0xFFFFFFFF)), 72, 7)
+        for family in (2, 10)  # AF_INET, AF_INET6
+        for protocol in (6, 17)  # TCP, UDP
+    ),
+)
+
+
+class Options:
+    """The command line: ``--isolated``, ``--own-network``, ``--scratch=DIR`` and ``--keep=PATH``
+    (each repeated), and the per-call limits."""
+
+    __slots__ = ("file_mb", "isolated", "keep", "memory_mb", "open_files", "own_network", "processes", "scratch")
 
     def __init__(self) -> None:
         self.isolated = False  # pid 1 of a bubblewrap sandbox
+        self.own_network = False  # the sandbox's network namespace is its own: its sockets are the call's
         self.scratch: list[str] = []  # directories wiped after every call
         self.keep: set[str] = set()  # paths under them that the wipe leaves, with their parents
         self.memory_mb = 512
@@ -123,6 +154,8 @@ class Options:
             name = name.replace("-", "_")
             if name == "isolated":
                 options.isolated = True
+            elif name == "own_network":
+                options.own_network = True
             elif name == "scratch":
                 options.scratch.append(value)
             elif name == "keep":
@@ -265,7 +298,7 @@ def _supervise(pid: int, result_r: int, requests: int, timeout: float, options: 
                 break
             if options.isolated and time.monotonic() >= next_watch:
                 next_watch += WATCH_INTERVAL
-                if _namespace_memory() + _scratch_memory(options) > options.memory_mb * _MIB:
+                if _call_memory(options) > options.memory_mb * _MIB:
                     reason = f"the tool used more than {options.memory_mb} MB of memory (all its processes together)"
     finally:
         os.close(pidfd)
@@ -310,6 +343,50 @@ def _namespace_memory() -> int:
                         total += int(line.split()[1]) * 1024
         except (OSError, ValueError):
             continue  # it ended meanwhile
+    return total
+
+
+def _call_memory(options: Options) -> int:
+    """All the memory the call holds that the zygote can see; a sandbox of its own only."""
+    total = _namespace_memory() + _scratch_memory(options)
+    if options.own_network:
+        total += _socket_memory()
+    return total
+
+
+def _socket_memory() -> int:
+    """What the buffers of every socket of the network namespace hold (received, and sent but
+    not yet taken), as the kernel's socket diagnostics tell; 0 for a kind it cannot list."""
+    total = 0
+    sock = _socket.socket(16, 3, 4)  # AF_NETLINK, SOCK_RAW, NETLINK_SOCK_DIAG
+    try:
+        for request, header, kind in _SOCKET_DUMPS:
+            sock.send(request)
+            done = False
+            while not done:
+                data = sock.recv(1 << 16)
+                position = 0
+                while position + _NLMSG.size <= len(data):
+                    length, message_type = _NLMSG.unpack_from(data, position)[:2]
+                    if message_type in (_NLMSG_DONE, _NLMSG_ERROR) or length < _NLMSG.size:
+                        done = True
+                        break
+                    end, attribute = position + length, position + _NLMSG.size + header
+                    while attribute + _ATTRIBUTE.size <= end:
+                        size, attribute_type = _ATTRIBUTE.unpack_from(data, attribute)
+                        if size < _ATTRIBUTE.size:
+                            break
+                        if attribute_type == kind and size >= _ATTRIBUTE.size + _MEMINFO.size:
+                            received, _, sent, _, _, queued = _MEMINFO.unpack_from(data, attribute + _ATTRIBUTE.size)
+                            total += received + max(sent, queued)
+                        attribute += (size + 3) & ~3
+                    position += (length + 3) & ~3
+                if not data:
+                    done = True
+    except OSError:
+        pass  # no socket diagnostics in this kernel: the rest of the watch still holds
+    finally:
+        sock.close()
     return total
 
 

@@ -240,6 +240,7 @@ class BubblewrapLauncher:
             "-B",
             "/nightshift/zygote.py",
             "--isolated",
+            *([] if self.network is ToolNetwork.OUTBOUND else ["--own-network"]),
             *(f"--scratch={path}" for path in _SCRATCH),
             *(f"--keep={path}" for path in self._keep),
             *limits.zygote_arguments(),
