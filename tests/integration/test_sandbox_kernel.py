@@ -142,8 +142,8 @@ async def test_memory_the_call_s_limits_cannot_see_is_refused(sandbox: ToolSandb
 import ctypes, os
 
 def tool() -> dict:
-    """Tries each way to hold memory outside its processes' counts (a 512 MB limit once let one
-    call take 1.5 GB): memfd, a tmpfs in nested namespaces, System V and POSIX shared memory."""
+    """Tries each way to hold memory that no process's counts and no file of its scratch show:
+    memfd, a tmpfs in nested namespaces, System V shared memory, POSIX message queues."""
     libc = ctypes.CDLL(None, use_errno=True)
     outcome = {}
     try:
