@@ -5,13 +5,19 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
 
 # Database connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
 DEFAULT_POOL_SIZE = 20
+# The host uids tool sandboxes run as when the server runs as root (NIGHTSHIFT_TOOL_UID_BASE and
+# NIGHTSHIFT_TOOL_UID_COUNT): above the ranges that systemd gives to users, dynamic users and
+# containers, below 2^31 (where some programs read uids as negative numbers).
+DEFAULT_TOOL_UID_BASE = 1_879_048_192
+DEFAULT_TOOL_UID_COUNT = 65_536
+_LAST_UID = 2**31 - 1
 
 
 class SandboxKind(StrEnum):
@@ -90,6 +96,10 @@ class Settings(BaseSettings):
     tool_max_open_files: int = Field(default=256, ge=16)
     tool_max_file_mb: int = Field(default=64, ge=1)
     tool_workers: int = Field(default=2, ge=1)
+    # When the server runs as root, each tool sandbox runs as a host uid of its own from this range
+    # (as another user, every sandbox runs as that user): no uid of the host's users may be in it.
+    tool_uid_base: int = Field(default=DEFAULT_TOOL_UID_BASE, ge=1000, le=_LAST_UID)
+    tool_uid_count: int = Field(default=DEFAULT_TOOL_UID_COUNT, ge=1, le=_LAST_UID)
     sql_echo: bool = False
     log_format: LogFormat = LogFormat.TEXT
     log_level: LogLevel = LogLevel.INFO
@@ -110,6 +120,15 @@ class Settings(BaseSettings):
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
         return value.expanduser()
+
+    @model_validator(mode="after")
+    def _uids_fit(self) -> Settings:
+        if self.tool_uid_base + self.tool_uid_count - 1 > _LAST_UID:
+            raise ValueError(
+                f"NIGHTSHIFT_TOOL_UID_BASE + NIGHTSHIFT_TOOL_UID_COUNT must stay within {_LAST_UID + 1} "
+                f"(uids at or above 2^31 are read as negative by some programs)"
+            )
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

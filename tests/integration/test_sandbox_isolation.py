@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from nightshift.config import ToolNetwork
-from nightshift.tools.launch import OUTSIDE_UID, BubblewrapLauncher, SandboxLimits
+from nightshift.tools.launch import DEFAULT_UIDS, BubblewrapLauncher, SandboxLimits
 from nightshift.tools.results import SandboxCall
 from nightshift.tools.sandbox import ToolSandbox
 from support.host import host_processes_with
@@ -186,7 +186,7 @@ def tool(pids: list) -> dict:
     assert decoy.poll() is None
 
 
-async def test_the_tool_runs_as_nobody_on_the_host(sandbox: ToolSandbox) -> None:
+async def test_the_tool_runs_as_an_unprivileged_uid_of_the_sandbox_range_on_the_host(sandbox: ToolSandbox) -> None:
     marker = "9.8765"
     source = f'''
 import os, subprocess
@@ -204,8 +204,10 @@ def tool() -> list:
     with contextlib.suppress(asyncio.CancelledError):
         await task
 
-    assert ids["Uid"] == [str(OUTSIDE_UID)] * 4
-    assert ids["Gid"] == [str(OUTSIDE_UID)] * 4
+    uid = int(ids["Uid"][0])
+    assert uid in DEFAULT_UIDS
+    assert ids["Uid"] == [str(uid)] * 4
+    assert ids["Gid"] == [str(uid)] * 4
     assert set(ids["CapEff"]) == {"0000000000000000"}
     assert set(ids["CapPrm"]) == {"0000000000000000"}
 
@@ -350,23 +352,31 @@ async def test_one_call_never_observes_another(sandbox: ToolSandbox) -> None:
     assert "bank-secret" not in repr(again.value)
 
 
-async def test_ipc_left_behind_costs_the_sandbox_its_life(sandbox: ToolSandbox) -> None:
+async def test_system_v_ipc_cannot_be_left_behind(sandbox: ToolSandbox) -> None:
     source = '''
 import ctypes, os
 
-def tool() -> str:
-    """Leaves a System V shared memory segment, which outlives processes."""
+def tool() -> dict:
+    """Makes each kind of System V IPC object, which outlive processes."""
     libc = ctypes.CDLL(None, use_errno=True)
-    segment = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
-    return f"segment {segment}" if segment >= 0 else f"errno {ctypes.get_errno()}"
+    made = {
+        "shm": libc.shmget(0, 4096, 0o1600),  # IPC_PRIVATE, IPC_CREAT | 0600
+        "sem": libc.semget(0, 1, 0o1600),
+        "msg": libc.msgget(0, 0o1600),
+    }
+    return {kind: "made" if made[kind] >= 0 else os.strerror(ctypes.get_errno()) for kind in made}
 '''
     namespace = "import os\ndef tool():\n    return os.readlink('/proc/self/ns/ipc')\n"
     before = await sandbox.run(call(namespace))
     left = await sandbox.run(call(source))
     after = await sandbox.run(call(namespace))
 
-    assert left.value.startswith("segment ")
-    assert after.value != before.value  # a fresh sandbox, without the segment
+    assert left.value == {
+        "shm": "Operation not permitted",
+        "sem": "Operation not permitted",
+        "msg": "Operation not permitted",
+    }
+    assert after.value == before.value  # nothing was left, so the warm sandbox goes on
 
 
 async def _wait_for_process(marker: str) -> int:

@@ -24,10 +24,17 @@ so the arguments and secrets of a call never enter the zygote, whose memory ever
 inherits. The sources it compiles are the organization's own tools.
 
 With ``--isolated`` the zygote is pid 1 of its own pid namespace: it drops to the unprivileged
-uid, kills every other process of the namespace after each call (``kill(-1)``), watches the
-memory of all the call's processes together, and exits (so that the server starts a fresh
-sandbox) whenever it cannot prove the namespace clean. Without it (``NIGHTSHIFT_TOOL_SANDBOX=process``)
-it kills the call's process group, which a tool can leave; that mode isolates nothing.
+uid, leaves the session keyring it inherited (the server's) for an anonymous one, kills every
+other process of the namespace after each call (``kill(-1)``), watches the memory of all the
+call's processes, of the files it keeps in the scratch tmpfs and (``--own-network``: the network
+namespace is the sandbox's own) of its sockets' buffers together, and exits (so that the server
+starts a fresh sandbox) whenever it cannot prove the namespace clean. The sandbox's syscall filter
+keeps memory from hiding where none of these shows it (memfd, System V memory, nested mounts) and
+keeps calls from leaving keys or message queues behind. ``--keep=PATH`` names what the wipe of the
+scratch directories leaves: the Python runtime, when it lives under ``/tmp``.
+
+Without ``--isolated`` (``NIGHTSHIFT_TOOL_SANDBOX=process``) it kills the call's process group,
+which a tool can leave; that mode isolates nothing.
 
 The zygote exits when its request stream reaches end of file.
 
@@ -38,6 +45,7 @@ touches, dearer (a fresh process pays a page fault for every page it writes).
 from __future__ import annotations
 
 import _json
+import _socket
 import builtins
 import contextlib
 import ctypes
@@ -66,7 +74,14 @@ OUTPUT_LIMIT = 1_000_000
 WATCH_INTERVAL = 0.02
 _TOOL_MODULE_NAME = "nightshift_tool"
 _MIB = 1024 * 1024
+# Signals a call's processes may have queued at once, all together.
+_SIGNALS_PENDING = 64
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+# keyctl's syscall number, by machine, and its operation that makes the caller join a new anonymous
+# session keyring (the only one the sandbox's syscall filter lets through).
+_KEYCTL = {"x86_64": 250, "aarch64": 219}
+_KEYCTL_JOIN_SESSION_KEYRING = 1
 # A frame's header: its kind (b"S" a source, b"C" a call), the body's length in bytes, and the
 # call's timeout in seconds (0 in a source frame).
 HEADER = struct.Struct("<cId")
@@ -86,14 +101,45 @@ _encode_json = _json.make_encoder(None, str, _json.encode_basestring, None, ": "
 _stdout, _stderr = io.StringIO(), io.StringIO()
 
 
-class Options:
-    """The command line: ``--isolated``, ``--scratch=DIR`` (repeated) and the per-call limits."""
+# Socket buffers are kernel memory that no process's counts show. In a network namespace of the
+# sandbox's own, the kernel's socket diagnostics (netlink, NETLINK_SOCK_DIAG) list every socket of
+# the call with what its buffers hold: one dump per family and protocol, each a request and where
+# the memory attribute sits in each answer (after the 16-byte unix_diag_msg or the 72-byte
+# inet_diag_msg), and that attribute's type (UNIX_DIAG_MEMINFO, INET_DIAG_SKMEMINFO).
+_NLMSG = struct.Struct("=IHHII")  # struct nlmsghdr
+_ATTRIBUTE = struct.Struct("=HH")  # struct rtattr (nlattr)
+_MEMINFO = struct.Struct("=6I")  # rmem_alloc, rcvbuf, wmem_alloc, sndbuf, fwd_alloc, wmem_queued
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
 
-    __slots__ = ("file_mb", "isolated", "memory_mb", "open_files", "processes", "scratch")
+
+def _diag_request(body: bytes) -> bytes:
+    # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP
+    return _NLMSG.pack(_NLMSG.size + len(body), 20, 0x301, 0, 0) + body
+
+
+_SOCKET_DUMPS = (
+    # unix_diag_req: AF_UNIX, every state, UDIAG_SHOW_MEMINFO
+    (_diag_request(struct.pack("=BBHIII8x", 1, 0, 0, 0xFFFFFFFF, 0, 0x20)), 16, 5),
+    *(
+        # inet_diag_req_v2: the family, the protocol, the INET_DIAG_SKMEMINFO extension, every state
+        (_diag_request(struct.pack("=BBBxI48x", family, protocol, 1 << (7 - 1), 0xFFFFFFFF)), 72, 7)
+        for family in (2, 10)  # AF_INET, AF_INET6
+        for protocol in (6, 17)  # TCP, UDP
+    ),
+)
+
+
+class Options:
+    """The command line: ``--isolated``, ``--own-network``, ``--scratch=DIR`` and ``--keep=PATH``
+    (each repeated), and the per-call limits."""
+
+    __slots__ = ("file_mb", "isolated", "keep", "memory_mb", "open_files", "own_network", "processes", "scratch")
 
     def __init__(self) -> None:
         self.isolated = False  # pid 1 of a bubblewrap sandbox
+        self.own_network = False  # the sandbox's network namespace is its own: its sockets are the call's
         self.scratch: list[str] = []  # directories wiped after every call
+        self.keep: set[str] = set()  # paths under them that the wipe leaves, with their parents
         self.memory_mb = 512
         self.processes = 32
         self.open_files = 256
@@ -108,8 +154,12 @@ class Options:
             name = name.replace("-", "_")
             if name == "isolated":
                 options.isolated = True
+            elif name == "own_network":
+                options.own_network = True
             elif name == "scratch":
                 options.scratch.append(value)
+            elif name == "keep":
+                options.keep.add(value)
             elif name in ("memory_mb", "processes", "open_files", "file_mb"):
                 setattr(options, name, int(value))
             else:
@@ -123,14 +173,24 @@ def main(argv: list[str] | None = None) -> int:
     # compile() is slow the first time in a process (about 3 ms): pay it once, here.
     compile("def warm(a):\n    return a\n", "<warm>", "exec")
     if options.isolated:
-        # bwrap kept CAP_SETUID/CAP_SETGID for this one step; setresuid to a non-zero uid drops
-        # every capability, and the zygote becomes undumpable: tools (the same uid) cannot
-        # ptrace it or read its memory.
-        os.setgroups([])
-        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        if os.getuid() == 0:
+            # The server is root: bwrap kept CAP_SETUID/CAP_SETGID for this one step, and
+            # setresuid to a non-zero uid drops every capability. (As another user, bwrap started
+            # the zygote as the sandbox uid already, without groups to drop.)
+            os.setgroups([])
+            os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+            os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        libc = ctypes.CDLL(None, use_errno=True)
+        # Undumpable: tools (the same uid) can neither read nor write its memory (/proc/1/mem).
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         # Changing uid cleared the death signal bubblewrap set (--die-with-parent): set it again.
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The session keyring came from the server, with whatever it (or a service manager) keeps
+        # there: the zygote and every call's process get an empty one of their own instead.
+        if libc.syscall(_KEYCTL[os.uname().machine], _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+            raise SystemExit(
+                f"nightshift-tool-zygote: cannot leave the server's keyring: {os.strerror(ctypes.get_errno())}"
+            )
     # As pid 1 a signal without a handler is ignored: tools cannot interrupt the zygote.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     requests, responses = os.dup(0), os.dup(1)
@@ -238,7 +298,7 @@ def _supervise(pid: int, result_r: int, requests: int, timeout: float, options: 
                 break
             if options.isolated and time.monotonic() >= next_watch:
                 next_watch += WATCH_INTERVAL
-                if _namespace_memory() > options.memory_mb * _MIB:
+                if _call_memory(options) > options.memory_mb * _MIB:
                     reason = f"the tool used more than {options.memory_mb} MB of memory (all its processes together)"
     finally:
         os.close(pidfd)
@@ -286,6 +346,60 @@ def _namespace_memory() -> int:
     return total
 
 
+def _call_memory(options: Options) -> int:
+    """All the memory the call holds that the zygote can see; a sandbox of its own only."""
+    total = _namespace_memory() + _scratch_memory(options)
+    if options.own_network:
+        total += _socket_memory()
+    return total
+
+
+def _socket_memory() -> int:
+    """What the buffers of every socket of the network namespace hold (received, and sent but
+    not yet taken), as the kernel's socket diagnostics tell; 0 for a kind it cannot list."""
+    total = 0
+    sock = _socket.socket(16, 3, 4)  # AF_NETLINK, SOCK_RAW, NETLINK_SOCK_DIAG
+    try:
+        for request, header, kind in _SOCKET_DUMPS:
+            sock.send(request)
+            done = False
+            while not done:
+                data = sock.recv(1 << 16)
+                position = 0
+                while position + _NLMSG.size <= len(data):
+                    length, message_type = _NLMSG.unpack_from(data, position)[:2]
+                    if message_type in (_NLMSG_DONE, _NLMSG_ERROR) or length < _NLMSG.size:
+                        done = True
+                        break
+                    end, attribute = position + length, position + _NLMSG.size + header
+                    while attribute + _ATTRIBUTE.size <= end:
+                        size, attribute_type = _ATTRIBUTE.unpack_from(data, attribute)
+                        if size < _ATTRIBUTE.size:
+                            break
+                        if attribute_type == kind and size >= _ATTRIBUTE.size + _MEMINFO.size:
+                            received, _, sent, _, _, queued = _MEMINFO.unpack_from(data, attribute + _ATTRIBUTE.size)
+                            total += received + max(sent, queued)
+                        attribute += (size + 3) & ~3
+                    position += (length + 3) & ~3
+                if not data:
+                    done = True
+    except OSError:
+        pass  # no socket diagnostics in this kernel: the rest of the watch still holds
+    finally:
+        sock.close()
+    return total
+
+
+def _scratch_memory(options: Options) -> int:
+    """What the files in the scratch tmpfs hold: memory too, which no process's counts show."""
+    total = 0
+    for scratch in options.scratch:
+        with contextlib.suppress(OSError):
+            stat = os.statvfs(scratch)
+            total += (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+    return total
+
+
 def _kill_call(pid: int, options: Options) -> None:
     """SIGKILL every process the call started, wherever it went."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -312,23 +426,44 @@ def _reap(pid: int, options: Options) -> int:
 
 def _clean_up(options: Options) -> bool:
     """Leave nothing of the call behind; False when that cannot be made sure of."""
+    leading = {parent for path in options.keep for parent in _parents(path)}
     clean = True
     for scratch in options.scratch:
-        for entry in os.scandir(scratch):
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    _remove_tree(entry.path)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                clean = False
-    if options.isolated:
-        # System V IPC objects outlive processes; the namespace is cheaper to replace than to scrub.
-        for kind in ("shm", "sem", "msg"):
-            with contextlib.suppress(OSError):
-                if _read_exactly(os.open(f"/proc/sysvipc/{kind}", os.O_RDONLY), 4096, close=True).count(b"\n") > 1:
-                    clean = False
+        clean = _wipe(scratch, options.keep, leading) and clean
+    # System V IPC objects and POSIX message queues would outlive processes too: the sandbox's
+    # syscall filter refuses them.
     return clean
+
+
+def _wipe(directory: str, keep: set[str], leading: set[str]) -> bool:
+    """Remove everything in ``directory`` but the ``keep`` paths and the directories ``leading``
+    to them (whose other entries go); False when something could not be removed."""
+    clean = True
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.path in keep:
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.path in leading:
+                    clean = _wipe(entry.path, keep, leading) and clean
+                else:
+                    _remove_tree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            clean = False
+    return clean
+
+
+def _parents(path: str) -> list[str]:
+    parents = []
+    while (path := os.path.dirname(path)) not in ("/", ""):
+        parents.append(path)
+    return parents
 
 
 def _remove_tree(path: str) -> None:
@@ -382,6 +517,8 @@ def _limit(options: Options, timeout: float) -> None:
         (resource.RLIMIT_NPROC, processes),
         (resource.RLIMIT_NOFILE, options.open_files),
         (resource.RLIMIT_FSIZE, files),
+        # Queued signals are counted per user up the namespace tree too (see launch.py).
+        (resource.RLIMIT_SIGPENDING, _SIGNALS_PENDING),
     ):
         if value > 0:  # 0: no limit of this kind
             resource.setrlimit(limit, (value, value))

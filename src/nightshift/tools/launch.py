@@ -4,13 +4,29 @@
 cgroup and (unless tools may go out) network namespaces. Its filesystem is a fresh root holding
 read-only binds of the system directories (``/usr`` and its top-level links), a few files of
 ``/etc`` and the Python runtime with its packages, plus a private ``/tmp`` and ``/dev/shm`` of
-bounded size; nothing else of the host, so no ``NIGHTSHIFT_HOME``, database or server file.
+bounded size; nothing else of the host, so no ``NIGHTSHIFT_HOME``, database or server file. A
+runtime that lives under ``/tmp`` (a virtualenv made there) is bound over the private ``/tmp``,
+alone: the zygote's wipe after each call leaves it and the directories that lead to it.
+
+Every process of the sandbox runs under the syscall filter of :mod:`nightshift.tools.seccomp`
+(no keys, System V or POSIX queue IPC, memfd, mounts, namespaces, io_uring, tracing...), which
+bubblewrap installs before it starts the zygote; so a call's memory is what its processes map
+plus what it writes in the private ``/tmp`` and ``/dev/shm``, which the zygote watches together.
 
 When the server runs as root, bubblewrap would map the sandbox's user to root outside, so the
 launcher writes the user namespace's id maps itself (bubblewrap waits for that on
 ``--userns-block-fd``): inside uid 0 stays the host's root only while bubblewrap builds the
-mounts, and the zygote then switches for good to uid 1000, which is ``nobody`` (65534) outside.
-As another user, bubblewrap maps the sandbox uid to that user.
+mounts, and the zygote then switches for good to uid 1000, which outside is a uid of its own,
+taken from ``uids`` (``NIGHTSHIFT_TOOL_UID_BASE`` and ``NIGHTSHIFT_TOOL_UID_COUNT``) and held by
+no other live zygote: no two sandboxes share what the kernel counts per host uid (descriptors in
+flight on Unix sockets, pipe buffers). What it counts per user up the namespace tree (processes,
+queued signals, inotify instances) goes, above the sandbox's own namespace, to the namespace's
+owner, root: each call's rlimits bound the first two and the syscall filter refuses the third.
+bubblewrap cannot disable nested user namespaces in that mode; the syscall filter refuses them.
+
+As another user, bubblewrap maps the sandbox uid to that user, so every sandbox shares that
+user's counts, each call within the same bounds; and it disables nested user namespaces itself
+(``--disable-userns``), on top of the filter.
 
 :class:`ProcessLauncher` (``NIGHTSHIFT_TOOL_SANDBOX=process``) starts the zygote as a plain
 child process with an empty environment: the same protocol and limits per call, no isolation.
@@ -22,8 +38,10 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -31,14 +49,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from nightshift.config import SandboxKind, ToolNetwork
+from nightshift.config import DEFAULT_TOOL_UID_BASE, DEFAULT_TOOL_UID_COUNT, SandboxKind, ToolNetwork
+from nightshift.tools import seccomp
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("_zygote.py")
 # The longest line read from a zygote (an answer is one line).
 LINE_LIMIT = 80 * 1024 * 1024
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-OUTSIDE_UID = 65534  # nobody: what the sandbox's uid 1000 is on the host when the server is root
+# The host uids the sandboxes' uid 1000 is mapped to when the server runs as root, one per zygote.
+DEFAULT_UIDS = range(DEFAULT_TOOL_UID_BASE, DEFAULT_TOOL_UID_BASE + DEFAULT_TOOL_UID_COUNT)
 _INSIDE_UID = 1000
+# The sandbox's private, size-bounded scratch directories, wiped after every call.
+_SCRATCH = (Path("/tmp"), Path("/dev/shm"))
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What of /etc a Python program and its libraries read: the loader cache, name resolution,
 # certificates, time zones, the alternatives that /usr/bin links point into.
@@ -86,6 +108,7 @@ class Started:
 
     process: asyncio.subprocess.Process
     scratch: str | None = None
+    uid: int | None = None  # the host uid of its tools, while no other zygote may take it
 
 
 class Launcher(Protocol):
@@ -123,6 +146,8 @@ class BubblewrapLauncher:
         binary: str = "bwrap",
         network: ToolNetwork = ToolNetwork.NONE,
         hidden: Sequence[Path] = (),
+        python: str | None = None,
+        uids: range = DEFAULT_UIDS,
     ) -> None:
         """Configure; nothing starts here.
 
@@ -131,11 +156,30 @@ class BubblewrapLauncher:
             network: What network the tools get.
             hidden: Paths that must stay out of sight even when they lie inside a bound directory
                 (``NIGHTSHIFT_HOME``, the SQLite database's folder): an empty tmpfs covers them.
+            python: The interpreter that runs the zygote and the tools, with its virtualenv if it
+                is one (default: the server's own).
+            uids: The host uids the sandboxes run as when the server runs as root, one per live
+                zygote of every server process on this host; a zygote cannot start while every one
+                of them is taken.
         """
         self.binary = binary
         self.network = network
+        self.uids = uids
         self._resolved = shutil.which(binary)
-        self._mounts = _mount_arguments(hidden)
+        if python is None:
+            executable = sys.executable
+            prefixes = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+        else:
+            executable, prefixes = python, []
+        # Its folder resolved (a path inside the sandbox has no host symlinks to follow), its name
+        # not: a virtualenv's interpreter is a link, and Python finds the virtualenv by the link.
+        self._python = str(Path(executable).absolute().parent.resolve() / Path(executable).name)
+        prefixes.append(str(Path(self._python).parent.parent))
+        self._system, self._runtime, self._keep = _mount_arguments(self._python, prefixes, hidden)
+        # The uids this process's live zygotes hold, each with the lock that keeps other server
+        # processes on this host (the API's and the poller's, other servers) from taking it too.
+        self._uid_locks: dict[int, socket.socket] = {}
+        self._next_uid = secrets.randbelow(len(uids)) if uids else 0
 
     def missing(self) -> str | None:
         if sys.platform != "linux":
@@ -145,59 +189,63 @@ class BubblewrapLauncher:
                 f"the tool sandbox needs bubblewrap, and {self.binary!r} was not found "
                 "(install it: apt-get install bubblewrap)"
             )
-        return None
+        return seccomp.supported()
 
     async def start(self, limits: SandboxLimits) -> Started:
         assert self._resolved is not None, "start() after missing() said what is missing"
         as_root = os.geteuid() == 0
+        uid = self._take_uid() if as_root else None
         info_r, info_w = os.pipe() if as_root else (-1, -1)
         block_r, block_w = os.pipe() if as_root else (-1, -1)
+        filter_r = _pipe_holding(seccomp.program())
+        scratch_size = str(limits.file_mb * 1024 * 1024)
         argv = [
             self._resolved,
             "--unshare-all",
             *(["--share-net"] if self.network is ToolNetwork.OUTBOUND else []),
             "--unshare-user",
+            # As root the id maps are written from here, which bubblewrap's own way of disabling
+            # user namespaces does not allow: the syscall filter refuses them in both cases.
+            *([] if as_root else ["--disable-userns"]),
             "--die-with-parent",
             "--new-session",
             "--as-pid-1",
             "--hostname",
             "sandbox",
             *self._identity(as_root, info_w=info_w, block_r=block_r),
-            *self._mounts,
+            "--seccomp",
+            str(filter_r),
+            *self._system,
             "--proc",
             "/proc",
             "--dev",
             "/dev",
-            "--perms",
-            "1777",
-            "--size",
-            str(limits.file_mb * 1024 * 1024),
-            "--tmpfs",
-            "/tmp",
-            "--perms",
-            "1777",
-            "--size",
-            str(limits.file_mb * 1024 * 1024),
-            "--tmpfs",
-            "/dev/shm",
+            *("--perms", "1777", "--size", scratch_size, "--tmpfs", "/tmp"),
+            *("--perms", "1777", "--size", scratch_size, "--tmpfs", "/dev/shm"),
+            # After the private /tmp, so that a runtime under /tmp shows through it.
+            *self._runtime,
             "--ro-bind",
             str(ZYGOTE_SCRIPT),
             "/nightshift/zygote.py",
+            # As another user than root, bubblewrap makes the root and /dev the sandbox uid's own:
+            # only the scratch directories, wiped after each call, stay writable.
+            *("--remount-ro", "/", "--remount-ro", "/dev"),
             "--chdir",
             "/tmp",
             "--clearenv",
             *("--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"),
             *("--setenv", "LANG", "C.UTF-8"),
-            sys.executable,
+            self._python,
             "-I",
             "-B",
             "/nightshift/zygote.py",
             "--isolated",
-            "--scratch=/tmp",
-            "--scratch=/dev/shm",
+            *([] if self.network is ToolNetwork.OUTBOUND else ["--own-network"]),
+            *(f"--scratch={path}" for path in _SCRATCH),
+            *(f"--keep={path}" for path in self._keep),
             *limits.zygote_arguments(),
         ]
-        ours = [fd for fd in (info_w, block_r) if fd >= 0]
+        ours = [fd for fd in (info_w, block_r, filter_r) if fd >= 0]
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -210,16 +258,56 @@ class BubblewrapLauncher:
                 extra_groups=[] if as_root else None,
                 limit=LINE_LIMIT,
             )
+        except BaseException:
+            if uid is not None:
+                self._release_uid(uid)
+            for fd in (info_r, block_w):
+                if fd >= 0:
+                    os.close(fd)
+            raise
         finally:
             for fd in ours:
                 os.close(fd)
-        if as_root:
+        started = Started(process=process, uid=uid)
+        if uid is not None:
             try:
-                await asyncio.to_thread(_map_ids, info_r, block_w)
+                await asyncio.to_thread(_map_ids, info_r, block_w, uid)
+            except BaseException:
+                self.kill(started)
+                raise
             finally:
                 os.close(info_r)
                 os.close(block_w)
-        return Started(process=process)
+        return started
+
+    def _take_uid(self) -> int:
+        """A host uid of ``uids`` that no live zygote on this host holds.
+
+        The lock is an abstract Unix socket name: binding it is atomic across processes, and the
+        kernel frees it when the socket closes, however the process ends.
+        """
+        for _ in range(len(self.uids)):
+            uid = self.uids[self._next_uid % len(self.uids)]
+            self._next_uid += 1
+            if uid in self._uid_locks:
+                continue
+            lock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                lock.bind(f"\0nightshift-tool-uid-{uid}")
+            except OSError:
+                lock.close()
+                continue
+            self._uid_locks[uid] = lock
+            return uid
+        raise OSError(
+            f"every host uid of the tool sandbox's range ({len(self.uids)} from {self.uids.start}) is taken: "
+            "raise NIGHTSHIFT_TOOL_UID_COUNT to at least the tool workers of every server on this host"
+        )
+
+    def _release_uid(self, uid: int) -> None:
+        lock = self._uid_locks.pop(uid, None)
+        if lock is not None:
+            lock.close()
 
     def _identity(self, as_root: bool, *, info_w: int, block_r: int) -> list[str]:
         if not as_root:
@@ -230,13 +318,31 @@ class BubblewrapLauncher:
 
     def kill(self, started: Started) -> None:
         # --die-with-parent: the zygote, pid 1 of its namespace, dies with bubblewrap, and every
-        # process of the namespace with it.
+        # process of the namespace with it; so its uid is free for another zygote.
         with contextlib.suppress(ProcessLookupError):
             started.process.kill()
+        if started.uid is not None:
+            self._release_uid(started.uid)
+            started.uid = None
 
 
-def _map_ids(info_r: int, block_w: int) -> None:
-    """Map the sandbox's uid and gid 1000 to nobody, then let bubblewrap go on.
+def _pipe_holding(data: bytes) -> int:
+    """The read end of a pipe that holds ``data`` and then ends (the filter, for bubblewrap)."""
+    read, write = os.pipe()
+    try:
+        view = memoryview(data)  # far below a pipe's capacity: the writes do not block
+        while view:
+            view = view[os.write(write, view) :]
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    return read
+
+
+def _map_ids(info_r: int, block_w: int, uid: int) -> None:
+    """Map the sandbox's uid and gid 1000 to ``uid`` outside, then let bubblewrap go on.
 
     Root inside stays root outside, for bubblewrap's own setup (it owns the new root it creates);
     nothing that runs a tool keeps it.
@@ -249,44 +355,51 @@ def _map_ids(info_r: int, block_w: int) -> None:
     if not info:
         return  # bubblewrap failed before making the namespace; its stderr says why
     child = json.loads(info)["child-pid"]
-    mapping = f"0 0 1\n{_INSIDE_UID} {OUTSIDE_UID} 1\n"
+    mapping = f"0 0 1\n{_INSIDE_UID} {uid} 1\n"
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{child}/{name}", "w") as file:
             file.write(mapping)
     os.write(block_w, b"1")
 
 
-def _mount_arguments(hidden: Sequence[Path]) -> list[str]:
-    """bubblewrap's arguments for the read-only view of the system and the Python runtime."""
-    arguments: list[str] = []
+def _mount_arguments(
+    python: str, prefixes: Sequence[str], hidden: Sequence[Path]
+) -> tuple[list[str], list[str], list[str]]:
+    """bubblewrap's arguments for the read-only view of the system, then for the Python runtime
+    (which go after the private /tmp), and the runtime's paths under a scratch directory."""
+    system: list[str] = []
     bound: list[Path] = []
     for name in _SYSTEM_DIRS:
         path = Path(name)
         if path.is_symlink():
-            arguments += ["--symlink", os.readlink(path), name]
+            system += ["--symlink", os.readlink(path), name]
         elif path.is_dir():
-            arguments += ["--ro-bind", name, name]
+            system += ["--ro-bind", name, name]
             bound.append(path)
     for entry in _ETC_ENTRIES:
-        arguments += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
-    runtime = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    runtime.add(Path(os.path.realpath(sys.executable)).parent.parent)
-    made: set[Path] = set()
-    for path in sorted(runtime):
+        system += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
+    runtime_paths = {Path(p).resolve() for p in prefixes}
+    runtime_paths.add(Path(os.path.realpath(python)).parent.parent)
+    runtime: list[str] = []
+    keep: list[str] = []
+    made: set[Path] = {Path("/dev"), *_SCRATCH}
+    for path in sorted(runtime_paths):
         if any(path.is_relative_to(b) for b in bound):
             continue
         # Parents are made world-readable: they may be private on the host (/root for pyenv).
         for parent in reversed(path.parents[:-1]):
             if parent not in made and not any(parent.is_relative_to(b) for b in bound):
-                arguments += ["--perms", "0755", "--dir", str(parent)]
+                runtime += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
-        arguments += ["--ro-bind", str(path), str(path)]
+        runtime += ["--ro-bind", str(path), str(path)]
         bound.append(path)
+        if any(path.is_relative_to(s) for s in _SCRATCH):
+            keep.append(str(path))
     for path in hidden:
         resolved = path.expanduser().resolve()
         if any(resolved.is_relative_to(b) for b in bound) and resolved.is_dir():
-            arguments += ["--tmpfs", str(resolved)]
-    return arguments
+            runtime += ["--tmpfs", str(resolved)]
+    return system, runtime, keep
 
 
 class ProcessLauncher:

@@ -286,7 +286,12 @@ def build_sandbox(settings: Settings) -> ToolSandbox:
         database = make_url(settings.resolved_database_url)
         if database.get_backend_name() == "sqlite" and database.database:
             hidden.append(Path(database.database).parent)
-        launcher = BubblewrapLauncher(binary=settings.tool_bwrap, network=settings.tool_network, hidden=hidden)
+        launcher = BubblewrapLauncher(
+            binary=settings.tool_bwrap,
+            network=settings.tool_network,
+            hidden=hidden,
+            uids=range(settings.tool_uid_base, settings.tool_uid_base + settings.tool_uid_count),
+        )
     else:
         launcher = ProcessLauncher()
     limits = SandboxLimits(
