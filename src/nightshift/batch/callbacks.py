@@ -11,15 +11,19 @@ IPv4-compatible addresses).
 Each attempt resolves the host once, checks every address it got, and connects to a checked
 address itself (the request still names the URL's host, in its Host header and as the TLS server
 name): a name that answers differently by the time of the connection cannot lead it elsewhere.
-No proxy from the environment is used, since a proxy would make the connection in our place.
+No proxy from the environment is used, since a proxy would make the connection in our place
+(the certificate authorities of ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` still are).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
+import os
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -164,6 +168,13 @@ async def check_callback_url(url: str, *, allow_private: bool, resolve: Resolver
     return CallbackTarget(url=url, addresses=tuple(addresses))
 
 
+@functools.cache
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """What httpx builds from ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` (the arguments: their values),
+    or its own authorities; kept per value, since loading them takes a while."""
+    return httpx.create_ssl_context(verify=True, trust_env=bool(cert_file or cert_dir))
+
+
 async def post_callback(target: CallbackTarget, body: Mapping[str, Any]) -> httpx.Response:
     """POST ``body`` to the target, connecting to its checked addresses only (the first that
     accepts the connection), with no proxy and no redirect followed.
@@ -176,7 +187,9 @@ async def post_callback(target: CallbackTarget, body: Mapping[str, Any]) -> http
     # The certificate is checked against the URL's host, sent as the TLS server name.
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     failure: httpx.TransportError | None = None
-    async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=TIMEOUT_SECONDS) as http:
+    tls = _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    # trust_env=False: no proxy (nor .netrc) from the environment.
+    async with httpx.AsyncClient(verify=tls, trust_env=False, follow_redirects=False, timeout=TIMEOUT_SECONDS) as http:
         for address in target.addresses:
             pinned = url.copy_with(host=str(address))
             request = http.build_request("POST", pinned, json=body, headers=headers, extensions=extensions)

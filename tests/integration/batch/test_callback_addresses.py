@@ -4,13 +4,18 @@ proxy from the environment: through the real callback code and real HTTP receive
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.callbacks import send_due_callbacks
@@ -162,3 +167,71 @@ async def test_no_proxy_from_the_environment_is_used(
     assert (await _stored(engine, run)).callback_status_code == 200
     assert [host for host, _, _ in receivers.first.received] == [f"127.0.0.1:{receivers.port}"]
     assert proxy.received == []
+
+
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A certificate authority and a certificate it signed for ``HOST`` only: (authority, cert, key)."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test authority",
+    )
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "host.key", "-out", "host.csr", "-subj", f"/CN={HOST}")
+    (folder / "host.ext").write_text(f"subjectAltName=DNS:{HOST}\n")
+    openssl(
+        "x509", "-req", "-in", "host.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "host.pem", "-days", "2", "-extfile", "host.ext",
+    )  # fmt: skip
+    return folder / "ca.pem", folder / "host.pem", folder / "host.key"
+
+
+@contextmanager
+def _tls_server(app: Receiver, cert: Path, key: Path) -> Iterator[int]:
+    """``app`` served over TLS on 127.0.0.1 with that certificate; yields its port."""
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ssl_certfile=str(cert), ssl_keyfile=str(key)
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the TLS receiver did not start"
+        time.sleep(0.01)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+async def test_over_tls_the_certificate_is_checked_for_the_urls_host(
+    engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The connection goes to 127.0.0.1, whose certificate names only HOST: it is accepted only if
+    # the TLS server name (and so the name checked) is the URL's host, not the address.
+    authority, cert, key = _certificates(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(authority))
+    receiver = Receiver()
+    with _tls_server(receiver, cert, key) as port:
+        run = await _ended_run(engine, f"https://{HOST}:{port}/hook")
+        await send_due_callbacks(engine, allow_private=True, resolve=Resolver(["127.0.0.1"]))
+
+    stored = await _stored(engine, run)
+    assert (stored.callback_status_code, stored.callback_error) == (200, None)
+    assert [(host, path) for host, path, _ in receiver.received] == [(f"{HOST}:{port}", "/hook")]
