@@ -1,11 +1,10 @@
 """Importing a large Agent File through a real ``serve`` leaves its event loop free: a health check
-sent all along answers promptly, and the import still creates the agent with all its messages."""
+sent all along answers promptly, and the import still creates the agent with its messages."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from support.agent_files import SUPPORT_DESK, document
+from support.agent_files import SUPPORT_DESK, document, double_encoded
 from support.processes import Servers, server_environment
 
 # Just under the default request limit (32 MB), the largest file an import takes.
@@ -34,23 +33,24 @@ def servers(db_url: str, tmp_path: Path) -> Iterator[Servers]:
 
 
 def large_agent_file() -> tuple[bytes, int]:
-    """An Agent File of about ``FILE_BYTES``: the support desk's first agent with many more user
-    messages (outside its in-context window), and how many messages its agent holds."""
+    """An Agent File of about ``FILE_BYTES``, double-encoded as Letta publishes them: the support
+    desk's first agent with many more user messages (outside its in-context window), and how many
+    messages its agent holds."""
     doc: dict[str, Any] = document(SUPPORT_DESK)
     doc["agents"] = doc["agents"][:1]
     agent = doc["agents"][0]
+    used = set(agent["block_ids"])
+    doc["blocks"] = [b for b in doc["blocks"] if b["id"] in used]
     spare = next(m for m in agent["messages"] if m["role"] == "user")
-    one = len(json.dumps({**spare, "id": "message-extra-0000000"})) + 2
-    count = (FILE_BYTES - len(json.dumps(doc))) // one
+    one = len(double_encoded({**spare, "id": "message-extra-0000000"})) + 4  # with its ", " written twice
+    count = int(FILE_BYTES * 0.99 - len(double_encoded(doc))) // one
     extra = []
     for index in range(count):
         message = copy.deepcopy(spare)
         message["id"] = f"message-extra-{index}"
         extra.append(message)
     agent["messages"] += extra
-    used = set(agent["block_ids"])
-    doc["blocks"] = [b for b in doc["blocks"] if b["id"] in used]
-    return json.dumps(doc).encode(), len(agent["messages"])
+    return double_encoded(doc), len(agent["messages"])
 
 
 async def _probe(base_url: str, stop: asyncio.Event) -> list[float]:

@@ -52,3 +52,19 @@ def test_nesting_up_to_the_limit_is_read() -> None:
     assert read_json(text, max_depth=10) == json.loads(text)
     with pytest.raises(JSONTooDeep):
         read_json("[" + text + "]", max_depth=10)
+
+
+@pytest.mark.parametrize("escape", ["\U0001f600", "\ud800", '"', "\\", "\n", "\u00e9", "\\\\\\"])
+def test_a_string_longer_than_a_window_is_read_whole(escape: str) -> None:
+    # The escape (a surrogate pair, written as two escapes, among them) falls at every place
+    # around the end of the first window: none may be cut in two.
+    for before in range(WINDOW - 16, WINDOW + 4):
+        value = "a" * before + escape + "b" * 20 + escape
+        for text in (json.dumps(value), json.dumps(value, ensure_ascii=False), json.dumps({"k": [value]})):
+            assert read_json(text, max_depth=5) == json.loads(text), (escape, before)
+
+
+def test_a_double_encoded_document_reads_as_json_loads_reads_it() -> None:
+    inner = json.dumps({"agents": [{"name": "x" * 10, "text": '\U0001f600 "quoted" \\ ' * 20_000}]})
+    outer = json.dumps(inner).encode()
+    assert read_json(read_json(outer, max_depth=5), max_depth=5) == json.loads(json.loads(outer))

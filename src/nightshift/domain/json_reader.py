@@ -6,8 +6,9 @@ takes, and very deep nesting ends in a ``RecursionError`` instead of a decoding 
 
 :func:`read_json` gives C one value at a time, and only a value whose text fits in a window of
 ``WINDOW`` characters; a larger object or array is opened here, and its members read the same
-way. Between two calls the interpreter may switch threads, so no call holds the lock for longer
-than reading one window (or one string) takes. Nesting is counted as containers are opened here
+way; so is a longer string (a double-encoded document is one). Between two calls the
+interpreter may switch threads, so no call holds the lock for longer than reading one window
+takes. Nesting is counted as containers are opened here
 (and measured in what C read, when its brackets say it may be too deep), and a document deeper
 than ``max_depth`` is refused, with the path where it went past.
 """
@@ -26,6 +27,10 @@ WINDOW = 64 * 1024
 # The first window tried for a member; it grows fourfold while the member does not fit in it.
 _FIRST_WINDOW = 1024
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+# A string's text ending in the first half of a surrogate pair written as escapes.
+_HIGH_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\Z")
+# The longest text an escape spans: a surrogate pair, two \uXXXX escapes.
+_LONGEST_ESCAPE = 12
 
 Path = tuple[str | int, ...]
 
@@ -96,9 +101,11 @@ class _Reader:
     def _value(self, index: int, path: Path, hint: int) -> tuple[Any, int]:
         """The value starting at ``index`` and where it ends; ``hint``: a likely size of its text."""
         first = self.text[index : index + 1]
+        if first == '"':
+            return self._string(index, hint)
         if first not in ("{", "["):
             try:
-                return self.scan(self.text, index)  # a string or a scalar: C reads just that
+                return self.scan(self.text, index)  # a number or a literal: C reads just that
             except StopIteration:
                 raise JSONDecodeError("Expecting value", self.text, index) from None
         if len(path) >= self.max_depth:
@@ -107,6 +114,46 @@ class _Reader:
         if small is not None and not _deeper(small[0], self.text, index, small[1], self.max_depth - len(path)):
             return small
         return self._object(index, path) if first == "{" else self._array(index, path)
+
+    def _string(self, index: int, hint: int) -> tuple[str, int]:
+        """The string at ``index``: read by C when it fits in a window, else a window at a time."""
+        small = self._windowed(index, hint)
+        if small is not None:
+            return small
+        text = self.text
+        parts: list[str] = []
+        start = index + 1
+        while True:
+            piece = text[start : start + WINDOW]
+            if not piece:
+                raise JSONDecodeError("Unterminated string starting at", text, index)
+            piece = self._whole_escapes(piece)
+            try:
+                value, end = self.scan(f'"{piece}"', 0)  # the piece, closed by a quote of ours
+            except JSONDecodeError as exc:
+                where = index if exc.msg.startswith("Unterminated") else start + exc.pos - 1
+                raise JSONDecodeError(exc.msg, text, where) from None
+            parts.append(value)
+            if end < len(piece) + 2:
+                return "".join(parts), start + end - 1  # its own closing quote was in the piece
+            start += len(piece)
+
+    @staticmethod
+    def _whole_escapes(piece: str) -> str:
+        """``piece`` without an escape (or a surrogate pair of escapes) its end would cut in two."""
+        if len(piece) < WINDOW:
+            return piece  # the end of the document
+        last = piece.rfind("\\", len(piece) - _LONGEST_ESCAPE)
+        if last < 0:
+            return piece
+        first = last
+        while first > 0 and piece[first - 1] == "\\":
+            first -= 1
+        # A run of backslashes is escaped backslashes, two by two, and maybe one escape's start.
+        cut = last + 1 if (last - first) % 2 else last
+        if _HIGH_SURROGATE_ESCAPE.search(piece, 0, cut):
+            cut -= 6
+        return piece[:cut]
 
     def _windowed(self, index: int, hint: int) -> tuple[Any, int] | None:
         """The container at ``index`` read by C, when its text fits in a window; else None.
@@ -136,7 +183,7 @@ class _Reader:
         while True:
             if text[index : index + 1] != '"':
                 raise JSONDecodeError("Expecting property name enclosed in double quotes", text, index)
-            key, index = self.scan(text, index)  # a string: C reads just that
+            key, index = self._string(index, 0)
             index = self._space(index)
             if text[index : index + 1] != ":":
                 raise JSONDecodeError("Expecting ':' delimiter", text, index)
