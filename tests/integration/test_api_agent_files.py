@@ -9,10 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
+from nightshift.domain.limits import MAX_JSON_DEPTH
 from support.agent_files import SUPPORT_DESK, document, double_encoded
 from support.api import create_tool, json_list, json_object
 
 Doc = dict[str, Any]
+MODEL = "anthropic/claude-3-5-haiku-20241022"
 
 
 async def _import(client: httpx.AsyncClient, content: bytes, **form: str) -> httpx.Response:
@@ -208,3 +210,108 @@ async def test_a_file_is_imported_whole_as_many_times_as_asked(client: httpx.Asy
     assert len(set(first + second)) == 4
     blocks = [{b["id"] for b in json_object(await client.get(f"/v1/agents/{i}"))["blocks"]} for i in (*first, *second)]
     assert blocks[0] & blocks[1] and not blocks[0] & blocks[2]  # shared within an import, not across
+
+
+def _nested(levels: int) -> Any:
+    """An object ``levels`` deep: {"a": {"a": ... 1}}."""
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def _plain(doc: Doc) -> bytes:
+    return json.dumps(doc).encode()  # NaN and Infinity as Python writes them, not refused here
+
+
+def _with(change: Callable[[Doc], None]) -> bytes:
+    doc = document(SUPPORT_DESK)
+    change(doc)
+    return _plain(doc)
+
+
+# Values the databases or the JSON encoder cannot hold, in what an import would store: each is
+# refused, naming its place in the file, as the API refuses it in the same field of a body.
+UNSTORABLE_FILES: dict[str, tuple[bytes, str]] = {
+    "metadata nested 300 deep": (
+        _with(lambda d: _agent(d, 0).update(metadata=_nested(300))),
+        "agents.0.metadata.a.a",
+    ),
+    "an integer past 64 bits": (
+        _with(lambda d: _agent(d, 0).update(metadata={"seats": 2**80})),
+        "agents.0.metadata.seats: is an integer out of the 64-bit range",
+    ),
+    "NaN": (
+        _with(lambda d: _agent(d, 1).update(metadata={"score": float("nan")})),
+        "agents.1.metadata.score: is not a finite number",
+    ),
+    "Infinity in a block's metadata": (
+        _with(lambda d: d["blocks"][0].update(metadata={"weight": float("inf")})),
+        "blocks.0.metadata.weight: is not a finite number",
+    ),
+    "NUL in a metadata key": (
+        _with(lambda d: _agent(d, 0).update(metadata={"a\x00b": 1})),
+        "agents.0.metadata.'a\\x00b': holds a NUL character",
+    ),
+    "NUL in a message": (
+        _with(lambda d: _agent(d, 0)["messages"][3]["content"][0].update(text="hi\x00")),
+        "agents.0.messages.3.content.0.text: holds a NUL character",
+    ),
+    "lone surrogate in a block": (
+        _with(lambda d: d["blocks"][1].update(value="half \ud800 a character")),
+        "blocks.1.value: Input should be a valid string",  # pydantic's own refusal, before ours
+    ),
+    "NUL in a tool's source": (
+        _with(lambda d: _tool(d, "escalate").update(source_code=_tool(d, "escalate")["source_code"] + "\x00")),
+        "holds a NUL character",
+    ),
+    "a tag longer than a name": (
+        _with(lambda d: _agent(d, 0).update(tags=["t" * 256])),
+        "agents.0.tags.0: String should have at most 255 characters",
+    ),
+    "200,000 brackets": (b"[" * 200_000, "nested more than"),
+    "200,000 brackets in an agent": (
+        b'{"agents": [{"id": "agent-0", "name": "deep", "metadata": ' + b"[" * 200_000 + b"]}]}",
+        "agents.0.metadata.0.0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNSTORABLE_FILES)
+async def test_what_cannot_be_stored_is_refused_and_the_agents_still_list(client: httpx.AsyncClient, case: str) -> None:
+    before = await _counts(client)
+    content, expected = UNSTORABLE_FILES[case]
+
+    response = await _import(client, content)
+
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "file"
+    assert expected in response.json()["detail"], response.json()["detail"]
+    assert await _counts(client) == before  # nothing written, and every listing still answers
+
+
+async def test_metadata_as_deep_as_the_api_takes_is_imported_and_one_level_more_is_not(
+    client: httpx.AsyncClient,
+) -> None:
+    # The deepest metadata an agent can be created with through the API...
+    created = {
+        levels: await client.post(
+            "/v1/agents/", json={"name": f"p{levels}", "model": MODEL, "metadata": _nested(levels)}
+        )
+        for levels in range(60, 70)
+    }
+    deepest = max(levels for levels, response in created.items() if response.status_code == 200)
+    assert created[deepest + 1].status_code == 422
+    before = await _counts(client)
+
+    # ... is the deepest an import takes in the same field.
+    taken = await _import(client, _with(lambda d: _agent(d, 0).update(metadata=_nested(deepest))))
+    refused = await _import(client, _with(lambda d: _agent(d, 0).update(metadata=_nested(deepest + 1))))
+
+    assert taken.status_code == 200, taken.text
+    assert refused.status_code == 422, refused.text
+    assert "agents.0.metadata" in refused.json()["detail"]
+    agent = json_object(await client.get(f"/v1/agents/{taken.json()['agent_ids'][0]}"))
+    assert agent["metadata"] == _nested(deepest)
+    assert (await _counts(client))[0] == before[0] + 2  # the file's two agents, once
+    assert deepest == MAX_JSON_DEPTH - 1  # counted from the body's top, where "metadata" is one level

@@ -4,16 +4,30 @@ A callback is a request the server makes on a caller's behalf, so it could reach
 server can (an admin API on loopback, a cloud metadata endpoint): URLs whose host is, or
 resolves to, a loopback, private, link-local or otherwise special address are refused, when the
 run is created and again before each attempt (the name may resolve elsewhere by then), unless
-``NIGHTSHIFT_CALLBACK_ALLOW_PRIVATE`` is set.
+``NIGHTSHIFT_CALLBACK_ALLOW_PRIVATE`` is set. So are IPv6 addresses that carry such an IPv4
+address for a translator or a tunnel to deliver to (NAT64, 6to4, Teredo, IPv4-mapped and
+IPv4-compatible addresses).
+
+Each attempt resolves the host once, checks every address it got, and connects to a checked
+address itself (the request still names the URL's host, in its Host header and as the TLS server
+name): a name that answers differently by the time of the connection cannot lead it elsewhere.
+No proxy from the environment is used, since a proxy would make the connection in our place
+(the certificate authorities of ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` still are).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
+import os
 import socket
+import ssl
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,36 +43,162 @@ MAX_ATTEMPTS = 5
 BASE_DELAY = timedelta(seconds=2)
 # While one process sends a callback, others leave it alone for this long.
 SEND_CLAIM = timedelta(seconds=60)
+# How long one attempt may take, each address it tries.
+TIMEOUT_SECONDS = 10.0
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+# The addresses a host name resolves to, in the order to try them: (host, port) -> addresses.
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: a local prefix of /48 to /96
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated by RFC 4291, still routed by some stacks
+_LOW_32_BITS = 0xFFFFFFFF
 
 
-async def check_callback_url(url: str, *, allow_private: bool) -> None:
-    """Refuse a callback URL the server must not call on a caller's behalf.
+async def resolve_host(host: str, port: int) -> list[str]:
+    """The addresses of ``host`` from the system's resolver, in its order, each once."""
+    found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallbackTarget:
+    """A callback URL that passed the check, and the addresses it was checked at: the only ones
+    a request to it connects to."""
+
+    url: str
+    addresses: tuple[Address, ...]
+
+
+def _rfc6052_ipv4(address: ipaddress.IPv6Address, prefix_length: int) -> ipaddress.IPv4Address:
+    """The IPv4 address a NAT64 address of that prefix length carries (RFC 6052, section 2.2):
+    right after the prefix, skipping bits 64 to 71."""
+    value = int(address)
+    without_u = ((value >> 64) << 56) | (value & ((1 << 56) - 1))  # 120 bits: bits 64-71 taken out
+    start = prefix_length if prefix_length <= 64 else prefix_length - 8
+    return ipaddress.IPv4Address((without_u >> (120 - start - 32)) & _LOW_32_BITS)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[ipaddress.IPv4Address, str]]:
+    """The IPv4 addresses an IPv6 address carries, which a translator or a tunnel would deliver
+    to, each with what carries it."""
+    found: list[tuple[ipaddress.IPv4Address, str]] = []
+    if address.ipv4_mapped is not None:
+        found.append((address.ipv4_mapped, "IPv4-mapped"))
+    elif address in _IPV4_COMPATIBLE and int(address) > 1:
+        found.append((ipaddress.IPv4Address(int(address) & _LOW_32_BITS), "IPv4-compatible"))
+    if address in _NAT64:
+        found.append((ipaddress.IPv4Address(int(address) & _LOW_32_BITS), "NAT64"))
+    if address in _NAT64_LOCAL:
+        # Where the IPv4 address sits depends on the prefix length the network chose: any of them.
+        found += [(_rfc6052_ipv4(address, length), f"NAT64 /{length}") for length in (48, 56, 64, 96)]
+    if address.sixtofour is not None:
+        found.append((address.sixtofour, "6to4"))
+    if address.teredo is not None:
+        server, client = address.teredo
+        found += [(server, "Teredo server"), (client, "Teredo client")]
+    return found
+
+
+def _special(address: Address) -> bool:
+    return address.is_multicast or not address.is_global
+
+
+def refusal(address: Address) -> str | None:
+    """Why the server does not call ``address`` on a caller's behalf, or None."""
+    if _special(address):
+        return "a loopback, private or reserved address"
+    if isinstance(address, ipaddress.IPv6Address):
+        for carried, kind in embedded_ipv4(address):
+            if _special(carried):
+                return f"which carries {carried} ({kind}), a loopback, private or reserved address"
+    return None
+
+
+def _address(text: str) -> Address:
+    # A link-local address from the resolver may name its interface ("fe80::1%eth0").
+    return ipaddress.ip_address(text.split("%", 1)[0])
+
+
+def _literal(host: str) -> Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+async def _resolved(host: str, port: int, resolve: Resolver) -> list[Address]:
+    try:
+        addresses = list(dict.fromkeys(_address(found) for found in await resolve(host, port)))
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"callback_url's host {host!r} does not resolve: {exc}", field="callback_url") from exc
+    if not addresses:
+        raise InvalidInput(f"callback_url's host {host!r} does not resolve to any address", field="callback_url")
+    return addresses
+
+
+async def check_callback_url(url: str, *, allow_private: bool, resolve: Resolver = resolve_host) -> CallbackTarget:
+    """Check a callback URL the server would call on a caller's behalf: its host is resolved once
+    and every address it has is checked.
 
     Raises:
         InvalidInput: not http(s), no host, a host that does not resolve, or one that is (or
-            resolves to) a loopback, private, link-local, multicast or reserved address.
+            resolves to) a loopback, private, link-local, multicast or reserved address, or to
+            an IPv6 address that carries one.
     """
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInput("callback_url must be an http or https URL with a host", field="callback_url")
-    if allow_private:
-        return
-    host = parts.hostname
     try:
-        addresses = {ipaddress.ip_address(host)}
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        try:
-            found = await asyncio.get_running_loop().getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise InvalidInput(f"callback_url's host {host!r} does not resolve: {exc}", field="callback_url") from exc
-        addresses = {ipaddress.ip_address(info[4][0]) for info in found}
-    for address in addresses:
-        if not address.is_global or address.is_multicast:
-            raise InvalidInput(
-                f"callback_url's host {host!r} is {address}, a loopback, private or reserved address; the server "
-                "does not call those (set NIGHTSHIFT_CALLBACK_ALLOW_PRIVATE=true to allow them)",
-                field="callback_url",
-            )
+        port = 0
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port:
+        raise InvalidInput("callback_url must be an http or https URL with a host", field="callback_url")
+    host = parts.hostname
+    addresses = [literal] if (literal := _literal(host)) is not None else await _resolved(host, port, resolve)
+    if not allow_private:
+        for address in addresses:
+            reason = refusal(address)
+            if reason is not None:
+                raise InvalidInput(
+                    f"callback_url's host {host!r} is {address}, {reason}; the server does not call those "
+                    "(set NIGHTSHIFT_CALLBACK_ALLOW_PRIVATE=true to allow them)",
+                    field="callback_url",
+                )
+    return CallbackTarget(url=url, addresses=tuple(addresses))
+
+
+@functools.cache
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """What httpx builds from ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` (the arguments: their values),
+    or its own authorities; kept per value, since loading them takes a while."""
+    return httpx.create_ssl_context(verify=True, trust_env=bool(cert_file or cert_dir))
+
+
+async def post_callback(target: CallbackTarget, body: Mapping[str, Any]) -> httpx.Response:
+    """POST ``body`` to the target, connecting to its checked addresses only (the first that
+    accepts the connection), with no proxy and no redirect followed.
+
+    Raises:
+        httpx.HTTPError: no address could be reached, or the exchange failed.
+    """
+    url = httpx.URL(target.url)
+    headers = {"Host": url.netloc.decode("ascii")}
+    # The certificate is checked against the URL's host, sent as the TLS server name.
+    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+    failure: httpx.TransportError | None = None
+    tls = _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    # trust_env=False: no proxy (nor .netrc) from the environment.
+    async with httpx.AsyncClient(verify=tls, trust_env=False, follow_redirects=False, timeout=TIMEOUT_SECONDS) as http:
+        for address in target.addresses:
+            pinned = url.copy_with(host=str(address))
+            request = http.build_request("POST", pinned, json=body, headers=headers, extensions=extensions)
+            try:
+                return await http.send(request)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                failure = exc
+    assert failure is not None  # a target has at least one address
+    raise failure
 
 
 def payload(run: BatchRun) -> dict[str, str | None]:
@@ -72,18 +212,18 @@ def payload(run: BatchRun) -> dict[str, str | None]:
 
 async def send_due_callbacks(
     engine: AsyncEngine,
-    http: httpx.AsyncClient,
     *,
     limit: int = 20,
     base_delay: timedelta = BASE_DELAY,
     allow_private: bool = False,
+    resolve: Resolver = resolve_host,
 ) -> int:
     """POST the callbacks of ended runs that are due; returns how many were attempted.
 
     A non-2xx answer or a network error is retried after ``base_delay`` (2 s by default), then
     twice, four and eight times as long; after the fifth failure the run keeps the last error in
     ``callback_error`` and nothing more is sent. A URL refused by :func:`check_callback_url` is
-    not called at all.
+    not called at all. ``resolve`` finds a host's addresses (the system's resolver by default).
     """
     now = datetime.now(UTC)
     async with engine.begin() as conn:
@@ -94,8 +234,8 @@ async def send_due_callbacks(
         assert run.callback_url is not None
         refused = False
         try:
-            await check_callback_url(run.callback_url, allow_private=allow_private)
-            response = await http.post(run.callback_url, json=payload(run), timeout=10)
+            target = await check_callback_url(run.callback_url, allow_private=allow_private, resolve=resolve)
+            response = await post_callback(target, payload(run))
             ok, code, error = response.is_success, response.status_code, None
             if not ok:
                 error = f"callback answered HTTP {code}"

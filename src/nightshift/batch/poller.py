@@ -29,7 +29,7 @@ async def poll_once(worker: Worker, http: httpx.AsyncClient) -> int:
     if worker.draining.is_set():
         return handled  # due callbacks wait for a process that stays (a callback may be slow)
     return handled + await send_due_callbacks(
-        worker.engine, http, base_delay=worker.callback_retry_delay, allow_private=worker.callback_allow_private
+        worker.engine, base_delay=worker.callback_retry_delay, allow_private=worker.callback_allow_private
     )
 
 

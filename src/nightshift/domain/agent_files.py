@@ -10,20 +10,42 @@ Everything here is pure: :func:`parse_agent_file` turns bytes into an :class:`Ag
 raises ``InvalidInput`` naming what is wrong, before anything is written. Unknown fields are
 ignored (Letta writes many that nightshift has no use for); parts that nightshift cannot hold
 (files, folders, groups, MCP servers) are refused rather than dropped.
+
+What a file would store meets the limits the API sets for the same fields (``domain/limits.py``:
+sizes, and values the databases can hold), so an imported agent is one the API could have made.
+A file may be as large as a request, and its reading is meant for a worker thread: the JSON is
+read in small calls (``domain/json_reader.py``) and the file's agents, blocks, tools and messages
+are checked one at a time, so that the interpreter can switch to the event loop between them.
+No call checks a larger part than ``MAX_FIELD_ENTRIES`` bounds.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
-from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT, MAX_BLOCK_LIMIT, MAX_NAME_CHARS, MAX_RETURN_CHARS, MAX_TAGS
+from nightshift.domain.json_reader import JSONTooDeep, read_json
+from nightshift.domain.limits import (
+    DEFAULT_BLOCK_LIMIT,
+    MAX_BLOCK_LIMIT,
+    MAX_CONTEXT_WINDOW,
+    MAX_JSON_DEPTH,
+    MAX_LIST_ITEMS,
+    MAX_MESSAGE_PARTS,
+    MAX_NAME_CHARS,
+    MAX_OUTPUT_TOKENS,
+    MAX_RETURN_CHARS,
+    MAX_SOURCE_CHARS,
+    MAX_TAGS,
+    MAX_TEXT_CHARS,
+    StorageProblem,
+    storage_problem,
+)
 from nightshift.domain.messages import Message, Role
 from nightshift.domain.tool_rules import dump_tool_rules
 from nightshift.domain.tools import Tool
@@ -31,6 +53,21 @@ from nightshift.errors import InvalidInput
 
 MAX_FILE_AGENTS = 1000
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+# Nesting of the file: an agent's metadata sits two levels below the top (``agents.0.metadata``), a
+# message's parts four (``agents.0.messages.3.content``), where an API body holds them at the top;
+# each part is then held to the API's own ``MAX_JSON_DEPTH`` from there.
+MAX_FILE_DEPTH = MAX_JSON_DEPTH + 4
+# Entries of one list or object field of an agent, block, tool or message. Each of those is checked
+# in one call that holds the interpreter; the file's agents, blocks and tools, and an agent's
+# messages, are checked one by one and are not bounded by this.
+MAX_FIELD_ENTRIES = 10_000
+
+# The API's limits on the same fields (``api/schemas.py``), for what a file would store.
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+Label = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+Tags = Annotated[list[Name], Field(max_length=MAX_TAGS)]
+Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
 
 
 class _Part(BaseModel):
@@ -41,10 +78,10 @@ class FileBlock(_Part):
     """A block of the file, shared by every agent that names its id."""
 
     id: str
-    label: str = Field(min_length=1)
-    value: str = ""
+    label: Label
+    value: Text = ""
     limit: int = Field(default=DEFAULT_BLOCK_LIMIT, ge=1, le=MAX_BLOCK_LIMIT)
-    description: str | None = None
+    description: Text | None = None
     read_only: bool = False
     metadata: dict[str, Any] | None = None
 
@@ -53,20 +90,20 @@ class FileTool(_Part):
     """A tool of the file: a custom tool carries its Python source; a built-in one only its name."""
 
     id: str
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     tool_type: str = "custom"
-    description: str | None = None
-    source_code: str | None = None
+    description: Text | None = None
+    source_code: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
     json_schema: dict[str, Any] | None = None
-    tags: list[str] | None = None
+    tags: Tags | None = None
     return_char_limit: int = Field(default=50_000, ge=1, le=MAX_RETURN_CHARS)
 
 
 class FileFunction(_Part):
     """The function a tool call names, with its arguments as JSON text."""
 
-    name: str = Field(min_length=1)
-    arguments: str = ""
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    arguments: Text = ""
 
 
 class FileToolCall(_Part):
@@ -80,8 +117,8 @@ class FileContent(_Part):
     """One content part: ``text`` parts are the message's text, ``reasoning`` parts its reasoning."""
 
     type: str
-    text: str | None = None
-    reasoning: str | None = None
+    text: Text | None = None
+    reasoning: Text | None = None
 
 
 class FileToolReturn(_Part):
@@ -89,7 +126,7 @@ class FileToolReturn(_Part):
 
     tool_call_id: str | None = None
     status: str | None = None
-    func_response: str | None = None
+    func_response: Text | None = None
 
 
 class FileMessage(_Part):
@@ -97,9 +134,9 @@ class FileMessage(_Part):
 
     id: str
     role: str
-    content: list[FileContent] | str | None = None
-    name: str | None = None
-    tool_calls: list[FileToolCall] | None = None
+    content: Annotated[list[FileContent], Field(max_length=MAX_MESSAGE_PARTS)] | Text | None = None
+    name: Name | None = None
+    tool_calls: Annotated[list[FileToolCall], Field(max_length=MAX_LIST_ITEMS)] | None = None
     tool_call_id: str | None = None
     tool_returns: list[FileToolReturn] | None = None
     created_at: datetime | None = None
@@ -134,11 +171,11 @@ class FileMessage(_Part):
 class FileLLMConfig(_Part):
     """The part of Letta's llm_config that nightshift keeps."""
 
-    model: str = Field(min_length=1)
-    model_endpoint_type: str | None = None
-    handle: str | None = None
-    context_window: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
+    model: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    model_endpoint_type: Name | None = None
+    handle: Name | None = None
+    context_window: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_WINDOW)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_OUTPUT_TOKENS)
     temperature: float | None = Field(default=None, ge=0, le=2)
     parallel_tool_calls: bool | None = None
 
@@ -148,16 +185,16 @@ class FileAgent(_Part):
 
     id: str
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    system: str | None = None
-    description: str | None = None
+    system: Text | None = None
+    description: Text | None = None
     agent_type: str | None = None
-    model: str | None = None
+    model: Name | None = None
     llm_config: FileLLMConfig | None = None
-    embedding: str | None = None
-    block_ids: list[str] = Field(default_factory=list)
-    tool_ids: list[str] = Field(default_factory=list)
-    tool_rules: list[dict[str, Any]] | None = None
-    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS)
+    embedding: Name | None = None
+    block_ids: Ids = Field(default_factory=list)
+    tool_ids: Ids = Field(default_factory=list)
+    tool_rules: Annotated[list[dict[str, Any]], Field(max_length=MAX_LIST_ITEMS)] | None = None
+    tags: Tags | None = None
     metadata: dict[str, Any] | None = None
     include_base_tools: bool = True
     message_buffer_autoclear: bool = False
@@ -180,7 +217,7 @@ class FileAgent(_Part):
 class AgentFile(_Part):
     """A whole Agent File."""
 
-    agents: list[FileAgent] = Field(min_length=1, max_length=MAX_FILE_AGENTS)
+    agents: list[FileAgent] = Field(default_factory=list)
     blocks: list[FileBlock] = Field(default_factory=list)
     tools: list[FileTool] = Field(default_factory=list)
     groups: list[Any] = Field(default_factory=list)
@@ -192,13 +229,22 @@ class AgentFile(_Part):
 def decode_agent_file(raw: bytes) -> dict[str, Any]:
     """The document of an Agent File: JSON, decoded a second time when it holds a JSON string.
 
+    Meant for a worker thread: the JSON is read in small calls (see ``domain/json_reader.py``).
+
     Raises:
-        InvalidInput: (field ``file``) not JSON, or not an object with an ``agents`` list.
+        InvalidInput: (field ``file``) not JSON, nested deeper than ``MAX_FILE_DEPTH``, or not an
+            object with an ``agents`` list.
     """
     try:
-        document: Any = json.loads(raw)
+        document: Any = read_json(raw, max_depth=MAX_FILE_DEPTH)
         if isinstance(document, str):
-            document = json.loads(document)  # double-encoded, as Letta publishes them
+            document = read_json(document, max_depth=MAX_FILE_DEPTH)  # double-encoded, as Letta publishes them
+    except JSONTooDeep as exc:
+        where = StorageProblem(path=exc.path, reason="").where or "its top"
+        raise _problem(
+            f"{where}: nested more than {exc.max_depth} levels deep; the API keeps JSON within "
+            f"{MAX_JSON_DEPTH} levels of the field that holds it"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"the agent file is not JSON: {exc}", field="file") from None
     if not isinstance(document, dict) or not isinstance(document.get("agents"), list):
@@ -211,19 +257,84 @@ def decode_agent_file(raw: bytes) -> dict[str, Any]:
 
 
 def parse_agent_file(raw: bytes) -> AgentFile:
-    """Read and check an Agent File.
+    """Read and check an Agent File; meant for a worker thread (see the module's docstring).
 
     Raises:
         InvalidInput: (field ``file``) what is wrong with it, with its place in the document.
     """
-    document = decode_agent_file(raw)
-    try:
-        parsed = AgentFile.model_validate(document)
-    except ValidationError as exc:
-        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'the document'}: {e['msg']}" for e in exc.errors()[:5]]
-        raise InvalidInput(f"invalid agent file: {'; '.join(problems)}", field="file") from None
+    parsed = _validated(decode_agent_file(raw))
     check_agent_file(parsed)
     return parsed
+
+
+_Model = TypeVar("_Model", bound=_Part)
+
+
+def _place(path: tuple[str | int, ...]) -> str:
+    return StorageProblem(path=path, reason="").where
+
+
+def _part(model: type[_Model], given: Any, path: tuple[str | int, ...]) -> _Model:
+    """One part of the file, validated and held to the API's limits, or ``InvalidInput`` naming
+    its field by its place in the file."""
+    if isinstance(given, dict):
+        for key, value in given.items():
+            if isinstance(value, list | dict) and len(value) > MAX_FIELD_ENTRIES:
+                raise _problem(
+                    f"{_place((*path, key))}: holds {len(value)} entries; a field of an agent, block, tool "
+                    f"or message holds at most {MAX_FIELD_ENTRIES}"
+                )
+    try:
+        part = model.model_validate(given)
+    except ValidationError as exc:
+        problems = [f"{_place((*path, *e['loc'])) or 'the document'}: {e['msg']}" for e in exc.errors()[:5]]
+        raise _problem("; ".join(problems)) from None
+    # Held as an API body holds the same fields: its own depth counts from the part itself.
+    problem = storage_problem(part)
+    if problem is not None:
+        raise _problem(f"{_place((*path, *problem.path))}: {problem.reason}")
+    return part
+
+
+def _parts(model: type[_Model], document: dict[str, Any], key: str) -> list[_Model]:
+    given = document.get(key, [])
+    if not isinstance(given, list):
+        raise _problem(f"{key}: expected a list")
+    return [_part(model, item, (key, index)) for index, item in enumerate(given)]
+
+
+def _agent_part(given: Any, index: int) -> FileAgent:
+    """An agent with its messages, checked one message at a time.
+
+    Each message the file gave is let go once checked: freeing a whole document at once is one
+    call into C as long as building it was, which the interpreter does not interrupt.
+    """
+    messages = given.get("messages") if isinstance(given, dict) else None
+    if not isinstance(messages, list):
+        return _part(FileAgent, given, ("agents", index))
+    agent = _part(FileAgent, {**given, "messages": []}, ("agents", index))
+    checked: list[FileMessage] = []
+    for position in range(len(messages)):
+        message, messages[position] = messages[position], None
+        checked.append(_part(FileMessage, message, ("agents", index, "messages", position)))
+    return agent.model_copy(update={"messages": checked})
+
+
+def _validated(document: dict[str, Any]) -> AgentFile:
+    """The file's parts, checked; the document's messages are let go meanwhile (see ``_agent_part``)."""
+    agents = document["agents"]
+    if not agents:
+        raise _problem("agents: the file holds no agents")
+    if len(agents) > MAX_FILE_AGENTS:
+        raise _problem(f"agents: the file holds {len(agents)} agents; an import takes at most {MAX_FILE_AGENTS}")
+    rest = _part(AgentFile, {**document, "agents": [], "blocks": [], "tools": []}, ())
+    return rest.model_copy(
+        update={
+            "agents": [_agent_part(given, index) for index, given in enumerate(agents)],
+            "blocks": _parts(FileBlock, document, "blocks"),
+            "tools": _parts(FileTool, document, "tools"),
+        }
+    )
 
 
 def _problem(message: str) -> InvalidInput:

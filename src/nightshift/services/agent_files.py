@@ -4,6 +4,11 @@ An import is one transaction (the caller's): the file is read and checked whole,
 tools, blocks, agents and messages are written with the bulk store calls. Any problem is an
 ``InvalidInput`` naming it, and nothing is created.
 
+A file may be as large as a request (tens of megabytes, a hundred thousand messages): reading
+it, checking it and building its agents and messages run on a worker thread, in steps small
+enough for the interpreter to switch back to the event loop between them, and the messages are
+written ``INSERT_CHUNK`` at a time, so that the server keeps answering others meanwhile.
+
 Tools: a tool whose name is one of nightshift's base tools (``tools.base.BASE_TOOLS``: Letta's
 built-in names, e.g. ``send_message``, ``conversation_search``, ``core_memory_append``) becomes
 the organization's base tool of that name, whatever the file says of it (as in Letta, built-in
@@ -52,6 +57,10 @@ from nightshift.tools.base import BASE_TOOLS, DEFAULT_BASE_TOOLS
 from nightshift.tools.schema import schema_from_source
 
 COPY_SUFFIX = "_copy"
+# Messages written by one store call: building one call's rows holds the event loop.
+INSERT_CHUNK = 500
+# Messages freed at once once an import is written (see ``_release``).
+RELEASE_CHUNK = 1000
 # What both providers take as a tool-call id (OpenAI: at most 40 characters).
 _PROVIDER_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
@@ -297,17 +306,25 @@ def _with_window(agent: Agent, spec: FileAgent, messages: list[Message], now: da
     return replace(agent, message_ids=tuple(m.id for m in window)), messages
 
 
-async def import_agent_file(conn: AsyncConnection, org_id: str, raw: bytes, options: ImportOptions) -> list[Agent]:
-    """Create the agents of an Agent File, with their blocks, tools and messages.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Imported:
+    """What an import writes, built from the file before anything is."""
 
-    Raises:
-        InvalidInput: what is wrong with the file (or what nightshift cannot import of it);
-            nothing is written then, as the caller's transaction is rolled back.
-    """
-    document = parse_agent_file(raw)
-    now = datetime.now(UTC)
-    tools = await _import_tools(conn, org_id, document, override=options.override_existing_tools, now=now)
-    base = await ensure_base_tools(conn, org_id) if any(a.include_base_tools for a in document.agents) else {}
+    blocks: list[Block]
+    agents: list[Agent]
+    messages: list[Message]
+
+
+def _build(
+    org_id: str,
+    document: AgentFile,
+    options: ImportOptions,
+    *,
+    tools: Mapping[str, Tool],
+    base: Mapping[str, Tool],
+    now: datetime,
+) -> _Imported:
+    """The blocks, agents and messages of the file (pure, run on a worker thread)."""
     blocks: dict[str, Block] = {}
     for given in document.blocks:
         try:
@@ -333,10 +350,37 @@ async def import_agent_file(conn: AsyncConnection, org_id: str, raw: bytes, opti
         agent, own = _with_window(agent, spec, own, now)
         agents.append(agent)
         messages += own
-    await block_store.insert_blocks(conn, list(blocks.values()))
-    await agent_store.insert_agents(conn, agents)
-    await message_store.insert_messages(conn, messages)
-    return agents
+    return _Imported(blocks=list(blocks.values()), agents=agents, messages=messages)
+
+
+async def import_agent_file(conn: AsyncConnection, org_id: str, raw: bytes, options: ImportOptions) -> list[Agent]:
+    """Create the agents of an Agent File, with their blocks, tools and messages.
+
+    Raises:
+        InvalidInput: what is wrong with the file (or what nightshift cannot import of it);
+            nothing is written then, as the caller's transaction is rolled back.
+    """
+    document = await asyncio.to_thread(parse_agent_file, raw)
+    now = datetime.now(UTC)
+    tools = await _import_tools(conn, org_id, document, override=options.override_existing_tools, now=now)
+    base = await ensure_base_tools(conn, org_id) if any(a.include_base_tools for a in document.agents) else {}
+    built = await asyncio.to_thread(_build, org_id, document, options, tools=tools, base=base, now=now)
+    try:
+        await block_store.insert_blocks(conn, built.blocks)
+        await agent_store.insert_agents(conn, built.agents)
+        for start in range(0, len(built.messages), INSERT_CHUNK):
+            await message_store.insert_messages(conn, built.messages[start : start + INSERT_CHUNK])
+    finally:
+        await asyncio.to_thread(_release, [built.messages, *(a.messages for a in document.agents)])
+    return built.agents
+
+
+def _release(lists: list[list[Any]]) -> None:
+    """Empty large lists a slice at a time: freeing a hundred thousand messages at once is one
+    call into C, as long as building them took, that the interpreter would not interrupt."""
+    for items in lists:
+        while items:
+            del items[-RELEASE_CHUNK:]
 
 
 async def _all_messages(conn: AsyncConnection, agent_id: str) -> list[Message]:

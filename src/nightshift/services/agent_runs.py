@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from nightshift.batch.callbacks import check_callback_url
+from nightshift.batch.callbacks import check_callback_url, post_callback
 from nightshift.batch.worker import Worker
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.messages import Message
@@ -216,23 +216,22 @@ async def _callback(background: BackgroundRuns, run_id: str, org_id: str) -> Non
         "completed_at": run.completed_at.isoformat() if run.completed_at else None,
         "metadata": run.metadata,
     }
-    async with httpx.AsyncClient() as http:
-        for attempt in range(CALLBACK_ATTEMPTS):
-            code: int | None = None
-            try:
-                await check_callback_url(run.callback_url, allow_private=background.allow_private_callbacks)
-                response = await http.post(run.callback_url, json=body, timeout=10)
-                code, error = response.status_code, None if response.is_success else f"HTTP {response.status_code}"
-            except InvalidInput as exc:
-                error = f"callback not sent: {exc.message}"
-            except httpx.HTTPError as exc:
-                error = f"callback failed: {type(exc).__name__}: {exc}"
-            async with background.engine.begin() as conn:
-                await run_store.record_callback(conn, run.id, sent_at=datetime.now(UTC), status_code=code, error=error)
-            if error is None or error.startswith("callback not sent"):
-                return
-            log.warning("run %s: %s (attempt %d)", run.id, error, attempt + 1)
-            await asyncio.sleep(CALLBACK_DELAY.total_seconds() * 2**attempt)
+    for attempt in range(CALLBACK_ATTEMPTS):
+        code: int | None = None
+        try:
+            target = await check_callback_url(run.callback_url, allow_private=background.allow_private_callbacks)
+            response = await post_callback(target, body)
+            code, error = response.status_code, None if response.is_success else f"HTTP {response.status_code}"
+        except InvalidInput as exc:
+            error = f"callback not sent: {exc.message}"
+        except httpx.HTTPError as exc:
+            error = f"callback failed: {type(exc).__name__}: {exc}"
+        async with background.engine.begin() as conn:
+            await run_store.record_callback(conn, run.id, sent_at=datetime.now(UTC), status_code=code, error=error)
+        if error is None or error.startswith("callback not sent"):
+            return
+        log.warning("run %s: %s (attempt %d)", run.id, error, attempt + 1)
+        await asyncio.sleep(CALLBACK_DELAY.total_seconds() * 2**attempt)
 
 
 async def cancel(engine: AsyncEngine, org_id: str, agent_id: str, run_ids: Sequence[str] | None) -> list[str]:

@@ -66,6 +66,11 @@ async def test_the_same_request_sent_twice_at_once_makes_one_run(runs: Runs, adm
         "http://169.254.169.254/latest/meta-data",
         "http://[::1]/hook",
         "http://[::ffff:192.168.0.1]/hook",
+        # IPv6 addresses that carry a private IPv4 address for a translator or tunnel to reach.
+        "http://[64:ff9b::a00:1]/hook",  # NAT64, 10.0.0.1
+        "http://[64:ff9b:1:a00:1::]/hook",  # local-use NAT64 (/48), 10.0.1.0
+        "http://[2002:c0a8:101::1]/hook",  # 6to4, 192.168.1.1
+        "http://[::10.0.0.1]/hook",  # IPv4-compatible
     ],
 )
 async def test_callbacks_to_private_addresses_are_refused(runs: Runs, url: str) -> None:
@@ -125,8 +130,7 @@ async def test_the_address_is_checked_again_before_each_attempt(engine: AsyncEng
         await ensure_default_org(conn)
         await run_store.insert_run(conn, run)
 
-    async with httpx.AsyncClient() as http:
-        attempted = await send_due_callbacks(engine, http, allow_private=False)
+    attempted = await send_due_callbacks(engine, allow_private=False)
 
     assert attempted == 1
     async with engine.connect() as conn:
