@@ -413,3 +413,45 @@ async def _ends(pid: int) -> bool:
             return True
         await asyncio.sleep(0.01)
     return False
+
+
+# Which zygote ran a call: in bubblewrap every zygote is pid 1 of a pid namespace of its own; as a
+# plain process it is the call's parent.
+WHICH_ZYGOTE = """
+import os
+
+def zygote() -> str:
+    return f"{os.readlink('/proc/self/ns/pid')} {os.getppid()}"
+"""
+
+
+async def test_a_tree_the_tool_made_unremovable_is_removed_and_the_zygote_goes_on() -> None:
+    # Bubblewrap only: there the zygote and the tool are the unprivileged sandbox uid, for which
+    # mode 000 means what it says (as plain processes of this root test run, nothing is locked).
+    locks = (
+        WHICH_ZYGOTE
+        + '''
+def tool() -> str:
+    """Leaves trees it can neither read nor write in /tmp and /dev/shm."""
+    for top in ("/tmp/locked", "/tmp/deep", "/dev/shm/locked"):
+        os.makedirs(f"{top}/inner/more")
+        for name in ("a", "b"):
+            with open(f"{top}/inner/{name}", "w") as file:
+                file.write("x")
+    os.chmod("/tmp/deep/inner/more", 0)
+    os.chmod("/tmp/deep/inner", 0o500)  # no writing: its entries cannot be removed
+    os.chmod("/tmp/deep", 0o600)  # no searching: its entries cannot be looked at
+    for top in ("/tmp/locked", "/dev/shm/locked"):
+        os.chmod(f"{top}/inner", 0)
+        os.chmod(top, 0)
+    return zygote()
+'''
+    )
+    looks = WHICH_ZYGOTE + "\ndef tool() -> list:\n    return [zygote(), os.listdir('/tmp'), os.listdir('/dev/shm')]\n"
+    async with ToolSandbox(BubblewrapLauncher(), workers=1) as sandbox:
+        first = await sandbox.run(call(locks))
+        second = await sandbox.run(call(looks))
+
+    assert first.ok, first.error
+    assert second.ok, second.error
+    assert second.value == [first.value, [], []]  # the same zygote, with nothing of the call left
