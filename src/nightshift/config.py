@@ -12,6 +12,8 @@ from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
 
 # Database connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
 DEFAULT_POOL_SIZE = 20
+# Callers of one organization that may wait for a tool sandbox worker at once (NIGHTSHIFT_TOOL_QUEUE_LIMIT).
+DEFAULT_TOOL_QUEUE_LIMIT = 100
 
 
 class SandboxKind(StrEnum):
@@ -90,6 +92,10 @@ class Settings(BaseSettings):
     tool_max_open_files: int = Field(default=256, ge=16)
     tool_max_file_mb: int = Field(default=64, ge=1)
     tool_workers: int = Field(default=2, ge=1)
+    # How many callers of one organization may wait for a sandbox worker at once (a tool run, a
+    # synchronous message's tool calls, a batch step's calls of the organization: one each); the
+    # next one's calls fail at once, saying the sandbox is busy.
+    tool_queue_limit: int = Field(default=DEFAULT_TOOL_QUEUE_LIMIT, ge=1)
     sql_echo: bool = False
     log_format: LogFormat = LogFormat.TEXT
     log_level: LogLevel = LogLevel.INFO

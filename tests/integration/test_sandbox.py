@@ -504,10 +504,14 @@ async def test_a_huge_answer_fails_alone_and_a_large_one_does_not_hold_the_event
 
 
 async def test_printed_output_is_cut_to_what_a_tool_message_keeps(sandbox: ToolSandbox) -> None:
-    source = (
-        "import sys\ndef tool() -> int:\n    sys.stdout.write('x' * 100_002)\n    sys.stderr.write('y' * 100_001)\n    return 1\n"
-    )
+    source = """
+import sys
 
+def tool() -> int:
+    sys.stdout.write("x" * 100_002)
+    sys.stderr.write("y" * 100_001)
+    return 1
+"""
     result = await sandbox.run(call(source))
 
     assert result.ok, result.error
