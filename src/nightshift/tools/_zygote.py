@@ -59,8 +59,8 @@ if TYPE_CHECKING:  # typing stays out of the zygote's heap
 SANDBOX_UID = 1000
 # The longest answer a call may send; a longer one fails the call (the zygote goes on). A result
 # is cut to its tool's return_char_limit, at most 1,000,000 characters, so this holds the longest
-# result any tool keeps in any script (3 bytes a character in UTF-8) with both outputs, and keeps
-# what the server reads and decodes per call small.
+# result a tool can keep (up to 3 bytes a character in UTF-8: any text of the Basic Multilingual
+# Plane) with both outputs, and keeps what the server reads and decodes per call small.
 ANSWER_LIMIT = 4 * 1024 * 1024
 # Captured tool output is cut to this many characters per stream: it is kept with the tool's
 # message, next to a result whose default limit is 50,000 characters.
