@@ -18,6 +18,8 @@ DEFAULT_POOL_SIZE = 20
 DEFAULT_TOOL_UID_BASE = 1_879_048_192
 DEFAULT_TOOL_UID_COUNT = 65_536
 _LAST_UID = 2**31 - 1
+# Callers of one organization that may wait for a tool sandbox worker at once (NIGHTSHIFT_TOOL_QUEUE_LIMIT).
+DEFAULT_TOOL_QUEUE_LIMIT = 100
 
 
 class SandboxKind(StrEnum):
@@ -100,6 +102,10 @@ class Settings(BaseSettings):
     # (as another user, every sandbox runs as that user): no uid of the host's users may be in it.
     tool_uid_base: int = Field(default=DEFAULT_TOOL_UID_BASE, ge=1000, le=_LAST_UID)
     tool_uid_count: int = Field(default=DEFAULT_TOOL_UID_COUNT, ge=1, le=_LAST_UID)
+    # How many callers of one organization may wait for a sandbox worker at once (a tool run, a
+    # synchronous message's tool calls, a batch step's calls of the organization: one each); the
+    # next one's calls fail at once, saying the sandbox is busy.
+    tool_queue_limit: int = Field(default=DEFAULT_TOOL_QUEUE_LIMIT, ge=1)
     sql_echo: bool = False
     log_format: LogFormat = LogFormat.TEXT
     log_level: LogLevel = LogLevel.INFO

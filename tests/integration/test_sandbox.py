@@ -8,6 +8,7 @@ processes (``NIGHTSHIFT_TOOL_SANDBOX=process``). What only bubblewrap promises, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -17,9 +18,11 @@ import pytest
 
 from nightshift.config import SandboxKind, Settings
 from nightshift.errors import ToolError
+from nightshift.tools import _zygote
 from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
 from nightshift.tools.results import SandboxCall
 from nightshift.tools.sandbox import ToolSandbox, build_sandbox
+from nightshift.tools.zygotes import ANSWER_BYTES
 
 ORG = "org-test"
 
@@ -413,3 +416,109 @@ async def _ends(pid: int) -> bool:
             return True
         await asyncio.sleep(0.01)
     return False
+
+
+# Which zygote ran a call: in bubblewrap every zygote is pid 1 of a pid namespace of its own; as a
+# plain process it is the call's parent.
+WHICH_ZYGOTE = """
+import os
+
+def zygote() -> str:
+    return f"{os.readlink('/proc/self/ns/pid')} {os.getppid()}"
+"""
+
+
+async def test_a_tree_the_tool_made_unremovable_is_removed_and_the_zygote_goes_on() -> None:
+    # Bubblewrap only: there the zygote and the tool are the unprivileged sandbox uid, for which
+    # mode 000 means what it says (as plain processes of this root test run, nothing is locked).
+    locks = (
+        WHICH_ZYGOTE
+        + '''
+def tool() -> str:
+    """Leaves trees it can neither read nor write in /tmp and /dev/shm."""
+    for top in ("/tmp/locked", "/tmp/deep", "/dev/shm/locked"):
+        os.makedirs(f"{top}/inner/more")
+        for name in ("a", "b"):
+            with open(f"{top}/inner/{name}", "w") as file:
+                file.write("x")
+    os.chmod("/tmp/deep/inner/more", 0)
+    os.chmod("/tmp/deep/inner", 0o500)  # no writing: its entries cannot be removed
+    os.chmod("/tmp/deep", 0o600)  # no searching: its entries cannot be looked at
+    for top in ("/tmp/locked", "/dev/shm/locked"):
+        os.chmod(f"{top}/inner", 0)
+        os.chmod(top, 0)
+    return zygote()
+'''
+    )
+    looks = WHICH_ZYGOTE + "\ndef tool() -> list:\n    return [zygote(), os.listdir('/tmp'), os.listdir('/dev/shm')]\n"
+    async with ToolSandbox(BubblewrapLauncher(), workers=1) as sandbox:
+        first = await sandbox.run(call(locks))
+        second = await sandbox.run(call(looks))
+
+    assert first.ok, first.error
+    assert second.ok, second.error
+    assert second.value == [first.value, [], []]  # the same zygote, with nothing of the call left
+
+
+# A list of small records: the shape that costs most to decode per byte. 60 MB stays under the
+# 64 MiB that zygotes used to let through, so the old server read and decoded it all on its loop.
+RECORDS = (
+    WHICH_ZYGOTE
+    + '''
+def tool(megabytes: float) -> dict:
+    """About ``megabytes`` MB of JSON: records of 10 bytes each ('{"k": 1}, ')."""
+    return {"zygote": zygote(), "records": [{"k": 1}] * int(megabytes * 100_000)}
+'''
+)
+
+
+async def test_a_huge_answer_fails_alone_and_a_large_one_does_not_hold_the_event_loop() -> None:
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    limits = SandboxLimits(timeout=20.0, memory_mb=2048)
+    async with ToolSandbox(BubblewrapLauncher(), workers=1, limits=limits) as sandbox:
+        before = await sandbox.run(call(WHICH_ZYGOTE + "\ndef tool() -> str:\n    return zygote()\n"))
+        ticker = asyncio.create_task(tick())
+        huge = await sandbox.run(call(RECORDS, megabytes=60))
+        large = await sandbox.run(call(RECORDS, megabytes=3))
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+
+    assert not huge.ok
+    assert huge.error == "the tool's answer is longer than 4194304 bytes"
+    assert large.ok, large.error
+    assert large.value == {"zygote": before.value, "records": [{"k": 1}] * 300_000}  # whole, from the same zygote
+    # Every tick within 100 ms of the one before: what the bound leaves to read and decode takes
+    # a few ms at a time, so even a loaded machine stays far below (the whole answer took seconds).
+    assert max(gaps) < 0.1, sorted(gaps)[-5:]
+
+
+async def test_printed_output_is_cut_to_what_a_tool_message_keeps(sandbox: ToolSandbox) -> None:
+    source = """
+import sys
+
+def tool() -> int:
+    sys.stdout.write("x" * 100_002)
+    sys.stderr.write("y" * 100_001)
+    return 1
+"""
+    result = await sandbox.run(call(source))
+
+    assert result.ok, result.error
+    assert result.stdout == "x" * 100_000 + "\n[... 2 more characters cut]"
+    assert result.stderr == "y" * 100_000 + "\n[... 1 more characters cut]"
+
+
+def test_the_server_reads_every_answer_the_zygote_may_send() -> None:
+    # The zygote is a script the server does not import; its bound and the server's must agree.
+    assert _zygote.ANSWER_LIMIT + 1024 <= ANSWER_BYTES <= 2 * _zygote.ANSWER_LIMIT

@@ -65,10 +65,14 @@ if TYPE_CHECKING:  # typing stays out of the zygote's heap
     from typing import Any
 
 SANDBOX_UID = 1000
-# The longest answer a call may send; a longer one fails the call.
-ANSWER_LIMIT = 64 * 1024 * 1024
-# Captured tool output is cut to this many characters per stream.
-OUTPUT_LIMIT = 1_000_000
+# The longest answer a call may send; a longer one fails the call (the zygote goes on). A result
+# is cut to its tool's return_char_limit, at most 1,000,000 characters, so this holds the longest
+# result a tool can keep (up to 3 bytes a character in UTF-8: any text of the Basic Multilingual
+# Plane) with both outputs, and keeps what the server reads and decodes per call small.
+ANSWER_LIMIT = 4 * 1024 * 1024
+# Captured tool output is cut to this many characters per stream: it is kept with the tool's
+# message, next to a result whose default limit is 50,000 characters.
+OUTPUT_LIMIT = 100_000
 # The memory of a call's processes is first measured this long after it starts, then this often:
 # most calls end sooner and are never measured.
 WATCH_INTERVAL = 0.02
@@ -475,12 +479,29 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path, onerror=_make_removable)
 
 
-def _make_removable(function: Any, path: str, _exc: object) -> None:
-    """A directory a tool made unreadable: give it back to its owner (the sandbox uid) and retry."""
-    os.chmod(os.path.dirname(path), 0o700)
+def _make_removable(function: Any, path: str, failed: Any) -> None:
+    """rmtree's error handler: what a tool made unreadable or unwritable, given back and removed.
+
+    Everything a call leaves belongs to the sandbox uid, as the zygote does, so ``chmod`` restores
+    what the tool took away. ``function`` is what failed: ``os.unlink`` or ``os.rmdir`` (the parent
+    was not writable) is tried again; ``os.open``, ``os.scandir`` or ``os.lstat`` (a directory
+    that could not be read or searched) means removing that whole tree again, now readable. Any
+    other error goes on up, so that the zygote makes way for a fresh sandbox.
+    """
+    error = failed[1] if isinstance(failed, tuple) else failed  # onerror gives sys.exc_info()
+    if not isinstance(error, PermissionError):
+        raise error
+    # Not allowed on the scratch directory itself (the sandbox's /tmp is root's, and sticky),
+    # where writing needs no change.
     with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)
-    function(path)
+        os.chmod(os.path.dirname(path), 0o700)
+    if function in (os.unlink, os.remove, os.rmdir):
+        function(path)
+    elif os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)  # from now on readable: the tree below is removed, or fails otherwise
+        _remove_tree(path)
+    else:
+        os.unlink(path)
 
 
 def _child(requests: int, responses: int, result_w: int, length: int, timeout: float, options: Options) -> int:

@@ -16,6 +16,18 @@ makes room::
                                                           |                      |
                          died / pool closed --> killed <--+--another org needs the room
 
+Who runs next (:mod:`nightshift.tools.turns`): the workers are shared among organizations, the
+same way for calls from the API (a tool run, the tools of a synchronous message) and for the
+batch poller's steps (``run_many``). A lone organization uses every worker; when calls wait, a
+worker that frees goes to the organization with the fewest calls running (the longest waiting
+among equals), so another organization's call runs as soon as one call ends, never behind the
+first one's backlog. ``run_many`` keeps at most one call per lane waiting, so an organization's
+own single call is not held behind its batch step either. At most ``queue_limit`` callers of one
+organization (``NIGHTSHIFT_TOOL_QUEUE_LIMIT``; a ``run_many`` counts once per organization) wait
+at once: the next fails at once with an error saying the sandbox is busy, and one
+organization's backlog never makes another's calls fail. Each server process (the API, the
+poller) has a pool of its own.
+
 Everything that waits on a zygote is a coroutine; nothing blocks the event loop.
 """
 
@@ -24,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -31,13 +44,16 @@ from typing import Protocol, Self
 
 from sqlalchemy.engine import make_url
 
-from nightshift.config import SandboxKind, Settings
+from nightshift.config import DEFAULT_TOOL_QUEUE_LIMIT, SandboxKind, Settings
 from nightshift.errors import ToolError
 from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
 from nightshift.tools.results import SandboxCall, SandboxResult, failure
+from nightshift.tools.turns import Closed, Turns
 from nightshift.tools.zygotes import StartError, Zygote
 
 log = logging.getLogger(__name__)
+
+CLOSED = "the tool sandbox was closed"
 
 
 class Sandbox(Protocol):
@@ -53,6 +69,7 @@ class Sandbox(Protocol):
         * ``timeout`` (seconds) overrides the sandbox's default for the calls it is given.
         * ``run_many`` runs the calls concurrently, as far as the sandbox's capacity allows, and
           returns one result per call, in input order.
+        * A sandbox that is busy may refuse a call at once, as a result whose error says so.
         * ``aclose`` ends every process the sandbox started; it is safe to call twice.
     """
 
@@ -81,21 +98,32 @@ class ToolSandbox:
     :meth:`aclose`.
     """
 
-    def __init__(self, launcher: Launcher, *, workers: int = 2, limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self,
+        launcher: Launcher,
+        *,
+        workers: int = 2,
+        limits: SandboxLimits | None = None,
+        queue_limit: int = DEFAULT_TOOL_QUEUE_LIMIT,
+    ) -> None:
         """Configure the pool; no process starts here.
 
         Args:
             launcher: How zygotes are started (bubblewrap, or plain processes).
             workers: How many zygotes the pool holds, and so how many calls run at once.
             limits: What one call may use (the default timeout among them).
+            queue_limit: How many callers of one organization may wait for a worker at once.
         """
         limits = limits or SandboxLimits()
-        if workers < 1 or limits.timeout <= 0 or limits.memory_mb < 0 or limits.processes < 1:
-            raise ValueError("ToolSandbox needs workers >= 1, timeout > 0, memory_mb >= 0 and processes >= 1")
+        if workers < 1 or limits.timeout <= 0 or limits.memory_mb < 0 or limits.processes < 1 or queue_limit < 1:
+            raise ValueError(
+                "ToolSandbox needs workers >= 1, timeout > 0, memory_mb >= 0, processes >= 1 and queue_limit >= 1"
+            )
         self.launcher = launcher
         self.limits = limits
         self._capacity = workers
-        self._turns = asyncio.Semaphore(workers)
+        self._turns = Turns(workers, queue_limit=queue_limit)
+        self._queue_limit = queue_limit
         self._idle: dict[str, list[Zygote]] = {}
         self._live: set[Zygote] = set()
         self._count = 0  # zygotes alive or starting, the spare included
@@ -143,20 +171,23 @@ class ToolSandbox:
     async def run(self, call: SandboxCall, *, timeout: float | None = None) -> SandboxResult:  # noqa: ASYNC109
         """Run one call on a zygote of its organization. See :class:`Sandbox` for the contract."""
         self._check_open()
+        turns = self._turns
         started = time.perf_counter()
         if self._missing is not None:
             return failure(f"custom tools cannot run on this server: {self._missing}", started=started)
-        limit = self.limits.timeout if timeout is None else timeout
-        async with self._turns:
-            try:
-                zygote = await self._checkout(call.organization_id)
-            except StartError as exc:
-                return failure(f"the tool sandbox could not start: {exc}", started=started)
-            try:
-                result = await zygote.call(call, limit)
-            finally:
-                self._checkin(zygote)
-        return result
+        org_id = call.organization_id
+        if not turns.join(org_id):
+            return self._busy(org_id, started)
+        try:
+            await turns.take(org_id)
+        except Closed:
+            return failure(CLOSED, started=started)
+        finally:
+            turns.leave(org_id)
+        try:
+            return await self._run_on_zygote(call, self.limits.timeout if timeout is None else timeout)
+        finally:
+            turns.give_back(org_id)
 
     async def run_many(
         self,
@@ -164,27 +195,86 @@ class ToolSandbox:
         *,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> list[SandboxResult]:
-        """Run many calls across the pool; results in input order."""
+        """Run many calls across the pool; results in input order.
+
+        Each organization's calls are one caller, in as many lanes as the pool has workers: a lane
+        waits for a turn, runs one call and queues again, so the pool stays busy without a task
+        per call and another caller's call is never behind the whole batch.
+        """
         self._check_open()
+        turns = self._turns
+        started = time.perf_counter()
+        if self._missing is not None:
+            return [failure(f"custom tools cannot run on this server: {self._missing}", started=started)] * len(calls)
+        limit = self.limits.timeout if timeout is None else timeout
         results: list[SandboxResult | None] = [None] * len(calls)
-        pending = iter(enumerate(calls))
+        parts: dict[str, _Part] = {}
+        for index, call in enumerate(calls):
+            parts.setdefault(call.organization_id, _Part(call.organization_id)).pending.append((index, call))
 
-        # One lane per zygote pulls the next call as soon as its previous one is done, so the pool
-        # stays busy without a task per call.
-        async def lane() -> None:
-            for index, call in pending:
-                results[index] = await self.run(call, timeout=timeout)
+        async def lane(part: _Part) -> None:
+            while part.pending:
+                try:
+                    await turns.take(part.org_id)
+                except Closed:
+                    break
+                if not part.pending:  # another lane took the last call meanwhile
+                    turns.give_back(part.org_id)
+                    return
+                index, call = part.pending.popleft()
+                if not part.pending:
+                    part.leave(turns)  # its last call has a turn: this caller waits no more
+                try:
+                    results[index] = await self._run_on_zygote(call, limit)
+                finally:
+                    turns.give_back(part.org_id)
+            for index, _ in part.pending:  # the pool closed while it waited
+                results[index] = failure(CLOSED, started=started)
+            part.pending.clear()
 
-        async with asyncio.TaskGroup() as group:
-            for _ in range(min(self._capacity, len(calls))):
-                group.create_task(lane())
+        joined: list[_Part] = []
+        try:
+            async with asyncio.TaskGroup() as group:
+                for part in parts.values():
+                    if not turns.join(part.org_id):
+                        busy = self._busy(part.org_id, started)
+                        for index, _ in part.pending:
+                            results[index] = busy
+                        continue
+                    joined.append(part)
+                    for _ in range(min(self._capacity, len(part.pending))):
+                        group.create_task(lane(part))
+        finally:
+            for part in joined:
+                part.leave(turns)
         return [result for result in results if result is not None]
+
+    async def _run_on_zygote(self, call: SandboxCall, timeout: float) -> SandboxResult:  # noqa: ASYNC109
+        """Run one call, its turn held, on a zygote of its organization."""
+        try:
+            zygote = await self._checkout(call.organization_id)
+        except StartError as exc:
+            return failure(f"the tool sandbox could not start: {exc}", started=time.perf_counter())
+        try:
+            return await zygote.call(call, timeout)
+        finally:
+            self._checkin(zygote)
+
+    def _busy(self, org_id: str, started: float) -> SandboxResult:
+        log.warning("tool sandbox busy: a call of organization %s was refused", org_id)
+        return failure(
+            f"the tool sandbox is busy: {self._queue_limit} callers of this organization already wait for one "
+            f"of its {self._capacity} workers; try again later (the server's NIGHTSHIFT_TOOL_WORKERS and "
+            "NIGHTSHIFT_TOOL_QUEUE_LIMIT set how many run and wait)",
+            started=started,
+        )
 
     async def aclose(self) -> None:
         """Kill every zygote (and everything in its sandbox), wait for them, remove their files."""
         if self._closed:
             return
         self._closed = True
+        self._turns.close()
         if self._spare is not None:
             # Awaited, not cancelled: a zygote that is starting is then closed like the others.
             await asyncio.gather(self._spare, return_exceptions=True)
@@ -278,6 +368,23 @@ class ToolSandbox:
         self._refill()
 
 
+class _Part:
+    """One organization's calls of a ``run_many``: one caller of :class:`Turns`, in several lanes."""
+
+    __slots__ = ("left", "org_id", "pending")
+
+    def __init__(self, org_id: str) -> None:
+        self.org_id = org_id
+        self.pending: deque[tuple[int, SandboxCall]] = deque()
+        self.left = False
+
+    def leave(self, turns: Turns) -> None:
+        """Stop counting as a caller that waits (once)."""
+        if not self.left:
+            self.left = True
+            turns.leave(self.org_id)
+
+
 def build_sandbox(settings: Settings) -> ToolSandbox:
     """The sandbox the settings ask for (``NIGHTSHIFT_TOOL_*``); nothing starts here."""
     launcher: Launcher
@@ -301,4 +408,4 @@ def build_sandbox(settings: Settings) -> ToolSandbox:
         open_files=settings.tool_max_open_files,
         file_mb=settings.tool_max_file_mb,
     )
-    return ToolSandbox(launcher, workers=settings.tool_workers, limits=limits)
+    return ToolSandbox(launcher, workers=settings.tool_workers, limits=limits, queue_limit=settings.tool_queue_limit)

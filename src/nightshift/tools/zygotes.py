@@ -4,16 +4,24 @@ The zygote (``_zygote.py``) runs one call at a time, each in a fresh child; this
 each tool's source once (to compile it for every later call) and then the calls, reads the answer
 lines, and ends the process (and its sandbox) when asked. The frames are marshal, not JSON: a
 fresh process decodes them with far fewer page faults, and only the server writes them.
+
+An answer is read a chunk at a time, up to a bound (the zygote's own, :data:`ANSWER_BYTES`, which
+it enforces on the tool: a longer answer fails that call and the zygote goes on), so a large one
+never holds the event loop in one piece. A large answer is decoded on a thread, by a decoder that
+hands the interpreter back to the event loop as it goes (see :func:`_decode_large`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import marshal
+import math
 import shutil
 import struct
 import time
+from typing import Any
 
 import orjson
 
@@ -35,10 +43,23 @@ _RETIRES = b"!"
 # carries its source, and its process compiles it.
 _COMPILED_SOURCES = 64
 _COMPILED_CHARS = 4_000_000
+# The longest answer line the server reads: the zygote's ANSWER_LIMIT (which it enforces on the
+# tool), and room for its prefix, the newline and the envelope of a failure. Only a zygote that
+# breaks the protocol sends more; it is replaced.
+ANSWER_BYTES = 4 * 1024 * 1024 + 64 * 1024
+# How much of an answer is taken from the pipe's buffer at a time.
+_READ_CHUNK = 256 * 1024
+# Answers longer than this are decoded on a thread (see _decode_large); shorter ones, nearly all,
+# on the event loop, where orjson takes well under a millisecond.
+_DECODE_ON_LOOP_BYTES = 256 * 1024
 
 
 class StartError(Exception):
     """A zygote did not come up; the message says why."""
+
+
+class _BrokenAnswer(Exception):
+    """An answer went past :data:`ANSWER_BYTES`, or more than the answer came; the message says which."""
 
 
 class Zygote:
@@ -106,12 +127,13 @@ class Zygote:
                 with contextlib.suppress(ConnectionError):  # it stopped reading: its answer says why
                     self.process.stdin.write(frames)
                     await self.process.stdin.drain()
-                line = await self.process.stdout.readline()
+                line = await self._read_answer()
         except TimeoutError:
             self._failed = True
             return failure(f"timed out after {timeout} s (the sandbox did not answer)", started=started)
-        except ValueError:  # a line over the limit
-            line = b""
+        except _BrokenAnswer as exc:
+            self._failed = True  # what follows in the pipe is the rest of that answer: a fresh zygote reads on
+            return failure(str(exc), started=started, stderr=self.stderr_text())
         except BaseException:  # cancelled: its state is unknown, so it must not be reused
             self._failed = True
             raise
@@ -127,7 +149,32 @@ class Zygote:
             )
         if line.startswith(_RETIRES):  # it exits after this answer: the call is done, the zygote is not
             self._failed = True
+        if len(line) > _DECODE_ON_LOOP_BYTES:
+            return await asyncio.to_thread(decode, line[1:], started, large=True)
         return decode(line[1:], started)
+
+    async def _read_answer(self) -> bytes:
+        """The next answer line, newline included; without it when the zygote ended first.
+
+        Raises:
+            _BrokenAnswer: It is longer than :data:`ANSWER_BYTES`, or is not one line.
+        """
+        assert self.process.stdout is not None
+        reader = self.process.stdout
+        chunk = await reader.read(_READ_CHUNK)
+        if chunk.endswith(b"\n") and chunk.find(b"\n", 0, -1) < 0:  # nearly every answer: whole, in one read
+            return chunk
+        chunks, size = [chunk], len(chunk)
+        while chunk and not chunk.endswith(b"\n"):
+            chunk = await reader.read(_READ_CHUNK)
+            size += len(chunk)
+            if size > ANSWER_BYTES:
+                raise _BrokenAnswer(f"the tool's answer is longer than {ANSWER_BYTES} bytes")
+            chunks.append(chunk)
+        line = b"".join(chunks)
+        if line.find(b"\n", 0, -1) >= 0:  # the zygote sends one line per call, and nothing more
+            raise _BrokenAnswer("the tool sandbox broke its protocol (more than one answer line)")
+        return line
 
     def _frames(self, call: SandboxCall, timeout: float) -> bytes:
         """The call's frame, after its source's when the zygote is to compile it first.
@@ -192,9 +239,10 @@ class Zygote:
         return self._stderr_tail.decode("utf-8", "replace")
 
 
-def decode(line: bytes, started: float) -> SandboxResult:
+def decode(line: bytes, started: float, *, large: bool = False) -> SandboxResult:
+    """The result an answer line (without its prefix) holds; ``large`` on a thread, see :func:`_decode_large`."""
     try:
-        answer = orjson.loads(line)
+        answer = _decode_large(line) if large else orjson.loads(line)
         ok, error = answer["ok"], answer["error"]
         stdout, stderr = answer["stdout"], answer["stderr"]
         if (
@@ -204,7 +252,7 @@ def decode(line: bytes, started: float) -> SandboxResult:
             or not (error is None or isinstance(error, str))
         ):
             raise ValueError("unexpected fields")
-    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
+    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, RecursionError):
         # Only a tool that wrote into its own answer channel gets here: its call fails.
         return failure("the tool's answer could not be read", started=started)
     return SandboxResult(
@@ -215,3 +263,38 @@ def decode(line: bytes, started: float) -> SandboxResult:
         stderr=stderr,
         duration_ms=(time.perf_counter() - started) * 1000,
     )
+
+
+def _decode_large(line: bytes) -> Any:
+    """Decode a large answer as orjson would, so that the event loop keeps running meanwhile.
+
+    A thread alone does not free the loop: orjson and json's C scanner hold the GIL for a whole
+    document. The hooks below are Python functions, at which the interpreter lets the waiting event
+    loop in every switch interval; they also refuse what orjson refuses (NaN, infinities).
+    """
+    return json.loads(
+        line,
+        object_pairs_hook=_object,
+        parse_int=_integer,
+        parse_float=_finite,
+        parse_constant=_refuse_constant,
+    )
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return dict(pairs)
+
+
+def _integer(text: str) -> int:
+    return int(text)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def _refuse_constant(text: str) -> float:
+    raise ValueError(f"not JSON: {text}")
