@@ -498,9 +498,10 @@ async def test_a_huge_answer_fails_alone_and_a_large_one_does_not_hold_the_event
     assert huge.error == "the tool's answer is longer than 4194304 bytes"
     assert large.ok, large.error
     assert large.value == {"zygote": before.value, "records": [{"k": 1}] * 300_000}  # whole, from the same zygote
-    # Every tick within 100 ms of the one before: what the bound leaves to read and decode takes
-    # a few ms at a time, so even a loaded machine stays far below (the whole answer took seconds).
-    assert max(gaps) < 0.1, sorted(gaps)[-5:]
+    # What the bound leaves to read and decode takes a few ms at a time; reading and decoding the
+    # whole answer on the loop held it for seconds. The bound leaves room for a loaded 2-core
+    # machine, where another process may take the CPU from this one for a few hundred ms.
+    assert max(gaps) < 0.5, sorted(gaps)[-5:]
 
 
 async def test_printed_output_is_cut_to_what_a_tool_message_keeps(sandbox: ToolSandbox) -> None:
