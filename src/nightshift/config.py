@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
+from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, DEFAULT_MAX_REQUEST_VALUES, MAX_STEPS
 
 # Database connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
 DEFAULT_POOL_SIZE = 20
@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     error_backoff_seconds: float = Field(default=30.0, gt=0)
     # The largest request body, checked before it is parsed (batch runs take more: see api/app.py).
     max_request_mb: int = Field(default=DEFAULT_MAX_REQUEST_MB, ge=1, le=1024 * 1024)
+    # The most JSON values (strings, numbers, keys, arrays, objects) of a request body, counted
+    # before it is decoded: decoding holds the event loop, longer the more values (see api/body_limit.py).
+    max_request_values: int = Field(default=DEFAULT_MAX_REQUEST_VALUES, ge=1000)
     # Custom tools: how they are isolated, what they may reach, and what one call may use.
     tool_sandbox: SandboxKind = SandboxKind.BUBBLEWRAP
     tool_bwrap: str = "bwrap"
