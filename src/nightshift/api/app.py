@@ -14,10 +14,10 @@ from starlette.routing import NoMatchFound
 from nightshift import __version__
 from nightshift.api import errors
 from nightshift.api.body_limit import MEGABYTE, BodyLimit
+from nightshift.api.credentials import CredentialsFirst
 from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
 from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
-from nightshift.api.credentials import CredentialsFirst
 from nightshift.api.input import storable_body, storable_url
 from nightshift.api.routers import (
     agent_files,
@@ -50,8 +50,9 @@ DESCRIPTION = """\
 Stateful LLM agents stepped through the providers' batch APIs, behind a Letta-compatible API.
 
 When `NIGHTSHIFT_SERVER_PASSWORD` is set, every route but `/v1/health` and `/v1/ready` needs
-`Authorization: Bearer <password or API key>`, checked before the request's body is read. An API key (`nightshift keys create`) scopes the
-caller to its organization: other organizations' objects answer 404. `/v1/keys` manages the
+`Authorization: Bearer <password or API key>`, checked before the request's body is read. An API
+key (`nightshift keys create`) scopes the caller to its organization: other organizations' objects
+answer 404. `/v1/keys` manages the
 caller's organization's keys, with an admin key or the server password (default organization).
 `/metrics` covers every organization: it takes the password only.
 """

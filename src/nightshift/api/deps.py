@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from starlette.datastructures import Headers
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from starlette.datastructures import Headers
 
 from nightshift.batch.poller_process import PollerProcess
 from nightshift.batch.worker import Worker

@@ -207,11 +207,12 @@ def json_values_over(body: bytes, limit: int) -> bool:
     """Whether the JSON text ``body`` holds more than ``limit`` values, counted without decoding it.
 
     Each value but the first (keys count as values) follows a ``,``, a ``:`` or an opening bracket,
-    outside strings: the count of those is the bound (an empty array or object counts one). The bytes are counted in slices first, a bound that counts separators inside
-    strings too; only a body over the limit that way (a long text full of commas, say) is gone
-    through string by string, which stops as soon as the count passes the limit. Every step is a
-    short call into C, so on a thread the event loop gets its turns meanwhile. A body that is not
-    JSON at all gets some count: the decoder refuses it afterwards.
+    outside strings: the count of those is the bound (an empty array or object counts one). The
+    bytes are counted in slices first, a bound that counts separators inside strings too; only a
+    body over the limit that way (a long text full of commas, say) is gone through string by
+    string, which stops as soon as the count passes the limit. Every step is a short call into C,
+    so on a thread the event loop gets its turns meanwhile. A body that is not JSON at all gets
+    some count: the decoder refuses it afterwards.
     """
     rough = 1
     for start in range(0, len(body), _SCAN_CHUNK):
