@@ -51,6 +51,10 @@ MAX_BATCH_REQUEST_MB: Final = 256
 # (and so the event loop) for the whole body, however it is run: what it costs grows with the
 # number of values, not the bytes (a long text is one value), so this bounds it.
 DEFAULT_MAX_REQUEST_VALUES: Final = 1_000_000
+# How long reading a custom tool's source and schemas may take, in seconds, unless
+# NIGHTSHIFT_TOOL_READ_SECONDS says otherwise: a source of the largest size parses in a few
+# seconds on a slow machine (see tools/reading.py).
+DEFAULT_TOOL_READ_SECONDS: Final = 10.0
 # The nodes (objects, arrays and their members) of a tool's JSON schema, given by a client
 # (json_schema, args_json_schema): checking a schema against its metaschema is slow Python.
 MAX_SCHEMA_NODES: Final = 10_000
