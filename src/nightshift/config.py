@@ -8,7 +8,12 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, DEFAULT_MAX_REQUEST_VALUES, MAX_STEPS
+from nightshift.domain.limits import (
+    DEFAULT_MAX_REQUEST_MB,
+    DEFAULT_MAX_REQUEST_VALUES,
+    DEFAULT_TOOL_READ_SECONDS,
+    MAX_STEPS,
+)
 
 # Database connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
 DEFAULT_POOL_SIZE = 20
@@ -62,6 +67,13 @@ class Settings(BaseSettings):
     server_password: SecretStr | None = None
     host: str = "127.0.0.1"
     port: int = 8283
+    # serve's connections (see serving.py): the time a request's head (request line and headers)
+    # may take to arrive, a new connection's first included; how long a connection may stay idle
+    # after a response; and how many connections (or requests in progress) at once, past which a
+    # request is answered 503.
+    head_timeout_seconds: float = Field(default=10.0, gt=0)
+    keep_alive_seconds: int = Field(default=5, ge=1)
+    max_connections: int = Field(default=500, ge=1)
     poll_interval_seconds: float = 30.0
     poller: bool = True
     # serve: run the poller in a child process (``nightshift poll``), so that the API process's
@@ -93,6 +105,9 @@ class Settings(BaseSettings):
     tool_max_open_files: int = Field(default=256, ge=16)
     tool_max_file_mb: int = Field(default=64, ge=1)
     tool_workers: int = Field(default=2, ge=1)
+    # How long reading a custom tool's source and schemas (in a child process) may take: past it,
+    # the request is a 422 (see tools/reading.py).
+    tool_read_seconds: float = Field(default=DEFAULT_TOOL_READ_SECONDS, gt=0)
     sql_echo: bool = False
     log_format: LogFormat = LogFormat.TEXT
     log_level: LogLevel = LogLevel.INFO
