@@ -336,6 +336,34 @@ async def test_tool_source_over_the_size_limit_is_422(client: httpx.AsyncClient)
     assert created.status_code == 200, created.text[:300]
 
 
+@pytest.fixture
+async def quick_read_app(tmp_path: Path, db_url: str) -> AsyncIterator[FastAPI]:
+    """The app giving a tool's source 1 s to be read (``NIGHTSHIFT_TOOL_READ_SECONDS=1``)."""
+    settings = Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, tool_read_seconds=1)
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_a_tool_source_that_reads_too_long_is_422_once_its_time_is_up(quick_read_app: FastAPI) -> None:
+    # One f-string of 100,000 fields: its parse takes seconds (time quadratic in the fields).
+    slow = TOOL.replace("return term.upper()", 'return f"' + "{term}" * 100_000 + '"')
+    transport = httpx.ASGITransport(app=quick_read_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
+        for method in ("POST", "PUT"):
+            response = await client.request(method, "/v1/tools/", json={"source_code": slow})
+            refused(response, field="source_code", says="took longer than 1 s (NIGHTSHIFT_TOOL_READ_SECONDS)")
+        created = json_object(await client.post("/v1/tools/", json={"source_code": TOOL}))
+        changed = await client.patch(f"/v1/tools/{created['id']}", json={"source_code": slow})
+        refused(changed, field="source_code", says="took longer than 1 s")
+        assert json_object(await client.get(f"/v1/tools/{created['id']}"))["source_code"] == TOOL
+        await nothing_written_but(client, "lookup")
+
+
+async def nothing_written_but(client: httpx.AsyncClient, tool: str) -> None:
+    assert {t["name"] for t in (await client.get("/v1/tools/")).json()} == BASE_TOOL_NAMES | {tool}
+
+
 async def test_tool_names_must_suit_the_providers(client: httpx.AsyncClient) -> None:
     for name, says in [("café", "ASCII"), ("a" * 65, "1 to 64"), ("ß", "ASCII")]:
         source = TOOL.replace("def lookup", f"def {name}")
@@ -389,6 +417,22 @@ async def test_a_malformed_client_json_schema_is_422(client: httpx.AsyncClient) 
             response = await client.request(method, "/v1/tools/", json={"source_code": TOOL, "json_schema": schema})
             refused(response, field=field, says=says)
     await nothing_written(client)
+
+
+async def test_a_client_schema_of_more_than_10000_values_is_422(client: httpx.AsyncClient) -> None:
+    properties = {f"p{i}": {"type": "string", "description": "x"} for i in range(3334)}  # 3 values each
+    huge = {"name": "lookup", "parameters": {"type": "object", "properties": properties}}
+    response = await client.post("/v1/tools/", json={"source_code": TOOL, "json_schema": huge})
+    refused(response, field="json_schema", says="more than 10,000 values")
+    model = {"type": "object", "properties": properties}
+    source = TOOL.replace("term: str", "**fields: str")
+    response = await client.post("/v1/tools/", json={"source_code": source, "args_json_schema": model})
+    refused(response, field="args_json_schema", says="more than 10,000 values")
+    await nothing_written(client)
+    # Within the limit, the same schema is taken.
+    del properties["p0"], properties["p1"], properties["p2"], properties["p3"]
+    taken = await client.post("/v1/tools/", json={"source_code": TOOL, "json_schema": huge})
+    assert taken.status_code == 200, taken.text[:300]
 
 
 async def test_a_valid_client_json_schema_replaces_the_generated_one(client: httpx.AsyncClient) -> None:
