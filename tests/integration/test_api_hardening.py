@@ -581,8 +581,9 @@ async def test_credentials_are_checked_before_the_body_is_read(password_app: Fas
         assert (await client.get("/v1/health")).status_code == 200
         assert (await client.get("/v1/ready")).status_code == 200
         # With the password, the same body is read, and refused for what it says.
-        allowed = {"authorization": f"Bearer {PASSWORD}".encode()}
-        response = await client.post("/v1/messages/batches", content=body(), headers={**JSON, **allowed})
+        # The password is not ASCII: sent as UTF-8 bytes (httpx sends str headers as ASCII only).
+        allowed = {b"authorization": f"Bearer {PASSWORD}".encode(), b"content-type": b"application/json"}
+        response = await client.post("/v1/messages/batches", content=body(), headers=allowed)
         refused(response, 404, says="agent-0")
         assert pulled == 100
 
