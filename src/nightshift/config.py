@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     head_timeout_seconds: float = Field(default=10.0, gt=0)
     keep_alive_seconds: int = Field(default=5, ge=1)
     max_connections: int = Field(default=500, ge=1)
+    # How long a request's body may take to arrive whole, from its first byte read (a 408 past it);
+    # the default leaves a batch run's largest body a slow link.
+    body_timeout_seconds: float = Field(default=300.0, gt=0)
     poll_interval_seconds: float = 30.0
     poller: bool = True
     # serve: run the poller in a child process (``nightshift poll``), so that the API process's

@@ -35,6 +35,7 @@ MODEL = "anthropic/claude-3-5-haiku-20241022"
 # Reading a tool gets this long in these servers, so that the slow source's refusal comes soon.
 READ_SECONDS = 3
 HEAD_TIMEOUT_SECONDS = 1.0
+BODY_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -90,6 +91,7 @@ def servers(db_url: str, tmp_path: Path) -> Iterator[Servers]:
         NIGHTSHIFT_POLLER="false",
         NIGHTSHIFT_TOOL_READ_SECONDS=str(READ_SECONDS),
         NIGHTSHIFT_HEAD_TIMEOUT_SECONDS=str(HEAD_TIMEOUT_SECONDS),
+        NIGHTSHIFT_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT_SECONDS),
     )
     group = Servers(env, tmp_path)
     yield group
@@ -262,6 +264,52 @@ async def test_a_head_sent_a_byte_at_a_time_is_cut_off(server: Server) -> None:
                 closed = True
         assert closed, "the server still waits for the head"
         assert time.monotonic() - start < HEAD_TIMEOUT_SECONDS + 5
+
+
+def _response(connection: socket.socket) -> bytes:
+    """One whole HTTP response read from ``connection`` (its head, then Content-Length bytes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(4096)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = connection.recv(4096)
+        assert chunk, f"closed in the middle of a response: {data!r}"
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+_FILE_PART = b'--xyz\r\nContent-Disposition: form-data; name="file"; filename="a.af"\r\n\r\n{"agents": ['
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type", "start"),
+    [
+        ("/v1/agents/", "application/json", b'{"model": "'),
+        ("/v1/agents/import", "multipart/form-data; boundary=xyz", _FILE_PART),
+    ],
+    ids=["json", "multipart"],
+)
+async def test_a_body_that_stalls_is_a_408_once_its_time_is_up(
+    server: Server, path: str, content_type: str, start: bytes
+) -> None:
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: nightshift\r\nAuthorization: Bearer {PASSWORD}\r\n"
+        f"Content-Type: {content_type}\r\nContent-Length: 1000\r\n\r\n"
+    )
+    with _connect(server) as stalled:
+        stalled.sendall(head.encode() + start)  # and nothing more
+        began = time.monotonic()
+        answer = _response(stalled)
+        took = time.monotonic() - began
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b"NIGHTSHIFT_BODY_TIMEOUT_SECONDS" in answer, answer
+    assert took < BODY_TIMEOUT_SECONDS + 5
 
 
 @pytest.fixture

@@ -132,6 +132,7 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
         default=settings.max_request_mb * MEGABYTE,
         by_path={"/v1/messages/batches": max(MAX_BATCH_REQUEST_MB, settings.max_request_mb) * MEGABYTE},
         max_values=settings.max_request_values,
+        body_seconds=settings.body_timeout_seconds,
     )
     # Added last, so it runs first: a stranger's request is answered before its body is read.
     app.add_middleware(CredentialsFirst)

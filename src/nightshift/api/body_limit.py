@@ -11,6 +11,9 @@ on a thread too, and what it costs grows with the number of values, so a body of
 tiny values is refused instead of decoded. Requests run inside ``input.body_check`` so that the
 storability walk of a large body can run on a thread (``api/input.py``).
 
+A body must also arrive whole within ``body_seconds`` of the first read (a 408 otherwise), so that
+a client sending it a byte at a time does not hold its connection and its request for good.
+
 Credentials are checked before any of this (``api/credentials.py``).
 """
 
@@ -38,6 +41,21 @@ class BodyTooLarge(HTTPException):
         self.limit = limit
 
 
+class BodyTooSlow(HTTPException):
+    """The body did not arrive within its time. An ``HTTPException``, so FastAPI lets it through to the handlers."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(status_code=408, detail=too_slow(seconds))
+
+
+def too_slow(seconds: float) -> str:
+    """The error message for a body that did not arrive within ``seconds``."""
+    return (
+        f"the request body did not arrive within {seconds:g} s (NIGHTSHIFT_BODY_TIMEOUT_SECONDS); send it faster, "
+        "or in smaller requests"
+    )
+
+
 def too_large(limit: int) -> str:
     """The error message for a body over ``limit`` bytes."""
     return f"the request body is over this route's limit of {limit // MEGABYTE} MB"
@@ -53,13 +71,16 @@ def too_many_values(limit: int) -> str:
 
 class BodyLimit:
     """ASGI middleware: bodies of at most ``default`` bytes, or ``by_path[path]`` on those paths,
-    and JSON bodies of at most ``max_values`` values."""
+    JSON bodies of at most ``max_values`` values, each body whole within ``body_seconds``."""
 
-    def __init__(self, app: ASGIApp, *, default: int, by_path: Mapping[str, int], max_values: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, default: int, by_path: Mapping[str, int], max_values: int, body_seconds: float
+    ) -> None:
         self.app = app
         self.default = default
         self.by_path = dict(by_path)
         self.max_values = max_values
+        self.body_seconds = body_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,14 +96,25 @@ class BodyLimit:
             await self._json(scope, receive, send, limit)
             return
         received = 0
+        complete = False
+        deadline: float | None = None
 
         async def limited() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, complete, deadline
+            if complete:
+                return await receive()  # the client's disconnect, once the body was read
+            if deadline is None:
+                deadline = asyncio.get_running_loop().time() + self.body_seconds
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTooSlow(self.body_seconds) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(limit)
+                complete = not message.get("more_body", False)
             return message
 
         await self.app(scope, limited, send)
@@ -92,17 +124,22 @@ class BodyLimit:
         chunks: list[bytes] = []
         received = 0
         more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away: nobody to answer
-            chunk = message.get("body", b"")
-            received += len(chunk)
-            if received > limit:
-                await _refuse(too_large(limit), scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
+        try:
+            async with asyncio.timeout(self.body_seconds):
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client went away: nobody to answer
+                    chunk = message.get("body", b"")
+                    received += len(chunk)
+                    if received > limit:
+                        await _refuse(too_large(limit), scope, receive, send)
+                        return
+                    chunks.append(chunk)
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            await _refuse(too_slow(self.body_seconds), scope, receive, send, status=408)
+            return
         body = b"".join(chunks)
         # The count is at most one more than the body's bytes: a body shorter than the limit cannot
         # pass it, and needs no counting.
@@ -122,8 +159,8 @@ class BodyLimit:
             await self.app(scope, replay, send)
 
 
-async def _refuse(detail: str, scope: Scope, receive: Receive, send: Send) -> None:
-    await ErrorResponse({"detail": detail}, status_code=413)(scope, receive, send)
+async def _refuse(detail: str, scope: Scope, receive: Receive, send: Send, *, status: int = 413) -> None:
+    await ErrorResponse({"detail": detail}, status_code=status)(scope, receive, send)
 
 
 def _content_length(headers: Headers) -> int | None:
