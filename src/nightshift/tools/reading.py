@@ -8,6 +8,10 @@ A thread does not free the event loop from the first, and neither would end on i
 run here in a child process forked from multiprocessing's fork server (which has imported the
 readers once), killed when it passes its time or its memory, and the request gets a 422 that
 says so. The server process never parses a tool's source.
+
+As with any multiprocessing start method but fork, a child prepares by importing the parent's
+main module, unless it is a package's ``__main__`` (nightshift's CLI): a script that calls this
+must keep its own work under ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
@@ -115,10 +119,9 @@ async def _in_child(arguments: tuple[str, dict[str, Any], Mapping[str, Any] | No
         try:
             outcome: tuple[str, Any] = receiving.recv()
         except EOFError:
-            raise InvalidInput(
-                "reading this tool's source took more memory than allowed, so it was stopped: simplify the source",
-                field=SOURCE_FIELD,
-            ) from None
+            # Not the source's doing (running out of memory is a MemoryError, answered): a bug.
+            await asyncio.to_thread(child.join)
+            raise RuntimeError(f"the process reading a tool ended ({child.exitcode}) before it answered") from None
         return outcome
     finally:
         receiving.close()
