@@ -52,8 +52,8 @@ Stateful LLM agents stepped through the providers' batch APIs, behind a Letta-co
 When `NIGHTSHIFT_SERVER_PASSWORD` is set, every route but `/v1/health` and `/v1/ready` needs
 `Authorization: Bearer <password or API key>`, checked before the request's body is read. An API
 key (`nightshift keys create`) scopes the caller to its organization: other organizations' objects
-answer 404. `/v1/keys` manages the
-caller's organization's keys, with an admin key or the server password (default organization).
+answer 404. `/v1/keys` manages the caller's organization's keys, with an admin key or the server
+password (default organization).
 `/metrics` covers every organization: it takes the password only.
 """
 

@@ -6,8 +6,8 @@ nested too, tool rules, messages) that the databases or the JSON encoder cannot 
 same check from :func:`storable_url`, a dependency of every router. The size types below carry
 the limits into the schema, so the OpenAPI description shows them.
 
-The walk that finds unstorable values is Python, as long as the body is large: FastAPI validates
-bodies on the event loop, so for a body past a few kilobytes :func:`storable_body` (a dependency of
+The walk that finds unstorable values is Python, and takes as long as the body is large; FastAPI
+validates bodies on the event loop, so for a body past a few kilobytes :func:`storable_body` (a dependency of
 every router, which FastAPI runs after decoding the body and before validating it) walks the
 decoded JSON on a thread first, and the models skip the walk when it found nothing. That walk is
 bounded by the number of values a body may hold (``api/body_limit.py``).
