@@ -131,9 +131,9 @@ def _zeros() -> bytes:
 def _fstring_tool() -> bytes:
     # 0.3 MB of f-string fields in one f-string: its parse takes time quadratic in their number.
     source = (
-        "def shout(text: str) -> str:\n"
-        '    """Say it loud.\n\n    Args:\n        text: What to say.\n    """\n'
-        '    return f"' + "{text}" * 50_000 + '"\n'
+        "def shout(t: str) -> str:\n"
+        '    """Say it loud.\n\n    Args:\n        t: What to say.\n    """\n'
+        '    return f"' + "{t}" * 100_000 + '"\n'
     )
     return json.dumps({"source_code": source}).encode()
 
@@ -164,7 +164,7 @@ HEAVY = {
         says="Bearer",
     ),
     "31 MB of zeros": Heavy(path="/v1/agents/", body=_zeros, headers=AUTH, status=413, says="JSON values"),
-    "a tool source of 50,000 f-string fields": Heavy(
+    "a tool source of 100,000 f-string fields": Heavy(
         path="/v1/tools/", body=_fstring_tool, headers=AUTH, status=422, says=f"longer than {READ_SECONDS} s"
     ),
     "a 1 MB client json_schema": Heavy(
