@@ -86,6 +86,7 @@ def serve(
     import uvicorn
 
     from nightshift.api.app import build_routes, create_app
+    from nightshift.serving import connection_options
 
     settings = Settings()
     _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
@@ -101,6 +102,7 @@ def serve(
             log_level=None,
             # On SIGTERM the requests in flight get this long; then the lifespan drains the poller.
             timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),
+            **connection_options(settings),
         )
     finally:
         shutdown_tracing()

@@ -8,7 +8,12 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from nightshift.domain.limits import DEFAULT_MAX_REQUEST_MB, MAX_STEPS
+from nightshift.domain.limits import (
+    DEFAULT_MAX_REQUEST_MB,
+    DEFAULT_MAX_REQUEST_VALUES,
+    DEFAULT_TOOL_READ_SECONDS,
+    MAX_STEPS,
+)
 
 # Database connections a process keeps at most (NIGHTSHIFT_DATABASE_POOL_SIZE).
 DEFAULT_POOL_SIZE = 20
@@ -70,6 +75,16 @@ class Settings(BaseSettings):
     server_password: SecretStr | None = None
     host: str = "127.0.0.1"
     port: int = 8283
+    # serve's connections (see serving.py): the time a request's head (request line and headers)
+    # may take to arrive, a new connection's first included; how long a connection may stay idle
+    # after a response; and how many connections (or requests in progress) at once, past which a
+    # request is answered 503.
+    head_timeout_seconds: float = Field(default=10.0, gt=0)
+    keep_alive_seconds: int = Field(default=5, ge=1)
+    max_connections: int = Field(default=500, ge=1)
+    # How long a request's body may take to arrive whole, from its first byte read (a 408 past it);
+    # the default leaves a batch run's largest body a slow link.
+    body_timeout_seconds: float = Field(default=300.0, gt=0)
     poll_interval_seconds: float = 30.0
     poller: bool = True
     # serve: run the poller in a child process (``nightshift poll``), so that the API process's
@@ -88,6 +103,9 @@ class Settings(BaseSettings):
     error_backoff_seconds: float = Field(default=30.0, gt=0)
     # The largest request body, checked before it is parsed (batch runs take more: see api/app.py).
     max_request_mb: int = Field(default=DEFAULT_MAX_REQUEST_MB, ge=1, le=1024 * 1024)
+    # The most JSON values (strings, numbers, keys, arrays, objects) of a request body, counted
+    # before it is decoded: decoding holds the event loop, longer the more values (see api/body_limit.py).
+    max_request_values: int = Field(default=DEFAULT_MAX_REQUEST_VALUES, ge=1000)
     # Custom tools: how they are isolated, what they may reach, and what one call may use.
     tool_sandbox: SandboxKind = SandboxKind.BUBBLEWRAP
     tool_bwrap: str = "bwrap"
@@ -106,6 +124,9 @@ class Settings(BaseSettings):
     # synchronous message's tool calls, a batch step's calls of the organization: one each); the
     # next one's calls fail at once, saying the sandbox is busy.
     tool_queue_limit: int = Field(default=DEFAULT_TOOL_QUEUE_LIMIT, ge=1)
+    # How long reading a custom tool's source and schemas (in a child process) may take: past it,
+    # the request is a 422 (see tools/reading.py).
+    tool_read_seconds: float = Field(default=DEFAULT_TOOL_READ_SECONDS, gt=0)
     sql_echo: bool = False
     log_format: LogFormat = LogFormat.TEXT
     log_level: LogLevel = LogLevel.INFO

@@ -212,13 +212,19 @@ def _nul_bodies() -> list[tuple[str, str, Any, str | None]]:
     ]
 
 
+def padded(body: Any) -> Any:
+    """``body`` made large with a field nightshift ignores: a large body is walked on a thread."""
+    return {**body, "padding_ignored": "p" * 20_000} if isinstance(body, dict) else body
+
+
 async def test_a_nul_character_anywhere_is_422_on_both_databases(client: httpx.AsyncClient) -> None:
     for method, path, body, field in _nul_bodies():
-        response = await client.request(method, path, json=body)
-        detail = refused(response, says="NUL character")
-        if field is not None:
-            assert response.json()["field"] == field, response.text
-        assert "\\u0000" in detail
+        for sent in (body, padded(body)):
+            response = await client.request(method, path, json=sent)
+            detail = refused(response, says="NUL character")
+            if field is not None:
+                assert response.json()["field"] == field, response.text
+            assert "\\u0000" in detail
     await nothing_written(client)
 
 
@@ -268,13 +274,15 @@ LONE_BODIES: list[tuple[str, Any]] = [
 
 async def test_a_lone_surrogate_anywhere_is_422(client: httpx.AsyncClient) -> None:
     for path, body in LONE_BODIES:
-        response = await client.post(path, content=json.dumps(body).encode(), headers=JSON)
-        refused(response)
-        assert response.json()["field"], response.text
+        for sent in (body, padded(body)):
+            response = await client.post(path, content=json.dumps(sent).encode(), headers=JSON)
+            refused(response)
+            assert response.json()["field"], response.text
     await nothing_written(client)
-    # A field nightshift does not read is dropped, surrogate and all.
-    ignored = json.dumps({"model": MODEL, "ignored_field": LONE}).encode()
-    assert (await client.post("/v1/agents/", content=ignored, headers=JSON)).status_code == 200
+    # A field nightshift does not read is dropped, surrogate and all (in a large body too).
+    for ignored in ({"model": MODEL, "ignored_field": LONE}, padded({"model": MODEL, "ignored_field": LONE})):
+        response = await client.post("/v1/agents/", content=json.dumps(ignored).encode(), headers=JSON)
+        assert response.status_code == 200, response.text
 
 
 async def test_bodies_that_are_not_utf8_or_nest_too_deep_are_422(client: httpx.AsyncClient) -> None:
@@ -284,11 +292,12 @@ async def test_bodies_that_are_not_utf8_or_nest_too_deep_are_422(client: httpx.A
     nested: Any = []
     for _ in range(200):
         nested = [nested]
-    metadata = json.dumps({"model": MODEL, "metadata": {"a": nested}})
-    refused(await client.post("/v1/agents/", content=metadata.encode(), headers=JSON), says="nested")
+    for sent in ({"model": MODEL, "metadata": {"a": nested}}, padded({"model": MODEL, "metadata": {"a": nested}})):
+        refused(await client.post("/v1/agents/", content=json.dumps(sent).encode(), headers=JSON), says="nested")
     for number in (float("nan"), float("inf"), float("-inf")):
-        body = json.dumps({"model": MODEL, "metadata": {"x": number}})  # NaN, Infinity: not JSON, Python writes them
-        refused(await client.post("/v1/agents/", content=body.encode(), headers=JSON), field="metadata.x")
+        for sent in ({"model": MODEL, "metadata": {"x": number}}, padded({"model": MODEL, "metadata": {"x": number}})):
+            body = json.dumps(sent)  # NaN, Infinity: not JSON, Python writes them
+            refused(await client.post("/v1/agents/", content=body.encode(), headers=JSON), field="metadata.x")
     await nothing_written(client)
 
 
@@ -325,6 +334,34 @@ async def test_tool_source_over_the_size_limit_is_422(client: httpx.AsyncClient)
     refused(await client.post("/v1/tools/", json={"source_code": source}), field="source_code", says="at most")
     created = await client.post("/v1/tools/", json={"source_code": source[:MAX_SOURCE_CHARS]})
     assert created.status_code == 200, created.text[:300]
+
+
+@pytest.fixture
+async def quick_read_app(tmp_path: Path, db_url: str) -> AsyncIterator[FastAPI]:
+    """The app giving a tool's source 1 s to be read (``NIGHTSHIFT_TOOL_READ_SECONDS=1``)."""
+    settings = Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, tool_read_seconds=1)
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_a_tool_source_that_reads_too_long_is_422_once_its_time_is_up(quick_read_app: FastAPI) -> None:
+    # One f-string of 100,000 fields: its parse takes seconds (time quadratic in the fields).
+    slow = TOOL.replace("return term.upper()", 'return f"' + "{term}" * 100_000 + '"')
+    transport = httpx.ASGITransport(app=quick_read_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
+        for method in ("POST", "PUT"):
+            response = await client.request(method, "/v1/tools/", json={"source_code": slow})
+            refused(response, field="source_code", says="took longer than 1 s (NIGHTSHIFT_TOOL_READ_SECONDS)")
+        created = json_object(await client.post("/v1/tools/", json={"source_code": TOOL}))
+        changed = await client.patch(f"/v1/tools/{created['id']}", json={"source_code": slow})
+        refused(changed, field="source_code", says="took longer than 1 s")
+        assert json_object(await client.get(f"/v1/tools/{created['id']}"))["source_code"] == TOOL
+        await nothing_written_but(client, "lookup")
+
+
+async def nothing_written_but(client: httpx.AsyncClient, tool: str) -> None:
+    assert {t["name"] for t in (await client.get("/v1/tools/")).json()} == BASE_TOOL_NAMES | {tool}
 
 
 async def test_tool_names_must_suit_the_providers(client: httpx.AsyncClient) -> None:
@@ -380,6 +417,22 @@ async def test_a_malformed_client_json_schema_is_422(client: httpx.AsyncClient) 
             response = await client.request(method, "/v1/tools/", json={"source_code": TOOL, "json_schema": schema})
             refused(response, field=field, says=says)
     await nothing_written(client)
+
+
+async def test_a_client_schema_of_more_than_10000_values_is_422(client: httpx.AsyncClient) -> None:
+    properties = {f"p{i}": {"type": "string", "description": "x"} for i in range(3334)}  # 3 values each
+    huge = {"name": "lookup", "parameters": {"type": "object", "properties": properties}}
+    response = await client.post("/v1/tools/", json={"source_code": TOOL, "json_schema": huge})
+    refused(response, field="json_schema", says="more than 10,000 values")
+    model = {"type": "object", "properties": properties}
+    source = TOOL.replace("term: str", "**fields: str")
+    response = await client.post("/v1/tools/", json={"source_code": source, "args_json_schema": model})
+    refused(response, field="args_json_schema", says="more than 10,000 values")
+    await nothing_written(client)
+    # Within the limit, the same schema is taken.
+    del properties["p0"], properties["p1"], properties["p2"], properties["p3"]
+    taken = await client.post("/v1/tools/", json={"source_code": TOOL, "json_schema": huge})
+    assert taken.status_code == 200, taken.text[:300]
 
 
 async def test_a_valid_client_json_schema_replaces_the_generated_one(client: httpx.AsyncClient) -> None:
@@ -473,6 +526,66 @@ async def test_a_body_over_the_limit_is_413_before_it_is_parsed(small_body_app: 
         run = {"requests": [{"agent_id": "agent-missing", "input": "x" * (2 * 1024 * 1024)}]}
         refused(await client.post("/v1/messages/batches", json=run), 404, says="agent-missing")
         assert len((await client.get("/v1/agents/")).json()) == 1
+
+
+@pytest.fixture
+async def few_values_app(tmp_path: Path, db_url: str) -> AsyncIterator[FastAPI]:
+    """The app taking JSON bodies of 1,000 values at most (``NIGHTSHIFT_MAX_REQUEST_VALUES=1000``)."""
+    settings = Settings(
+        home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, max_request_values=1000
+    )
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_a_json_body_of_too_many_values_is_413_before_it_is_decoded(few_values_app: FastAPI) -> None:
+    transport = httpx.ASGITransport(app=few_values_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
+        numbers = {"model": MODEL, "metadata": {"numbers": [0] * 1000}}
+        assert refused(await client.post("/v1/agents/", json=numbers), 413) == (
+            "the request body holds more than 1,000 JSON values (strings, numbers, keys, arrays, objects): "
+            "send them in several requests, or raise NIGHTSHIFT_MAX_REQUEST_VALUES"
+        )
+        run = {"requests": [{"agent_id": f"agent-{i}", "input": "hi"} for i in range(300)]}
+        refused(await client.post("/v1/messages/batches", json=run), 413, says="JSON values")
+        # Not JSON at all is still a 413 when it has as many separators, and nothing is decoded.
+        refused(await client.post("/v1/agents/", content=b"[" + b"0," * 2000, headers=JSON), 413)
+        # A long text is one value, however many commas, colons and brackets it holds.
+        prose = {"model": MODEL, "system": 'a, "b": [c] {d}, ' * 2000, "metadata": {"numbers": [0] * 900}}
+        ok = await client.post("/v1/agents/", json=prose)
+        assert ok.status_code == 200, ok.text[:300]
+        assert (await client.get("/v1/agents/")).json()[0]["system"] == prose["system"]
+
+
+async def test_credentials_are_checked_before_the_body_is_read(password_app: FastAPI) -> None:
+    transport = httpx.ASGITransport(app=password_app)
+    pulled = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        yield b'{"requests": ['
+        for index in range(100):
+            pulled += 1
+            yield b'{"agent_id": "agent-%d", "input": "%s"},' % (index, b"x" * 65536)
+        yield b'{"agent_id": "agent-x", "input": "x"}]}'
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
+        refused(await client.post("/v1/messages/batches", content=body(), headers=JSON), 401, says="Bearer")
+        assert pulled == 0
+        wrong = {"authorization": "Bearer not-the-password"}
+        refused(await client.post("/v1/agents/", content=body(), headers=JSON | wrong), 401, says="not valid")
+        assert pulled == 0
+        # An unknown path gives a stranger nothing either; liveness and readiness stay open.
+        refused(await client.get("/v1/no-such-route"), 401)
+        assert (await client.get("/v1/health")).status_code == 200
+        assert (await client.get("/v1/ready")).status_code == 200
+        # With the password, the same body is read, and refused for what it says.
+        # The password is not ASCII: sent as UTF-8 bytes (httpx sends str headers as ASCII only).
+        allowed = {b"authorization": f"Bearer {PASSWORD}".encode(), b"content-type": b"application/json"}
+        response = await client.post("/v1/messages/batches", content=body(), headers=allowed)
+        refused(response, 404, says="agent-0")
+        assert pulled == 100
 
 
 def test_the_batch_body_limit_leaves_room_for_the_batch_input_limit() -> None:

@@ -14,10 +14,11 @@ from starlette.routing import NoMatchFound
 from nightshift import __version__
 from nightshift.api import errors
 from nightshift.api.body_limit import MEGABYTE, BodyLimit
+from nightshift.api.credentials import CredentialsFirst
 from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
 from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
-from nightshift.api.input import storable_url
+from nightshift.api.input import storable_body, storable_url
 from nightshift.api.routers import (
     agent_files,
     agent_messages,
@@ -49,9 +50,10 @@ DESCRIPTION = """\
 Stateful LLM agents stepped through the providers' batch APIs, behind a Letta-compatible API.
 
 When `NIGHTSHIFT_SERVER_PASSWORD` is set, every route but `/v1/health` and `/v1/ready` needs
-`Authorization: Bearer <password or API key>`. An API key (`nightshift keys create`) scopes the
-caller to its organization: other organizations' objects answer 404. `/v1/keys` manages the
-caller's organization's keys, with an admin key or the server password (default organization).
+`Authorization: Bearer <password or API key>`, checked before the request's body is read. An API
+key (`nightshift keys create`) scopes the caller to its organization: other organizations' objects
+answer 404. `/v1/keys` manages the caller's organization's keys, with an admin key or the server
+password (default organization).
 `/metrics` covers every organization: it takes the password only.
 """
 
@@ -129,11 +131,15 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
         BodyLimit,
         default=settings.max_request_mb * MEGABYTE,
         by_path={"/v1/messages/batches": max(MAX_BATCH_REQUEST_MB, settings.max_request_mb) * MEGABYTE},
+        max_values=settings.max_request_values,
+        body_seconds=settings.body_timeout_seconds,
     )
+    # Added last, so it runs first: a stranger's request is answered before its body is read.
+    app.add_middleware(CredentialsFirst)
     app.include_router(health.router)  # public: liveness and readiness, no data
     app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
     app.include_router(metrics.router)  # the server password only, when there is one (not an API key)
-    secured = [Depends(organization), Depends(storable_url)]
+    secured = [Depends(organization), Depends(storable_url), Depends(storable_body)]
     for module in (agents, archival, agent_files, tools, blocks, catalog):
         app.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
     app.include_router(

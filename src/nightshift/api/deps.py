@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from starlette.datastructures import Headers
 
 from nightshift.batch.poller_process import PollerProcess
 from nightshift.batch.worker import Worker
@@ -71,13 +72,13 @@ async def read_connection(state: State) -> AsyncIterator[AsyncConnection]:
 ReadConn = Annotated[AsyncConnection, Depends(read_connection, scope="function")]
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
+def _bearer(headers: Headers) -> str | None:
+    header = headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     # Letta's older clients send the key in these headers.
-    return request.headers.get("x-api-key") or request.headers.get("user-id-token") or None
+    return headers.get("x-api-key") or headers.get("user-id-token") or None
 
 
 def _same_secret(token: str, password: str) -> bool:
@@ -90,8 +91,8 @@ def _same_secret(token: str, password: str) -> bool:
     return hmac.compare_digest(token.encode("latin-1", "replace"), password.encode("utf-8", "replace"))
 
 
-async def caller(request: Request, state: State) -> Caller:
-    """Who sent the request.
+async def authenticate(state: AppState, headers: Headers) -> Caller:
+    """Who sent a request with these headers.
 
     An API key (``nightshift keys create``) maps to its organization; a revoked one is refused.
     The key is looked up in the database on every request (no cache), so a revocation holds at
@@ -99,8 +100,11 @@ async def caller(request: Request, state: State) -> Caller:
     The server password, when set, maps to the default organization; when it is set, a request
     without either is refused. Without a password, a request without a key belongs to the
     default organization.
+
+    Raises:
+        Unauthorized: wrong, revoked or (with a password) missing credentials.
     """
-    token = _bearer(request)
+    token = _bearer(headers)
     password = state.settings.server_password
     if token is not None:
         if password is not None and _same_secret(token, password.get_secret_value()):
@@ -118,6 +122,19 @@ async def caller(request: Request, state: State) -> Caller:
     if password is not None:
         raise Unauthorized("this server needs 'Authorization: Bearer <password or API key>'")
     return Caller(organization_id=DEFAULT_ORG_ID, kind=CallerKind.ANONYMOUS)
+
+
+# Where ``api/credentials.py`` leaves the caller it found, in the request's state.
+CALLER_STATE = "nightshift_caller"
+
+
+async def caller(request: Request, state: State) -> Caller:
+    """Who sent the request: found by ``api/credentials.py`` before the body was read (see
+    :func:`authenticate`), or now for a request that did not pass through it."""
+    found = getattr(request.state, CALLER_STATE, None)
+    if isinstance(found, Caller):
+        return found
+    return await authenticate(state, request.headers)
 
 
 CallerDep = Annotated[Caller, Depends(caller)]

@@ -5,15 +5,26 @@ nested too, tool rules, messages) that the databases or the JSON encoder cannot 
 ``domain/limits.py``) makes the request a 422 naming the field. Path and query parameters get the
 same check from :func:`storable_url`, a dependency of every router. The size types below carry
 the limits into the schema, so the OpenAPI description shows them.
+
+The walk that finds unstorable values is Python, and takes as long as the body is large; FastAPI
+validates bodies on the event loop, so for a body past a few kilobytes :func:`storable_body` (a dependency of
+every router, which FastAPI runs after decoding the body and before validating it) walks the
+decoded JSON on a thread first, and the models skip the walk when it found nothing. That walk is
+bounded by the number of values a body may hold (``api/body_limit.py``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Self
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Self
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from nightshift.domain.limits import (
@@ -45,8 +56,10 @@ class Body(BaseModel):
 
     @model_validator(mode="after")
     def _storable(self) -> Self:
-        if self.checked_when_validated and (problem := storage_problem(self)) is not None:
-            raise PydanticCustomError(UNSTORABLE, "{reason}", {"reason": problem.reason, "where": problem.where})
+        if self.checked_when_validated and not _checked_off_the_loop():
+            problem = storage_problem(self)
+            if problem is not None:
+                raise PydanticCustomError(UNSTORABLE, "{reason}", {"reason": problem.reason, "where": problem.where})
         return self
 
 
@@ -54,10 +67,12 @@ def check_storable(body: Body) -> None:
     """The check a body with ``checked_when_validated = False`` skipped, for its route to run on a
     thread: the same walk and the same 422 as when validated.
 
-    A 5,000-agent batch run's body takes 18 ms of walking on the development machine; FastAPI
-    validates bodies on the event loop, which answers no one else meanwhile, while on a thread
-    the loop takes its turn every few milliseconds (the interpreter's switch interval).
+    FastAPI validates bodies on the event loop, which answers no one else meanwhile, while on a
+    thread the loop takes its turn every few milliseconds (the interpreter's switch interval).
+    Nothing to do when :func:`storable_body` found the whole body storable already.
     """
+    if _checked_off_the_loop():
+        return
     problem = storage_problem(body)
     if problem is not None:
         raise RequestValidationError([_unstorable(problem)])
@@ -67,6 +82,88 @@ def _unstorable(problem: StorageProblem) -> dict[str, object]:
     # The error pydantic reports for the validator's PydanticCustomError, at the body's top.
     ctx = {"reason": problem.reason, "where": problem.where}
     return {"type": UNSTORABLE, "loc": ("body",), "msg": problem.reason, "input": None, "ctx": ctx}
+
+
+@dataclass(slots=True)
+class _BodyCheck:
+    """What :func:`storable_body` found of the request's body: ``storable`` once it walked all of it."""
+
+    storable: bool = False
+
+
+# One per request with a JSON body, set around the app by ``api/body_limit.py`` (so that nothing
+# of it outlives the request, whatever task runs the app).
+_BODY_CHECK: ContextVar[_BodyCheck | None] = ContextVar("nightshift_body_check", default=None)
+
+# A body this small is walked as it is validated, on the event loop: a few milliseconds at most,
+# less than a trip to a thread and back.
+WALK_ON_THE_LOOP_BYTES = 16 * 1024
+
+
+@contextmanager
+def body_check() -> Iterator[None]:
+    """Let :func:`storable_body` record, for the request that runs inside, what it checked."""
+    token = _BODY_CHECK.set(_BodyCheck())
+    try:
+        yield
+    finally:
+        _BODY_CHECK.reset(token)
+
+
+def _checked_off_the_loop() -> bool:
+    check = _BODY_CHECK.get()
+    return check is not None and check.storable
+
+
+async def storable_body(request: Request) -> None:
+    """Walk a large JSON body for unstorable values on a thread, before FastAPI validates it.
+
+    A dependency of every router: FastAPI has decoded the body by now (``request.json()`` gives
+    it back) and validates it into the route's model afterwards. When the decoded JSON holds
+    nothing unstorable, the model skips its own walk. When it does, the value may sit in a field
+    nightshift ignores (which it then drops): the route's model is validated on the thread too,
+    and only a problem in what the model keeps is a 422, the same as the model's own walk gives.
+    """
+    check = _BODY_CHECK.get()
+    model = _body_model(request)
+    if check is None or model is None or not is_json(request.headers.get("content-type")):
+        return
+    if len(await request.body()) <= WALK_ON_THE_LOOP_BYTES:
+        return
+    decoded = await request.json()
+    errors = await asyncio.to_thread(_unstorable_in, decoded, model)
+    if errors:
+        raise RequestValidationError(errors)
+    check.storable = True
+
+
+def is_json(content_type: str | None) -> bool:
+    """Whether FastAPI decodes a body of this content type as JSON (``application/json``, ``.../x+json``)."""
+    if not content_type:
+        return False
+    kind = content_type.split(";", 1)[0].strip().lower()
+    main, _, sub = kind.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+def _body_model(request: Request) -> type[Body] | None:
+    # The route FastAPI matched, and the model its body is validated into.
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    return model if isinstance(model, type) and issubclass(model, Body) else None
+
+
+def _unstorable_in(decoded: Any, model: type[Body]) -> list[dict[str, Any]]:
+    """The validation errors of the unstorable values of ``decoded`` that ``model`` keeps, if any."""
+    if storage_problem(decoded) is None:
+        return []
+    try:
+        validated = model.model_validate(decoded)
+    except ValidationError as exc:
+        # Other errors are FastAPI's to report, when it validates the body.
+        return [{**error, "loc": ("body", *error["loc"])} for error in exc.errors() if error["type"] == UNSTORABLE]
+    problem = storage_problem(validated)
+    return [_unstorable(problem)] if problem is not None else []
 
 
 async def storable_url(request: Request) -> None:

@@ -46,6 +46,18 @@ MAX_STEPS: Final = 1000
 # (their messages may hold 100 MB of text, see batch/steps.py), up to MAX_BATCH_REQUEST_MB.
 DEFAULT_MAX_REQUEST_MB: Final = 32
 MAX_BATCH_REQUEST_MB: Final = 256
+# The JSON values (strings, numbers, keys, arrays, objects...) of one request body, unless
+# NIGHTSHIFT_MAX_REQUEST_VALUES says otherwise. Decoding JSON is C code that holds the interpreter
+# (and so the event loop) for the whole body, however it is run: what it costs grows with the
+# number of values, not the bytes (a long text is one value), so this bounds it.
+DEFAULT_MAX_REQUEST_VALUES: Final = 1_000_000
+# How long reading a custom tool's source and schemas may take, in seconds, unless
+# NIGHTSHIFT_TOOL_READ_SECONDS says otherwise: a source of the largest size parses in a few
+# seconds on a slow machine (see tools/reading.py).
+DEFAULT_TOOL_READ_SECONDS: Final = 10.0
+# The nodes (objects, arrays and their members) of a tool's JSON schema, given by a client
+# (json_schema, args_json_schema): checking a schema against its metaschema is slow Python.
+MAX_SCHEMA_NODES: Final = 10_000
 
 # Tool names as both providers take them (Anthropic's and OpenAI's function-name pattern).
 TOOL_NAME_PATTERN: Final = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -187,3 +199,81 @@ def _model_fields(item: object) -> dict[str, object] | None:
     if not isinstance(fields, dict):
         return None
     return {name: getattr(item, name, None) for name in fields}
+
+
+# The bytes that open a JSON value or separate two (outside strings): each value of a body but the
+# first follows one of them, so their count (plus one) bounds the number of values.
+_SEPARATORS = (b",", b":", b"[", b"{")
+_SCAN_CHUNK = 1024 * 1024
+
+
+def json_values_over(body: bytes, limit: int) -> bool:
+    """Whether the JSON text ``body`` holds more than ``limit`` values, counted without decoding it.
+
+    Each value but the first (keys count as values) follows a ``,``, a ``:`` or an opening bracket,
+    outside strings: the count of those is the bound (an empty array or object counts one). The
+    bytes are counted in slices first, a bound that counts separators inside strings too; only a
+    body over the limit that way (a long text full of commas, say) is gone through string by
+    string, which stops as soon as the count passes the limit. Every step is a short call into C,
+    so on a thread the event loop gets its turns meanwhile. A body that is not JSON at all gets
+    some count: the decoder refuses it afterwards.
+    """
+    rough = 1
+    for start in range(0, len(body), _SCAN_CHUNK):
+        end = start + _SCAN_CHUNK
+        rough += sum(body.count(separator, start, end) for separator in _SEPARATORS)
+    if rough <= limit:
+        return False
+    return _exact_values_over(body, limit)
+
+
+def _exact_values_over(body: bytes, limit: int) -> bool:
+    count = 1
+    position = 0
+    while True:
+        quote = body.find(b'"', position)
+        stop = len(body) if quote < 0 else quote
+        # The separators between the previous string and this one, a stretch without text.
+        count += sum(body.count(separator, position, stop) for separator in _SEPARATORS)
+        if count > limit:
+            return True
+        if quote < 0:
+            return False
+        closing = _closing_quote(body, quote)
+        if closing < 0:
+            return False  # an unterminated string: not JSON, the decoder says so
+        position = closing + 1
+
+
+def _closing_quote(body: bytes, opening: int) -> int:
+    """The index of the quote that ends the string opened at ``opening``, or -1."""
+    search = opening + 1
+    while True:
+        quote = body.find(b'"', search)
+        if quote < 0:
+            return -1
+        backslashes = 0
+        while body[quote - 1 - backslashes] == 0x5C:  # "\\"
+            backslashes += 1
+        if backslashes % 2 == 0:  # the quote itself is not escaped
+            return quote
+        search = quote + 1
+
+
+def schema_nodes_over(schema: object, limit: int = MAX_SCHEMA_NODES) -> bool:
+    """Whether the decoded JSON ``schema`` has more than ``limit`` nodes (every value, at any depth).
+
+    Stops as soon as the count passes the limit, so it costs at most ``limit`` steps.
+    """
+    count = 0
+    stack: list[object] = [schema]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            return True
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False

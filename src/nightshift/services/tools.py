@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.limits import TOOL_NAME, TOOL_NAME_PATTERN
 from nightshift.domain.tool_rules import parse_tool_rules
 from nightshift.domain.tools import Tool, ToolType
 from nightshift.errors import Conflict, InvalidInput, NotFound
@@ -21,7 +17,9 @@ from nightshift.ids import new_id
 from nightshift.store import tools as tool_store
 from nightshift.store.pagination import Page
 from nightshift.tools.base import BASE_TOOLS
-from nightshift.tools.schema import ToolSchema, schema_from_args_model, schema_from_function, schema_from_source
+from nightshift.tools.reading import DEFAULT_READ_SECONDS, read_tool
+from nightshift.tools.schema import client_json_schema as client_json_schema  # Agent File import checks with it
+from nightshift.tools.schema import schema_from_function
 
 
 def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
@@ -52,64 +50,6 @@ async def ensure_base_tools(conn: AsyncConnection, org_id: str) -> dict[str, Too
     return {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, BASE_TOOLS)}
 
 
-async def _schema_of(source_code: str) -> ToolSchema:
-    # Parsing a large source takes a while (about 2 s per MB): off the event loop.
-    return await asyncio.to_thread(schema_from_source, source_code)
-
-
-def client_json_schema(given: Mapping[str, Any], function_name: str) -> dict[str, Any]:
-    """A ``json_schema`` the client gave instead of the one made from the source, once checked.
-
-    It must be an object whose ``name`` (when given) is the function's name, whose
-    ``description`` (when given) is text, and whose ``parameters`` is a valid JSON Schema (draft
-    2020-12) of type object, since the providers get it as the tool's input schema.
-
-    Raises:
-        InvalidInput: (field ``json_schema...``) what is wrong with it.
-    """
-    name = given.get("name", function_name)
-    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-        raise InvalidInput(
-            f"json_schema.name must be a tool name matching {TOOL_NAME_PATTERN}, got {_shown(name)}",
-            field="json_schema.name",
-        )
-    if name != function_name:
-        raise InvalidInput(
-            f"json_schema.name is {name!r} but the function is {function_name!r}: the model calls a tool by its "
-            "function's name",
-            field="json_schema.name",
-        )
-    description = given.get("description")
-    if description is not None and not isinstance(description, str):
-        raise InvalidInput(
-            f"json_schema.description must be text, got {_shown(description)}", field="json_schema.description"
-        )
-    parameters = given.get("parameters")
-    if not isinstance(parameters, dict) or parameters.get("type") != "object":
-        raise InvalidInput(
-            'json_schema.parameters must be a JSON Schema of type object ({"type": "object", "properties": '
-            f"{{...}}}}): a tool takes named arguments; got {_shown(parameters)}",
-            field="json_schema.parameters",
-        )
-    try:
-        Draft202012Validator.check_schema(parameters)
-    except SchemaError as exc:
-        where = ".".join(str(part) for part in exc.path)
-        raise InvalidInput(
-            f"json_schema.parameters is not a valid JSON Schema: at {where or 'its top'}: {_shorter(exc.message)}",
-            field="json_schema.parameters",
-        ) from None
-    return {**given, "name": name, "parameters": parameters}
-
-
-def _shown(value: object) -> str:
-    return _shorter(repr(value))
-
-
-def _shorter(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
 async def create_tool(
     conn: AsyncConnection,
     org_id: str,
@@ -121,25 +61,27 @@ async def create_tool(
     json_schema: dict[str, Any] | None = None,
     args_json_schema: dict[str, Any] | None = None,
     upsert: bool = False,
+    read_seconds: float = DEFAULT_READ_SECONDS,
 ) -> Tool:
     """A custom tool from Python source; its schema comes from the function's signature and docstring.
 
     With ``args_json_schema`` (a pydantic model's schema) the parameters come from the model
     instead, and the function gets model instances (see ``tools.models``). A client's
-    ``json_schema`` replaces either.
+    ``json_schema`` replaces either. The source and the schemas are read in a child process that
+    gets ``read_seconds`` at most (``tools/reading.py``).
 
     Raises:
-        InvalidInput: the source does not give a usable function.
+        InvalidInput: the source does not give a usable function, or took too long to read.
         Conflict: a tool with that name exists (unless ``upsert``, which replaces it).
     """
-    if args_json_schema:
-        schema = await asyncio.to_thread(schema_from_args_model, source_code, args_json_schema)
-    else:
-        schema = await _schema_of(source_code)
+    read = await read_tool(
+        source_code, args_json_schema=args_json_schema, json_schema=json_schema, seconds=read_seconds
+    )
+    schema = read.schema
     name = schema.name
     if name in BASE_TOOLS:
         raise Conflict(f"{name!r} is a base tool name; pick another function name")
-    final_schema = client_json_schema(json_schema, name) if json_schema else dict(schema.json_schema)
+    final_schema = read.client_schema if read.client_schema is not None else dict(schema.json_schema)
     final_description = description or final_schema.get("description") or schema.description
     if not final_description:
         raise InvalidInput(
@@ -199,17 +141,18 @@ async def update_tool(
     description: str | None = None,
     tags: Sequence[str] | None = None,
     return_char_limit: int | None = None,
+    read_seconds: float = DEFAULT_READ_SECONDS,
 ) -> Tool:
-    """Change a custom tool; new source code regenerates its schema (and may not rename it)."""
+    """Change a custom tool; new source code regenerates its schema (and may not rename it).
+
+    New source is read in a child process that gets ``read_seconds`` at most (``tools/reading.py``).
+    """
     tool = await get_tool(conn, org_id, tool_id)
     if tool.tool_type is not ToolType.CUSTOM and source_code is not None:
         raise InvalidInput(f"{tool.name!r} is a base tool; its source cannot change", field="source_code")
     changes: dict[str, Any] = {"updated_at": datetime.now(UTC)}
     if source_code is not None:
-        if tool.args_json_schema is not None:
-            schema = await asyncio.to_thread(schema_from_args_model, source_code, tool.args_json_schema)
-        else:
-            schema = await _schema_of(source_code)
+        schema = (await read_tool(source_code, args_json_schema=tool.args_json_schema, seconds=read_seconds)).schema
         if schema.name != tool.name:
             raise InvalidInput(
                 f"the function is named {schema.name!r} but the tool is {tool.name!r}; create a new tool to rename",

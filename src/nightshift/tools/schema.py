@@ -19,7 +19,7 @@ import docstring_parser
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from nightshift.domain.limits import TOOL_NAME, TOOL_NAME_PATTERN, storage_problem
+from nightshift.domain.limits import MAX_SCHEMA_NODES, TOOL_NAME, TOOL_NAME_PATTERN, schema_nodes_over, storage_problem
 from nightshift.errors import InvalidInput
 from nightshift.tools.signatures import (
     INJECTED_PARAMETERS,
@@ -133,6 +133,8 @@ def inlined_parameters(args_json_schema: Mapping[str, Any]) -> dict[str, Any]:
             "as pydantic's model_json_schema() gives",
             field=_ARGS_FIELD,
         )
+    if schema_nodes_over(args_json_schema):
+        raise InvalidInput(_too_many_nodes("args_json_schema"), field=_ARGS_FIELD)
     try:
         Draft202012Validator.check_schema(dict(args_json_schema))
     except SchemaError as exc:
@@ -171,6 +173,69 @@ def inlined_parameters(args_json_schema: Mapping[str, Any]) -> dict[str, Any]:
     parameters: dict[str, Any] = inline(dict(args_json_schema), ())
     parameters.setdefault("required", [])
     return parameters
+
+
+def _too_many_nodes(what: str) -> str:
+    return (
+        f"{what} has more than {MAX_SCHEMA_NODES:,} values (objects, arrays and their members): a tool's "
+        "schema goes to the model with every request, keep it smaller"
+    )
+
+
+def client_json_schema(given: Mapping[str, Any], function_name: str) -> dict[str, Any]:
+    """A ``json_schema`` the client gave instead of the one made from the source, once checked.
+
+    It must be an object whose ``name`` (when given) is the function's name, whose
+    ``description`` (when given) is text, and whose ``parameters`` is a valid JSON Schema (draft
+    2020-12) of type object, since the providers get it as the tool's input schema. Its size is
+    bounded (``MAX_SCHEMA_NODES``) before it is checked: the check is slow Python.
+
+    Raises:
+        InvalidInput: (field ``json_schema...``) what is wrong with it.
+    """
+    name = given.get("name", function_name)
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise InvalidInput(
+            f"json_schema.name must be a tool name matching {TOOL_NAME_PATTERN}, got {_shown(name)}",
+            field="json_schema.name",
+        )
+    if name != function_name:
+        raise InvalidInput(
+            f"json_schema.name is {name!r} but the function is {function_name!r}: the model calls a tool by its "
+            "function's name",
+            field="json_schema.name",
+        )
+    description = given.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidInput(
+            f"json_schema.description must be text, got {_shown(description)}", field="json_schema.description"
+        )
+    parameters = given.get("parameters")
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise InvalidInput(
+            'json_schema.parameters must be a JSON Schema of type object ({"type": "object", "properties": '
+            f"{{...}}}}): a tool takes named arguments; got {_shown(parameters)}",
+            field="json_schema.parameters",
+        )
+    if schema_nodes_over(given):
+        raise InvalidInput(_too_many_nodes("json_schema"), field="json_schema")
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as exc:
+        where = ".".join(str(part) for part in exc.path)
+        raise InvalidInput(
+            f"json_schema.parameters is not a valid JSON Schema: at {where or 'its top'}: {_shorter(exc.message)}",
+            field="json_schema.parameters",
+        ) from None
+    return {**given, "name": name, "parameters": parameters}
+
+
+def _shown(value: object) -> str:
+    return _shorter(repr(value))
+
+
+def _shorter(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def schema_from_function(fn: Callable[..., Any]) -> ToolSchema:

@@ -18,16 +18,17 @@ router = APIRouter(tags=["tools"])
 
 @router.post("/v1/tools/")
 @router.post("/v1/tools", include_in_schema=False)
-async def create_tool(body: ToolCreate, conn: Conn, org: Org) -> ToolPublic:
+async def create_tool(body: ToolCreate, conn: Conn, org: Org, state: State) -> ToolPublic:
     """Create a tool from Python source. The schema comes from the signature and docstring.
 
     A 422 says what is wrong with the source (no function, no docstring, an undescribed or
-    unsupported argument); a 409 means a tool with that name exists (use PUT to replace it).
+    unsupported argument, or it took longer than ``NIGHTSHIFT_TOOL_READ_SECONDS`` to read); a
+    409 means a tool with that name exists (use PUT to replace it).
     """
-    return await _create(body, conn, org, upsert=False)
+    return await _create(body, conn, org, state, upsert=False)
 
 
-async def _create(body: ToolCreate, conn: Conn, org: Org, *, upsert: bool) -> ToolPublic:
+async def _create(body: ToolCreate, conn: Conn, org: Org, state: State, *, upsert: bool) -> ToolPublic:
     tool = await service.create_tool(
         conn,
         org,
@@ -38,15 +39,16 @@ async def _create(body: ToolCreate, conn: Conn, org: Org, *, upsert: bool) -> To
         json_schema=body.json_schema,
         args_json_schema=body.args_json_schema,
         upsert=upsert,
+        read_seconds=state.settings.tool_read_seconds,
     )
     return ToolPublic.of(tool)
 
 
 @router.put("/v1/tools/")
 @router.put("/v1/tools", include_in_schema=False)
-async def upsert_tool(body: ToolCreate, conn: Conn, org: Org) -> ToolPublic:
+async def upsert_tool(body: ToolCreate, conn: Conn, org: Org, state: State) -> ToolPublic:
     """Create a tool, or replace the one with the same function name."""
-    return await _create(body, conn, org, upsert=True)
+    return await _create(body, conn, org, state, upsert=True)
 
 
 @router.get("/v1/tools/")
@@ -105,7 +107,7 @@ async def get_tool(tool_id: str, conn: Conn, org: Org) -> ToolPublic:
 
 
 @router.patch("/v1/tools/{tool_id}")
-async def update_tool(tool_id: str, body: ToolUpdate, conn: Conn, org: Org) -> ToolPublic:
+async def update_tool(tool_id: str, body: ToolUpdate, conn: Conn, org: Org, state: State) -> ToolPublic:
     """Change a tool; new source code regenerates the schema and must keep the function name."""
     tool = await service.update_tool(
         conn,
@@ -115,6 +117,7 @@ async def update_tool(tool_id: str, body: ToolUpdate, conn: Conn, org: Org) -> T
         description=body.description,
         tags=body.tags,
         return_char_limit=body.return_char_limit,
+        read_seconds=state.settings.tool_read_seconds,
     )
     return ToolPublic.of(tool)
 
