@@ -26,6 +26,7 @@ from nightshift.domain.limits import (
     MAX_SOURCE_CHARS,
     MAX_TEXT_CHARS,
 )
+from support.agent_files import SCREENING, document, double_encoded
 from support.api import BASE_TOOL_NAMES, json_object
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -358,6 +359,21 @@ async def test_a_tool_source_that_reads_too_long_is_422_once_its_time_is_up(quic
         refused(changed, field="source_code", says="took longer than 1 s")
         assert json_object(await client.get(f"/v1/tools/{created['id']}"))["source_code"] == TOOL
         await nothing_written_but(client, "lookup")
+
+
+async def test_an_agent_file_tool_source_that_reads_too_long_is_422_and_imports_nothing(
+    quick_read_app: FastAPI,
+) -> None:
+    doc = document(SCREENING)
+    tool = next(t for t in doc["tools"] if t["name"] == "decline")
+    tool["source_code"] = tool["source_code"].replace(
+        'return f"declined {applicant}"', 'a = applicant\n    return f"' + "{a}" * 100_000 + '"'
+    )
+    transport = httpx.ASGITransport(app=quick_read_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
+        response = await client.post("/v1/agents/import", files={"file": ("slow.af", double_encoded(doc))})
+        refused(response, field="file", says="took longer than 1 s (NIGHTSHIFT_TOOL_READ_SECONDS)")
+        await nothing_written(client)
 
 
 async def nothing_written_but(client: httpx.AsyncClient, tool: str) -> None:

@@ -47,14 +47,14 @@ from nightshift.ids import new_id, new_tool_call_id
 from nightshift.providers.registry import parse_model
 from nightshift.runtime.memory import compile_system_message
 from nightshift.services.agents import NewBlock, get_agent, new_block
-from nightshift.services.tools import client_json_schema, ensure_base_tools
+from nightshift.services.tools import ensure_base_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import messages as message_store
 from nightshift.store import tools as tool_store
 from nightshift.store.pagination import MAX_PAGE, Page
 from nightshift.tools.base import BASE_TOOLS, DEFAULT_BASE_TOOLS
-from nightshift.tools.schema import schema_from_source
+from nightshift.tools.reading import DEFAULT_READ_SECONDS, read_tool
 
 COPY_SUFFIX = "_copy"
 # Messages written by one store call: building one call's rows holds the event loop.
@@ -82,6 +82,7 @@ class ImportOptions:
     llm_config: LLMConfig | None = None
     embedding: str | None = None
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    read_seconds: float = DEFAULT_READ_SECONDS  # for each custom tool's source (NIGHTSHIFT_TOOL_READ_SECONDS)
 
 
 def _in_file(message: str) -> InvalidInput:
@@ -89,18 +90,25 @@ def _in_file(message: str) -> InvalidInput:
 
 
 async def _custom_tool(
-    conn: AsyncConnection, org_id: str, spec: FileTool, existing: Tool | None, override: bool, now: datetime
+    conn: AsyncConnection,
+    org_id: str,
+    spec: FileTool,
+    existing: Tool | None,
+    options: ImportOptions,
+    now: datetime,
 ) -> tuple[Tool, bool]:
-    """The organization's tool for a custom tool of the file, and whether it is new."""
-    if existing is not None and not override:
+    """The organization's tool for a custom tool of the file, and whether it is new; its source
+    is read in a child process with a time limit, as a tool created through the API."""
+    if existing is not None and not options.override_existing_tools:
         return existing, False
     if not spec.source_code or not spec.source_code.strip():
         raise _in_file(f"custom tool {spec.name!r} ({spec.id}) has no source_code: nightshift runs tools from source")
     try:
-        schema = await asyncio.to_thread(schema_from_source, spec.source_code, name=spec.name)
-        json_schema = (
-            client_json_schema(spec.json_schema, schema.name) if spec.json_schema else dict(schema.json_schema)
+        read = await read_tool(
+            spec.source_code, name=spec.name, json_schema=spec.json_schema or None, seconds=options.read_seconds
         )
+        schema = read.schema
+        json_schema = read.client_schema if read.client_schema is not None else dict(schema.json_schema)
     except InvalidInput as exc:
         raise _in_file(f"tool {spec.name!r} ({spec.id}): {exc.message}") from None
     description = spec.description or json_schema.get("description") or schema.description
@@ -134,7 +142,7 @@ async def _custom_tool(
 
 
 async def _import_tools(
-    conn: AsyncConnection, org_id: str, document: AgentFile, *, override: bool, now: datetime
+    conn: AsyncConnection, org_id: str, document: AgentFile, *, options: ImportOptions, now: datetime
 ) -> dict[str, Tool]:
     """The organization's tool for each tool id of the file, creating or updating custom tools."""
     names = [t.name for t in document.tools]
@@ -155,7 +163,7 @@ async def _import_tools(
     mapping = {t.id: base[t.name] for t in document.tools if t.name in base}
     created: list[Tool] = []
     for spec in custom:
-        tool, new = await _custom_tool(conn, org_id, spec, existing.get(spec.name), override, now)
+        tool, new = await _custom_tool(conn, org_id, spec, existing.get(spec.name), options, now)
         mapping[spec.id] = tool
         if new:
             created.append(tool)
@@ -362,7 +370,7 @@ async def import_agent_file(conn: AsyncConnection, org_id: str, raw: bytes, opti
     """
     document = await asyncio.to_thread(parse_agent_file, raw)
     now = datetime.now(UTC)
-    tools = await _import_tools(conn, org_id, document, override=options.override_existing_tools, now=now)
+    tools = await _import_tools(conn, org_id, document, options=options, now=now)
     base = await ensure_base_tools(conn, org_id) if any(a.include_base_tools for a in document.agents) else {}
     built = await asyncio.to_thread(_build, org_id, document, options, tools=tools, base=base, now=now)
     try:

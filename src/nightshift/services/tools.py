@@ -18,7 +18,6 @@ from nightshift.store import tools as tool_store
 from nightshift.store.pagination import Page
 from nightshift.tools.base import BASE_TOOLS
 from nightshift.tools.reading import DEFAULT_READ_SECONDS, read_tool
-from nightshift.tools.schema import client_json_schema as client_json_schema  # Agent File import checks with it
 from nightshift.tools.schema import schema_from_function
 
 

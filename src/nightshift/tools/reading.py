@@ -50,6 +50,7 @@ class ToolRead:
 def read_tool_here(
     source_code: str,
     *,
+    name: str | None = None,
     args_json_schema: Mapping[str, Any] | None = None,
     json_schema: Mapping[str, Any] | None = None,
 ) -> ToolRead:
@@ -57,7 +58,7 @@ def read_tool_here(
     if args_json_schema:
         schema = schema_from_args_model(source_code, args_json_schema)
     else:
-        schema = schema_from_source(source_code)
+        schema = schema_from_source(source_code, name=name)
     checked = client_json_schema(json_schema, schema.name) if json_schema else None
     return ToolRead(schema=schema, client_schema=checked)
 
@@ -65,12 +66,14 @@ def read_tool_here(
 async def read_tool(
     source_code: str,
     *,
+    name: str | None = None,
     args_json_schema: Mapping[str, Any] | None = None,
     json_schema: Mapping[str, Any] | None = None,
     seconds: float = DEFAULT_READ_SECONDS,
 ) -> ToolRead:
     """A tool's schema from its source (or from ``args_json_schema``), and the client's
-    ``json_schema`` checked, read in a child process that gets ``seconds`` at most.
+    ``json_schema`` checked, read in a child process that gets ``seconds`` at most. ``name``
+    picks the function of the source (else its last one).
 
     Raises:
         InvalidInput: what is wrong with the source or the schemas, or that reading them took
@@ -79,7 +82,7 @@ async def read_tool(
     loop = asyncio.get_running_loop()
     turns = _turns.setdefault(loop, asyncio.Semaphore(_AT_ONCE))
     async with turns:
-        outcome = await _in_child((source_code, dict(args_json_schema or {}), json_schema), seconds)
+        outcome = await _in_child((source_code, name, dict(args_json_schema or {}), json_schema), seconds)
     kind, value = outcome
     if kind == "invalid":
         message, field = value
@@ -98,7 +101,9 @@ def _context() -> ForkServerContext:
     return context
 
 
-async def _in_child(arguments: tuple[str, dict[str, Any], Mapping[str, Any] | None], seconds: float) -> tuple[str, Any]:
+async def _in_child(
+    arguments: tuple[str, str | None, dict[str, Any], Mapping[str, Any] | None], seconds: float
+) -> tuple[str, Any]:
     context = _context()
     receiving, sending = context.Pipe(duplex=False)
     child = context.Process(target=_child_main, args=(sending, arguments), daemon=True, name="nightshift-tool-read")
@@ -149,12 +154,17 @@ async def _readable(connection: Connection) -> None:
         loop.remove_reader(descriptor)
 
 
-def _child_main(sending: Connection, arguments: tuple[str, dict[str, Any], Mapping[str, Any] | None]) -> None:
+def _child_main(
+    sending: Connection, arguments: tuple[str, str | None, dict[str, Any], Mapping[str, Any] | None]
+) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_BYTES, _MEMORY_BYTES))
-    source_code, args_json_schema, json_schema = arguments
+    source_code, name, args_json_schema, json_schema = arguments
     outcome: tuple[str, Any]
     try:
-        outcome = ("read", read_tool_here(source_code, args_json_schema=args_json_schema, json_schema=json_schema))
+        outcome = (
+            "read",
+            read_tool_here(source_code, name=name, args_json_schema=args_json_schema, json_schema=json_schema),
+        )
     except InvalidInput as exc:
         # Sent as plain values: an exception with keyword arguments does not survive pickling.
         outcome = ("invalid", (exc.message, exc.field))

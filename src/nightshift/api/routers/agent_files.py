@@ -9,7 +9,7 @@ from fastapi import APIRouter, File, Form, Header, Query, UploadFile
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from nightshift.api.deps import Conn, Org
+from nightshift.api.deps import Conn, Org, State
 from nightshift.api.schemas import llm_config_from
 from nightshift.errors import InvalidInput
 from nightshift.services import agent_files as service
@@ -49,6 +49,7 @@ def _secrets(text: str | None, field: str) -> dict[str, str]:
 async def import_agent(
     conn: Conn,
     org: Org,
+    state: State,
     file: Annotated[UploadFile, File(description="The Agent File (.af), plain or double-encoded JSON")],
     append_copy_suffix: Annotated[bool, Form(description='Add "_copy" to the agents\' names')] = True,
     override_existing_tools: Annotated[
@@ -81,6 +82,7 @@ async def import_agent(
         llm_config=llm_config_from(handle, None) if handle else None,
         embedding=embedding or override_embedding_handle or x_override_embedding_model,
         secrets=_secrets(secrets, "secrets") if secrets is not None else _secrets(env_vars_json, "env_vars_json"),
+        read_seconds=state.settings.tool_read_seconds,
     )
     raw = await file.read()
     agents = await service.import_agent_file(conn, org, raw, options)
