@@ -130,8 +130,6 @@ def poll(
     """
     import signal
 
-    import httpx
-
     from nightshift.batch.poller import drain, poll_forever, poll_once
     from nightshift.batch.poller_process import answer_runs, die_with_parent, watch_parent, write_figures
     from nightshift.batch.worker import running_worker
@@ -147,16 +145,16 @@ def poll(
         async with opened(settings.resolved_database_url, pool_size=settings.database_pool_size) as engine:
             if parent is None:
                 await upgrade(engine)  # (serve has migrated the database before it started this poller)
-            async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
+            async with running_worker(settings, engine) as worker:
                 if once:
-                    return await poll_once(worker, http)
+                    return await poll_once(worker)
                 figures = (lambda: write_figures(worker.metrics, metrics_file)) if metrics_file else None
                 stop, wake = asyncio.Event(), asyncio.Event()
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, stop.set)
                 loop.add_signal_handler(signal.SIGUSR1, wake.set)  # serve: new work is due (see PollerProcess)
-                poller = asyncio.create_task(poll_forever(worker, http, after_pass=figures, wake=wake), name="poller")
+                poller = asyncio.create_task(poll_forever(worker, after_pass=figures, wake=wake), name="poller")
                 waits = [poller, asyncio.create_task(stop.wait())]
                 if runs_fd is not None:
                     runs = answer_runs(

@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import Depends, FastAPI
 from starlette.routing import NoMatchFound
 
@@ -79,7 +78,7 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
                 await fail_stopped_runs(conn)
-            async with running_worker(settings, engine) as worker, httpx.AsyncClient() as http:
+            async with running_worker(settings, engine) as worker:
                 key_usage = KeyUsage(engine)
                 background = BackgroundRuns(engine, worker, allow_private_callbacks=settings.callback_allow_private)
                 child = (
@@ -98,7 +97,7 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
                 if child is not None:
                     await child.start()
                 elif settings.poller:
-                    poller = asyncio.create_task(poll_forever(worker, http), name="poller")
+                    poller = asyncio.create_task(poll_forever(worker), name="poller")
                 set_readiness(app, Readiness.READY)
                 try:
                     yield

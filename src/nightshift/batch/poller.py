@@ -7,8 +7,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import httpx
-
 from nightshift.batch.callbacks import send_due_callbacks
 from nightshift.batch.worker import Worker
 
@@ -18,7 +16,7 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 100
 
 
-async def poll_once(worker: Worker, http: httpx.AsyncClient) -> int:
+async def poll_once(worker: Worker) -> int:
     """One pass: advance every due provider batch, then send due callbacks. Returns the work done."""
     handled = 0
     for _ in range(MAX_ROUNDS):
@@ -35,7 +33,6 @@ async def poll_once(worker: Worker, http: httpx.AsyncClient) -> int:
 
 async def poll_forever(
     worker: Worker,
-    http: httpx.AsyncClient,
     *,
     after_pass: Callable[[], None] | None = None,
     wake: asyncio.Event | None = None,
@@ -45,7 +42,7 @@ async def poll_forever(
     setting ``wake`` starts the next pass at once."""
     while not worker.draining.is_set():
         try:
-            await poll_once(worker, http)
+            await poll_once(worker)
         except asyncio.CancelledError:
             raise
         except Exception:
