@@ -22,6 +22,7 @@ from nightshift.config import Settings
 from nightshift.domain.limits import (
     DEFAULT_MAX_REQUEST_MB,
     MAX_BATCH_REQUEST_MB,
+    MAX_BATCH_REQUEST_VALUES,
     MAX_MESSAGE_CHARS,
     MAX_SOURCE_CHARS,
     MAX_TEXT_CHARS,
@@ -563,8 +564,12 @@ async def test_a_json_body_of_too_many_values_is_413_before_it_is_decoded(few_va
             "the request body holds more than 1,000 JSON values (strings, numbers, keys, arrays, objects): "
             "send them in several requests, or raise NIGHTSHIFT_MAX_REQUEST_VALUES"
         )
+        # A batch run's body may hold more (MAX_BATCH_REQUEST_VALUES): this one is read, and refused
+        # for naming agents that do not exist.
         run = {"requests": [{"agent_id": f"agent-{i}", "input": "hi"} for i in range(300)]}
-        refused(await client.post("/v1/messages/batches", json=run), 413, says="JSON values")
+        refused(await client.post("/v1/messages/batches", json=run), 404)
+        zeros = b'{"requests": [' + b"0," * MAX_BATCH_REQUEST_VALUES + b"0]}"
+        refused(await client.post("/v1/messages/batches", content=zeros, headers=JSON), 413, says="2,500,000 JSON")
         # Not JSON at all is still a 413 when it has as many separators, and nothing is decoded.
         refused(await client.post("/v1/agents/", content=b"[" + b"0," * 2000, headers=JSON), 413)
         # A long text is one value, however many commas, colons and brackets it holds.

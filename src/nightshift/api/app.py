@@ -12,7 +12,7 @@ from starlette.routing import NoMatchFound
 
 from nightshift import __version__
 from nightshift.api import errors
-from nightshift.api.body_limit import MEGABYTE, BodyLimit
+from nightshift.api.body_limit import MEGABYTE, BodyLimit, Bounds
 from nightshift.api.credentials import CredentialsFirst
 from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
@@ -38,7 +38,7 @@ from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.poller_process import PollerProcess
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
-from nightshift.domain.limits import MAX_BATCH_REQUEST_MB
+from nightshift.domain.limits import MAX_BATCH_REQUEST_MB, MAX_BATCH_REQUEST_VALUES
 from nightshift.services.agent_runs import BackgroundRuns, fail_stopped_runs
 from nightshift.services.keys import KeyUsage
 from nightshift.store.db import create_engine, read_only, upgrade
@@ -128,9 +128,13 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
     # A batch run's messages may hold MAX_INPUT_BYTES (100 MB) of text: its body may be larger.
     app.add_middleware(
         BodyLimit,
-        default=settings.max_request_mb * MEGABYTE,
-        by_path={"/v1/messages/batches": max(MAX_BATCH_REQUEST_MB, settings.max_request_mb) * MEGABYTE},
-        max_values=settings.max_request_values,
+        default=Bounds(size=settings.max_request_mb * MEGABYTE, values=settings.max_request_values),
+        by_path={
+            "/v1/messages/batches": Bounds(
+                size=max(MAX_BATCH_REQUEST_MB, settings.max_request_mb) * MEGABYTE,
+                values=max(MAX_BATCH_REQUEST_VALUES, settings.max_request_values),
+            )
+        },
         body_seconds=settings.body_timeout_seconds,
     )
     # Added last, so it runs first: a stranger's request is answered before its body is read.

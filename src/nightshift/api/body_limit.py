@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -69,31 +70,37 @@ def too_many_values(limit: int) -> str:
     )
 
 
-class BodyLimit:
-    """ASGI middleware: bodies of at most ``default`` bytes, or ``by_path[path]`` on those paths,
-    JSON bodies of at most ``max_values`` values, each body whole within ``body_seconds``."""
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What one route's request bodies may hold: bytes, and JSON values (see the module docstring)."""
 
-    def __init__(
-        self, app: ASGIApp, *, default: int, by_path: Mapping[str, int], max_values: int, body_seconds: float
-    ) -> None:
+    size: int
+    values: int
+
+
+class BodyLimit:
+    """ASGI middleware: bodies within ``default``, or ``by_path[path]`` on those paths, each body
+    whole within ``body_seconds``."""
+
+    def __init__(self, app: ASGIApp, *, default: Bounds, by_path: Mapping[str, Bounds], body_seconds: float) -> None:
         self.app = app
         self.default = default
         self.by_path = dict(by_path)
-        self.max_values = max_values
         self.body_seconds = body_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.by_path.get(scope["path"], self.default)
+        bounds = self.by_path.get(scope["path"], self.default)
+        limit = bounds.size
         headers = Headers(scope=scope)
         declared = _content_length(headers)
         if declared is not None and declared > limit:
             await _refuse(too_large(limit), scope, receive, send)
             return
         if is_json(headers.get("content-type")) and declared != 0:
-            await self._json(scope, receive, send, limit)
+            await self._json(scope, receive, send, bounds)
             return
         received = 0
         complete = False
@@ -119,8 +126,9 @@ class BodyLimit:
 
         await self.app(scope, limited, send)
 
-    async def _json(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        """Read the whole body (up to ``limit`` bytes), count its values, then hand it to the app."""
+    async def _json(self, scope: Scope, receive: Receive, send: Send, bounds: Bounds) -> None:
+        """Read the whole body (up to ``bounds.size`` bytes), count its values, then hand it to the app."""
+        limit = bounds.size
         chunks: list[bytes] = []
         received = 0
         more = True
@@ -143,8 +151,8 @@ class BodyLimit:
         body = b"".join(chunks)
         # The count is at most one more than the body's bytes: a body shorter than the limit cannot
         # pass it, and needs no counting.
-        if len(body) >= self.max_values and await asyncio.to_thread(json_values_over, body, self.max_values):
-            await _refuse(too_many_values(self.max_values), scope, receive, send)
+        if len(body) >= bounds.values and await asyncio.to_thread(json_values_over, body, bounds.values):
+            await _refuse(too_many_values(bounds.values), scope, receive, send)
             return
         delivered = False
 

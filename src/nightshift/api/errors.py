@@ -47,10 +47,16 @@ class ErrorBody(BaseModel):
 _ERROR = {"model": ErrorBody}
 # The error statuses of the secured routes (the same body for each), for the OpenAPI description.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {
+        "description": "The HTTP server could not parse the request (a request line over about 64 KB, say): "
+        "its own plain-text answer, before nightshift sees the request",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    },
     401: {**_ERROR, "description": "No credentials, or wrong ones (when the server has a password or keys)"},
     404: {**_ERROR, "description": "No such object (or it belongs to another organization)"},
     409: {**_ERROR, "description": "The request conflicts with the current state"},
-    413: {**_ERROR, "description": "The request body is over the size limit"},
+    408: {**_ERROR, "description": "The request body did not arrive in time (NIGHTSHIFT_BODY_TIMEOUT_SECONDS)"},
+    413: {**_ERROR, "description": "The request body is over the size limit, or holds too many JSON values"},
     422: {**_ERROR, "description": "Bad input; `field` names the part at fault"},
 }
 # The routes that manage API keys can also answer this.

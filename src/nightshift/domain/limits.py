@@ -51,6 +51,9 @@ MAX_BATCH_REQUEST_MB: Final = 256
 # (and so the event loop) for the whole body, however it is run: what it costs grows with the
 # number of values, not the bytes (a long text is one value), so this bounds it.
 DEFAULT_MAX_REQUEST_VALUES: Final = 1_000_000
+# A batch run's body may hold more: the requests of 100,000 agents, a message or two each. (Such
+# a body's decoding and validation still hold the loop, once, for the caller's own run.)
+MAX_BATCH_REQUEST_VALUES: Final = 2_500_000
 # How long reading a custom tool's source and schemas may take, in seconds, unless
 # NIGHTSHIFT_TOOL_READ_SECONDS says otherwise: a source of the largest size parses in a few
 # seconds on a slow machine (see tools/reading.py).
