@@ -23,6 +23,7 @@ from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLaunche
 from nightshift.tools.results import SandboxCall
 from nightshift.tools.sandbox import ToolSandbox, build_sandbox
 from nightshift.tools.zygotes import ANSWER_BYTES
+from support.host import SCRATCH_ENTRIES
 
 ORG = "org-test"
 
@@ -234,7 +235,10 @@ def tool() -> int:
 
 
 async def test_state_dies_with_the_call(sandbox: ToolSandbox) -> None:
-    remembers = "import os\ndef tool():\n    old = os.listdir('.')\n    open('note', 'w').write('x')\n    return old\n"
+    remembers = (
+        SCRATCH_ENTRIES
+        + "\ndef tool():\n    old = scratch_entries('.')\n    open('note', 'w').write('x')\n    return old\n"
+    )
 
     counts = [(await sandbox.run(call(LEAK))).value for _ in range(5)]
     files = [(await sandbox.run(call(remembers))).value for _ in range(3)]
@@ -450,7 +454,11 @@ def tool() -> str:
     return zygote()
 '''
     )
-    looks = WHICH_ZYGOTE + "\ndef tool() -> list:\n    return [zygote(), os.listdir('/tmp'), os.listdir('/dev/shm')]\n"
+    looks = (
+        WHICH_ZYGOTE
+        + SCRATCH_ENTRIES
+        + "\ndef tool() -> list:\n    return [zygote(), scratch_entries('/tmp'), scratch_entries('/dev/shm')]\n"
+    )
     async with ToolSandbox(BubblewrapLauncher(), workers=1) as sandbox:
         first = await sandbox.run(call(locks))
         second = await sandbox.run(call(looks))

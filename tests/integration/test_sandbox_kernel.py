@@ -25,7 +25,7 @@ import pytest
 from nightshift.tools.launch import DEFAULT_UIDS, BubblewrapLauncher, SandboxLimits
 from nightshift.tools.results import SandboxCall
 from nightshift.tools.sandbox import ToolSandbox
-from support.host import host_processes_with
+from support.host import SCRATCH_ENTRIES, host_processes_with
 
 # Syscall numbers as the kernel's asm/unistd_64.h (x86_64) and asm-generic/unistd.h (aarch64)
 # give them, kept apart from the sandbox's own table so that a wrong number there shows here.
@@ -192,7 +192,7 @@ def tool() -> str:
     async with ToolSandbox(BubblewrapLauncher(), limits=limits) as sandbox:
         result = await sandbox.run(call(source))
         after = await sandbox.run(
-            call("import os\ndef tool():\n    return os.listdir('/tmp') + os.listdir('/dev/shm')\n")
+            call(SCRATCH_ENTRIES + "\ndef tool():\n    return scratch_entries('/tmp') + scratch_entries('/dev/shm')\n")
         )
 
     assert result.error == "the tool used more than 256 MB of memory (all its processes together)"
