@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import itertools
 import platform
 import shutil
 import subprocess
@@ -323,6 +324,23 @@ async def test_keys_reach_no_tool(server_key: tuple[str, bytes], sandbox: ToolSa
         assert result.value["request_key"] == "EPERM"
         assert result.value[f"planted in {KEY_SPEC_SESSION_KEYRING}"] == "EPERM"
         assert result.value[f"planted in {KEY_SPEC_USER_KEYRING}"] == "EPERM"
+
+
+KEYRINGS = """
+def tool() -> list:
+    \"\"\"The serials of the keyrings this call may see (its own session keyring among them).\"\"\"
+    with open("/proc/keys") as keys:
+        return sorted(line.split()[0] for line in keys if " keyring " in line)
+"""
+
+
+async def test_each_call_has_a_session_keyring_of_its_own(sandbox: ToolSandbox) -> None:
+    seen = [await sandbox.run(call(KEYRINGS)) for _ in range(3)]
+
+    assert all(result.ok for result in seen), [result.error for result in seen]
+    # Each call sees a keyring no earlier call of the same sandbox saw: the one it joined at start.
+    for earlier, later in itertools.pairwise(seen):
+        assert set(later.value) - set(earlier.value), (earlier.value, later.value)
 
 
 async def test_a_message_queue_reaches_no_later_call(sandbox: ToolSandbox) -> None:

@@ -24,7 +24,8 @@ so the arguments and secrets of a call never enter the zygote, whose memory ever
 inherits. The sources it compiles are the organization's own tools.
 
 With ``--isolated`` the zygote is pid 1 of its own pid namespace: it drops to the unprivileged
-uid, leaves the session keyring it inherited (the server's) for an anonymous one, kills every
+uid, leaves the session keyring it inherited (the server's) for an anonymous one (and for a new
+one before each call, which the call's process starts in), kills every
 other process of the namespace after each call (``kill(-1)``), watches the memory of all the
 call's processes, of the files it keeps in the scratch tmpfs and (``--own-network``: the network
 namespace is the sandbox's own) of its sockets' buffers together, and exits (so that the server
@@ -49,6 +50,7 @@ import _socket
 import builtins
 import contextlib
 import ctypes
+import functools
 import io
 import marshal
 import math
@@ -97,6 +99,11 @@ _GOES_ON, _RETIRES = b"=", b"!"
 # What the ``S`` frames compiled, by number: a code object or the exception compiling raised, and
 # the warnings it printed.
 _compiled: dict[int, tuple[Any, str]] = {}
+# In the sandbox: what makes the zygote join a new anonymous session keyring just before each
+# fork, so that each call's process starts in one no earlier call had (keyctl(KEYCTL_JOIN_SESSION_KEYRING,
+# NULL), the one keyctl the syscall filter passes). Done here, not in the call's process, where
+# every page the call into C touches would be copied.
+_join_session_keyring: Any = None
 # What a call's process needs made before the fork rather than in the process, where every page
 # written costs a fault: the C encoder ``json.dumps(default=str, ensure_ascii=False)`` would build
 # through three Python layers (no circular check: a value that holds itself fails with
@@ -191,7 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # The session keyring came from the server, with whatever it (or a service manager) keeps
         # there: the zygote and every call's process get an empty one of their own instead.
-        if libc.syscall(_KEYCTL[os.uname().machine], _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        global _join_session_keyring
+        _join_session_keyring = functools.partial(
+            libc.syscall, _KEYCTL[os.uname().machine], _KEYCTL_JOIN_SESSION_KEYRING, None
+        )
+        if _join_session_keyring() < 0:
             raise SystemExit(
                 f"nightshift-tool-zygote: cannot leave the server's keyring: {os.strerror(ctypes.get_errno())}"
             )
@@ -242,6 +253,8 @@ def _send(fd: int, line: bytes) -> None:
 def _serve_one(requests: int, responses: int, length: int, timeout: float, options: Options) -> tuple[bytes, bool]:
     """Fork a child for the call whose body (``length`` bytes) is next on ``requests``, and
     supervise it; its answer, and whether the sandbox is still clean."""
+    if _join_session_keyring is not None and _join_session_keyring() < 0:
+        return _failure("the sandbox could not make a session keyring for the call"), False
     result_r, result_w = os.pipe()
     pid = os.fork()
     if pid == 0:
