@@ -482,13 +482,7 @@ function agentPanel(details, summary) {
       agent.tags?.length ? h("span", { class: "muted" }, ` · tags: ${agent.tags.join(", ")}`) : null,
     ),
     agentSpend(summary),
-    summary.state === "failed"
-      ? h(
-          "p",
-          { class: "error-text agent-failure" },
-          `Failed at step ${shownStep(summary.step_number)}: ${summary.error || "no reason given"}`,
-        )
-      : null,
+    agentFailure(summary),
     h(
       "div",
       { class: "agent-columns" },
@@ -510,6 +504,16 @@ function agentPanel(details, summary) {
   );
 }
 
+/** Where and why the agent failed in this run, when it did. */
+function agentFailure(summary) {
+  if (summary.state !== "failed") return null;
+  return h(
+    "p",
+    { class: "error-text agent-failure" },
+    `Failed at step ${shownStep(summary.step_number)}: ${summary.error || "no reason given"}`,
+  );
+}
+
 /** A deleted agent: what it did in this run stays; its memory and messages went with it. */
 function deletedAgentPanel(summary) {
   return h(
@@ -522,13 +526,7 @@ function deletedAgentPanel(summary) {
       h("span", { class: "muted" }, " · deleted"),
     ),
     agentSpend(summary),
-    summary.state === "failed"
-      ? h(
-          "p",
-          { class: "error-text agent-failure" },
-          `Failed at step ${shownStep(summary.step_number)}: ${summary.error || "no reason given"}`,
-        )
-      : null,
+    agentFailure(summary),
     h(
       "p",
       { class: "muted agent-deleted-note" },
