@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from integration.batch.kit import call, say
+from integration.batch.kit import mixed_run, say
 from integration.batch.test_run_summaries import step
 from nightshift.emulator import EmulatorAdmin
 from support.api import json_list, json_object
@@ -29,15 +29,9 @@ def _without_deleted_marks(run: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_runs_record_survives_the_deletion_of_its_agents(runs: Runs, admin: EmulatorAdmin) -> None:
-    bad = await runs.agent("bad")
-    two_steps = await runs.agent("two-steps")
-    one_step = await runs.agent("one-step")
-    await admin.configure(errors={bad["id"]: "invalid_request_error"})
-    await admin.script(two_steps["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
-    await admin.script(one_step["id"], say("hello"))
-    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, two_steps, one_step)])
-    done = await runs.wait(run["id"])
-    assert done["status"] == "completed", done
+    mixed = await mixed_run(runs, admin)
+    run = done = mixed.run
+    bad, two_steps, one_step = mixed.bad, mixed.two_steps, mixed.one_step
     assert done["progress"]["agents"] == {"running": 0, "finished": 2, "failed": 1, "cancelled": 0}
     assert done["progress"]["cost_usd"] > 0 and len(done["progress"]["provider_batches"]) == 2
     agents_before = (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]

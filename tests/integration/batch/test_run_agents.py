@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from integration.batch.kit import call, say
+from integration.batch.kit import call, mixed_run, say
 from nightshift.emulator import EmulatorAdmin
 from support.runs import Runs
 
 
 async def test_each_agent_reports_its_state_tokens_and_cost(runs: Runs, admin: EmulatorAdmin) -> None:
-    bad = await runs.agent("bad")
-    two_steps = await runs.agent("two-steps")
-    one_step = await runs.agent("one-step")
-    await admin.configure(errors={bad["id"]: "invalid_request_error"})
-    await admin.script(two_steps["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
-    await admin.script(one_step["id"], say("hello"))
-    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, two_steps, one_step)])
-    assert (await runs.wait(run["id"]))["status"] == "completed"
+    mixed = await mixed_run(runs, admin)
+    run, bad, two_steps, one_step = mixed.run, mixed.bad, mixed.two_steps, mixed.one_step
 
     response = await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")
     assert response.status_code == 200, response.text
