@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from nightshift.domain.agent_files import decode_agent_file, export_agent_file, parse_agent_file
+from nightshift.domain.agent_file_export import export_agent_file
+from nightshift.domain.agent_files import decode_agent_file, parse_agent_file
 from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.blocks import Block
 from nightshift.domain.messages import Message, Role, ToolCall

@@ -34,8 +34,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.agent_file_export import export_agent_file as agent_file_document
 from nightshift.domain.agent_files import AgentFile, FileAgent, FileMessage, FileTool, parse_agent_file
-from nightshift.domain.agent_files import export_agent_file as agent_file_document
 from nightshift.domain.agents import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Agent, LLMConfig, check_secrets
 from nightshift.domain.blocks import Block
 from nightshift.domain.limits import MAX_NAME_CHARS
