@@ -115,9 +115,6 @@ class BatchRequestBody(BaseModel):
 
 
 class BatchCreate(Body):
-    # Thousands of agents' messages: the route checks them on a thread (``input.check_storable``).
-    checked_when_validated = False
-
     requests: list[BatchRequestBody]
     callback_url: HttpUrl | None = None
     metadata: dict[str, Any] | None = None

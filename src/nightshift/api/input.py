@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Self
+from typing import Annotated, Any, Self
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -51,31 +51,14 @@ class Body(BaseModel):
     must be storable."""
 
     model_config = ConfigDict(extra="ignore")
-    # False for a body whose route runs the check itself, off the event loop (``check_storable``).
-    checked_when_validated: ClassVar[bool] = True
 
     @model_validator(mode="after")
     def _storable(self) -> Self:
-        if self.checked_when_validated and not _checked_off_the_loop():
+        if not _checked_off_the_loop():
             problem = storage_problem(self)
             if problem is not None:
                 raise PydanticCustomError(UNSTORABLE, "{reason}", {"reason": problem.reason, "where": problem.where})
         return self
-
-
-def check_storable(body: Body) -> None:
-    """The check a body with ``checked_when_validated = False`` skipped, for its route to run on a
-    thread: the same walk and the same 422 as when validated.
-
-    FastAPI validates bodies on the event loop, which answers no one else meanwhile, while on a
-    thread the loop takes its turn every few milliseconds (the interpreter's switch interval).
-    Nothing to do when :func:`storable_body` found the whole body storable already.
-    """
-    if _checked_off_the_loop():
-        return
-    problem = storage_problem(body)
-    if problem is not None:
-        raise RequestValidationError([_unstorable(problem)])
 
 
 def _unstorable(problem: StorageProblem) -> dict[str, object]:

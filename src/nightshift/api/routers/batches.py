@@ -9,7 +9,6 @@ from fastapi import APIRouter, Header, Query
 
 from nightshift.api.batch_schemas import BatchCreate, BatchRunPublic, agent_in_run_json
 from nightshift.api.deps import Org, ReadConn, State
-from nightshift.api.input import check_storable
 from nightshift.api.letta_messages import run_message_json
 from nightshift.api.routers.params import PageQuery
 from nightshift.batch.steps import RunRequest
@@ -63,7 +62,6 @@ async def create_batch(
 
 
 def _new_run(body: BatchCreate, idempotency_key: str | None) -> service.NewRun:
-    check_storable(body)
     return service.NewRun(
         requests=[RunRequest(agent_id=r.agent_id, messages=r.texts(), max_steps=r.max_steps) for r in body.requests],
         callback_url=str(body.callback_url) if body.callback_url else None,
