@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -39,6 +39,7 @@ from nightshift.batch.poller_process import PollerProcess
 from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB, MAX_BATCH_REQUEST_VALUES
+from nightshift.providers.base import ModelProvider
 from nightshift.services.agent_runs import BackgroundRuns, fail_stopped_runs
 from nightshift.services.keys import KeyUsage
 from nightshift.store.db import create_engine, read_only, upgrade
@@ -57,7 +58,9 @@ password (default organization).
 """
 
 
-def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
+def create_app(
+    settings: Settings, *, poller_process: bool = False, providers: Mapping[str, ModelProvider] | None = None
+) -> FastAPI:
     """The app. At startup the database is migrated, the tool sandbox started and the poller launched:
     on this event loop, or with ``poller_process`` (``serve``'s default) in a child process
     (``batch/poller_process.py``) so that batch work never holds the loop that answers requests.
@@ -66,6 +69,8 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
     the poller claims nothing more and finishes its stage, for ``shutdown_grace_seconds`` at most,
     then every lease of this process is given back so that another process takes over at once (a
     child poller gets SIGTERM and does the same with its own).
+
+    ``providers`` replaces the real provider of some names (a scripted one, in tests).
     """
 
     @asynccontextmanager
@@ -78,7 +83,7 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
                 await fail_stopped_runs(conn)
-            async with running_worker(settings, engine) as worker:
+            async with running_worker(settings, engine, providers=providers) as worker:
                 key_usage = KeyUsage(engine)
                 background = BackgroundRuns(engine, worker, allow_private_callbacks=settings.callback_allow_private)
                 child = (

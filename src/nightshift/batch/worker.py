@@ -28,7 +28,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -44,6 +44,7 @@ from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch
 from nightshift.errors import ProviderError
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
+from nightshift.providers.base import ModelProvider
 from nightshift.providers.clients import ProviderSet, preload
 from nightshift.providers.registry import parse_model
 from nightshift.store import batch_summaries
@@ -325,16 +326,24 @@ def rare_full_collections() -> Iterator[None]:
 
 
 @asynccontextmanager
-async def running_worker(settings: Settings, engine: AsyncEngine) -> AsyncIterator[Worker]:
-    """A worker with its tool sandbox, provider clients and metrics, all closed when the block ends."""
+async def running_worker(
+    settings: Settings, engine: AsyncEngine, *, providers: Mapping[str, ModelProvider] | None = None
+) -> AsyncIterator[Worker]:
+    """A worker with its tool sandbox, provider clients and metrics, all closed when the block ends.
+
+    ``providers`` replaces the real provider of some names (``ProviderSet``'s ``overrides``).
+    """
     metrics = Metrics()
     with rare_full_collections():
-        async with build_sandbox(settings) as sandbox, ProviderSet(metrics=metrics) as providers:
+        async with (
+            build_sandbox(settings) as sandbox,
+            ProviderSet(metrics=metrics, overrides=providers) as provider_set,
+        ):
             # The SDKs take seconds to import: in a thread, while the server already answers.
             preloading = asyncio.create_task(asyncio.to_thread(preload), name="preload-providers")
             yield Worker(
                 engine=engine,
-                providers=providers,
+                providers=provider_set,
                 sandbox=MeteredSandbox(sandbox, metrics),
                 owner=worker_id(),
                 metrics=metrics,

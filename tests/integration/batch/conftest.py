@@ -1,4 +1,5 @@
-"""Batch-run fixtures: the app with its poller, pointed at the emulator.
+"""Batch-run fixtures: the app with its poller, pointed at the emulator (``runs``), or without a
+poller over the scripted provider, stepped by the test (``stepped``).
 
 ``@pytest.mark.settings(name=value, ...)`` builds the test's app with other settings (a short tool
 timeout, a lower default step limit, fast callback retries).
@@ -6,11 +7,17 @@ timeout, a lower default step limit, fast callback retries).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from nightshift.api.app import create_app
 from nightshift.config import Settings
 from support.runs import Runs
+from support.scripted import ScriptedModel
+from support.stepped import SteppedRuns
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,3 +39,29 @@ def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
 def runs(client: httpx.AsyncClient, emulator: str) -> Runs:
     """Agents and runs through the API, with the SDK variables pointing at the emulator."""
     return Runs(client)
+
+
+# Logic tests: the app without its poller, over the scripted provider, stepped by explicit passes.
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    """The scripted provider's state: what the model answers and what it was asked."""
+    return ScriptedModel()
+
+
+@pytest.fixture
+async def stepped_app(settings: Settings, model: ScriptedModel) -> AsyncIterator[FastAPI]:
+    """The app with no poller, every provider the scripted one, and every stage due at once."""
+    quiet = settings.model_copy(update={"poller": False, "poll_interval_seconds": 0.0})
+    application = create_app(quiet, providers=model.providers())
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def stepped(stepped_app: FastAPI, model: ScriptedModel) -> AsyncIterator[SteppedRuns]:
+    """Agents and runs through the API, moved on by the test's own worker passes."""
+    transport = httpx.ASGITransport(app=stepped_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as http:
+        yield SteppedRuns(http, stepped_app.state.nightshift.worker, model)
