@@ -99,6 +99,7 @@ class ScriptedModel:
         self._hold_new = False
         self._held: set[str] = set()
         self._tags: dict[str, str] = {}
+        self._refusals: deque[str] = deque()
 
     # What the model answers.
 
@@ -118,6 +119,17 @@ class ScriptedModel:
     def configure(self, **update: Any) -> EmulatorConfig:
         """Change the emulator's knobs (``context_windows``, ``cache_min_tokens``...)."""
         return self.state.configure(update)
+
+    def refuse_submits(self, kind: str = "overloaded_error", *, count: int = 1) -> None:
+        """Refuse the next ``count`` batch submissions with a ``ProviderError`` of ``kind``."""
+        self._refusals.extend([kind] * count)
+
+    def take_refusal(self) -> ProviderError | None:
+        """The error the next submission gets, if one was asked for."""
+        if not self._refusals:
+            return None
+        kind = self._refusals.popleft()
+        return ProviderError(f"the provider refused the batch: {kind}", kind=kind, retryable=is_retryable(kind))
 
     # Batch timing.
 
@@ -278,6 +290,9 @@ class ScriptedProvider:
         if self._api == "openai" and len({r.model for r in requests.values()}) > 1:
             raise ProviderError("an OpenAI batch takes requests for one model only", kind=INVALID_REQUEST)
         self._check_size(requests, max_bytes)
+        refused = self._model.take_refusal()
+        if refused is not None:
+            raise refused
         batch_id = self._model.state.next_id("msgbatch_" if self._api == "anthropic" else "batch_")
         results = [self._model.run(self._api, cid, r, batch_id=batch_id) for cid, r in requests.items()]
         self._model.new_job(self._api, list(requests), batch_id, results)

@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 from integration.batch.kit import call, say
-from nightshift.emulator import EmulatorAdmin
-from support.runs import Runs
+from support.stepped import SteppedRuns
 
 # Claude Haiku 4.5 through the Message Batches API, USD per million tokens (Anthropic's price
 # page: $1 input and $5 output, halved in a batch; a one-hour cache write 2x the input price, a
@@ -30,15 +29,15 @@ def by_hand(usage: dict[str, Any]) -> tuple[float, float, float]:
     return cost, cost * 2, savings
 
 
-async def test_a_run_with_one_hour_cache_writes_costs_the_published_rates(runs: Runs, admin: EmulatorAdmin) -> None:
+async def test_a_run_with_one_hour_cache_writes_costs_the_published_rates(stepped: SteppedRuns) -> None:
     # Two agents share their tools (the first writes them to the cache, the second reads them);
     # one takes a second step, which reads its own system prompt back.
-    first = await runs.agent("first", model=HAIKU)
-    second = await runs.agent("second", model=HAIKU)
-    await admin.script(first["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
-    await admin.script(second["id"], say("hello"))
-    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (first, second)])
-    done = await runs.wait(run["id"])
+    first = await stepped.agent("first", model=HAIKU)
+    second = await stepped.agent("second", model=HAIKU)
+    stepped.model.script(first["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
+    stepped.model.script(second["id"], say("hello"))
+    run = await stepped.start([{"agent_id": a["id"], "input": "hello"} for a in (first, second)])
+    done = await stepped.finish(run["id"])
     assert done["status"] == "completed", done
 
     progress = done["progress"]
@@ -55,7 +54,7 @@ async def test_a_run_with_one_hour_cache_writes_costs_the_published_rates(runs: 
     assert progress["cache_savings_usd"] == pytest.approx(round(savings, 6), abs=1e-6)
 
     # Each agent's figures are its own tokens at the same rates, and add up to the run's.
-    response = await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")
+    response = await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents")
     agents = response.json()["agents"]
     for agent in agents:
         cost, without_batch, savings = by_hand(agent["usage"])

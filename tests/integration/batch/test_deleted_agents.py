@@ -1,6 +1,6 @@
-"""A run's record outlives its agents, and the list of runs finds those in which agents failed.
+"""A run's record outlives its agents, and the list of stepped finds those in which agents failed.
 
-Deleting an agent leaves what its runs did as it was: the run's counts, tokens, costs, failures and
+Deleting an agent leaves what its stepped did as it was: the run's counts, tokens, costs, failures and
 per-step figures; the run's failures and agents still list it, by the name it had, marked deleted.
 A block made on its own (``POST /v1/blocks``) is not deleted with an agent it was attached to; the
 blocks made with the agent (``memory_blocks``) are, unless another agent uses them.
@@ -11,14 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import pytest
-from fastapi import FastAPI
 
-from integration.batch.kit import mixed_run, say
-from integration.batch.test_run_summaries import step
-from nightshift.emulator import EmulatorAdmin
+from integration.batch.kit import say
 from support.api import json_list, json_object
-from support.runs import Runs
+from support.stepped import SteppedRuns, mixed_run
 
 
 def _without_deleted_marks(run: dict[str, Any]) -> dict[str, Any]:
@@ -28,19 +24,18 @@ def _without_deleted_marks(run: dict[str, Any]) -> dict[str, Any]:
     return progress
 
 
-async def test_a_runs_record_survives_the_deletion_of_its_agents(runs: Runs, admin: EmulatorAdmin) -> None:
-    mixed = await mixed_run(runs, admin)
-    run = done = mixed.run
-    bad, two_steps, one_step = mixed.bad, mixed.two_steps, mixed.one_step
+async def test_a_runs_record_survives_the_deletion_of_its_agents(stepped: SteppedRuns) -> None:
+    done, bad, two_steps, one_step = await mixed_run(stepped)
+    run = done
     assert done["progress"]["agents"] == {"running": 0, "finished": 2, "failed": 1, "cancelled": 0}
     assert done["progress"]["cost_usd"] > 0 and len(done["progress"]["provider_batches"]) == 2
-    agents_before = (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
+    agents_before = (await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
     assert [a["agent_deleted"] for a in agents_before] == [False, False, False]
 
     for agent in (bad, two_steps, one_step):
-        assert (await runs.client.delete(f"/v1/agents/{agent['id']}")).status_code == 200
+        assert (await stepped.client.delete(f"/v1/agents/{agent['id']}")).status_code == 200
 
-    after = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
+    after = json_object(await stepped.client.get(f"/v1/messages/batches/{run['id']}"))
     assert after["status"] == "completed"
     # Counts, tokens, costs, failures and each step's tokens and cost: as they were.
     assert _without_deleted_marks(after) == _without_deleted_marks(done)
@@ -48,57 +43,54 @@ async def test_a_runs_record_survives_the_deletion_of_its_agents(runs: Runs, adm
     assert (failure["agent_id"], failure["agent_name"], failure["agent_deleted"]) == (bad["id"], "bad", True)
     assert "invalid_request_error" in failure["error"]
     # The run's agents: all there, by the names they had, marked deleted, their figures unchanged.
-    agents_after = (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
+    agents_after = (await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
     assert [a["agent_deleted"] for a in agents_after] == [True, True, True]
     assert [{**a, "agent_deleted": False} for a in agents_after] == agents_before
     # A page of them after one of them, as before.
     page = (
-        await runs.client.get(
+        await stepped.client.get(
             f"/v1/messages/batches/{run['id']}/agents", params={"after": agents_before[0]["agent_id"], "limit": 1}
         )
     ).json()["agents"]
     assert [a["agent_name"] for a in page] == [agents_before[1]["agent_name"]]
-    # In the list of runs too.
-    listed = json_list(await runs.client.get("/v1/messages/batches"))
+    # In the list of stepped too.
+    listed = json_list(await stepped.client.get("/v1/messages/batches"))
     assert _without_deleted_marks(listed[0]) == _without_deleted_marks(done)
 
 
-@pytest.mark.settings(poller=False)  # the test drives the worker: the step is open until it does
-async def test_an_agent_deleted_during_its_step_is_cancelled_there_and_the_run_goes_on(
-    runs: Runs, admin: EmulatorAdmin, app: FastAPI
-) -> None:
-    stays = await runs.agent("stays")
-    goes = await runs.agent("goes")
-    await admin.script(stays["id"], say("done"))
-    await admin.script(goes["id"], say("never applied"))
-    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (stays, goes)])
-    assert (await runs.client.delete(f"/v1/agents/{goes['id']}")).status_code == 200
-    opened = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
+async def test_an_agent_deleted_during_its_step_is_cancelled_there_and_the_run_goes_on(stepped: SteppedRuns) -> None:
+    stays = await stepped.agent("stays")
+    goes = await stepped.agent("goes")
+    stepped.model.script(stays["id"], say("done"))
+    stepped.model.script(goes["id"], say("never applied"))
+    run = await stepped.start([{"agent_id": a["id"], "input": "hello"} for a in (stays, goes)])
+    assert (await stepped.client.delete(f"/v1/agents/{goes['id']}")).status_code == 200
+    opened = json_object(await stepped.client.get(f"/v1/messages/batches/{run['id']}"))
     assert opened["progress"]["agents"]["cancelled"] == 1 and opened["progress"]["agents"]["running"] == 1
 
-    await step(app.state.nightshift.worker)  # the provider's answer for both: one applied, one ignored
-    done = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
+    await stepped.step()  # the provider's answer for both: one applied, one ignored
+    done = json_object(await stepped.client.get(f"/v1/messages/batches/{run['id']}"))
     assert done["status"] == "completed", done
     assert done["progress"]["agents"] == {"running": 0, "finished": 1, "failed": 0, "cancelled": 1}
-    listed = (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
+    listed = (await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
     agents = {a["agent_name"]: a for a in listed}
     assert agents["goes"]["state"] == "cancelled" and agents["goes"]["agent_deleted"] is True
     assert agents["goes"]["error"] == "the agent was deleted"
     assert agents["stays"]["state"] == "finished" and agents["stays"]["agent_deleted"] is False
 
 
-async def test_the_failures_filter_finds_completed_runs_with_failed_agents(runs: Runs, admin: EmulatorAdmin) -> None:
-    ok, bad, worse = await runs.agent("ok"), await runs.agent("bad"), await runs.agent("worse")
-    await admin.configure(errors={bad["id"]: "invalid_request_error", worse["id"]: "invalid_request_error"})
-    await admin.script(ok["id"], say("hello"), say("hello again"))
-    clean = await runs.wait((await runs.start([{"agent_id": ok["id"], "input": "hi"}]))["id"])
-    mixed = await runs.wait((await runs.start([{"agent_id": a["id"], "input": "hi"} for a in (ok, bad)]))["id"])
-    failed = await runs.wait((await runs.start([{"agent_id": worse["id"], "input": "hi"}]))["id"])
+async def test_the_failures_filter_finds_completed_runs_with_failed_agents(stepped: SteppedRuns) -> None:
+    ok, bad, worse = await stepped.agent("ok"), await stepped.agent("bad"), await stepped.agent("worse")
+    stepped.model.configure(errors={bad["id"]: "invalid_request_error", worse["id"]: "invalid_request_error"})
+    stepped.model.script(ok["id"], say("hello"), say("hello again"))
+    clean = await stepped.finish((await stepped.start([{"agent_id": ok["id"], "input": "hi"}]))["id"])
+    mixed = await stepped.finish((await stepped.start([{"agent_id": a["id"], "input": "hi"} for a in (ok, bad)]))["id"])
+    failed = await stepped.finish((await stepped.start([{"agent_id": worse["id"], "input": "hi"}]))["id"])
     assert [r["status"] for r in (clean, mixed, failed)] == ["completed", "completed", "failed"]
     assert mixed["progress"]["agents"]["failed"] == 1
 
     async def listed(**params: Any) -> list[str]:
-        return [r["id"] for r in json_list(await runs.client.get("/v1/messages/batches", params=params))]
+        return [r["id"] for r in json_list(await stepped.client.get("/v1/messages/batches", params=params))]
 
     assert await listed(has_failures="true") == [mixed["id"], failed["id"]]
     assert await listed(has_failures="false") == [clean["id"]]
@@ -106,7 +98,7 @@ async def test_the_failures_filter_finds_completed_runs_with_failed_agents(runs:
     assert await listed(status="failed") == [failed["id"]]
     assert await listed(status="completed", has_failures="true") == [mixed["id"]]
     assert await listed() == [clean["id"], mixed["id"], failed["id"]]
-    response = await runs.client.get("/v1/messages/batches", params={"has_failures": "maybe"})
+    response = await stepped.client.get("/v1/messages/batches", params={"has_failures": "maybe"})
     assert response.status_code == 422, response.text
 
 

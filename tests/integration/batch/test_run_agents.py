@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from integration.batch.kit import call, mixed_run, say
-from nightshift.emulator import EmulatorAdmin
-from support.runs import Runs
+from integration.batch.kit import call, say
+from support.stepped import SteppedRuns, mixed_run
 
 
-async def test_each_agent_reports_its_state_tokens_and_cost(runs: Runs, admin: EmulatorAdmin) -> None:
-    mixed = await mixed_run(runs, admin)
-    run, bad, two_steps, one_step = mixed.run, mixed.bad, mixed.two_steps, mixed.one_step
+async def test_each_agent_reports_its_state_tokens_and_cost(stepped: SteppedRuns) -> None:
+    run, bad, two_steps, one_step = await mixed_run(stepped)
 
-    response = await runs.client.get(f"/v1/messages/batches/{run['id']}/agents")
+    response = await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents")
     assert response.status_code == 200, response.text
     agents = {a["agent_id"]: a for a in response.json()["agents"]}
     assert list(agents) == sorted(agents)
@@ -35,26 +33,26 @@ async def test_each_agent_reports_its_state_tokens_and_cost(runs: Runs, admin: E
         assert row["error"] is None
     # Two steps cost more than one; the per-agent costs add up to the run's.
     assert agents[two_steps["id"]]["cost_usd"] > agents[one_step["id"]]["cost_usd"]
-    total = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["progress"]["cost_usd"]
+    total = (await stepped.client.get(f"/v1/messages/batches/{run['id']}")).json()["progress"]["cost_usd"]
     assert abs(sum(a["cost_usd"] for a in agents.values()) - total) < 1e-5
 
-    first = (await runs.client.get(f"/v1/messages/batches/{run['id']}/agents", params={"limit": 2})).json()["agents"]
+    first = (await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents", params={"limit": 2})).json()["agents"]
     rest = (
-        await runs.client.get(
+        await stepped.client.get(
             f"/v1/messages/batches/{run['id']}/agents", params={"limit": 2, "after": first[-1]["agent_id"]}
         )
     ).json()["agents"]
     assert [a["agent_id"] for a in first + rest] == sorted(agents)
-    assert (await runs.client.get("/v1/messages/batches/batch-nope/agents")).status_code == 404
+    assert (await stepped.client.get("/v1/messages/batches/batch-nope/agents")).status_code == 404
 
 
-async def test_the_run_names_its_failed_agents_and_costs_each_provider_batch(runs: Runs, admin: EmulatorAdmin) -> None:
-    bad = await runs.agent("bad")
-    two_steps = await runs.agent("two-steps")
-    await admin.configure(errors={bad["id"]: "invalid_request_error"})
-    await admin.script(two_steps["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
-    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, two_steps)])
-    done = await runs.wait(run["id"])
+async def test_the_run_names_its_failed_agents_and_costs_each_provider_batch(stepped: SteppedRuns) -> None:
+    bad = await stepped.agent("bad")
+    two_steps = await stepped.agent("two-steps")
+    stepped.model.configure(errors={bad["id"]: "invalid_request_error"})
+    stepped.model.script(two_steps["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
+    run = await stepped.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, two_steps)])
+    done = await stepped.finish(run["id"])
     assert done["status"] == "completed", done
 
     progress = done["progress"]
