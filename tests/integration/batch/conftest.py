@@ -45,23 +45,23 @@ def runs(client: httpx.AsyncClient, emulator: str) -> Runs:
 
 
 @pytest.fixture
-def model() -> ScriptedModel:
+def scripted() -> ScriptedModel:
     """The scripted provider's state: what the model answers and what it was asked."""
     return ScriptedModel()
 
 
 @pytest.fixture
-async def stepped_app(settings: Settings, model: ScriptedModel) -> AsyncIterator[FastAPI]:
+async def stepped_app(settings: Settings, scripted: ScriptedModel) -> AsyncIterator[FastAPI]:
     """The app with no poller, every provider the scripted one, and every stage due at once."""
     quiet = settings.model_copy(update={"poller": False, "poll_interval_seconds": 0.0})
-    application = create_app(quiet, providers=model.providers())
+    application = create_app(quiet, providers=scripted.providers())
     async with application.router.lifespan_context(application):
         yield application
 
 
 @pytest.fixture
-async def stepped(stepped_app: FastAPI, model: ScriptedModel) -> AsyncIterator[SteppedRuns]:
+async def stepped(stepped_app: FastAPI, scripted: ScriptedModel) -> AsyncIterator[SteppedRuns]:
     """Agents and runs through the API, moved on by the test's own worker passes."""
     transport = httpx.ASGITransport(app=stepped_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as http:
-        yield SteppedRuns(http, stepped_app.state.nightshift.worker, model)
+        yield SteppedRuns(http, stepped_app.state.nightshift.worker, scripted)

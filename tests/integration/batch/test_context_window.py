@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.anthropic_api import segments as anthropic_segments
 from nightshift.emulator.openai_api import segments as openai_segments
 from nightshift.emulator.tokens import count_openai_tokens, prompt_tokens
 from nightshift.pricing import PriceTable
 from support.api import create_tool, json_object
-from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
+from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL
+from support.stepped import SteppedRuns
 
 PAGES = 40
 WINDOW = 7_000
@@ -40,8 +40,8 @@ def read_page(page: int) -> str:
 TASK = "Please read the long report with read_page, starting at page 1, to the end."
 
 
-async def _reader(runs: Runs, name: str, model: str) -> dict[str, Any]:
-    return await runs.agent(
+async def _reader(stepped: SteppedRuns, name: str, model: str) -> dict[str, Any]:
+    return await stepped.agent(
         name,
         model=model,
         tools=["read_page"],
@@ -51,17 +51,17 @@ async def _reader(runs: Runs, name: str, model: str) -> dict[str, Any]:
     )
 
 
-async def _context(runs: Runs, agent_id: str) -> dict[str, Any]:
-    return json_object(await runs.client.get(f"/v1/agents/{agent_id}/context"))
+async def _context(stepped: SteppedRuns, agent_id: str) -> dict[str, Any]:
+    return json_object(await stepped.client.get(f"/v1/agents/{agent_id}/context"))
 
 
-async def _check_agent_kept_everything(runs: Runs, agent_id: str) -> None:
+async def _check_agent_kept_everything(stepped: SteppedRuns, agent_id: str) -> None:
     """Under its window, a summary in context, and every page still stored and searchable."""
-    context = await _context(runs, agent_id)
+    context = await _context(stepped, agent_id)
     assert context["context_window_size_max"] == WINDOW
     assert context["context_window_size_current"] <= WINDOW - MAX_TOKENS
     assert context["summary_memory"] and "Summary of" in context["summary_memory"]
-    stored = await runs.context(agent_id)
+    stored = await stepped.context(agent_id)
     # Before its first summary the agent was warned, once, that its window was filling up.
     said = [str(m.get("content")) for m in stored if m["message_type"] == "user_message"]
     first_summary = next(i for i, text in enumerate(said) if "left your context window" in text)
@@ -72,7 +72,7 @@ async def _check_agent_kept_everything(runs: Runs, agent_id: str) -> None:
     # Every page, evicted or not, is found by the base tool's search (the agent's recall memory).
     for page in range(1, PAGES + 1):
         found = json_object(
-            await runs.client.post(
+            await stepped.client.post(
                 f"/v1/agents/{agent_id}/tools/conversation_search/run",
                 json={"args": {"query": f"PAGEMARK{page:02d}Z"}},
             )
@@ -82,32 +82,30 @@ async def _check_agent_kept_everything(runs: Runs, agent_id: str) -> None:
 
 
 @pytest.mark.parametrize("model", [ANTHROPIC_MODEL, OPENAI_MODEL], ids=["anthropic", "openai"])
-async def test_a_batch_run_longer_than_the_window_summarizes_in_its_batches(
-    runs: Runs, admin: EmulatorAdmin, model: str
-) -> None:
-    await admin.configure(context_windows={model.split("/", 1)[1]: WINDOW})
-    await create_tool(runs.client, READ_PAGE)
-    agents = [await _reader(runs, f"reader-{i}", model) for i in range(3)]
+async def test_a_batch_run_longer_than_the_window_summarizes_in_its_batches(stepped: SteppedRuns, model: str) -> None:
+    stepped.model.configure(context_windows={model.split("/", 1)[1]: WINDOW})
+    await create_tool(stepped.client, READ_PAGE)
+    agents = [await _reader(stepped, f"reader-{i}", model) for i in range(3)]
 
-    run = await runs.start([{"agent_id": a["id"], "input": TASK, "max_steps": PAGES + 5} for a in agents])
-    done = await runs.wait(run["id"], timeout=180)
+    run = await stepped.start([{"agent_id": a["id"], "input": TASK, "max_steps": PAGES + 5} for a in agents])
+    done = await stepped.finish(run["id"])
 
     assert done["status"] == "completed", done["progress"]
     assert done["progress"]["failures"] == [], done["progress"]
-    calls = await admin.model_calls()
+    calls = stepped.model.batch_calls()
     summaries = [c for c in calls if not c["body"].get("tools")]
     # Every summary went through a provider batch, alongside the other agents' steps.
     assert summaries and all(c["custom_id"] is not None and c["batch_id"] is not None for c in calls)
     assert done["progress"]["summaries"] == len(summaries)
     assert len({c["batch_id"] for c in summaries}) < len(summaries) or len(summaries) <= len(agents)
     for agent in agents:
-        await _check_agent_kept_everything(runs, agent["id"])
+        await _check_agent_kept_everything(stepped, agent["id"])
     # The run's tokens (and so its cost) are those of every request sent, the summaries' included.
     usage = done["progress"]["usage"]
     sent = sum(_prompt_tokens(c) for c in calls)
     assert usage["input_tokens"] + usage["cache_read_tokens"] + usage["cache_write_tokens"] == sent
     # Each agent answered 41 steps (40 pages, then its answer); its summaries are no step, but cost.
-    listed = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}/agents"))["agents"]
+    listed = json_object(await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents"))["agents"]
     assert [a["steps"] for a in listed] == [PAGES + 1] * len(agents)
     assert sum(a["cost_usd"] for a in listed) == pytest.approx(done["progress"]["cost_usd"], abs=1e-5)
     prices = PriceTable()
@@ -124,12 +122,12 @@ def _prompt_tokens(call: dict[str, Any]) -> int:
     return prompt_tokens(anthropic_segments(call["body"]))
 
 
-async def test_forty_synchronous_turns_stay_inside_the_window(runs: Runs, admin: EmulatorAdmin) -> None:
-    await admin.configure(context_windows={ANTHROPIC_MODEL.split("/", 1)[1]: WINDOW})
-    await create_tool(runs.client, READ_PAGE)
-    agent = await _reader(runs, "sync-reader", ANTHROPIC_MODEL)
+async def test_forty_synchronous_turns_stay_inside_the_window(stepped: SteppedRuns) -> None:
+    stepped.model.configure(context_windows={ANTHROPIC_MODEL.split("/", 1)[1]: WINDOW})
+    await create_tool(stepped.client, READ_PAGE)
+    agent = await _reader(stepped, "sync-reader", ANTHROPIC_MODEL)
 
-    response = await runs.client.post(
+    response = await stepped.client.post(
         f"/v1/agents/{agent['id']}/messages",
         json={"messages": [{"role": "user", "content": TASK}], "max_steps": PAGES + 5},
     )
@@ -139,10 +137,10 @@ async def test_forty_synchronous_turns_stay_inside_the_window(runs: Runs, admin:
     assert body["stop_reason"]["stop_reason"] == "end_turn", body["stop_reason"]
     returns = [m for m in body["messages"] if m["message_type"] == "tool_return_message"]
     assert len([m for m in returns if "PAGEMARK" in m["tool_return"]]) == PAGES
-    calls = await admin.model_calls()
+    calls = stepped.model.batch_calls()
     summaries = [c for c in calls if not c["body"].get("tools")]
     assert summaries and all(c["custom_id"] is None for c in calls)
-    await _check_agent_kept_everything(runs, agent["id"])
+    await _check_agent_kept_everything(stepped, agent["id"])
 
 
 HUGE_TOOL = '''
@@ -156,22 +154,20 @@ def dump_logs(day: str) -> str:
 '''
 
 
-async def test_an_agent_whose_newest_messages_cannot_fit_fails_alone_saying_why(
-    runs: Runs, admin: EmulatorAdmin
-) -> None:
-    await admin.configure(context_windows={ANTHROPIC_MODEL.split("/", 1)[1]: WINDOW})
-    await create_tool(runs.client, HUGE_TOOL)
-    await create_tool(runs.client, READ_PAGE)
-    flooded = await runs.agent("flooded", tools=["dump_logs"], context_window_limit=WINDOW, max_tokens=MAX_TOKENS)
-    fine = await _reader(runs, "fine", ANTHROPIC_MODEL)
+async def test_an_agent_whose_newest_messages_cannot_fit_fails_alone_saying_why(stepped: SteppedRuns) -> None:
+    stepped.model.configure(context_windows={ANTHROPIC_MODEL.split("/", 1)[1]: WINDOW})
+    await create_tool(stepped.client, HUGE_TOOL)
+    await create_tool(stepped.client, READ_PAGE)
+    flooded = await stepped.agent("flooded", tools=["dump_logs"], context_window_limit=WINDOW, max_tokens=MAX_TOKENS)
+    fine = await _reader(stepped, "fine", ANTHROPIC_MODEL)
 
-    run = await runs.start(
+    run = await stepped.start(
         [
             {"agent_id": flooded["id"], "input": "Please use dump_logs for 2026-11-30."},
             {"agent_id": fine["id"], "input": "Hello, how are you?"},
         ]
     )
-    done = await runs.wait(run["id"], timeout=60)
+    done = await stepped.finish(run["id"])
 
     assert done["status"] == "completed", done["progress"]
     (failure,) = done["progress"]["failures"]

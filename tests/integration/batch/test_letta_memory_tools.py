@@ -9,17 +9,16 @@ from typing import Any
 import pytest
 
 from integration.batch.kit import call, say, system_text
-from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply
 from support.api import json_object
-from support.runs import Runs
+from support.stepped import SteppedRuns
 
 MEMORY_TOOLS = ["memory_insert", "memory_replace", "memory_rethink", "memory_finish_edits", "memory"]
 MODES = ["sync", "batch"]
 
 
-async def _agent(runs: Runs) -> dict[str, Any]:
-    return await runs.agent(
+async def _agent(stepped: SteppedRuns) -> dict[str, Any]:
+    return await stepped.agent(
         "keeper",
         tools=MEMORY_TOOLS,
         memory_blocks=[
@@ -29,24 +28,24 @@ async def _agent(runs: Runs) -> dict[str, Any]:
     )
 
 
-async def _step(runs: Runs, admin: EmulatorAdmin, agent: dict[str, Any], mode: str, *replies: ScriptedReply) -> None:
+async def _step(stepped: SteppedRuns, agent: dict[str, Any], mode: str, *replies: ScriptedReply) -> None:
     """Script the replies, then step the agent once through the normal API or in a batch run."""
     if mode == "sync":
-        await admin.script("*", *replies)
-        response = await runs.client.post(
+        stepped.model.script("*", *replies)
+        response = await stepped.client.post(
             f"/v1/agents/{agent['id']}/messages", json={"messages": [{"role": "user", "content": "tidy your memory"}]}
         )
         assert response.status_code == 200, response.text
         return
-    await admin.script(agent["id"], *replies)
-    run = await runs.start([{"agent_id": agent["id"], "input": "tidy your memory"}])
-    done = await runs.wait(run["id"])
+    stepped.model.script(agent["id"], *replies)
+    run = await stepped.start([{"agent_id": agent["id"], "input": "tidy your memory"}])
+    done = await stepped.finish(run["id"])
     assert done["status"] == "completed", done
 
 
-async def _tool_returns(runs: Runs, agent_id: str) -> list[dict[str, Any]]:
+async def _tool_returns(stepped: SteppedRuns, agent_id: str) -> list[dict[str, Any]]:
     """The agent's tool returns since the user's message, as Letta shows them, ``message`` decoded."""
-    context = await runs.context(agent_id)
+    context = await stepped.context(agent_id)
     start = next(
         i for i, m in enumerate(context) if m["message_type"] == "user_message" and "tidy your memory" in m["content"]
     )
@@ -57,23 +56,22 @@ async def _tool_returns(runs: Runs, agent_id: str) -> list[dict[str, Any]]:
     return found
 
 
-async def _blocks(runs: Runs, agent_id: str) -> dict[str, dict[str, Any]]:
-    agent = json_object(await runs.client.get(f"/v1/agents/{agent_id}"))
+async def _blocks(stepped: SteppedRuns, agent_id: str) -> dict[str, dict[str, Any]]:
+    agent = json_object(await stepped.client.get(f"/v1/agents/{agent_id}"))
     return {b["label"]: b for b in agent["blocks"]}
 
 
-async def _last_system_prompt(admin: EmulatorAdmin, agent_id: str, mode: str) -> str:
-    calls = await admin.model_calls(custom_id=None if mode == "sync" else agent_id)
-    bodies = [c["body"] for c in calls if mode == "batch" or c["custom_id"] is None]
+def _last_system_prompt(stepped: SteppedRuns, agent_id: str, mode: str) -> str:
+    asked = None if mode == "sync" else agent_id
+    bodies = [c["body"] for c in stepped.model.batch_calls() if c["custom_id"] == asked]
     return system_text(bodies[-1])
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_each_memory_tool_edits_the_blocks(runs: Runs, admin: EmulatorAdmin, mode: str) -> None:
-    agent = await _agent(runs)
+async def test_each_memory_tool_edits_the_blocks(stepped: SteppedRuns, mode: str) -> None:
+    agent = await _agent(stepped)
     await _step(
-        runs,
-        admin,
+        stepped,
         agent,
         mode,
         call("memory_replace", heartbeat=True, label="human", old_str="Likes: tea", new_str="Likes: coffee"),
@@ -100,11 +98,11 @@ async def test_each_memory_tool_edits_the_blocks(runs: Runs, admin: EmulatorAdmi
         say("Memory tidied."),
     )
 
-    blocks = await _blocks(runs, agent["id"])
+    blocks = await _blocks(stepped, agent["id"])
     assert set(blocks) == {"human", "self"}
     assert blocks["human"]["value"] == "Name: Ada L.\nCity: Oslo\nLikes: coffee\nPets: none"
     assert (blocks["self"]["value"], blocks["self"]["description"]) == ("I am a careful helper.", "Who I am")
-    returns = await _tool_returns(runs, agent["id"])
+    returns = await _tool_returns(stepped, agent["id"])
     assert [(r["name"], r["status"]) for r in returns] == [
         *((name, "success") for name in ("memory_replace", "memory_insert", "memory", "memory", "memory")),
         ("memory_rethink", "success"),
@@ -113,19 +111,16 @@ async def test_each_memory_tool_edits_the_blocks(runs: Runs, admin: EmulatorAdmi
     ]
     assert "'human' was edited" in returns[0]["body"]["message"]
     # The model's last request showed the memory as the edits left it.
-    prompt = await _last_system_prompt(admin, agent["id"], mode)
+    prompt = _last_system_prompt(stepped, agent["id"], mode)
     assert "Name: Ada L.\nCity: Oslo\nLikes: coffee\nPets: none" in prompt
     assert "I am a careful helper." in prompt and "I keep notes." not in prompt
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_refused_memory_edits_are_tool_errors_and_change_nothing(
-    runs: Runs, admin: EmulatorAdmin, mode: str
-) -> None:
-    agent = await _agent(runs)
+async def test_refused_memory_edits_are_tool_errors_and_change_nothing(stepped: SteppedRuns, mode: str) -> None:
+    agent = await _agent(stepped)
     await _step(
-        runs,
-        admin,
+        stepped,
         agent,
         mode,
         call("memory_replace", heartbeat=True, label="human", old_str="Likes: juice", new_str="x"),
@@ -137,10 +132,10 @@ async def test_refused_memory_edits_are_tool_errors_and_change_nothing(
         say("I could not change anything."),
     )
 
-    blocks = await _blocks(runs, agent["id"])
+    blocks = await _blocks(stepped, agent["id"])
     assert blocks["human"]["value"] == "Name: Ada\nLikes: tea"
     assert blocks["persona"]["value"] == "I keep notes."
-    errors = [(r["status"], r["body"]["message"]) for r in await _tool_returns(runs, agent["id"])][:-1]
+    errors = [(r["status"], r["body"]["message"]) for r in await _tool_returns(stepped, agent["id"])][:-1]
     assert all(status == "error" for status, _ in errors), errors
     texts = [text for _, text in errors]
     assert texts[0].startswith("Error executing function memory_replace: nothing was replaced"), texts
@@ -151,10 +146,10 @@ async def test_refused_memory_edits_are_tool_errors_and_change_nothing(
     assert "line number prefix" in texts[5]
 
 
-async def test_the_new_memory_tools_are_base_tools_attached_by_name(runs: Runs) -> None:
-    plain = await runs.agent("plain")
+async def test_the_new_memory_tools_are_base_tools_attached_by_name(stepped: SteppedRuns) -> None:
+    plain = await stepped.agent("plain")
     assert not {t["name"] for t in plain["tools"]} & set(MEMORY_TOOLS)
-    agent = await _agent(runs)
+    agent = await _agent(stepped)
     tools = {t["name"]: t for t in agent["tools"]}
     assert set(MEMORY_TOOLS) <= set(tools)
     assert {tools[name]["tool_type"] for name in MEMORY_TOOLS} == {"letta_memory_core"}
