@@ -21,6 +21,7 @@ from nightshift.store.db import opened
 from nightshift.store.tables import tools
 from support.api import create_tool
 from support.runs import OPENAI_MODEL, Runs
+from support.stepped import SteppedRuns
 
 ECHO = '''
 def echo(word: str) -> str:
@@ -33,20 +34,20 @@ def echo(word: str) -> str:
 '''
 
 
-async def test_nul_characters_from_the_model_and_tools_are_stored(runs: Runs, admin: EmulatorAdmin) -> None:
-    await create_tool(runs.client, ECHO)
-    agent = await runs.agent("nul", tools=["echo"])
-    await admin.script(
+async def test_nul_characters_from_the_model_and_tools_are_stored(stepped: SteppedRuns) -> None:
+    await create_tool(stepped.client, ECHO)
+    agent = await stepped.agent("nul", tools=["echo"])
+    stepped.model.script(
         agent["id"],
         call("echo", heartbeat=True, word="a\u0000b", inner_thoughts="thinking\u0000hard"),
         say("done\u0000!"),
     )
-    run = await runs.start([{"agent_id": agent["id"], "input": "echo something"}])
+    run = await stepped.start([{"agent_id": agent["id"], "input": "echo something"}])
 
-    done = await runs.wait(run["id"])
+    done = await stepped.finish(run["id"])
 
     assert done["status"] == "completed", done
-    messages = await runs.messages(run["id"])
+    messages = await stepped.messages(run["id"])
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant", "tool"]
     # Arguments and tool results are JSON text, where a NUL is an escape: kept as they were.
     assert json.loads(messages[1]["tool_calls"][0]["function"]["arguments"])["word"] == "a\x00b"
@@ -54,26 +55,24 @@ async def test_nul_characters_from_the_model_and_tools_are_stored(runs: Runs, ad
     assert json.loads(messages[4]["tool_calls"][0]["function"]["arguments"])["message"] == "done\x00!"
     # Plain text cannot hold it on PostgreSQL: the reasoning is stored with U+FFFD in its place
     # (and the raw reply, in a JSON column, likewise), on both databases alike.
-    stored = await runs.context(agent["id"])
+    stored = await stepped.context(agent["id"])
     assert [m["reasoning"] for m in stored if m["message_type"] == "reasoning_message"][-2] == "thinking\ufffdhard"
 
 
-async def test_a_tool_with_an_unusable_schema_fails_its_agent_alone(
-    runs: Runs, admin: EmulatorAdmin, db_url: str
-) -> None:
-    broken = await create_tool(runs.client, ECHO)
+async def test_a_tool_with_an_unusable_schema_fails_its_agent_alone(stepped: SteppedRuns, db_url: str) -> None:
+    broken = await create_tool(stepped.client, ECHO)
     # Stored before the API checked schemas (or changed in the database): it cannot be offered.
     async with opened(db_url) as engine:
         async with engine.begin() as conn:
             await conn.execute(
                 update(tools).where(tools.c.id == broken["id"]).values(json_schema={"parameters": "x", "name": 5})
             )
-    bad = await runs.agent("bad", tool_ids=[broken["id"]])
-    good = await runs.agent("good")
-    await admin.script(good["id"], say("all fine"))
-    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, good)])
+    bad = await stepped.agent("bad", tool_ids=[broken["id"]])
+    good = await stepped.agent("good")
+    stepped.model.script(good["id"], say("all fine"))
+    run = await stepped.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, good)])
 
-    done = await runs.wait(run["id"])
+    done = await stepped.finish(run["id"])
 
     assert done["status"] == "completed", done
     assert done["progress"]["agents"] == {"running": 0, "finished": 1, "failed": 1, "cancelled": 0}
@@ -88,10 +87,10 @@ async def test_a_tool_with_an_unusable_schema_fails_its_agent_alone(
     assert batch["request_counts"]["succeeded"] == 1 and sum(batch["request_counts"].values()) == 1
 
 
-async def test_one_agent_many_times_is_refused_at_once(runs: Runs) -> None:
-    agent = await runs.agent("popular")
+async def test_one_agent_many_times_is_refused_at_once(stepped: SteppedRuns) -> None:
+    agent = await stepped.agent("popular")
 
-    response = await runs.client.post(
+    response = await stepped.client.post(
         "/v1/messages/batches", json={"requests": [{"agent_id": agent["id"], "input": "hi"}] * 20_000}
     )
 
@@ -100,9 +99,9 @@ async def test_one_agent_many_times_is_refused_at_once(runs: Runs) -> None:
 
 
 async def test_twenty_thousand_requests_naming_the_same_agents_are_refused_in_well_under_a_second(
-    runs: Runs,
+    stepped: SteppedRuns,
 ) -> None:
-    agents = sorted([(await runs.agent(f"popular-{n}"))["id"] for n in range(4)])
+    agents = sorted([(await stepped.agent(f"popular-{n}"))["id"] for n in range(4)])
     lines = [
         {"role": "user", "content": [{"type": "text", "text": f"Where is my order A-{k}? It is late."}]}
         for k in range(3)
@@ -110,7 +109,7 @@ async def test_twenty_thousand_requests_naming_the_same_agents_are_refused_in_we
     body = {"requests": [{"agent_id": agents[n % 4], "messages": lines} for n in range(20_000)]}
     raw = json.dumps(body).encode()  # encoded here, so that only the server's work is timed
     headers = {"content-type": "application/json"}
-    warm = await runs.client.post("/v1/messages/batches", json={"requests": body["requests"][:5]})
+    warm = await stepped.client.post("/v1/messages/batches", json={"requests": body["requests"][:5]})
     assert warm.status_code == 422, warm.text
 
     # The app runs in this process, so its CPU time (all threads) is the server's time, which the
@@ -119,7 +118,7 @@ async def test_twenty_thousand_requests_naming_the_same_agents_are_refused_in_we
     # parsed body, a small part of that: half a second is generous on a slow machine, and reading
     # every request first does not fit in it.
     cpu = time.process_time()
-    response = await runs.client.post("/v1/messages/batches", content=raw, headers=headers)
+    response = await stepped.client.post("/v1/messages/batches", content=raw, headers=headers)
     spent = time.process_time() - cpu
 
     assert response.status_code == 422, response.text
@@ -128,10 +127,10 @@ async def test_twenty_thousand_requests_naming_the_same_agents_are_refused_in_we
         "field": "requests",
     }
     assert spent < 0.5, f"{spent:.2f} s of CPU to refuse the body"
-    listed = await runs.client.get("/v1/messages/batches")
+    listed = await stepped.client.get("/v1/messages/batches")
     assert listed.json() == []  # nothing was written
     # A repeated id that is no id at all is left to the validation of each request.
-    wrong = await runs.client.post("/v1/messages/batches", json={"requests": [{"agent_id": 7, "input": "hi"}] * 2})
+    wrong = await stepped.client.post("/v1/messages/batches", json={"requests": [{"agent_id": 7, "input": "hi"}] * 2})
     assert wrong.status_code == 422, wrong.text
     assert wrong.json()["field"] == "requests.0.agent_id"
 

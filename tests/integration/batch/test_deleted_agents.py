@@ -1,6 +1,6 @@
-"""A run's record outlives its agents, and the list of stepped finds those in which agents failed.
+"""A run's record outlives its agents, and the list of runs finds those in which agents failed.
 
-Deleting an agent leaves what its stepped did as it was: the run's counts, tokens, costs, failures and
+Deleting an agent leaves what its runs did as it was: the run's counts, tokens, costs, failures and
 per-step figures; the run's failures and agents still list it, by the name it had, marked deleted.
 A block made on its own (``POST /v1/blocks``) is not deleted with an agent it was attached to; the
 blocks made with the agent (``memory_blocks``) are, unless another agent uses them.
@@ -53,7 +53,7 @@ async def test_a_runs_record_survives_the_deletion_of_its_agents(stepped: Steppe
         )
     ).json()["agents"]
     assert [a["agent_name"] for a in page] == [agents_before[1]["agent_name"]]
-    # In the list of stepped too.
+    # In the list of runs too.
     listed = json_list(await stepped.client.get("/v1/messages/batches"))
     assert _without_deleted_marks(listed[0]) == _without_deleted_marks(done)
 

@@ -1,4 +1,4 @@
-"""GET /v1/messages/batches: stepped of every status, filtered by status, paged."""
+"""GET /v1/messages/batches: runs of every status, filtered by status, paged."""
 
 from __future__ import annotations
 

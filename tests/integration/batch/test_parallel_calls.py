@@ -1,4 +1,4 @@
-"""Several tool calls in one model turn, through the real API: batch stepped and synchronous steps.
+"""Several tool calls in one model turn, through the real API: batch runs and synchronous steps.
 
 The emulator checks every request as the providers do (each call answered by its own result, in
 the turn right after it), so a run that goes on after a turn of three calls shows that the next

@@ -1,4 +1,5 @@
-"""Batch runs through the API, with the emulator as the provider, on SQLite and PostgreSQL."""
+"""Batch runs through the API on SQLite and PostgreSQL: stepped over the scripted provider, and end to
+end through the emulator with a live poller for both providers."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ import json
 import pytest
 
 from support.runs import OPENAI_MODEL, Runs
+from support.stepped import SteppedRuns
 
 
-async def test_one_step_run_completes_for_every_agent(runs: Runs) -> None:
-    agents = [await runs.agent(f"a{i}") for i in range(3)]
-    run = await runs.start(
+async def test_one_step_run_completes_for_every_agent(stepped: SteppedRuns) -> None:
+    agents = [await stepped.agent(f"a{i}") for i in range(3)]
+    run = await stepped.start(
         [{"agent_id": a["id"], "messages": [{"role": "user", "content": "hello there"}]} for a in agents]
     )
     assert run["id"].startswith("batch-")
     assert run["job_type"] == "batch"
-    done = await runs.wait(run["id"])
+    done = await stepped.finish(run["id"])
     assert done["status"] == "completed", done
     assert done["progress"]["agents"] == {"running": 0, "finished": 3, "failed": 0, "cancelled": 0}
     assert done["completed_at"] is not None
@@ -24,7 +26,7 @@ async def test_one_step_run_completes_for_every_agent(runs: Runs) -> None:
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert done["progress"]["cost_usd"] > 0
     assert done["progress"]["cost_without_batch_usd"] == pytest.approx(done["progress"]["cost_usd"] * 2, abs=2e-6)
-    messages = await runs.messages(run["id"])
+    messages = await stepped.messages(run["id"])
     by_agent: dict[str, list[str]] = {}
     for message in messages:
         by_agent.setdefault(message["agent_id"], []).append(message["role"])
