@@ -172,9 +172,9 @@ class ScriptedModel:
         """The neutral requests received, oldest first (one custom_id's, if given)."""
         return [r for key, r in self._requests if custom_id is None or key == custom_id]
 
-    def batches(self, api: Api) -> list[str]:
-        """The provider ids of every batch submitted to ``api``, oldest first."""
-        return list(self._jobs(api))
+    def batches(self, api: str) -> list[str]:
+        """The provider ids of every batch submitted to ``api`` (``anthropic`` or ``openai``), oldest first."""
+        return list(self._jobs("anthropic" if api == "anthropic" else "openai"))
 
     def providers(self) -> dict[str, ModelProvider]:
         """A scripted provider per API name, over this model."""
