@@ -174,7 +174,7 @@ class ScriptedModel:
 
     def batches(self, api: str) -> list[str]:
         """The provider ids of every batch submitted to ``api`` (``anthropic`` or ``openai``), oldest first."""
-        return list(self._jobs("anthropic" if api == "anthropic" else "openai"))
+        return list(self.jobs("anthropic" if api == "anthropic" else "openai"))
 
     def providers(self) -> dict[str, ModelProvider]:
         """A scripted provider per API name, over this model."""
@@ -213,15 +213,17 @@ class ScriptedModel:
             id=batch_id, created_at=now, timing=self.state.timing(now), custom_ids=custom_ids, results=results,
             extra=extra,
         )  # fmt: skip
-        self._jobs(api)[batch_id] = job
+        self.jobs(api)[batch_id] = job
         if self._hold_new:
             self._held.add(batch_id)
         return job
 
     def tag(self, batch_id: str, tag: str) -> None:
+        """Keep the tag a batch was submitted with (OpenAI's metadata; Anthropic keeps none)."""
         self._tags[batch_id] = tag
 
     def tag_of(self, batch_id: str) -> str | None:
+        """The tag a batch was submitted with, if its API keeps one."""
         return self._tags.get(batch_id)
 
     def find(self, api: Api, batch_id: str, *, poll: bool) -> BatchJob:
@@ -241,12 +243,13 @@ class ScriptedModel:
                 return chosen
         return None
 
-    def _jobs(self, api: Api) -> dict[str, BatchJob]:
+    def jobs(self, api: Api) -> dict[str, BatchJob]:
+        """The batches of one API by id, in the order they were submitted."""
         return self.state.anthropic_batches if api == "anthropic" else self.state.openai_batches
 
     def _job(self, batch_id: str, api: Api | None = None) -> BatchJob:
         for name in (api,) if api is not None else ("anthropic", "openai"):
-            job = self._jobs(name).get(batch_id)
+            job = self.jobs(name).get(batch_id)
             if job is not None:
                 return job
         raise ProviderError(f"no batch {batch_id!r}", kind=NOT_FOUND)
@@ -302,7 +305,7 @@ class ScriptedProvider:
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
         since = created_after.timestamp()
-        jobs = [j for j in self._model._jobs(self._api).values() if j.created_at >= since]
+        jobs = [j for j in self._model.jobs(self._api).values() if j.created_at >= since]
         if self._api == "openai":
             return FoundBatches(ids=tuple(j.id for j in jobs if self._model.tag_of(j.id) == tag), tagged=True)
         return FoundBatches(ids=tuple(j.id for j in jobs if j.total == requests), tagged=False)

@@ -33,6 +33,9 @@ def echo(word: str) -> str:
     return word + "\\x00 and a NUL from the tool"
 '''
 
+# Refusals made before anything is read or written: one database is enough.
+ONE_DATABASE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
 
 async def test_nul_characters_from_the_model_and_tools_are_stored(stepped: SteppedRuns) -> None:
     await create_tool(stepped.client, ECHO)
@@ -87,6 +90,7 @@ async def test_a_tool_with_an_unusable_schema_fails_its_agent_alone(stepped: Ste
     assert batch["request_counts"]["succeeded"] == 1 and sum(batch["request_counts"].values()) == 1
 
 
+@ONE_DATABASE
 async def test_one_agent_many_times_is_refused_at_once(stepped: SteppedRuns) -> None:
     agent = await stepped.agent("popular")
 
@@ -98,6 +102,7 @@ async def test_one_agent_many_times_is_refused_at_once(stepped: SteppedRuns) -> 
     assert response.json()["detail"] == f"an agent may appear once per run; repeated: {agent['id']}"
 
 
+@ONE_DATABASE
 async def test_twenty_thousand_requests_naming_the_same_agents_are_refused_in_well_under_a_second(
     stepped: SteppedRuns,
 ) -> None:
