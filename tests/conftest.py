@@ -11,6 +11,7 @@ import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -66,11 +67,11 @@ def postgres_template() -> Iterator[str]:
     asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
-@pytest.fixture(params=DATABASES)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A plain URL of a fresh, migrated database: SQLite, then PostgreSQL."""
+@contextmanager
+def _fresh_database(request: pytest.FixtureRequest, directory: Path) -> Iterator[str]:
+    """A copy of the migrated template of ``request.param``'s kind, dropped when the block ends."""
     if request.param == "sqlite":
-        path = tmp_path / "nightshift.db"
+        path = directory / "nightshift.db"
         shutil.copy(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
@@ -79,6 +80,32 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     asyncio.run(_pg_admin(f"CREATE DATABASE {name} TEMPLATE {template}"))
     yield _pg_url(name)
     asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A plain URL of a fresh, migrated database: SQLite, then PostgreSQL."""
+    with _fresh_database(request, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh, migrated database shared by the tests of one module: SQLite, then PostgreSQL.
+
+    For tests behind one server per module, whose start costs more than the tests themselves;
+    such tests must not depend on each other (their own names, or an organization of their own).
+    """
+    with _fresh_database(request, tmp_path_factory.mktemp("module-db")) as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_db_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """A fresh, migrated SQLite database alone: for tests whose outcome cannot depend on the store."""
+    path = tmp_path / "nightshift.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture(params=DATABASES)
@@ -146,17 +173,33 @@ def _resetter(emulator_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture
-def emulator(emulator_url: str, _resetter: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The emulator's base URL, freshly reset, with the SDK variables pointing at it."""
-    _resetter.post("/_emulator/reset").raise_for_status()
+def _point_sdks_at(emulator_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _FOREIGN_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator_url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", f"{emulator_url}/v1")
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+
+
+@pytest.fixture
+def emulator(emulator_url: str, _resetter: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The emulator's base URL, freshly reset, with the SDK variables pointing at it."""
+    _resetter.post("/_emulator/reset").raise_for_status()
+    _point_sdks_at(emulator_url, monkeypatch)
     return emulator_url
+
+
+@pytest.fixture(scope="module")
+def module_emulator(emulator_url: str) -> Iterator[str]:
+    """The emulator's base URL, the SDK variables pointing at it for the whole module.
+
+    For a server shared by a module's tests: it may build its provider clients during any of them.
+    Each test still asks for ``emulator`` to start from a reset emulator.
+    """
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _point_sdks_at(emulator_url, monkeypatch)
+        yield emulator_url
 
 
 @pytest.fixture
