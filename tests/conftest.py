@@ -10,7 +10,8 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -67,6 +68,25 @@ def postgres_template() -> Iterator[str]:
     asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
+def _drop(name: str) -> None:
+    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture(scope="session")
+def _pg_dropper() -> Iterator[Callable[[str], None]]:
+    """Drops a test's PostgreSQL database in a thread of its own, off the next test's way.
+
+    A drop waits on the server's disk (it can take longer than the test); the session's end waits
+    for every drop, and a drop that failed fails it.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-drop")
+    pending: list[Future[None]] = []
+    yield lambda name: pending.append(pool.submit(_drop, name))
+    pool.shutdown(wait=True)
+    for drop in pending:
+        drop.result()
+
+
 @contextmanager
 def _fresh_database(request: pytest.FixtureRequest, directory: Path) -> Iterator[str]:
     """A copy of the migrated template of ``request.param``'s kind, dropped when the block ends."""
@@ -76,10 +96,11 @@ def _fresh_database(request: pytest.FixtureRequest, directory: Path) -> Iterator
         yield f"sqlite:///{path}"
         return
     template = request.getfixturevalue("postgres_template")
+    drop = request.getfixturevalue("_pg_dropper")
     name = f"nightshift_t_{uuid.uuid4().hex[:12]}"
     asyncio.run(_pg_admin(f"CREATE DATABASE {name} TEMPLATE {template}"))
     yield _pg_url(name)
-    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    drop(name)
 
 
 @pytest.fixture(params=DATABASES)
@@ -100,24 +121,17 @@ def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         yield url
 
 
-@pytest.fixture
-def sqlite_db_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """A fresh, migrated SQLite database alone: for tests whose outcome cannot depend on the store."""
-    path = tmp_path / "nightshift.db"
-    shutil.copy(sqlite_template, path)
-    return f"sqlite:///{path}"
-
-
 @pytest.fixture(params=DATABASES)
 def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A plain URL of a new, empty database (nothing migrated): SQLite, then PostgreSQL."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
+    drop = request.getfixturevalue("_pg_dropper")
     name = f"nightshift_e_{uuid.uuid4().hex[:12]}"
     asyncio.run(_pg_admin(f"CREATE DATABASE {name}"))
     yield _pg_url(name)
-    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    drop(name)
 
 
 @pytest.fixture
