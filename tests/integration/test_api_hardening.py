@@ -276,7 +276,6 @@ LONE_BODIES: list[tuple[str, Any]] = [
 ]
 
 
-@sqlite_only
 async def test_a_lone_surrogate_anywhere_is_422(client: httpx.AsyncClient) -> None:
     for path, body in LONE_BODIES:
         for sent in (body, padded(body)):
@@ -442,7 +441,6 @@ async def test_a_malformed_client_json_schema_is_422(client: httpx.AsyncClient) 
     await nothing_written(client)
 
 
-@sqlite_only
 async def test_a_client_schema_of_more_than_10000_values_is_422(client: httpx.AsyncClient) -> None:
     properties = {f"p{i}": {"type": "string", "description": "x"} for i in range(3334)}  # 3 values each
     huge = {"name": "lookup", "parameters": {"type": "object", "properties": properties}}
@@ -532,7 +530,6 @@ async def _chunks(data: bytes, size: int = 64 * 1024) -> AsyncIterator[bytes]:
         yield data[start : start + size]
 
 
-@sqlite_only
 async def test_a_body_over_the_limit_is_413_before_it_is_parsed(small_body_app: FastAPI) -> None:
     transport = httpx.ASGITransport(app=small_body_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
@@ -565,7 +562,6 @@ async def few_values_app(tmp_path: Path, db_url: str) -> AsyncIterator[FastAPI]:
         yield application
 
 
-@sqlite_only
 async def test_a_json_body_of_too_many_values_is_413_before_it_is_decoded(few_values_app: FastAPI) -> None:
     transport = httpx.ASGITransport(app=few_values_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as client:
