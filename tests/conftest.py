@@ -10,7 +10,9 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -66,19 +68,57 @@ def postgres_template() -> Iterator[str]:
     asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
-@pytest.fixture(params=DATABASES)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A plain URL of a fresh, migrated database: SQLite, then PostgreSQL."""
+def _drop(name: str) -> None:
+    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture(scope="session")
+def _pg_dropper() -> Iterator[Callable[[str], None]]:
+    """Drops a test's PostgreSQL database in a thread of its own, off the next test's way.
+
+    A drop waits on the server's disk (it can take longer than the test); the session's end waits
+    for every drop, and a drop that failed fails it.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-drop")
+    pending: list[Future[None]] = []
+    yield lambda name: pending.append(pool.submit(_drop, name))
+    pool.shutdown(wait=True)
+    for drop in pending:
+        drop.result()
+
+
+@contextmanager
+def _fresh_database(request: pytest.FixtureRequest, directory: Path) -> Iterator[str]:
+    """A copy of the migrated template of ``request.param``'s kind, dropped when the block ends."""
     if request.param == "sqlite":
-        path = tmp_path / "nightshift.db"
+        path = directory / "nightshift.db"
         shutil.copy(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
     template = request.getfixturevalue("postgres_template")
+    drop = request.getfixturevalue("_pg_dropper")
     name = f"nightshift_t_{uuid.uuid4().hex[:12]}"
     asyncio.run(_pg_admin(f"CREATE DATABASE {name} TEMPLATE {template}"))
     yield _pg_url(name)
-    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    drop(name)
+
+
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A plain URL of a fresh, migrated database: SQLite, then PostgreSQL."""
+    with _fresh_database(request, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh, migrated database shared by the tests of one module: SQLite, then PostgreSQL.
+
+    For tests behind one server per module, whose start costs more than the tests themselves;
+    such tests must not depend on each other (their own names, or an organization of their own).
+    """
+    with _fresh_database(request, tmp_path_factory.mktemp("module-db")) as url:
+        yield url
 
 
 @pytest.fixture(params=DATABASES)
@@ -87,10 +127,11 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
+    drop = request.getfixturevalue("_pg_dropper")
     name = f"nightshift_e_{uuid.uuid4().hex[:12]}"
     asyncio.run(_pg_admin(f"CREATE DATABASE {name}"))
     yield _pg_url(name)
-    asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    drop(name)
 
 
 @pytest.fixture
@@ -146,17 +187,33 @@ def _resetter(emulator_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture
-def emulator(emulator_url: str, _resetter: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The emulator's base URL, freshly reset, with the SDK variables pointing at it."""
-    _resetter.post("/_emulator/reset").raise_for_status()
+def _point_sdks_at(emulator_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _FOREIGN_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator_url)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", f"{emulator_url}/v1")
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+
+
+@pytest.fixture
+def emulator(emulator_url: str, _resetter: httpx.Client, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The emulator's base URL, freshly reset, with the SDK variables pointing at it."""
+    _resetter.post("/_emulator/reset").raise_for_status()
+    _point_sdks_at(emulator_url, monkeypatch)
     return emulator_url
+
+
+@pytest.fixture(scope="module")
+def module_emulator(emulator_url: str) -> Iterator[str]:
+    """The emulator's base URL, the SDK variables pointing at it for the whole module.
+
+    For a server shared by a module's tests: it may build its provider clients during any of them.
+    Each test still asks for ``emulator`` to start from a reset emulator.
+    """
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _point_sdks_at(emulator_url, monkeypatch)
+        yield emulator_url
 
 
 @pytest.fixture

@@ -1,11 +1,25 @@
-"""End-to-end fixtures shared by the server-process tests."""
+"""End-to-end fixtures shared by the server-process tests.
+
+One server per module (uvicorn in a thread, the emulator as its providers) on a database of the
+module's own, SQLite then PostgreSQL: starting a server costs more than most tests that call it.
+Each test gets an organization of its own on it (``api_key``), so that what it lists is what it
+made, whatever the module's other tests left behind.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import pytest
+from letta_client import Letta
 
+from nightshift.api.app import create_app
+from nightshift.config import Settings
+from nightshift.serving import running_server
+from support.orgs import SERVER_PASSWORD, new_organization_key
 from support.processes import ToolCallLog
 
 
@@ -15,3 +29,46 @@ def tool_log() -> Iterator[ToolCallLog]:
     log = ToolCallLog()
     yield log
     log.close()
+
+
+@pytest.fixture(scope="module")
+def server_options() -> dict[str, Any]:
+    """More settings of the module's server (a module overrides this fixture to set some)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def base_url(
+    tmp_path_factory: pytest.TempPathFactory, module_db_url: str, module_emulator: str, server_options: dict[str, Any]
+) -> Iterator[str]:
+    """The base URL of the module's server."""
+    settings = Settings(
+        home=tmp_path_factory.mktemp("home"),
+        database_url=module_db_url,
+        poll_interval_seconds=0.05,
+        server_password=SERVER_PASSWORD,
+        **server_options,
+    )
+    with running_server(create_app(settings)) as url:
+        yield url
+
+
+@pytest.fixture
+def api_key(module_db_url: str) -> str:
+    """An admin key of an organization of the test's own on the module's server."""
+    return asyncio.run(new_organization_key(module_db_url))
+
+
+@pytest.fixture
+def letta(base_url: str, api_key: str, emulator: str) -> Iterator[Letta]:
+    """letta-client in the test's organization, the emulator reset."""
+    # No retries: a failing call must fail the test at once, not be retried into a pass.
+    with Letta(base_url=base_url, api_key=api_key, max_retries=0, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture
+def http(base_url: str, api_key: str, emulator: str) -> Iterator[httpx.Client]:
+    """Plain HTTP in the test's organization, for what letta-client does not send."""
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as client:
+        yield client

@@ -1,8 +1,8 @@
 """The client commands (``nightshift agents ...``, ``nightshift batch ...``) against a real server.
 
-Each test runs the real app with uvicorn in a thread (``running_server``) with the provider
-emulator behind it, and invokes the commands with typer's CliRunner, as a user types them. The
-commands only speak HTTP, so these tests run on SQLite only; the API itself is tested on both
+The tests share the module's server (``tests/e2e/conftest.py``, the provider emulator behind it),
+each in an organization of its own, and invoke the commands with typer's CliRunner, as a user types
+them. The commands only speak HTTP, so these tests run on SQLite only; the API itself is tested on both
 databases elsewhere.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,16 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from nightshift.api.app import create_app
 from nightshift.cli import app
 from nightshift.cli_commands.views import money
-from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
-from nightshift.serving import free_port, running_server
+from nightshift.serving import free_port
+from support.orgs import SERVER_PASSWORD
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 AGENTS_FILE = EXAMPLES / "agents.yaml"
 REQUESTS_FILE = EXAMPLES / "requests.jsonl"
 EXAMPLE_AGENTS = ("ada-shop-assistant", "marco-travel-planner", "tess-maths-tutor", "odile-night-poet")
-PASSWORD = "cli-client-password-5d1e"
 WATCH = ("--interval", "0.05", "--timeout", "60")
 
 runner = CliRunner()
@@ -44,35 +41,25 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
 
 
-@pytest.fixture
-def db_url(tmp_path: Path, sqlite_template: Path) -> str:
-    """SQLite only (this overrides the SQLite-and-PostgreSQL ``db_url`` of conftest)."""
-    path = tmp_path / "nightshift.db"
+@pytest.fixture(scope="module")
+def module_db_url(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> str:
+    """SQLite only (this overrides the SQLite-and-PostgreSQL ``module_db_url`` of conftest)."""
+    path = tmp_path_factory.mktemp("cli-client") / "nightshift.db"
     shutil.copy(sqlite_template, path)
     return f"sqlite:///{path}"
 
 
-def _settings(tmp_path: Path, db_url: str, **extra: Any) -> Settings:
-    return Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, **extra)
+@pytest.fixture
+def server(base_url: str, api_key: str, emulator: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The module's server, the commands acting in the test's own organization (its key in the environment)."""
+    monkeypatch.setenv("NIGHTSHIFT_API_KEY", api_key)
+    return base_url
 
 
 @pytest.fixture
-def server(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
-    with running_server(create_app(_settings(tmp_path, db_url))) as url:
-        yield url
-
-
-@pytest.fixture
-def locked_server(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
-    with running_server(create_app(_settings(tmp_path, db_url, server_password=PASSWORD))) as url:
-        yield url
-
-
-@pytest.fixture
-def api(server: str) -> Iterator[httpx.Client]:
-    """The server's HTTP API, to check what the commands did."""
-    with httpx.Client(base_url=server, timeout=30) as http:
-        yield http
+def api(http: httpx.Client) -> httpx.Client:
+    """The server's HTTP API in the test's organization, to check what the commands did."""
+    return http
 
 
 def cli(*args: str, server: str | None = None, stdin: str | None = None) -> Result:
@@ -463,11 +450,13 @@ def test_bad_requests_on_stdin(server: str) -> None:
     assert result.stderr.strip() == "<stdin>:1: not JSON (Expecting ',' delimiter at column 38)"
 
 
-def test_api_key(locked_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_key(base_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The module's server has a password; the password's organization is this test's alone.
+    locked_server = base_url
     missing = cli("agents", "list", server=locked_server)
     wrong = cli("batch", "list", "--api-key", "nope", server=locked_server)
-    given = cli("agents", "create", "-f", str(AGENTS_FILE), "--api-key", PASSWORD, server=locked_server)
-    monkeypatch.setenv("NIGHTSHIFT_API_KEY", PASSWORD)
+    given = cli("agents", "create", "-f", str(AGENTS_FILE), "--api-key", SERVER_PASSWORD, server=locked_server)
+    monkeypatch.setenv("NIGHTSHIFT_API_KEY", SERVER_PASSWORD)
     from_env = cli("agents", "list", server=locked_server)
 
     assert missing.exit_code == 1

@@ -1,27 +1,23 @@
 """Letta's own Python client (letta-client 1.7.0, sync) against a real nightshift server.
 
-The server runs with uvicorn in a thread (``running_server``) on SQLite and on PostgreSQL, with a
-server password that the client sends as its API key.
+The module's server (``tests/e2e/conftest.py``) runs on SQLite and on PostgreSQL, with a server
+password; each test acts in an organization of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from itertools import islice
-from pathlib import Path
 from typing import TypeVar
 
 import letta_client
 import pytest
 from letta_client import Letta
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
-from nightshift.serving import running_server
 from support.api import BASE_TOOL_NAMES, DEFAULT_TOOL_NAMES
+from support.orgs import SERVER_PASSWORD
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-PASSWORD = "e2e-password-0c9f"
 T = TypeVar("T")
 
 ROLL_DICE = '''
@@ -54,22 +50,6 @@ def every(page: Iterable[T], cap: int = 200) -> list[T]:
     items = list(islice(page, cap))
     assert len(items) < cap, "the listing did not come to an end"
     return items
-
-
-@pytest.fixture
-def base_url(tmp_path: Path, db_url: str) -> Iterator[str]:
-    settings = Settings(
-        home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, server_password=PASSWORD
-    )
-    with running_server(create_app(settings)) as url:
-        yield url
-
-
-@pytest.fixture
-def letta(base_url: str) -> Iterator[Letta]:
-    # No retries: a failing call must fail the test at once, not be retried into a pass.
-    with Letta(base_url=base_url, api_key=PASSWORD, max_retries=0, timeout=30) as client:
-        yield client
 
 
 def test_tools_create_list_retrieve_update_delete(letta: Letta) -> None:
@@ -296,4 +276,6 @@ def test_wrong_api_key_is_an_authentication_error(base_url: str) -> None:
         with pytest.raises(letta_client.AuthenticationError) as refused:
             wrong.agents.list()
         assert refused.value.status_code == 401
-        assert PASSWORD not in str(refused.value)
+        assert SERVER_PASSWORD not in str(refused.value)
+    with Letta(base_url=base_url, api_key=SERVER_PASSWORD, max_retries=0) as right:
+        right.agents.list()  # the password is a key too

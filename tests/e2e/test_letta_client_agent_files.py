@@ -5,15 +5,11 @@ from __future__ import annotations
 import json
 import time
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import httpx
 from letta_client import Letta
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
-from nightshift.serving import running_server
 from support.agent_files import (
     SCREENING,
     SUPPORT_DESK,
@@ -55,70 +51,67 @@ def _check_kept(original: dict[str, Any], file_agent_id: str, exported: dict[str
     assert all(value in system["content"][0]["text"] for _, value, *_ in blocks_of(original, before))
 
 
-def test_agent_files_import_step_in_a_batch_run_and_export(tmp_path: Path, db_url: str, emulator: str) -> None:
-    settings = Settings(home=tmp_path, database_url=db_url, poll_interval_seconds=0.05)
-    with running_server(create_app(settings)) as base_url:
-        client = Letta(base_url=base_url, max_retries=0)
-        with SUPPORT_DESK.open("rb") as handle:
-            desk = client.agents.import_file(file=("support_desk.af", handle)).agent_ids
-        screening = client.agents.import_file(
-            file=("screening_workflow.af", SCREENING.read_bytes()), append_copy_suffix=False
-        ).agent_ids
-        assert len(desk) == 2 and len(screening) == 1
-        tess_id, ark_id = desk
-        (screener_id,) = screening
-        shown = {i: httpx.get(f"{base_url}/v1/agents/{i}").json() for i in (*desk, *screening)}
-        assert [shown[i]["name"] for i in (tess_id, ark_id, screener_id)] == ["tess_copy", "ark_copy", "screener"]
-        assert shown[tess_id]["model"] == "openai/gpt-4o-mini"
-        # One block of the file shared by both agents is one block here too.
-        company = {b["id"] for i in desk for b in shown[i]["blocks"] if b["label"] == "company"}
-        assert len(company) == 1
-        assert [s["key"] for s in shown[tess_id]["tool_exec_environment_variables"]] == ["ORDERS_API_KEY"]
+def test_agent_files_import_step_in_a_batch_run_and_export(letta: Letta, http: httpx.Client) -> None:
+    with SUPPORT_DESK.open("rb") as handle:
+        desk = letta.agents.import_file(file=("support_desk.af", handle)).agent_ids
+    screening = letta.agents.import_file(
+        file=("screening_workflow.af", SCREENING.read_bytes()), append_copy_suffix=False
+    ).agent_ids
+    assert len(desk) == 2 and len(screening) == 1
+    tess_id, ark_id = desk
+    (screener_id,) = screening
+    shown = {i: http.get(f"/v1/agents/{i}").json() for i in (*desk, *screening)}
+    assert [shown[i]["name"] for i in (tess_id, ark_id, screener_id)] == ["tess_copy", "ark_copy", "screener"]
+    assert shown[tess_id]["model"] == "openai/gpt-4o-mini"
+    # One block of the file shared by both agents is one block here too.
+    company = {b["id"] for i in desk for b in shown[i]["blocks"] if b["label"] == "company"}
+    assert len(company) == 1
+    assert [s["key"] for s in shown[tess_id]["tool_exec_environment_variables"]] == ["ORDERS_API_KEY"]
 
-        # A synchronous step of an imported agent, with its imported custom tool.
-        response = client.agents.messages.create(
-            agent_id=tess_id, messages=[{"role": "user", "content": "Please use lookup_order for B-2"}]
-        )
-        calls = [m.tool_call.name for m in response.messages if m.message_type == "tool_call_message"]
-        assert calls == ["lookup_order"]
-        assert response.stop_reason.stop_reason == "end_turn"
+    # A synchronous step of an imported agent, with its imported custom tool.
+    response = letta.agents.messages.create(
+        agent_id=tess_id, messages=[{"role": "user", "content": "Please use lookup_order for B-2"}]
+    )
+    calls = [m.tool_call.name for m in response.messages if m.message_type == "tool_call_message"]
+    assert calls == ["lookup_order"]
+    assert response.stop_reason.stop_reason == "end_turn"
 
-        # A batch run over the three imported agents; the screener follows its chain of rules.
-        run = client.batches.create(
-            requests=[
-                {"agent_id": tess_id, "messages": [{"role": "user", "content": "Please use lookup_order for C-3"}]},
-                {"agent_id": ark_id, "messages": [{"role": "user", "content": "Good morning"}]},
-                {
-                    "agent_id": screener_id,
-                    "messages": [{"role": "user", "content": "Please use fetch_applicant for Ada Lovelace"}],
-                },
-            ]
-        )
-        deadline = time.monotonic() + 60
-        while (current := client.batches.retrieve(run.id)).status in ("created", "running"):
-            assert time.monotonic() < deadline, current
-            time.sleep(0.05)
-        assert current.status == "completed"
-        screened = list(islice(client.batches.messages.list(run.id, agent_id=screener_id, order="asc"), 100))
-        chain = [m.tool_calls[0].function.name for m in screened if m.role == "assistant" and m.tool_calls]
-        assert chain == ["fetch_applicant", "score_applicant", "invite"]
-
-        desk_file = document(SUPPORT_DESK)
-        tess = _export(client, tess_id)
-        _check_kept(desk_file, "agent-0", tess)
-        _check_kept(desk_file, "agent-1", _export(client, ark_id))
-        _check_kept(document(SCREENING), "agent-0", _export(client, screener_id))
-        assert tess["agents"][0]["tool_exec_environment_variables"] == {"ORDERS_API_KEY": ""}
-        steps = tess["agents"][0]["messages"][len(desk_file["agents"][0]["messages"]) :]
-        assert [m["role"] for m in steps[:3]] == ["user", "assistant", "tool"]
-
-        # An export imports again (plain JSON this time) and exports the same.
-        (again,) = client.agents.import_file(file=("tess.af", json.dumps(tess).encode())).agent_ids
-        twice = _export(client, again)
-        assert twice["agents"][0]["name"] == "tess_copy_copy"
-        assert [message_essence(m) for m in twice["agents"][0]["messages"]] == [
-            message_essence(m) for m in tess["agents"][0]["messages"]
+    # A batch run over the three imported agents; the screener follows its chain of rules.
+    run = letta.batches.create(
+        requests=[
+            {"agent_id": tess_id, "messages": [{"role": "user", "content": "Please use lookup_order for C-3"}]},
+            {"agent_id": ark_id, "messages": [{"role": "user", "content": "Good morning"}]},
+            {
+                "agent_id": screener_id,
+                "messages": [{"role": "user", "content": "Please use fetch_applicant for Ada Lovelace"}],
+            },
         ]
-        assert twice["agents"][0]["in_context_message_ids"] == tess["agents"][0]["in_context_message_ids"]
-        assert twice["blocks"] == tess["blocks"] and twice["tools"] == tess["tools"]
-        assert rules(twice["agents"][0]) == rules(tess["agents"][0])
+    )
+    deadline = time.monotonic() + 60
+    while (current := letta.batches.retrieve(run.id)).status in ("created", "running"):
+        assert time.monotonic() < deadline, current
+        time.sleep(0.05)
+    assert current.status == "completed"
+    screened = list(islice(letta.batches.messages.list(run.id, agent_id=screener_id, order="asc"), 100))
+    chain = [m.tool_calls[0].function.name for m in screened if m.role == "assistant" and m.tool_calls]
+    assert chain == ["fetch_applicant", "score_applicant", "invite"]
+
+    desk_file = document(SUPPORT_DESK)
+    tess = _export(letta, tess_id)
+    _check_kept(desk_file, "agent-0", tess)
+    _check_kept(desk_file, "agent-1", _export(letta, ark_id))
+    _check_kept(document(SCREENING), "agent-0", _export(letta, screener_id))
+    assert tess["agents"][0]["tool_exec_environment_variables"] == {"ORDERS_API_KEY": ""}
+    steps = tess["agents"][0]["messages"][len(desk_file["agents"][0]["messages"]) :]
+    assert [m["role"] for m in steps[:3]] == ["user", "assistant", "tool"]
+
+    # An export imports again (plain JSON this time) and exports the same.
+    (again,) = letta.agents.import_file(file=("tess.af", json.dumps(tess).encode())).agent_ids
+    twice = _export(letta, again)
+    assert twice["agents"][0]["name"] == "tess_copy_copy"
+    assert [message_essence(m) for m in twice["agents"][0]["messages"]] == [
+        message_essence(m) for m in tess["agents"][0]["messages"]
+    ]
+    assert twice["agents"][0]["in_context_message_ids"] == tess["agents"][0]["in_context_message_ids"]
+    assert twice["blocks"] == tess["blocks"] and twice["tools"] == tess["tools"]
+    assert rules(twice["agents"][0]) == rules(tess["agents"][0])

@@ -1,13 +1,11 @@
 """Letta's client (1.7.0) on an agent's archival memory: ``agents.passages`` create, list, search and
 delete, and what the base tool ``archival_memory_insert`` wrote, as the API lists and searches it. A
-real server (uvicorn in a thread) on SQLite and PostgreSQL.
+module's server (``tests/e2e/conftest.py``) on SQLite and PostgreSQL, each test in an organization of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import letta_client
@@ -16,24 +14,7 @@ from letta_client import Letta
 from letta_client.types import Passage
 from letta_client.types.agents.passage_search_response import PassageSearchResponse
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
-from nightshift.serving import running_server
-
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-PASSWORD = "e2e-password-archival-31c4"
-
-
-@pytest.fixture
-def letta(tmp_path: Path, db_url: str) -> Iterator[Letta]:
-    settings = Settings(
-        home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, server_password=PASSWORD
-    )
-    with (
-        running_server(create_app(settings)) as url,
-        Letta(base_url=url, api_key=PASSWORD, max_retries=0, timeout=30) as client,
-    ):
-        yield client
 
 
 class Passages:

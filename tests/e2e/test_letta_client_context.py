@@ -1,57 +1,41 @@
 """Letta's client (1.7.0) on a long conversation through a small window: the agent's oldest messages
 are summarized (Letta's summarization test: context_window_limit set low, then ten messages), its
-window stays under the limit, and what left it is still listed and searchable. A real server (uvicorn
-in a thread) on SQLite and PostgreSQL, the emulator behind it enforcing the window.
+window stays under the limit, and what left it is still listed and searchable. The module's server
+(``tests/e2e/conftest.py``) on SQLite and PostgreSQL, the emulator behind it enforcing the window.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
 from letta_client import Letta
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
-from nightshift.serving import running_server
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-PASSWORD = "e2e-password-5c04"
 LIMIT = 6_000
 
 
-@pytest.fixture
-def base_url(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
-    settings = Settings(
-        home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, server_password=PASSWORD
-    )
-    with running_server(create_app(settings)) as url:
-        yield url
-
-
-async def test_ten_long_messages_through_a_small_window_are_summarized(base_url: str, admin: EmulatorAdmin) -> None:
+async def test_ten_long_messages_through_a_small_window_are_summarized(
+    letta: Letta, http: httpx.Client, admin: EmulatorAdmin
+) -> None:
     await admin.configure(context_windows={MODEL.split("/", 1)[1]: LIMIT})
-    with Letta(base_url=base_url, api_key=PASSWORD, max_retries=0, timeout=60) as letta:
-        agent = letta.agents.create(name="chatty", model=MODEL, context_window_limit=LIMIT, max_tokens=512)
-        before = list(agent.message_ids or [])
-        for n in range(10):
-            story = f"Story {n}: " + " ".join(f"the river number{n}x{k} runs to the sea." for k in range(45))
-            response = letta.agents.messages.create(agent_id=agent.id, messages=[{"role": "user", "content": story}])
-            assert response.stop_reason is not None and response.stop_reason.stop_reason == "end_turn"
+    agent = letta.agents.create(name="chatty", model=MODEL, context_window_limit=LIMIT, max_tokens=512)
+    before = list(agent.message_ids or [])
+    for n in range(10):
+        story = f"Story {n}: " + " ".join(f"the river number{n}x{k} runs to the sea." for k in range(45))
+        response = letta.agents.messages.create(agent_id=agent.id, messages=[{"role": "user", "content": story}])
+        assert response.stop_reason is not None and response.stop_reason.stop_reason == "end_turn"
 
-        after = letta.agents.retrieve(agent.id)
-        window = list(after.message_ids or [])
-        listed = letta.agents.messages.list(agent_id=agent.id, limit=1000, order="asc")
+    after = letta.agents.retrieve(agent.id)
+    window = list(after.message_ids or [])
+    listed = letta.agents.messages.list(agent_id=agent.id, limit=1000, order="asc")
 
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {PASSWORD}"}) as http:
-        context = http.get(f"/v1/agents/{agent.id}/context").json()
-        found = http.post(
-            f"/v1/agents/{agent.id}/tools/conversation_search/run", json={"args": {"query": "number0x3"}}
-        ).json()
+    context = http.get(f"/v1/agents/{agent.id}/context").json()
+    found = http.post(
+        f"/v1/agents/{agent.id}/tools/conversation_search/run", json={"args": {"query": "number0x3"}}
+    ).json()
 
     # Summarization was triggered: the first messages left the window, a summary stands for them.
     assert not set(before[1:]) & set(window)

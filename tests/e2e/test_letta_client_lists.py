@@ -1,14 +1,13 @@
 """Letta's client (1.7.0) on the listings and small endpoints: message cursors, reset, initial
 messages, tags, models, query_text, generate, the default block limit and tool rules naming tools
-an agent lacks. A real server (uvicorn in a thread) on SQLite and PostgreSQL, the emulator behind it.
+an agent lacks. The module's server (``tests/e2e/conftest.py``) on SQLite and PostgreSQL, the emulator behind it;
+each test in an organization of its own.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,33 +17,7 @@ from letta_client import Letta
 from letta_client.types.agents.image_content_param import ImageContentParam
 from letta_client.types.agents.text_content_param import TextContentParam
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
-from nightshift.serving import running_server
-
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-PASSWORD = "e2e-password-7b21"
-
-
-@pytest.fixture
-def base_url(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
-    settings = Settings(
-        home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, server_password=PASSWORD
-    )
-    with running_server(create_app(settings)) as url:
-        yield url
-
-
-@pytest.fixture
-def letta(base_url: str) -> Iterator[Letta]:
-    with Letta(base_url=base_url, api_key=PASSWORD, max_retries=0, timeout=30) as client:
-        yield client
-
-
-@pytest.fixture
-def http(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {PASSWORD}"}, timeout=30) as client:
-        yield client
 
 
 def ids(page: Any) -> list[str]:

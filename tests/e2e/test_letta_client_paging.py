@@ -12,16 +12,16 @@ over plain HTTP (1.12.1 has no ``batches`` resource: the batch lists are walked 
 the same requests). Letta documents the cursors as ids "in the specified sort order", which is
 what makes these walks end with every item seen once.
 
-A real server (uvicorn in a thread) on SQLite and PostgreSQL, the emulator behind it.
+The module's server (``tests/e2e/conftest.py``) on SQLite and PostgreSQL, the emulator behind it;
+each walk in an organization of its own.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,10 +29,7 @@ import pytest
 from letta_client import Letta
 from letta_client.types.message_create_param import MessageCreateParam
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
-from nightshift.serving import running_server
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 COUNT = 35  # items of each list: three full pages and a part
@@ -42,25 +39,6 @@ ORDERS = ("asc", "desc")
 # An item as the walks compare them: its id, and its Letta message type where one stored message
 # is shown as several (a reasoning and an assistant message share the stored message's id).
 Key = tuple[str, str | None]
-
-
-@pytest.fixture
-def base_url(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
-    settings = Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05)
-    with running_server(create_app(settings)) as url:
-        yield url
-
-
-@pytest.fixture
-def letta(base_url: str) -> Iterator[Letta]:
-    with Letta(base_url=base_url, max_retries=0, timeout=60) as client:
-        yield client
-
-
-@pytest.fixture
-def http(base_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=base_url, timeout=60) as client:
-        yield client
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

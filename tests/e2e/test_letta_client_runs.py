@@ -1,6 +1,7 @@
 """letta-client 1.7.0 sending messages (every option), async sends and ``runs.*`` against a real server.
 
-The server runs with uvicorn in a thread on SQLite and on PostgreSQL, the emulator as provider;
+The module's server (``tests/e2e/conftest.py``) runs on SQLite and on PostgreSQL, the emulator as
+provider, each test in an organization of its own (the restarts have servers of their own);
 the emulator's scripted model calls the custom tool a message names, then ``send_message``.
 """
 
@@ -10,7 +11,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
@@ -59,16 +59,10 @@ def _settings(tmp_path: Path, db_url: str) -> Settings:
     )
 
 
-@pytest.fixture
-def base_url(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
-    with running_server(create_app(_settings(tmp_path, db_url))) as url:
-        yield url
-
-
-@pytest.fixture
-def letta(base_url: str) -> Iterator[Letta]:
-    with Letta(base_url=base_url, max_retries=0, timeout=30) as client:
-        yield client
+@pytest.fixture(scope="module")
+def server_options() -> dict[str, Any]:
+    """The module's server calls back to a receiver on loopback."""
+    return {"callback_allow_private": True}
 
 
 def _script(emulator: str, *replies: ScriptedReply) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,10 +20,7 @@ from letta_client.types.agents import (
 from letta_client.types.agents.letta_streaming_response import LettaStopReason, LettaUsageStatistics
 from letta_client.types.tool_return_message import ToolReturnMessage
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
 from nightshift.emulator.config import ScriptedError, ScriptedReply, ScriptedToolCall
-from nightshift.serving import running_server
 from support.runs import LOOKUP_TOOL
 
 MESSAGE_TYPES = (UserMessage, ReasoningMessage, ToolCallMessage, ToolReturnMessage, AssistantMessage)
@@ -43,19 +38,6 @@ STEP_KINDS = [
     "assistant_message",
     "tool_return_message",
 ]
-
-
-@pytest.fixture
-def base_url(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
-    settings = Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05)
-    with running_server(create_app(settings)) as url:
-        yield url
-
-
-@pytest.fixture
-def letta(base_url: str) -> Iterator[Letta]:
-    with Letta(base_url=base_url, max_retries=0, timeout=30) as client:
-        yield client
 
 
 @pytest.fixture(params=sorted(MODELS))
@@ -169,31 +151,27 @@ def test_provider_error_mid_stream(letta: Letta, agent_id: str, emulator: str) -
     assert again.stop_reason is not None and again.stop_reason.stop_reason == "end_turn"
 
 
-def test_stream_framing_and_refusals(base_url: str, agent_id: str) -> None:
-    with httpx.Client(base_url=base_url, timeout=30) as http:
-        with http.stream("POST", f"/v1/agents/{agent_id}/messages/stream", json={"input": ASK}) as response:
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/event-stream")
-            events = "".join(response.iter_text()).split("\n\n")
-        assert events[-2:] == ["data: [DONE]", ""]
-        assert all(e.startswith("data: {") for e in events[:-2])
-        assert json.loads(events[-3].removeprefix("data: "))["message_type"] == "usage_statistics"
+def test_stream_framing_and_refusals(http: httpx.Client, agent_id: str) -> None:
+    with http.stream("POST", f"/v1/agents/{agent_id}/messages/stream", json={"input": ASK}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = "".join(response.iter_text()).split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""]
+    assert all(e.startswith("data: {") for e in events[:-2])
+    assert json.loads(events[-3].removeprefix("data: "))["message_type"] == "usage_statistics"
 
-        # Refused before the stream begins, with the status the non-streaming send gives.
-        unknown = "agent-00000000-0000-4000-8000-000000000000"
-        missing = http.post(f"/v1/agents/{unknown}/messages/stream", json={"input": "hi"})
-        assert missing.status_code == 404 and "not found" in missing.json()["detail"]
-        empty = http.post(f"/v1/agents/{agent_id}/messages/stream", json={"input": "  "})
-        assert empty.status_code == 422
-        steps = http.post(f"/v1/agents/{agent_id}/messages/stream", json={"input": "hi", "max_steps": 0})
-        assert steps.status_code == 422
+    # Refused before the stream begins, with the status the non-streaming send gives.
+    unknown = "agent-00000000-0000-4000-8000-000000000000"
+    missing = http.post(f"/v1/agents/{unknown}/messages/stream", json={"input": "hi"})
+    assert missing.status_code == 404 and "not found" in missing.json()["detail"]
+    empty = http.post(f"/v1/agents/{agent_id}/messages/stream", json={"input": "  "})
+    assert empty.status_code == 422
+    steps = http.post(f"/v1/agents/{agent_id}/messages/stream", json={"input": "hi", "max_steps": 0})
+    assert steps.status_code == 422
 
 
-def test_a_client_that_leaves_does_not_stop_the_run(base_url: str, letta: Letta, agent_id: str) -> None:
-    with (
-        httpx.Client(base_url=base_url, timeout=30) as http,
-        http.stream("POST", f"/v1/agents/{agent_id}/messages/stream", json={"input": ASK}) as response,
-    ):
+def test_a_client_that_leaves_does_not_stop_the_run(http: httpx.Client, letta: Letta, agent_id: str) -> None:
+    with http.stream("POST", f"/v1/agents/{agent_id}/messages/stream", json={"input": ASK}) as response:
         first = next(response.iter_lines())
         assert json.loads(first.removeprefix("data: "))["message_type"] == "user_message"
     # Gone after the first event: the run goes on and is stored whole; the agent is free again after.
@@ -202,7 +180,7 @@ def test_a_client_that_leaves_does_not_stop_the_run(base_url: str, letta: Letta,
         assert time.monotonic() < deadline, "the run did not finish"
         time.sleep(0.05)
     while True:
-        again = httpx.post(f"{base_url}/v1/agents/{agent_id}/messages", json={"input": "hi"}, timeout=30)
+        again = http.post(f"/v1/agents/{agent_id}/messages", json={"input": "hi"})
         if again.status_code != 409:  # the run's hold is released just after its last write
             break
         assert time.monotonic() < deadline, "the agent stayed held"

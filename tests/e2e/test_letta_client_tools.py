@@ -7,7 +7,6 @@ import json
 import time
 from collections.abc import Iterator
 from itertools import islice
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,10 +16,7 @@ from letta_client import Letta
 from letta_client.types.tool import BaseTool
 from pydantic import BaseModel
 
-from nightshift.api.app import create_app
-from nightshift.config import Settings
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
-from nightshift.serving import running_server
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
@@ -97,14 +93,9 @@ def broken(order_id: str) -> str:
 
 
 @pytest.fixture
-def served(tmp_path: Path, db_url: str, emulator: str) -> Iterator[tuple[Letta, httpx.Client]]:
-    """letta-client on a live server whose provider is the emulator, and a client of the emulator's admin API."""
-    settings = Settings(home=tmp_path, database_url=db_url, poll_interval_seconds=0.05)
-    with (
-        running_server(create_app(settings)) as url,
-        Letta(base_url=url, max_retries=0, timeout=30) as letta,
-        httpx.Client(base_url=f"{emulator}/_emulator") as admin,
-    ):
+def served(letta: Letta, emulator: str) -> Iterator[tuple[Letta, httpx.Client]]:
+    """letta-client on the module's server, its provider the emulator, and a client of the emulator's admin API."""
+    with httpx.Client(base_url=f"{emulator}/_emulator") as admin:
         yield letta, admin
 
 

@@ -12,6 +12,7 @@ import pytest
 from nightshift.domain.limits import MAX_JSON_DEPTH
 from support.agent_files import SUPPORT_DESK, document, double_encoded
 from support.api import create_tool, json_list, json_object
+from support.databases import sqlite_only
 
 Doc = dict[str, Any]
 MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -100,6 +101,7 @@ async def test_a_bad_file_is_a_422_naming_it_and_nothing_is_created(client: http
     assert await _counts(client) == before
 
 
+@sqlite_only
 @pytest.mark.parametrize(
     ("content", "expected"),
     [

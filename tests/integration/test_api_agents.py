@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from support.api import DEFAULT_TOOL_NAMES, json_list, json_object
+from support.databases import sqlite_only
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
@@ -212,6 +213,7 @@ async def test_tool_rules_are_stored_and_validated(client: httpx.AsyncClient) ->
     assert cleared.json()["tool_rules"] == []
 
 
+@sqlite_only
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -243,6 +245,7 @@ async def test_bad_create_bodies_are_422_with_the_field(
     assert (await client.get("/v1/agents/")).json() == []
 
 
+@sqlite_only
 async def test_not_json_and_unknown_ids(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/agents/", content=b"{nope", headers={"content-type": "application/json"})
     assert response.status_code == 422

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from support.api import json_object
+from support.databases import sqlite_only
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
@@ -59,6 +60,7 @@ async def test_create_and_retrieve(client: httpx.AsyncClient) -> None:
     assert plain["metadata"] == {}
 
 
+@sqlite_only
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -185,6 +187,7 @@ async def test_delete_then_404(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/blocks/")).json() == []
 
 
+@sqlite_only
 async def test_unknown_block_ids_are_404(client: httpx.AsyncClient) -> None:
     for method, path in [
         ("GET", "/v1/blocks/block-nope"),

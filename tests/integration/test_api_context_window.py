@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 
 from support.api import json_object
+from support.databases import sqlite_only
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL
 
 READ_ONLY_FIELDS = (
@@ -84,6 +85,7 @@ async def test_the_context_overview_counts_each_part_of_the_next_request(client:
     assert abs(context["context_window_size_current"] - parts) <= 20, (context["context_window_size_current"], parts)
 
 
+@sqlite_only
 async def test_the_context_of_an_unknown_agent_is_a_404(client: httpx.AsyncClient) -> None:
     response = await client.get("/v1/agents/agent-00000000-0000-0000-0000-000000000000/context")
 

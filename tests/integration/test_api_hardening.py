@@ -29,6 +29,7 @@ from nightshift.domain.limits import (
 )
 from support.agent_files import SCREENING, document, double_encoded
 from support.api import BASE_TOOL_NAMES, json_object
+from support.databases import sqlite_only
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 TOOL = '''
@@ -165,6 +166,7 @@ async def test_changes_with_integers_out_of_range_are_422(client: httpx.AsyncCli
     assert (await client.get(f"/v1/agents/{agent['id']}")).json()["llm_config"] == agent["llm_config"]
 
 
+@sqlite_only
 async def test_a_rule_count_over_the_step_limit_is_422(client: httpx.AsyncClient) -> None:
     rules = [{"type": "max_count_per_step", "tool_name": "send_message", "max_count_limit": 5000}]
     refused(await client.post("/v1/agents/", json={"model": MODEL, "tool_rules": rules}), field="tool_rules")
@@ -287,6 +289,7 @@ async def test_a_lone_surrogate_anywhere_is_422(client: httpx.AsyncClient) -> No
         assert response.status_code == 200, response.text
 
 
+@sqlite_only
 async def test_bodies_that_are_not_utf8_or_nest_too_deep_are_422(client: httpx.AsyncClient) -> None:
     refused(await client.post("/v1/agents/", content=b'{"model": "\xff"}', headers=JSON), field="body", says="UTF-8")
     deep = ("[" * 5000 + "]" * 5000).encode()
@@ -324,6 +327,7 @@ TOO_DEEP = [
 ]
 
 
+@sqlite_only
 async def test_tool_source_too_deep_to_parse_is_422(client: httpx.AsyncClient) -> None:
     # 100,000 minus signs (MemoryError in the parser), 50,000 + terms (RecursionError), and deep nesting.
     for source in TOO_DEEP:
@@ -428,6 +432,7 @@ BAD_SCHEMAS: list[tuple[dict[str, Any], str, str]] = [
 ]
 
 
+@sqlite_only
 async def test_a_malformed_client_json_schema_is_422(client: httpx.AsyncClient) -> None:
     for schema, field, says in BAD_SCHEMAS:
         for method in ("POST", "PUT"):
@@ -485,6 +490,7 @@ OVERSIZED: list[tuple[str, str, Any, str]] = [
 ]
 
 
+@sqlite_only
 async def test_sizes_over_the_limits_are_422(client: httpx.AsyncClient) -> None:
     for method, path, body, field in OVERSIZED:
         refused(await client.request(method, path, json=body), field=field)

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from nightshift.config import Settings
+from support.databases import sqlite_only
 from support.runs import ANTHROPIC_MODEL as MODEL
 from support.runs import Runs
 
@@ -45,6 +46,7 @@ async def test_bad_bodies_are_422(client: httpx.AsyncClient, path: str, body: di
     assert len((await client.get(f"/v1/agents/{agent['id']}/messages")).json()) == 5  # nothing lost
 
 
+@sqlite_only
 async def test_bad_initial_messages_are_422_and_nothing_is_created(client: httpx.AsyncClient) -> None:
     for sequence in ([{"role": "tool", "content": "x"}], [{"role": "user"}], "hello"):
         answer = await client.post(

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from support.api import BASE_TOOL_NAMES, create_tool, json_object
+from support.databases import sqlite_only
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
@@ -93,6 +94,7 @@ async def test_create_without_trailing_slash_and_own_description(client: httpx.A
     assert [t["id"] for t in listed] == [tool["id"]]
 
 
+@sqlite_only
 @pytest.mark.parametrize(
     ("source", "says"),
     [
@@ -127,6 +129,7 @@ async def test_unusable_source_is_422_on_source_code(client: httpx.AsyncClient, 
     assert names == BASE_TOOL_NAMES
 
 
+@sqlite_only
 async def test_undescribed_argument_names_it(client: httpx.AsyncClient) -> None:
     source = (
         'def half(x: int, y: int) -> int:\n    """Add two numbers.\n\n    Args:\n        x: The first.\n    """\n'
@@ -136,6 +139,7 @@ async def test_undescribed_argument_names_it(client: httpx.AsyncClient) -> None:
     assert body["detail"] == "parameter 'y' of 'half' is not described in the docstring"
 
 
+@sqlite_only
 async def test_missing_source_is_422(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/tools/", json={"description": "no code"})
     assert response.status_code == 422
@@ -312,6 +316,7 @@ async def test_a_tool_named_by_a_rule_cannot_be_deleted(client: httpx.AsyncClien
     assert (await client.delete(f"/v1/tools/{tool['id']}")).status_code == 200
 
 
+@sqlite_only
 async def test_unknown_tool_ids_are_404(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/tools/tool-nope")).status_code == 404
     assert (await client.patch("/v1/tools/tool-nope", json={"description": "x"})).status_code == 404
