@@ -21,7 +21,7 @@ from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Image, Message
-from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError
+from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError, ProviderErrorKind
 from nightshift.ids import new_id
 from nightshift.providers.base import (
     ChatProvider,
@@ -33,7 +33,6 @@ from nightshift.providers.base import (
     Usage,
 )
 from nightshift.providers.clients import ProviderSet
-from nightshift.providers.errors import API_ERROR
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
@@ -276,4 +275,6 @@ async def _streamed(
             if isinstance(event, StreamEnd):
                 return event.response
             await listener.delta(message_id, event)
-    raise ProviderError("the provider's stream ended without its answer", kind=API_ERROR, retryable=True)
+    raise ProviderError(
+        "the provider's stream ended without its answer", kind=ProviderErrorKind.API_ERROR, retryable=True
+    )
