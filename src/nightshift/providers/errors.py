@@ -51,3 +51,15 @@ def is_retryable(kind: str) -> bool:
     (``ModelError.type``, its own word, which may be one nightshift has no member for).
     """
     return kind in RETRYABLE_KINDS
+
+
+def kind_of(error_type: object, status: int) -> ProviderErrorKind:
+    """The kind of a provider's error: its own type when nightshift has a member for it, else
+    what its HTTP status means (a type of the provider's that nightshift does not know, such as
+    Anthropic's ``billing_error``, is kept in the error's message only)."""
+    if isinstance(error_type, str):
+        try:
+            return ProviderErrorKind(error_type)
+        except ValueError:
+            pass
+    return kind_for_status(status)

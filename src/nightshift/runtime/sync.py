@@ -36,7 +36,7 @@ from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
-from nightshift.runtime.step import Turn, TurnReason, first_state, take_turns
+from nightshift.runtime.step import Turn, TurnReason, Why, first_state, take_turns
 from nightshift.runtime.window import Summary
 from nightshift.store import agent_runs as run_store
 from nightshift.store import agents as agent_store
@@ -72,7 +72,7 @@ class SyncResult:
     """
 
     messages: list[Message] = field(default_factory=list)
-    stop: TurnReason = TurnReason.FINAL_TEXT
+    stop: Why = TurnReason.FINAL_TEXT
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
     cancelled: bool = False

@@ -27,7 +27,7 @@ from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.messages import Message
 from nightshift.errors import InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
-from nightshift.runtime.step import TurnReason
+from nightshift.runtime.step import TurnReason, Why
 from nightshift.runtime.sync import SyncInput, SyncListener, SyncResult, step_agent
 from nightshift.store import agent_runs as run_store
 from nightshift.store import agents as agent_store
@@ -40,7 +40,7 @@ from nightshift.store.run_listing import Listed, ListedBatchRun, RunFilter
 log = logging.getLogger(__name__)
 
 # Letta's stop reasons, by why the agent's last turn ended its run (the rest are "end_turn").
-LETTA_STOP_REASONS = {
+LETTA_STOP_REASONS: dict[Why, str] = {
     TurnReason.MAX_STEPS: "max_steps",
     TurnReason.TOOL_RULES: "tool_rule",
     TurnReason.ERROR: "error",

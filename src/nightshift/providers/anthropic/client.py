@@ -27,7 +27,7 @@ from nightshift.providers.base import (
     StreamEvent,
     parse_json_line,
 )
-from nightshift.providers.errors import is_retryable, kind_for_status
+from nightshift.providers.errors import is_retryable, kind_of
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
 
@@ -163,10 +163,11 @@ def _sdk_errors() -> Iterator[None]:
 def provider_error(exc: anthropic.AnthropicError) -> ProviderError:
     """An SDK exception as a ``ProviderError`` whose kind is Anthropic's error type."""
     if isinstance(exc, anthropic.APIStatusError):
-        kind = exc.type if isinstance(exc.type, str) and exc.type else kind_for_status(exc.status_code)
+        kind = kind_of(exc.type, exc.status_code)
         message = exc.api_message or exc.message
+        said = exc.type if isinstance(exc.type, str) and exc.type else kind
         return ProviderError(
-            f"Anthropic returned {exc.status_code} {kind}: {message}", kind=kind, retryable=is_retryable(kind)
+            f"Anthropic returned {exc.status_code} {said}: {message}", kind=kind, retryable=is_retryable(kind)
         )
     if isinstance(exc, anthropic.APITimeoutError):
         return ProviderError(f"Anthropic did not answer in time: {exc}", kind=ProviderErrorKind.TIMEOUT, retryable=True)
