@@ -83,20 +83,21 @@ class InputMessage(BaseModel):
             return ()
         return tuple(p.source.to_image() for p in self.content if isinstance(p, ImagePart))
 
-    def as_input(self) -> str | UserInput:
-        """The message's text, or a ``UserInput`` when it has images."""
-        images = self.images()
-        return UserInput(text=self.as_text(), images=images) if images else self.as_text()
+    def as_input(self, *, otid: str | None = None) -> UserInput:
+        """The message's text with its images (and the sender's ``otid`` for it, if given)."""
+        return UserInput(text=self.as_text(), images=self.images(), otid=otid)
 
 
-def input_turns(
-    messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None
-) -> tuple[str | UserInput, ...]:
-    """Letta's ``messages`` and its ``input`` shorthand, in that order: each a text, or a
-    ``UserInput`` when the message has images."""
-    found: list[str | UserInput] = [m.as_input() for m in messages or ()]
+def shorthand_input(shorthand: str | list[TextPart]) -> UserInput:
+    """Letta's ``input`` shorthand: a text, or text parts joined by lines."""
+    return UserInput(text=shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
+
+
+def input_turns(messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None) -> tuple[UserInput, ...]:
+    """Letta's ``messages`` and its ``input`` shorthand, in that order."""
+    found = [m.as_input() for m in messages or ()]
     if shorthand is not None:
-        found.append(shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
+        found.append(shorthand_input(shorthand))
     return tuple(found)
 
 
@@ -109,8 +110,8 @@ class BatchRequestBody(BaseModel):
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=1000)
 
-    def texts(self) -> tuple[str | UserInput, ...]:
-        """The messages, each a text or (with images) a ``UserInput``."""
+    def texts(self) -> tuple[UserInput, ...]:
+        """The messages, in order."""
         return input_turns(self.messages, self.input)
 
 

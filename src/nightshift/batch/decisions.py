@@ -38,7 +38,7 @@ class StepEntry:
 
     agent: Agent
     state: StepState
-    inputs: tuple[str | UserInput, ...] = ()
+    inputs: tuple[UserInput, ...] = ()
     heartbeat: bool = False
     last_request_tokens: int | None = None
 

@@ -142,8 +142,6 @@ def _truncated(output: str, limit: int) -> str:
 def _tool_message(turn: Turn, entry: _Call, output: str, *, is_error: bool, now: datetime) -> Message:
     call = entry.call
     body = {"status": "Failed" if is_error else "OK", "message": output, "time": now.isoformat()}
-    # Letta's tool returns carry what the tool printed as lists of text; kept only when there is some.
-    printed = {key: [text] for key, text in (("stdout", entry.stdout), ("stderr", entry.stderr)) if text}
     return Message(
         id=new_id("message"),
         organization_id=turn.agent.organization_id,
@@ -155,7 +153,9 @@ def _tool_message(turn: Turn, entry: _Call, output: str, *, is_error: bool, now:
         is_error=is_error,
         batch_item_id=turn.batch_item_id,
         created_at=now,
-        extra=printed,
+        # Letta's tool returns carry what the tool printed as lists of text.
+        stdout=(entry.stdout,) if entry.stdout else (),
+        stderr=(entry.stderr,) if entry.stderr else (),
     )
 
 

@@ -20,7 +20,7 @@ from nightshift.domain.agent_runs import RunStep
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
-from nightshift.domain.messages import Image, Message
+from nightshift.domain.messages import Message, UserInput
 from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError, ProviderErrorKind
 from nightshift.ids import new_id
 from nightshift.providers.base import (
@@ -78,16 +78,6 @@ class SyncResult:
     cancelled: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SyncInput:
-    """One input message: its text, the images that come with it, and the client's own id for it
-    (Letta's ``otid``), if any."""
-
-    text: str
-    otid: str | None = None
-    images: tuple[Image, ...] = ()
-
-
 def _tie(message: Message, run_id: str, step_id: str) -> Message:
     return replace(message, run_id=run_id, step_id=step_id)
 
@@ -98,7 +88,7 @@ async def step_agent(
     sandbox: Sandbox,
     org_id: str,
     agent_id: str,
-    inputs: Sequence[SyncInput],
+    inputs: Sequence[UserInput],
     *,
     max_steps: int,
     run_id: str,
@@ -148,9 +138,7 @@ async def step_agent(
         assert run is not None
         step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
         messages = [
-            replace(user_message(agent, i.text, now, images=i.images), extra={"otid": i.otid} if i.otid else {})
-            for i in inputs
-            if i.text.strip() or i.images
+            user_message(agent, i.text, now, otid=i.otid, images=i.images) for i in inputs if i.text.strip() or i.images
         ]
         messages = [_tie(m, run_id, step_id) for m in messages]
         agent = await _add(conn, step_inputs, agent, messages, now)

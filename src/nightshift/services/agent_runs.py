@@ -24,11 +24,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch.callbacks import check_callback_url, post_callback
 from nightshift.batch.worker import Worker
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
-from nightshift.domain.messages import Message
+from nightshift.domain.messages import Message, UserInput
 from nightshift.errors import InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
 from nightshift.runtime.step import TurnReason, Why
-from nightshift.runtime.sync import SyncInput, SyncListener, SyncResult, step_agent
+from nightshift.runtime.sync import SyncListener, SyncResult, step_agent
 from nightshift.store import agent_runs as run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
@@ -55,7 +55,7 @@ class Send:
     """One send to one agent, as the API took it."""
 
     agent_id: str
-    inputs: Sequence[SyncInput]
+    inputs: Sequence[UserInput]
     max_steps: int
     request_config: dict[str, Any]
     callback_url: str | None = None
