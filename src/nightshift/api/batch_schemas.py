@@ -13,6 +13,7 @@ from nightshift.api.input import Body
 from nightshift.batch.steps import refuse_repeated_agents
 from nightshift.domain.batches import Costs, ItemOutcome
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
+from nightshift.domain.usage import Usage
 from nightshift.services.runs import AgentInRun, RunView
 
 
@@ -192,7 +193,7 @@ class BatchRunPublic(BaseModel):
                     }
                     for f in view.failures
                 ],
-                "usage": progress.usage,
+                "usage": usage_json(progress.usage),
                 **costs_json(progress.cost),
                 "provider_batches": [
                     {
@@ -203,7 +204,7 @@ class BatchRunPublic(BaseModel):
                         "status": b.status.value,
                         "provider_status": b.provider_status,
                         "request_counts": b.request_counts,
-                        "usage": progress.batch_usage.get(b.id, {}),
+                        "usage": usage_json(progress.batch_usage.get(b.id)),
                         "cost_usd": round(progress.batch_cost_usd.get(b.id, 0.0), 6),
                         "error": b.error,
                         "duplicates": list(b.duplicates),
@@ -226,10 +227,15 @@ def agent_in_run_json(agent: AgentInRun) -> dict[str, Any]:
         "state": agent.state,
         "steps": agent.steps,
         "step_number": agent.step_number,
-        "usage": agent.usage,
+        "usage": usage_json(agent.usage),
         **costs_json(agent.cost),
         "error": agent.error,
     }
+
+
+def usage_json(usage: Usage | None) -> dict[str, int]:
+    """Tokens used, by kind (empty when nothing answered yet)."""
+    return usage.to_json() if usage is not None else {}
 
 
 def costs_json(cost: Costs) -> dict[str, float]:

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -36,6 +35,7 @@ from nightshift.domain.batches import (
     RequestStatus,
     RunStatus,
 )
+from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError
 from nightshift.metrics import ErrorScope, Metrics
 from nightshift.providers.base import BatchState, BatchStatus, OutcomeStatus
@@ -216,11 +216,11 @@ class _Usage:
     """The tokens and cost of a step's items, summed by provider and model, for the metrics."""
 
     def __init__(self) -> None:
-        self.tokens: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+        self.tokens: defaultdict[tuple[str, str], Usage] = defaultdict(Usage)
         self.cost: defaultdict[tuple[str, str], float] = defaultdict(float)
 
-    def add(self, provider: str, model: str, tokens: Mapping[str, int], cost_usd: float | None) -> None:
-        self.tokens[provider, model].update(tokens)
+    def add(self, provider: str, model: str, tokens: Usage, cost_usd: float | None) -> None:
+        self.tokens[provider, model] += tokens
         self.cost[provider, model] += cost_usd or 0.0
 
     def record(self, metrics: Metrics) -> None:

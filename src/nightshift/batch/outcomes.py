@@ -6,7 +6,8 @@ from typing import Any
 
 from nightshift.domain.batches import ItemResult, RequestStatus
 from nightshift.domain.messages import ToolCall
-from nightshift.providers.base import BatchOutcome, ModelError, ModelResponse, OutcomeStatus, Usage
+from nightshift.domain.usage import Usage
+from nightshift.providers.base import BatchOutcome, ModelError, ModelResponse, OutcomeStatus
 
 REQUEST_STATUS = {
     OutcomeStatus.SUCCEEDED: RequestStatus.COMPLETED,
@@ -16,26 +17,13 @@ REQUEST_STATUS = {
 }
 
 
-def usage_json(usage: Usage) -> dict[str, int]:
-    """Usage as stored on an item; usage stored before the cache writes were split by lifetime
-    lacks the ``cache_write_5m_tokens`` and ``cache_write_1h_tokens`` keys (see ``Usage``)."""
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "cache_write_5m_tokens": usage.cache_write_5m_tokens,
-        "cache_write_1h_tokens": usage.cache_write_1h_tokens,
-    }
-
-
 def response_json(response: ModelResponse) -> dict[str, Any]:
     return {
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
         "reasoning": response.reasoning,
         "request_heartbeat": response.request_heartbeat,
         "text": response.text,
-        "usage": usage_json(response.usage),
+        "usage": response.usage.to_json(),
         "stop_reason": response.stop_reason,
         "model": response.model,
     }
@@ -49,7 +37,7 @@ def response_from_json(data: dict[str, Any]) -> ModelResponse:
         reasoning=data.get("reasoning"),
         request_heartbeat=bool(data.get("request_heartbeat")),
         text=data.get("text"),
-        usage=Usage(**data.get("usage", {})),
+        usage=Usage.from_json(data.get("usage", {})),
         stop_reason=data.get("stop_reason"),
         model=data.get("model"),
     )
@@ -72,7 +60,7 @@ def outcome_result(item_id: str, outcome: BatchOutcome) -> ItemResult:
         item_id=item_id,
         request_status=REQUEST_STATUS[outcome.status],
         result=result,
-        usage=usage_json(outcome.response.usage) if answered and outcome.response else None,
+        usage=outcome.response.usage if answered and outcome.response else None,
         error=text,
     )
 

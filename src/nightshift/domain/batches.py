@@ -24,6 +24,7 @@ from typing import Any
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.solver import SolverState
+from nightshift.domain.usage import Usage
 
 
 class RunStatus(StrEnum):
@@ -224,7 +225,7 @@ class BatchItem:
     step_status: StepStatus
     step_state: StepState
     result: dict[str, Any] | None = None
-    usage: dict[str, int] | None = None
+    usage: Usage | None = None
     # What its answer cost (see ``Costs``), set when the step is applied; None: no answer, or an
     # unknown model.
     cost_usd: float | None = None
@@ -256,7 +257,7 @@ class ItemResult:
     item_id: str
     request_status: RequestStatus
     result: dict[str, Any]
-    usage: dict[str, int] | None = None
+    usage: Usage | None = None
     error: str | None = None
 
 
@@ -289,13 +290,13 @@ class BatchSummary:
     Stored on the batch as versioned JSON with its items, and again when their results are all in
     (the batch ended) and when they are final (the batch applied, or cancelled), each time in the
     transaction that made it so (see ``store/batch_summaries.py``). ``items`` counts them by (step
-    status, outcome). ``usage`` (each key some item holds) and ``cost`` are their sums; ``usage``
+    status, outcome). ``usage`` and ``cost`` are their sums; ``usage``
     is None when no item has a usage at all, and the batch is then left out of its run's
     per-batch figures.
     """
 
     items: Mapping[tuple[StepStatus, ItemOutcome | None], int] = field(default_factory=dict)
-    usage: Mapping[str, int] | None = None
+    usage: Usage | None = None
     cost: Costs = field(default_factory=Costs)
 
     @classmethod
@@ -307,7 +308,7 @@ class BatchSummary:
         return {
             "schema_version": SUMMARY_VERSION,
             "items": [[step.value, outcome.value if outcome else None, n] for (step, outcome), n in self.items.items()],
-            "usage": dict(self.usage) if self.usage is not None else None,
+            "usage": self.usage.to_json() if self.usage is not None else None,
             "cost": [self.cost.usd, self.cost.without_batch_usd, self.cost.cache_savings_usd],
         }
 
@@ -325,7 +326,7 @@ class BatchSummary:
                 (StepStatus(step), ItemOutcome(outcome) if outcome else None): int(n)
                 for step, outcome, n in data["items"]
             },
-            usage={key: int(total) for key, total in data["usage"].items()} if data["usage"] is not None else None,
+            usage=Usage.from_json(data["usage"]) if data["usage"] is not None else None,
             cost=Costs(usd=usd, without_batch_usd=without_batch_usd, cache_savings_usd=cache_savings_usd),
         )
 
@@ -348,10 +349,10 @@ class RunProgress:
     running: int = 0
     outcomes: dict[ItemOutcome, int] = field(default_factory=dict)
     step: int = 0
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: Usage | None = None  # None: no item has a usage yet
     cost: Costs = field(default_factory=Costs)
     # Per provider batch (by our batch id): what each step used and cost, for the run's chart.
-    batch_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    batch_usage: dict[str, Usage] = field(default_factory=dict)
     batch_cost_usd: dict[str, float] = field(default_factory=dict)
 
     def count(self, outcome: ItemOutcome) -> int:
@@ -367,9 +368,9 @@ class RunProgress:
         """
         running, step = 0, 0
         outcomes: Counter[ItemOutcome] = Counter()
-        usage: Counter[str] = Counter()
+        usage: Usage | None = None
         cost = Costs()
-        batch_usage: dict[str, dict[str, int]] = {}
+        batch_usage: dict[str, Usage] = {}
         batch_cost: dict[str, float] = {}
         for batch_id, step_number, summary in sorted(batches, key=lambda batch: batch[0]):
             for (step_status, outcome), count in summary.items.items():
@@ -380,15 +381,15 @@ class RunProgress:
                 else:
                     outcomes[outcome] += count
             if summary.usage is not None:
-                usage.update(summary.usage)
-                batch_usage[batch_id] = dict(summary.usage)
+                usage = summary.usage if usage is None else usage + summary.usage
+                batch_usage[batch_id] = summary.usage
                 cost += summary.cost
                 batch_cost[batch_id] = summary.cost.usd
         return cls(
             running=running,
             outcomes=dict(outcomes),
             step=step,
-            usage=dict(usage),
+            usage=usage,
             cost=cost,
             batch_usage=batch_usage,
             batch_cost_usd=batch_cost,

@@ -27,6 +27,7 @@ import orjson
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Message, ToolCall
+from nightshift.domain.usage import Usage
 from nightshift.providers.errors import is_retryable
 
 
@@ -98,39 +99,6 @@ class CacheTtl(StrEnum):
 
     FIVE_MINUTES = "5m"  # the API's default lifetime
     ONE_HOUR = "1h"  # what batch requests ask for: an agent's steps are minutes apart
-
-
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
-    """Tokens of one call. ``input_tokens`` excludes the cached tokens read or written.
-
-    ``cache_write_5m_tokens`` and ``cache_write_1h_tokens`` split ``cache_write_tokens`` by the
-    lifetime they were written with, when the provider says (Anthropic's ``usage.cache_creation``);
-    writes it does not attribute were made with the lifetime the request asked for.
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_write_5m_tokens: int = 0
-    cache_write_1h_tokens: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        """The whole prompt: uncached, read from the cache and written to it."""
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            cache_write_5m_tokens=self.cache_write_5m_tokens + other.cache_write_5m_tokens,
-            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,7 @@ from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Message, UserInput
+from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError, ProviderErrorKind
 from nightshift.ids import new_id
 from nightshift.providers.base import (
@@ -30,7 +31,6 @@ from nightshift.providers.base import (
     StreamEnd,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message

@@ -25,6 +25,7 @@ from nightshift.batch.callbacks import check_callback_url, post_callback
 from nightshift.batch.worker import Worker
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.messages import Message, UserInput
+from nightshift.domain.usage import Usage
 from nightshift.errors import InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
 from nightshift.runtime.step import TurnReason, Why
@@ -297,11 +298,11 @@ async def usage_of_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> R
             cache_read=sum(s.cache_read_tokens for s in run.steps),
             cache_write=sum(s.cache_write_tokens for s in run.steps),
         )
-    usage = (await run_views.run_progress(conn, run.run.id)).usage
-    cache_read, cache_write = usage.get("cache_read_tokens", 0), usage.get("cache_write_tokens", 0)
+    usage = (await run_views.run_progress(conn, run.run.id)).usage or Usage()
+    cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
     return RunUsage(
-        prompt=usage.get("input_tokens", 0) + cache_read + cache_write,
-        completion=usage.get("output_tokens", 0),
+        prompt=usage.input_tokens + cache_read + cache_write,
+        completion=usage.output_tokens,
         cache_read=cache_read,
         cache_write=cache_write,
     )

@@ -17,6 +17,7 @@ from nightshift.domain.batches import (
     StepState,
     StepStatus,
 )
+from nightshift.domain.usage import Usage
 from nightshift.store.bulk import in_ids
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import row_reader, to_values
@@ -30,11 +31,14 @@ to_item = row_reader(
     step_status=StepStatus,
     step_state=StepState.from_json,
     outcome=ItemOutcome,
+    usage=Usage.from_json,
 )
 
 
 async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:
-    await insert_rows(conn, batch_items, [to_values(i, batch_items, step_state=StepState.to_json) for i in new])
+    await insert_rows(
+        conn, batch_items, [to_values(i, batch_items, step_state=StepState.to_json, usage=Usage.to_json) for i in new]
+    )
 
 
 async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:
@@ -109,7 +113,7 @@ async def store_results(conn: AsyncConnection, results: Sequence[ItemResult], no
             "item_id": r.item_id,
             "request_status": r.request_status.value,
             "result": r.result,
-            "usage": r.usage,
+            "usage": r.usage.to_json() if r.usage is not None else None,
             "error": r.error,
         }
         for r in results

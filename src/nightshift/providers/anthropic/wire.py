@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall
+from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderErrorKind
 from nightshift.providers.agent_arguments import (
     joined_reasoning,
@@ -44,7 +45,6 @@ from nightshift.providers.base import (
     OutcomeStatus,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
 from nightshift.providers.tool_call_ids import anthropic_tool_use_id
 

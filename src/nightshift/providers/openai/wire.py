@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderErrorKind
 from nightshift.providers.agent_arguments import (
     joined_reasoning,
@@ -41,7 +42,6 @@ from nightshift.providers.base import (
     OutcomeStatus,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
 from nightshift.providers.errors import kind_for_status
 from nightshift.providers.tool_call_ids import openai_tool_call_id
