@@ -59,6 +59,27 @@ class ProviderErrorKind(StrEnum):
     CONNECTION = "api_connection_error"  # the provider could not be reached (transient)
 
 
+# Transient failures: the same request may succeed later.
+RETRYABLE_KINDS = frozenset(
+    {
+        ProviderErrorKind.RATE_LIMIT,
+        ProviderErrorKind.OVERLOADED,
+        ProviderErrorKind.API_ERROR,
+        ProviderErrorKind.TIMEOUT,
+        ProviderErrorKind.CONNECTION,
+    }
+)
+
+
+def is_retryable(kind: str) -> bool:
+    """Whether an error of this kind is transient (trying the same request later may succeed).
+
+    ``kind`` is a ``ProviderErrorKind`` or the type a provider gave a failed request of a batch
+    (``ModelError.type``, its own word, which may be one nightshift has no member for).
+    """
+    return kind in RETRYABLE_KINDS
+
+
 class ProviderError(NightshiftError):
     """A model provider failed or refused; ``retryable`` says whether trying later may help."""
 

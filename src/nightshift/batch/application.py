@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import final_status, next_step
-from nightshift.batch.outcomes import failed_result, outcome_result, response_from_json
+from nightshift.batch.outcomes import failed_result, outcome_result
 from nightshift.batch.stages import Stage, stage_done
 from nightshift.batch.steps import WrittenBatch, write_step
 from nightshift.batch.submission import end_batch
@@ -145,11 +145,12 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
         items = await item_store.items_of(conn, batch.id)
         agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
         answered = [
-            (item, response_from_json(response))
+            (item, response)
             for item in items
             if item.agent_id in agents
             and item.request_status is RequestStatus.COMPLETED
-            and (response := (item.result or {}).get("response"))
+            and item.result is not None
+            and (response := item.result.response) is not None
         ]
         turns = [
             Turn(agent=agents[item.agent_id], state=item.step_state, response=response, batch_item_id=item.id)

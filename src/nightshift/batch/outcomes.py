@@ -1,13 +1,10 @@
-"""A provider's per-request outcome, stored on its batch item as JSON and read back at resume."""
+"""A provider's per-request outcome as its batch item stores it (``StoredResult``), and why it failed."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from nightshift.domain.answers import StoredResult
 from nightshift.domain.batches import ItemResult, RequestStatus
-from nightshift.domain.messages import ToolCall
-from nightshift.domain.usage import Usage
-from nightshift.providers.base import BatchOutcome, ModelError, ModelResponse, OutcomeStatus
+from nightshift.providers.base import BatchOutcome, ModelError, OutcomeStatus
 
 REQUEST_STATUS = {
     OutcomeStatus.SUCCEEDED: RequestStatus.COMPLETED,
@@ -17,41 +14,9 @@ REQUEST_STATUS = {
 }
 
 
-def response_json(response: ModelResponse) -> dict[str, Any]:
-    return {
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
-        "reasoning": response.reasoning,
-        "request_heartbeat": response.request_heartbeat,
-        "text": response.text,
-        "usage": response.usage.to_json(),
-        "stop_reason": response.stop_reason,
-        "model": response.model,
-    }
-
-
-def response_from_json(data: dict[str, Any]) -> ModelResponse:
-    # Results stored before turns held several calls have one "tool_call" (or null).
-    calls = data["tool_calls"] if "tool_calls" in data else [c for c in [data.get("tool_call")] if c]
-    return ModelResponse(
-        tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in calls),
-        reasoning=data.get("reasoning"),
-        request_heartbeat=bool(data.get("request_heartbeat")),
-        text=data.get("text"),
-        usage=Usage.from_json(data.get("usage", {})),
-        stop_reason=data.get("stop_reason"),
-        model=data.get("model"),
-    )
-
-
 def outcome_result(item_id: str, outcome: BatchOutcome) -> ItemResult:
     """What is stored for one item the provider answered (or errored, cancelled, expired)."""
     error = outcome.error
-    result: dict[str, Any] = {
-        "status": outcome.status.value,
-        "response": response_json(outcome.response) if outcome.response else None,
-        "error": {"type": error.type, "message": error.message} if error else None,
-        "raw": dict(outcome.raw),
-    }
     answered = outcome.status is OutcomeStatus.SUCCEEDED and outcome.response is not None
     text = f"{error.type}: {error.message}" if error else None
     if outcome.status in (OutcomeStatus.CANCELED, OutcomeStatus.EXPIRED):
@@ -59,7 +24,7 @@ def outcome_result(item_id: str, outcome: BatchOutcome) -> ItemResult:
     return ItemResult(
         item_id=item_id,
         request_status=REQUEST_STATUS[outcome.status],
-        result=result,
+        result=StoredResult(status=outcome.status, response=outcome.response, error=error, raw=outcome.raw),
         usage=outcome.response.usage if answered and outcome.response else None,
         error=text,
     )
@@ -70,17 +35,6 @@ def failed_result(item_id: str, reason: str, error: ModelError | None = None) ->
     return ItemResult(
         item_id=item_id,
         request_status=RequestStatus.FAILED,
-        result={
-            "status": "errored",
-            "response": None,
-            "error": {"type": error.type, "message": error.message} if error else None,
-            "raw": {},
-        },
+        result=StoredResult(status=OutcomeStatus.ERRORED, error=error),
         error=reason,
     )
-
-
-def stored_error(result: dict[str, Any] | None) -> ModelError | None:
-    """The provider error stored with an item's result, if any."""
-    error = (result or {}).get("error")
-    return ModelError(type=error["type"], message=error["message"]) if error else None

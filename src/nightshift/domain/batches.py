@@ -15,16 +15,18 @@ A batch item is one agent inside one provider batch.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from nightshift.domain.answers import StoredResult
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.solver import SolverState
 from nightshift.domain.usage import Usage
+from nightshift.domain.versions import Upgrade, upgrade_state
 
 
 class RunStatus(StrEnum):
@@ -129,33 +131,11 @@ class StepState:
         )
 
 
-Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 # How a step state of each old version becomes the next one: ``{1: upgrade_1_to_2}``, written
 # when STEP_STATE_VERSION moves on, so that runs in flight across an upgrade of the server go on.
 STEP_STATE_UPGRADES: dict[int, Upgrade] = {
     1: lambda data: {**data, "summary": None},  # 2 adds summaries: a step of version 1 never waits for one
 }
-
-
-def upgrade_state(data: dict[str, Any], upgrades: Mapping[int, Upgrade], *, current: int) -> dict[str, Any]:
-    """``data`` (with a ``schema_version``) brought to version ``current``, one upgrade at a time.
-
-    Raises:
-        ValueError: A version newer than ``current``, or an older one with no upgrade.
-    """
-    version = data.get("schema_version")
-    if not isinstance(version, int):
-        raise ValueError(f"a saved state without a schema_version: {sorted(data)}")
-    if version > current:
-        raise ValueError(f"step state schema_version {version} is newer than this nightshift's ({current})")
-    while version < current:
-        upgrade = upgrades.get(version)
-        if upgrade is None:
-            raise ValueError(f"no upgrade of step state schema_version {version} to {current}")
-        data = upgrade(data)
-        version += 1
-        data = {**data, "schema_version": version}
-    return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -214,7 +194,7 @@ class ProviderBatch:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchItem:
-    """One agent inside one provider batch. ``result`` is the stored outcome (see ``batch/outcomes``)."""
+    """One agent inside one provider batch. ``result`` is what became of its request, once known."""
 
     id: str
     organization_id: str
@@ -224,7 +204,7 @@ class BatchItem:
     request_status: RequestStatus
     step_status: StepStatus
     step_state: StepState
-    result: dict[str, Any] | None = None
+    result: StoredResult | None = None
     usage: Usage | None = None
     # What its answer cost (see ``Costs``), set when the step is applied; None: no answer, or an
     # unknown model.
@@ -251,12 +231,12 @@ class BatchItem:
 class ItemResult:
     """What the provider answered for one item (or why there is no answer), to be stored once.
 
-    ``result`` is the outcome as JSON (``batch/outcomes``); ``error`` a person's reading of a failure.
+    ``error`` is a person's reading of a failure.
     """
 
     item_id: str
     request_status: RequestStatus
-    result: dict[str, Any]
+    result: StoredResult
     usage: Usage | None = None
     error: str | None = None
 

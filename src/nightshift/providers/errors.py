@@ -1,6 +1,7 @@
-"""Which provider error kinds are worth retrying, and the kind each HTTP status means.
+"""The provider error kind each HTTP status means.
 
-The kinds themselves are ``ProviderErrorKind`` (in ``errors.py``, beside ``ProviderError``).
+The kinds themselves, and which are worth retrying (``is_retryable``), are in ``errors.py``,
+beside ``ProviderError``.
 """
 
 from __future__ import annotations
@@ -8,17 +9,6 @@ from __future__ import annotations
 from typing import Final
 
 from nightshift.errors import ProviderErrorKind
-
-# Transient failures: the same request may succeed later.
-RETRYABLE_KINDS: Final = frozenset(
-    {
-        ProviderErrorKind.RATE_LIMIT,
-        ProviderErrorKind.OVERLOADED,
-        ProviderErrorKind.API_ERROR,
-        ProviderErrorKind.TIMEOUT,
-        ProviderErrorKind.CONNECTION,
-    }
-)
 
 _BY_STATUS: Final = {
     400: ProviderErrorKind.INVALID_REQUEST,
@@ -42,15 +32,6 @@ def kind_for_status(status: int) -> ProviderErrorKind:
     if status in _BY_STATUS:
         return _BY_STATUS[status]
     return ProviderErrorKind.INVALID_REQUEST if 400 <= status < 500 else ProviderErrorKind.API_ERROR
-
-
-def is_retryable(kind: str) -> bool:
-    """Whether an error of this kind is transient (trying the same request later may succeed).
-
-    ``kind`` is a ``ProviderErrorKind`` or the type a provider gave a failed request of a batch
-    (``ModelError.type``, its own word, which may be one nightshift has no member for).
-    """
-    return kind in RETRYABLE_KINDS
 
 
 def kind_of(error_type: object, status: int) -> ProviderErrorKind:

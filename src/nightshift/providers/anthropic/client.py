@@ -14,7 +14,7 @@ import anthropic
 import orjson
 from anthropic.types.messages import MessageBatch
 
-from nightshift.errors import ProviderError, ProviderErrorKind
+from nightshift.errors import ProviderError, ProviderErrorKind, is_retryable
 from nightshift.providers.anthropic import INFO, wire
 from nightshift.providers.base import (
     BatchOutcome,
@@ -27,7 +27,7 @@ from nightshift.providers.base import (
     StreamEvent,
     parse_json_line,
 )
-from nightshift.providers.errors import is_retryable, kind_of
+from nightshift.providers.errors import kind_of
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
 

@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import orjson
 
-from nightshift.errors import ProviderError, ProviderErrorKind
+from nightshift.errors import ProviderError, ProviderErrorKind, is_retryable
 from nightshift.providers.base import (
     BatchOutcome,
     BatchState,
@@ -29,7 +29,7 @@ from nightshift.providers.base import (
     StreamEvent,
     parse_json_line,
 )
-from nightshift.providers.errors import is_retryable, kind_for_status
+from nightshift.providers.errors import kind_for_status
 from nightshift.providers.openai import INFO, wire
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
