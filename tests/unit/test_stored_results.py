@@ -3,6 +3,8 @@ before results carried a version, reads back as the same answer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 
@@ -36,17 +38,14 @@ def test_a_result_travels_as_json_with_its_version() -> None:
 
 
 def test_results_stored_before_they_were_versioned_read_back() -> None:
-    today = {
-        "status": "succeeded",
-        "response": {"tool_calls": [CALL], "reasoning": None, "request_heartbeat": False, "text": None,
-                     "usage": USAGE, "stop_reason": "tool_use", "model": "claude-test"},
-        "error": None,
-        "raw": {},
+    answer: dict[str, Any] = {
+        "reasoning": None, "request_heartbeat": False, "text": None, "usage": USAGE, "stop_reason": "tool_use",
+        "model": "claude-test",
     }  # fmt: skip
-    one_call = {**today, "response": {**today["response"], "tool_call": CALL}}
-    del one_call["response"]["tool_calls"]  # as stored before turns held several calls
-    no_call = {**today, "response": {**today["response"], "tool_call": None, "text": "bye"}}
-    del no_call["response"]["tool_calls"]
+    today = {"status": "succeeded", "response": {**answer, "tool_calls": [CALL]}, "error": None, "raw": {}}
+    # As stored before turns held several calls: one "tool_call", or null.
+    one_call = {**today, "response": {**answer, "tool_call": CALL}}
+    no_call = {**today, "response": {**answer, "tool_call": None, "text": "bye"}}
 
     for stored in (today, one_call):
         response = StoredResult.from_json(stored).response
