@@ -39,6 +39,7 @@ from nightshift.batch.worker import running_worker
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.batches import BatchRun, ProviderBatch
+from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
@@ -237,7 +238,7 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
             agent_ids += [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
     del specs  # the run is measured with only the ids in hand, as a client would have them
     gc.collect()
-    requests = [RunRequest(agent_id=agent_id, messages=(ASKS[tool],)) for agent_id in agent_ids]
+    requests = [RunRequest(agent_id=agent_id, messages=(UserInput(text=ASKS[tool]),)) for agent_id in agent_ids]
     counter = StatementCounter(engine)
     phases: list[Phase] = []
     async with running_worker(settings, engine) as worker:

@@ -23,7 +23,7 @@ see each other's figures, and importing this module creates nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from enum import StrEnum
 
@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from nightshift.domain.batches import BatchCensus, ProviderBatchStatus, RunStatus
+from nightshift.domain.usage import Usage
 
 # From a submit of a few agents (tens of ms) to the apply of a step of 10,000 agents with tools.
 STAGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -141,11 +142,12 @@ class Metrics:
         """Count ``count`` errors of ``kind`` from ``provider``."""
         self._provider_errors.labels(provider=provider, kind=kind, scope=scope.value).inc(count)
 
-    def usage(self, provider: str, model: str, tokens: Mapping[str, int], cost_usd: float | None) -> None:
+    def usage(self, provider: str, model: str, tokens: Usage, cost_usd: float | None) -> None:
         """Count the tokens (an item's ``usage``, or the sum of several) and their cost, if known."""
+        counted = tokens.to_json()
         for key, kind in TOKEN_KINDS.items():
-            if tokens.get(key):
-                self._tokens.labels(provider=provider, model=model, kind=kind).inc(tokens[key])
+            if counted[key]:
+                self._tokens.labels(provider=provider, model=model, kind=kind).inc(counted[key])
         if cost_usd:
             self._cost.labels(provider=provider, model=model).inc(cost_usd)
 

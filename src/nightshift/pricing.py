@@ -29,6 +29,7 @@ from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
 
 from nightshift.domain.batches import Costs
 from nightshift.domain.fast_init import fast_init
+from nightshift.domain.usage import Usage
 from nightshift.providers.base import CacheTtl
 from nightshift.providers.registry import providers
 
@@ -83,18 +84,16 @@ class Tokens:
     cache_write_1h: int = 0
 
     @classmethod
-    def of(cls, usage: Mapping[str, int], *, ttl: CacheTtl) -> Tokens:
-        """``usage`` as stored (``batch/outcomes.usage_json``); writes the provider did not
-        attribute to a lifetime (and every write of usage stored before the split was recorded)
-        were made with ``ttl``, the lifetime the request asked for."""
-        written = usage.get("cache_write_tokens", 0)
-        five = usage.get("cache_write_5m_tokens", 0)
-        hour = usage.get("cache_write_1h_tokens", 0)
-        rest = max(written - five - hour, 0)
+    def of(cls, usage: Usage, *, ttl: CacheTtl) -> Tokens:
+        """``usage`` by how it is billed; writes the provider did not attribute to a lifetime (and
+        every write of usage stored before the split was recorded) were made with ``ttl``, the
+        lifetime the request asked for."""
+        five, hour = usage.cache_write_5m_tokens, usage.cache_write_1h_tokens
+        rest = max(usage.cache_write_tokens - five - hour, 0)
         return cls(
-            input=usage.get("input_tokens", 0),
-            output=usage.get("output_tokens", 0),
-            cache_read=usage.get("cache_read_tokens", 0),
+            input=usage.input_tokens,
+            output=usage.output_tokens,
+            cache_read=usage.cache_read_tokens,
             cache_write_5m=five + (rest if ttl is CacheTtl.FIVE_MINUTES else 0),
             cache_write_1h=hour + (rest if ttl is CacheTtl.ONE_HOUR else 0),
         )
@@ -156,8 +155,8 @@ class PriceTable:
         card = _card(provider, model, batch, on or datetime.now(UTC).date())
         return None if card is None else card.at(prompt_tokens)
 
-    def cost(self, handle: str, usage: Mapping[str, int], *, batch: bool) -> Costs | None:
-        """What ``usage`` (as stored: input, output, cache read and write tokens) cost on ``handle``.
+    def cost(self, handle: str, usage: Usage, *, batch: bool) -> Costs | None:
+        """What ``usage`` cost on ``handle``.
 
         Cache writes the provider did not attribute to a lifetime are priced at the one the
         provider's requests asked for (``ProviderInfo.batch_cache_ttl`` in a batch, else five

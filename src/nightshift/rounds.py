@@ -27,7 +27,7 @@ from nightshift.bench import emulator_process
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.batches import RunStatus
-from nightshift.domain.messages import Role, said_text
+from nightshift.domain.messages import Role, UserInput, said_text
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.domain.tool_rules import ChildToolRule, InitToolRule, TerminalToolRule, ToolRule
 from nightshift.emulator import EmulatorAdmin
@@ -135,7 +135,8 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
             )
         agent_ids = [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
     requests = [
-        RunRequest(agent_id=agent_id, messages=(task.ask,)) for agent_id, task in zip(agent_ids, TASKS, strict=True)
+        RunRequest(agent_id=agent_id, messages=(UserInput(text=task.ask),))
+        for agent_id, task in zip(agent_ids, TASKS, strict=True)
     ]
     async with running_worker(settings, engine) as worker:
         async with engine.begin() as conn:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.domain.agents import Agent, LLMConfig
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.domain.passages import Passage
 from nightshift.errors import ToolError
@@ -147,7 +147,7 @@ async def test_conversation_search_finds_user_send_message_and_tool_result_text(
                 name="send_message",
             ),
             message(Role.USER, "What is the weather?", 4),
-            message(Role.USER, '{"type": "heartbeat", "reason": "parrot"}', 5, extra={"event": "heartbeat"}),
+            message(Role.USER, '{"type": "heartbeat", "reason": "parrot"}', 5, kind=MessageKind.HEARTBEAT),
         ],
     )
     ctx = context(agent, conn)

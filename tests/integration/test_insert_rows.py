@@ -44,7 +44,7 @@ def conversation(agent_id: str, count: int) -> list[Message]:
                         role=Role.USER,
                         text=f"line {index}\ttab, quote ' \" backslash \\ and é ✓",
                         images=(Image(media_type="image/png", data="aGVsbG8="),) if index % 2 else (),
-                        extra={"sender_id": None, "n": index},
+                        otid=f"client-{index}",
                     )
                 )
             case 1:

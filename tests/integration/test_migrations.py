@@ -12,6 +12,7 @@ from sqlalchemy import Connection, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, StepStatus
+from nightshift.domain.usage import Usage
 from nightshift.store import db
 from nightshift.store.batch_summaries import summarize
 from nightshift.store.db import include_object, opened, upgrade
@@ -163,7 +164,7 @@ async def test_batches_closed_before_0010_get_their_summaries(empty_db_url: str)
     }
     assert progress.running == 1 and progress.step == 2
     assert progress.outcomes == {ItemOutcome.CONTINUED: 1, ItemOutcome.FAILED: 1, ItemOutcome.CANCELLED: 1}
-    assert progress.usage == usage and progress.batch_usage["pb-1"] == usage
+    assert progress.usage == Usage.from_json(usage) and progress.batch_usage["pb-1"] == Usage.from_json(usage)
     assert progress.cost == Costs(usd=0.25, without_batch_usd=0.5, cache_savings_usd=0.0)
 
 
@@ -195,4 +196,4 @@ async def test_absent_usage_stored_before_0012_becomes_sql_null(empty_db_url: st
             used = (await conn.execute(text("SELECT id FROM batch_items WHERE usage IS NOT NULL"))).scalars().all()
             progress = await run_progress(conn, "run-1")
     assert used == ["item-2"]
-    assert progress.running == 2 and progress.usage == usage
+    assert progress.running == 2 and progress.usage == Usage.from_json(usage)

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nightshift.batch.decisions import StepEntry
 from nightshift.batch.steps import RunRequest, create_run, write_step
 from nightshift.domain.agents import LLMConfig
+from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.runtime.step import first_state
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents, delete_agent, update_agent
@@ -65,7 +66,7 @@ async def test_a_written_step_holds_its_agents_as_stored(engine: AsyncEngine) ->
         run, _ = await create_run(
             conn,
             DEFAULT_ORG_ID,
-            [RunRequest(agent_id=a.id, messages=("hello",)) for a in created],
+            [RunRequest(agent_id=a.id, messages=(UserInput(text="hello"),)) for a in created],
             callback_url=None,
             default_max_steps=5,
             endpoints={},

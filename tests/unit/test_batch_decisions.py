@@ -19,8 +19,9 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.domain.context_window import SummaryPlan
+from nightshift.domain.solver import Reason
 from nightshift.providers.base import ModelError
-from nightshift.runtime.step import TurnReason, TurnResult
+from nightshift.runtime.step import TurnResult
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -56,7 +57,7 @@ def errored(agent_id: str, kind: str, *, retries: int = 0) -> BatchItem:
 
 
 def turn(agent_id: str, *, continues: bool, failure: str | None = None) -> TurnResult:
-    reason = TurnReason.HEARTBEAT if continues else TurnReason.NO_HEARTBEAT
+    reason = Reason.HEARTBEAT if continues else Reason.NO_HEARTBEAT
     return TurnResult(
         agent_id=agent_id,
         messages=(),

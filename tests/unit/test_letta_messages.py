@@ -70,7 +70,7 @@ def test_only_the_types_asked_for() -> None:
 
 
 def test_an_input_keeps_its_otid() -> None:
-    given = _message(Role.USER, "hi", extra={"otid": "client-otid-7"})
+    given = _message(Role.USER, "hi", otid="client-otid-7")
     (part,) = to_letta_messages(given)
     assert (part["message_type"], part["content"], part["otid"]) == ("user_message", "hi", "client-otid-7")
     (derived,) = to_letta_messages(_message(Role.USER, "hi"))

@@ -12,9 +12,10 @@ from nightshift.api.letta_messages import to_letta_messages
 from nightshift.api.letta_stream import LettaStream, arguments_so_far, sse_events
 from nightshift.api.partial_json import partial_object
 from nightshift.domain.messages import Message, Role, ToolCall
-from nightshift.errors import ProviderError
+from nightshift.domain.usage import Usage
+from nightshift.errors import ProviderError, ProviderErrorKind
 from nightshift.providers.agent_arguments import split_agent_arguments
-from nightshift.providers.base import TextDelta, ToolCallDelta, Usage
+from nightshift.providers.base import TextDelta, ToolCallDelta
 from nightshift.runtime.step import TurnReason
 from nightshift.runtime.sync import SyncResult
 from support.messages import msg
@@ -173,7 +174,7 @@ async def test_events_ping_while_the_run_is_quiet_then_end() -> None:
     ("error", "stop", "kind", "text"),
     [
         (
-            ProviderError("Anthropic returned 529 overloaded_error: Overloaded", kind="overloaded_error"),
+            ProviderError("Anthropic returned 529 overloaded_error: Overloaded", kind=ProviderErrorKind.OVERLOADED),
             "llm_api_error",
             "llm_api_error",
             "Overloaded",

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client.parser import text_string_to_metric_families
 
 from nightshift.domain.batches import BatchCensus, ProviderBatchStatus, RunStatus
+from nightshift.domain.usage import Usage
 from nightshift.metrics import ErrorScope, Metrics
 
 NOW = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
@@ -63,8 +64,8 @@ def test_no_lag_when_nothing_is_due_yet() -> None:
 
 def test_tokens_by_kind_and_cost_only_when_priced() -> None:
     metrics = Metrics()
-    metrics.usage("anthropic", "m1", {"input_tokens": 10, "output_tokens": 4, "cache_read_tokens": 0}, 0.25)
-    metrics.usage("anthropic", "m1", {"input_tokens": 5, "cache_write_tokens": 7}, None)
+    metrics.usage("anthropic", "m1", Usage(input_tokens=10, output_tokens=4, cache_read_tokens=0), 0.25)
+    metrics.usage("anthropic", "m1", Usage(input_tokens=5, cache_write_tokens=7), None)
     found = samples(metrics)
     tokens = {
         dict(labels)["kind"]: v
@@ -80,8 +81,8 @@ def test_a_child_process_figures_add_to_the_parents_series_by_series() -> None:
     parent.stage_done("submit", "anthropic", 0.3)
     child.stage_done("submit", "anthropic", 2.0)
     child.stage_done("apply", "openai", 0.02)  # a series only the child has
-    parent.usage("anthropic", "claude", {"input_tokens": 7}, None)
-    child.usage("anthropic", "claude", {"input_tokens": 5}, 0.5)
+    parent.usage("anthropic", "claude", Usage(input_tokens=7), None)
+    child.usage("anthropic", "claude", Usage(input_tokens=5), 0.5)
     child.sandbox_calls(3, 1)
     text = parent.exposition(EMPTY, NOW, others=[child.process_figures().decode()]).decode()
     found = {

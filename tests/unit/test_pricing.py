@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from genai_prices.data_snapshot import DataSnapshot, get_snapshot, set_custom_snapshot
 
+from nightshift.domain.usage import Usage
 from nightshift.pricing import Price, PriceTable
 
 HAIKU_45 = "anthropic/claude-haiku-4-5-20251001"
@@ -20,12 +21,12 @@ HAIKU_35 = "anthropic/claude-3-5-haiku-20241022"
 
 def usage(
     input: int = 0, output: int = 0, read: int = 0, write: int = 0, *, five: int | None = None, hour: int | None = None
-) -> dict[str, int]:
+) -> Usage:
     """Usage as stored; without ``five``/``hour`` it is usage stored before writes were split by lifetime."""
     found = {"input_tokens": input, "output_tokens": output, "cache_read_tokens": read, "cache_write_tokens": write}
     if five is not None or hour is not None:
         found |= {"cache_write_5m_tokens": five or 0, "cache_write_1h_tokens": hour or 0}
-    return found
+    return Usage.from_json(found)
 
 
 def test_claude_haiku_4_5_batch_with_one_hour_cache_writes() -> None:

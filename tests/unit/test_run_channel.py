@@ -64,7 +64,7 @@ async def test_a_child_that_ends_before_it_answers_fails_the_question() -> None:
 
 def test_run_requests_travel_as_json() -> None:
     requests = [
-        RunRequest(agent_id="agent-a", messages=("hello", "again"), max_steps=3),
+        RunRequest(agent_id="agent-a", messages=(UserInput(text="hello"), UserInput(text="again")), max_steps=3),
         RunRequest(
             agent_id="agent-b",
             messages=(
@@ -76,3 +76,4 @@ def test_run_requests_travel_as_json() -> None:
         ),
     ]
     assert [RunRequest.from_json(orjson.loads(orjson.dumps(r.to_json()))) for r in requests] == requests
+    assert requests[0].to_json()["messages"] == ["hello", "again"]  # a text alone travels as a string

@@ -16,6 +16,7 @@ from nightshift.domain.batches import StepState
 from nightshift.domain.blocks import Block
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.passages import Passage
+from nightshift.domain.solver import Reason
 from nightshift.domain.tool_rules import (
     ChildToolRule,
     ConditionalToolRule,
@@ -151,7 +152,7 @@ def tool_body(message: Message) -> dict[str, Any]:
 async def test_send_message_without_a_heartbeat_ends_the_run() -> None:
     (result,) = await take([turn(answer("send_message", '{"message": "hello"}'))])
 
-    assert (result.continues, result.reason) == (False, TurnReason.NO_HEARTBEAT)
+    assert (result.continues, result.reason) == (False, Reason.NO_HEARTBEAT)
     assistant, tool_message = result.messages
     assert assistant.role is Role.ASSISTANT and assistant.reasoning == "thinking"
     assert assistant.tool_calls[0].name == "send_message"
@@ -162,7 +163,7 @@ async def test_send_message_without_a_heartbeat_ends_the_run() -> None:
 async def test_a_heartbeat_asks_for_another_step() -> None:
     (result,) = await take([turn(answer("send_message", '{"message": "more"}', heartbeat=True))])
 
-    assert (result.continues, result.reason) == (True, TurnReason.HEARTBEAT)
+    assert (result.continues, result.reason) == (True, Reason.HEARTBEAT)
 
 
 async def test_a_text_answer_is_the_final_word() -> None:
@@ -220,7 +221,7 @@ async def test_custom_tools_go_to_the_sandbox_with_the_agents_secrets() -> None:
     assert (call.organization_id, call.function_name, call.arguments) == (ORG, "lookup", {"order_id": "42"})
     assert dict(call.env) == {"SHOP_KEY": "k-1"}
     assert json.loads(tool_body(result.messages[1])["message"]) == {"order": 42, "status": "shipped"}
-    assert (result.continues, result.reason) == (True, TurnReason.HEARTBEAT)
+    assert (result.continues, result.reason) == (True, Reason.HEARTBEAT)
 
 
 async def test_a_failing_custom_tool_is_a_tool_error() -> None:
@@ -254,7 +255,7 @@ async def test_an_exit_loop_rule_ends_the_run_even_with_a_heartbeat() -> None:
 
     (result,) = await take([turn(answer("send_message", '{"message": "bye"}', heartbeat=True), who)])
 
-    assert (result.continues, result.reason) == (False, TurnReason.EXIT_LOOP)
+    assert (result.continues, result.reason) == (False, Reason.EXIT_LOOP)
 
 
 async def test_a_bug_a_base_tool_runs_into_is_that_agents_tool_error() -> None:
@@ -268,7 +269,7 @@ async def test_a_bug_a_base_tool_runs_into_is_that_agents_tool_error() -> None:
 
     assert bad.reason is TurnReason.TOOL_ERROR and bad.failure is None
     assert (bad.tool_error or "").startswith("Error executing function core_memory_append: TypeError")
-    assert good.reason is TurnReason.NO_HEARTBEAT
+    assert good.reason is Reason.NO_HEARTBEAT
 
 
 # Several tool calls in one turn.
@@ -300,7 +301,7 @@ async def test_three_calls_of_one_turn_are_kept_run_side_by_side_and_answered_in
     assert statuses(result) == [("call_1", "lookup", "OK"), ("call_2", "lookup", "OK"), ("call_3", "lookup", "OK")]
     assert sandbox.waves == [["lookup", "lookup", "lookup"]]  # one sandbox round for the three
     assert [c.arguments for c in sandbox.calls] == [{"city": "Paris"}, {"city": "Rome"}, {"city": "Oslo"}]
-    assert (result.continues, result.reason) == (True, TurnReason.HEARTBEAT)
+    assert (result.continues, result.reason) == (True, Reason.HEARTBEAT)
     assert result.state.solver.history == ("lookup", "lookup", "lookup")
 
 
@@ -387,7 +388,7 @@ async def test_a_terminal_call_ends_the_run_after_the_turns_other_calls_ran() ->
 
     (result,) = await take([turn(answers(said, CITIES[0], CITIES[1], heartbeat=True), who)], sandbox)
 
-    assert (result.continues, result.reason) == (False, TurnReason.EXIT_LOOP)
+    assert (result.continues, result.reason) == (False, Reason.EXIT_LOOP)
     assert len(sandbox.calls) == 2 and len(result.messages) == 4
 
 
@@ -397,7 +398,7 @@ async def test_a_required_tool_keeps_the_run_open_past_a_terminal_call() -> None
 
     (result,) = await take([turn(answers(CITIES[0], said), who)], TableSandbox({"lookup": ok("sunny")}))
 
-    assert (result.continues, result.reason) == (True, TurnReason.REQUIRED_BEFORE_EXIT)
+    assert (result.continues, result.reason) == (True, Reason.REQUIRED_BEFORE_EXIT)
 
 
 async def test_turns_of_many_agents_share_the_sandbox_waves() -> None:

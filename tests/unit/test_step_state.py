@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from nightshift.domain.batches import STEP_STATE_VERSION, StepState, upgrade_state
+from nightshift.domain.batches import STEP_STATE_VERSION, StepState
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.solver import SolverState
+from nightshift.domain.versions import upgrade_state
 
 
 def test_a_state_reads_back_as_it_was_written() -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from nightshift.batch.outcomes import usage_json
-from nightshift.providers.base import Usage
-from nightshift.store.batch_summaries import USAGE_KEYS
+import dataclasses
+
+from nightshift.domain.usage import USAGE_KEYS, Usage
 
 
 def test_the_summed_keys_are_the_stored_ones() -> None:
-    assert set(USAGE_KEYS) == set(usage_json(Usage()))
+    assert set(USAGE_KEYS) == set(Usage().to_json()) == {f.name for f in dataclasses.fields(Usage)}

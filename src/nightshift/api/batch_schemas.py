@@ -13,6 +13,7 @@ from nightshift.api.input import Body
 from nightshift.batch.steps import refuse_repeated_agents
 from nightshift.domain.batches import Costs, ItemOutcome
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
+from nightshift.domain.usage import Usage
 from nightshift.services.runs import AgentInRun, RunView
 
 
@@ -83,20 +84,21 @@ class InputMessage(BaseModel):
             return ()
         return tuple(p.source.to_image() for p in self.content if isinstance(p, ImagePart))
 
-    def as_input(self) -> str | UserInput:
-        """The message's text, or a ``UserInput`` when it has images."""
-        images = self.images()
-        return UserInput(text=self.as_text(), images=images) if images else self.as_text()
+    def as_input(self, *, otid: str | None = None) -> UserInput:
+        """The message's text with its images (and the sender's ``otid`` for it, if given)."""
+        return UserInput(text=self.as_text(), images=self.images(), otid=otid)
 
 
-def input_turns(
-    messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None
-) -> tuple[str | UserInput, ...]:
-    """Letta's ``messages`` and its ``input`` shorthand, in that order: each a text, or a
-    ``UserInput`` when the message has images."""
-    found: list[str | UserInput] = [m.as_input() for m in messages or ()]
+def shorthand_input(shorthand: str | list[TextPart]) -> UserInput:
+    """Letta's ``input`` shorthand: a text, or text parts joined by lines."""
+    return UserInput(text=shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
+
+
+def input_turns(messages: list[InputMessage] | None, shorthand: str | list[TextPart] | None) -> tuple[UserInput, ...]:
+    """Letta's ``messages`` and its ``input`` shorthand, in that order."""
+    found = [m.as_input() for m in messages or ()]
     if shorthand is not None:
-        found.append(shorthand if isinstance(shorthand, str) else "\n".join(p.text for p in shorthand))
+        found.append(shorthand_input(shorthand))
     return tuple(found)
 
 
@@ -109,8 +111,8 @@ class BatchRequestBody(BaseModel):
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=1000)
 
-    def texts(self) -> tuple[str | UserInput, ...]:
-        """The messages, each a text or (with images) a ``UserInput``."""
+    def texts(self) -> tuple[UserInput, ...]:
+        """The messages, in order."""
         return input_turns(self.messages, self.input)
 
 
@@ -191,7 +193,7 @@ class BatchRunPublic(BaseModel):
                     }
                     for f in view.failures
                 ],
-                "usage": progress.usage,
+                "usage": usage_json(progress.usage),
                 **costs_json(progress.cost),
                 "provider_batches": [
                     {
@@ -202,7 +204,7 @@ class BatchRunPublic(BaseModel):
                         "status": b.status.value,
                         "provider_status": b.provider_status,
                         "request_counts": b.request_counts,
-                        "usage": progress.batch_usage.get(b.id, {}),
+                        "usage": usage_json(progress.batch_usage.get(b.id)),
                         "cost_usd": round(progress.batch_cost_usd.get(b.id, 0.0), 6),
                         "error": b.error,
                         "duplicates": list(b.duplicates),
@@ -225,10 +227,15 @@ def agent_in_run_json(agent: AgentInRun) -> dict[str, Any]:
         "state": agent.state,
         "steps": agent.steps,
         "step_number": agent.step_number,
-        "usage": agent.usage,
+        "usage": usage_json(agent.usage),
         **costs_json(agent.cost),
         "error": agent.error,
     }
+
+
+def usage_json(usage: Usage | None) -> dict[str, int]:
+    """Tokens used, by kind (empty when nothing answered yet)."""
+    return usage.to_json() if usage is not None else {}
 
 
 def costs_json(cost: Costs) -> dict[str, float]:

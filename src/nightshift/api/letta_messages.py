@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from nightshift.domain.messages import Message, Role
+from nightshift.domain.messages import Message, MessageKind, Role
 from nightshift.runtime.sync import SyncResult
 
 SEND_MESSAGE = "send_message"
@@ -54,7 +54,7 @@ def _otid(message: Message, index: int) -> str:
 
     Derived ids are stable (the same message shows the same otids every time) and distinct per part.
     """
-    given = message.extra.get("otid")
+    given = message.otid
     if index == 0 and isinstance(given, str):
         return given
     try:
@@ -95,7 +95,7 @@ def _user_content(message: Message) -> str | list[dict[str, Any]]:
 
 def is_heartbeat(message: Message) -> bool:
     """Whether the message is the automatic user turn between two steps of a run."""
-    return message.role is Role.USER and message.extra.get("event") == "heartbeat"
+    return message.role is Role.USER and message.kind is MessageKind.HEARTBEAT
 
 
 def to_letta_messages(message: Message, view: LettaView = DEFAULT_VIEW) -> list[dict[str, Any]]:
@@ -122,8 +122,8 @@ def _parts(message: Message, view: LettaView) -> list[dict[str, Any]]:
                 "tool_return": message.text,
                 "status": "error" if message.is_error else "success",
                 "tool_call_id": message.tool_call_id or "",
-                "stdout": message.extra.get("stdout"),
-                "stderr": message.extra.get("stderr"),
+                "stdout": list(message.stdout) if message.stdout else None,
+                "stderr": list(message.stderr) if message.stderr else None,
             }
         ]
     parts: list[dict[str, Any]] = []

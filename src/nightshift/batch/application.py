@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import final_status, next_step
-from nightshift.batch.outcomes import failed_result, outcome_result, response_from_json
+from nightshift.batch.outcomes import failed_result, outcome_result
 from nightshift.batch.stages import Stage, stage_done
 from nightshift.batch.steps import WrittenBatch, write_step
 from nightshift.batch.submission import end_batch
@@ -36,6 +35,7 @@ from nightshift.domain.batches import (
     RequestStatus,
     RunStatus,
 )
+from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError
 from nightshift.metrics import ErrorScope, Metrics
 from nightshift.providers.base import BatchState, BatchStatus, OutcomeStatus
@@ -145,11 +145,12 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
         items = await item_store.items_of(conn, batch.id)
         agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
         answered = [
-            (item, response_from_json(response))
+            (item, response)
             for item in items
             if item.agent_id in agents
             and item.request_status is RequestStatus.COMPLETED
-            and (response := (item.result or {}).get("response"))
+            and item.result is not None
+            and (response := item.result.response) is not None
         ]
         turns = [
             Turn(agent=agents[item.agent_id], state=item.step_state, response=response, batch_item_id=item.id)
@@ -216,11 +217,11 @@ class _Usage:
     """The tokens and cost of a step's items, summed by provider and model, for the metrics."""
 
     def __init__(self) -> None:
-        self.tokens: defaultdict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+        self.tokens: defaultdict[tuple[str, str], Usage] = defaultdict(Usage)
         self.cost: defaultdict[tuple[str, str], float] = defaultdict(float)
 
-    def add(self, provider: str, model: str, tokens: Mapping[str, int], cost_usd: float | None) -> None:
-        self.tokens[provider, model].update(tokens)
+    def add(self, provider: str, model: str, tokens: Usage, cost_usd: float | None) -> None:
+        self.tokens[provider, model] += tokens
         self.cost[provider, model] += cost_usd or 0.0
 
     def record(self, metrics: Metrics) -> None:

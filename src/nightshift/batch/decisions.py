@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from nightshift.batch.outcomes import stored_error
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import (
     BatchItem,
@@ -38,7 +37,7 @@ class StepEntry:
 
     agent: Agent
     state: StepState
-    inputs: tuple[str | UserInput, ...] = ()
+    inputs: tuple[UserInput, ...] = ()
     heartbeat: bool = False
     last_request_tokens: int | None = None
 
@@ -91,7 +90,7 @@ def next_step(
                     )
                 )
             continue
-        error = stored_error(item.result)
+        error = item.result.error if item.result else None
         retry = (
             run_open
             and agent is not None

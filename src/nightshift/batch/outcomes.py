@@ -1,12 +1,10 @@
-"""A provider's per-request outcome, stored on its batch item as JSON and read back at resume."""
+"""A provider's per-request outcome as its batch item stores it (``StoredResult``), and why it failed."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from nightshift.domain.answers import StoredResult
 from nightshift.domain.batches import ItemResult, RequestStatus
-from nightshift.domain.messages import ToolCall
-from nightshift.providers.base import BatchOutcome, ModelError, ModelResponse, OutcomeStatus, Usage
+from nightshift.providers.base import BatchOutcome, ModelError, OutcomeStatus
 
 REQUEST_STATUS = {
     OutcomeStatus.SUCCEEDED: RequestStatus.COMPLETED,
@@ -16,54 +14,9 @@ REQUEST_STATUS = {
 }
 
 
-def usage_json(usage: Usage) -> dict[str, int]:
-    """Usage as stored on an item; usage stored before the cache writes were split by lifetime
-    lacks the ``cache_write_5m_tokens`` and ``cache_write_1h_tokens`` keys (see ``Usage``)."""
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "cache_write_5m_tokens": usage.cache_write_5m_tokens,
-        "cache_write_1h_tokens": usage.cache_write_1h_tokens,
-    }
-
-
-def response_json(response: ModelResponse) -> dict[str, Any]:
-    return {
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
-        "reasoning": response.reasoning,
-        "request_heartbeat": response.request_heartbeat,
-        "text": response.text,
-        "usage": usage_json(response.usage),
-        "stop_reason": response.stop_reason,
-        "model": response.model,
-    }
-
-
-def response_from_json(data: dict[str, Any]) -> ModelResponse:
-    # Results stored before turns held several calls have one "tool_call" (or null).
-    calls = data["tool_calls"] if "tool_calls" in data else [c for c in [data.get("tool_call")] if c]
-    return ModelResponse(
-        tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in calls),
-        reasoning=data.get("reasoning"),
-        request_heartbeat=bool(data.get("request_heartbeat")),
-        text=data.get("text"),
-        usage=Usage(**data.get("usage", {})),
-        stop_reason=data.get("stop_reason"),
-        model=data.get("model"),
-    )
-
-
 def outcome_result(item_id: str, outcome: BatchOutcome) -> ItemResult:
     """What is stored for one item the provider answered (or errored, cancelled, expired)."""
     error = outcome.error
-    result: dict[str, Any] = {
-        "status": outcome.status.value,
-        "response": response_json(outcome.response) if outcome.response else None,
-        "error": {"type": error.type, "message": error.message} if error else None,
-        "raw": dict(outcome.raw),
-    }
     answered = outcome.status is OutcomeStatus.SUCCEEDED and outcome.response is not None
     text = f"{error.type}: {error.message}" if error else None
     if outcome.status in (OutcomeStatus.CANCELED, OutcomeStatus.EXPIRED):
@@ -71,8 +24,8 @@ def outcome_result(item_id: str, outcome: BatchOutcome) -> ItemResult:
     return ItemResult(
         item_id=item_id,
         request_status=REQUEST_STATUS[outcome.status],
-        result=result,
-        usage=usage_json(outcome.response.usage) if answered and outcome.response else None,
+        result=StoredResult(status=outcome.status, response=outcome.response, error=error, raw=outcome.raw),
+        usage=outcome.response.usage if answered and outcome.response else None,
         error=text,
     )
 
@@ -82,17 +35,6 @@ def failed_result(item_id: str, reason: str, error: ModelError | None = None) ->
     return ItemResult(
         item_id=item_id,
         request_status=RequestStatus.FAILED,
-        result={
-            "status": "errored",
-            "response": None,
-            "error": {"type": error.type, "message": error.message} if error else None,
-            "raw": {},
-        },
+        result=StoredResult(status=OutcomeStatus.ERRORED, error=error),
         error=reason,
     )
-
-
-def stored_error(result: dict[str, Any] | None) -> ModelError | None:
-    """The provider error stored with an item's result, if any."""
-    error = (result or {}).get("error")
-    return ModelError(type=error["type"], message=error["message"]) if error else None

@@ -69,20 +69,18 @@ class WrittenBatch:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRequest:
-    """One agent of a new run: its id, the user's messages (texts, or ``UserInput`` with images) and an
-    optional step limit."""
+    """One agent of a new run: its id, the user's messages and an optional step limit."""
 
     agent_id: str
-    messages: tuple[str | UserInput, ...]
+    messages: tuple[UserInput, ...]
     max_steps: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The request as JSON (a text stays a string), as ``from_json`` reads it back."""
+        """The request as JSON (a message without images as its text), as ``from_json`` reads it back."""
         return {
             "agent_id": self.agent_id,
             "messages": [
-                m if isinstance(m, str) else {"text": m.text, "images": [asdict(i) for i in m.images]}
-                for m in self.messages
+                {"text": m.text, "images": [asdict(i) for i in m.images]} if m.images else m.text for m in self.messages
             ],
             "max_steps": self.max_steps,
         }
@@ -92,7 +90,9 @@ class RunRequest:
         return cls(
             agent_id=data["agent_id"],
             messages=tuple(
-                m if isinstance(m, str) else UserInput(text=m["text"], images=tuple(Image(**i) for i in m["images"]))
+                UserInput(text=m)
+                if isinstance(m, str)
+                else UserInput(text=m["text"], images=tuple(Image(**i) for i in m["images"]))
                 for m in data["messages"]
             ),
             max_steps=data["max_steps"],
@@ -139,7 +139,7 @@ async def create_run(
         raise InvalidInput("requests must hold at least one request", field="requests")
     ids = [r.agent_id for r in requests]
     refuse_repeated_agents(ids)
-    turns = [[m if isinstance(m, UserInput) else UserInput(text=m) for m in r.messages] for r in requests]
+    turns = [r.messages for r in requests]
     size = sum(len(t.text.encode()) + sum(len(i.data or i.url or "") for i in t.images) for ts in turns for t in ts)
     if size > MAX_INPUT_BYTES:
         raise InvalidInput(f"the messages hold {size} bytes; a run takes at most {MAX_INPUT_BYTES}", field="requests")
@@ -241,7 +241,7 @@ async def write_step(
         item_ids[entry.agent.id] = item_id = new_id("batch_item")
         messages: list[Message] = [
             user_message(entry.agent, t.text, now, batch_item_id=item_id, images=t.images)
-            for t in (i if isinstance(i, UserInput) else UserInput(text=i) for i in entry.inputs)
+            for t in entry.inputs
             if t.text.strip() or t.images
         ]
         if entry.heartbeat:
@@ -310,7 +310,7 @@ def _estimated_bytes(entry: StepEntry, state: StepState, inputs: StepInputs) -> 
         tokens = state.summary.evicted_tokens
     else:
         tokens = inputs.agents[entry.agent.id].context_tokens or 0
-    images = (i.images for i in entry.inputs if isinstance(i, UserInput))
+    images = (i.images for i in entry.inputs)
     return estimated_request_bytes(tokens, image_bytes=sum(len(m.data or m.url or "") for ms in images for m in ms))
 
 

@@ -15,15 +15,18 @@ A batch item is one agent inside one provider batch.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from nightshift.domain.answers import StoredResult
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.solver import SolverState
+from nightshift.domain.usage import Usage
+from nightshift.domain.versions import Upgrade, upgrade_state
 
 
 class RunStatus(StrEnum):
@@ -128,33 +131,11 @@ class StepState:
         )
 
 
-Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 # How a step state of each old version becomes the next one: ``{1: upgrade_1_to_2}``, written
 # when STEP_STATE_VERSION moves on, so that runs in flight across an upgrade of the server go on.
 STEP_STATE_UPGRADES: dict[int, Upgrade] = {
     1: lambda data: {**data, "summary": None},  # 2 adds summaries: a step of version 1 never waits for one
 }
-
-
-def upgrade_state(data: dict[str, Any], upgrades: Mapping[int, Upgrade], *, current: int) -> dict[str, Any]:
-    """``data`` (with a ``schema_version``) brought to version ``current``, one upgrade at a time.
-
-    Raises:
-        ValueError: A version newer than ``current``, or an older one with no upgrade.
-    """
-    version = data.get("schema_version")
-    if not isinstance(version, int):
-        raise ValueError(f"a saved state without a schema_version: {sorted(data)}")
-    if version > current:
-        raise ValueError(f"step state schema_version {version} is newer than this nightshift's ({current})")
-    while version < current:
-        upgrade = upgrades.get(version)
-        if upgrade is None:
-            raise ValueError(f"no upgrade of step state schema_version {version} to {current}")
-        data = upgrade(data)
-        version += 1
-        data = {**data, "schema_version": version}
-    return data
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,7 +194,7 @@ class ProviderBatch:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchItem:
-    """One agent inside one provider batch. ``result`` is the stored outcome (see ``batch/outcomes``)."""
+    """One agent inside one provider batch. ``result`` is what became of its request, once known."""
 
     id: str
     organization_id: str
@@ -223,8 +204,8 @@ class BatchItem:
     request_status: RequestStatus
     step_status: StepStatus
     step_state: StepState
-    result: dict[str, Any] | None = None
-    usage: dict[str, int] | None = None
+    result: StoredResult | None = None
+    usage: Usage | None = None
     # What its answer cost (see ``Costs``), set when the step is applied; None: no answer, or an
     # unknown model.
     cost_usd: float | None = None
@@ -250,13 +231,13 @@ class BatchItem:
 class ItemResult:
     """What the provider answered for one item (or why there is no answer), to be stored once.
 
-    ``result`` is the outcome as JSON (``batch/outcomes``); ``error`` a person's reading of a failure.
+    ``error`` is a person's reading of a failure.
     """
 
     item_id: str
     request_status: RequestStatus
-    result: dict[str, Any]
-    usage: dict[str, int] | None = None
+    result: StoredResult
+    usage: Usage | None = None
     error: str | None = None
 
 
@@ -289,13 +270,13 @@ class BatchSummary:
     Stored on the batch as versioned JSON with its items, and again when their results are all in
     (the batch ended) and when they are final (the batch applied, or cancelled), each time in the
     transaction that made it so (see ``store/batch_summaries.py``). ``items`` counts them by (step
-    status, outcome). ``usage`` (each key some item holds) and ``cost`` are their sums; ``usage``
+    status, outcome). ``usage`` and ``cost`` are their sums; ``usage``
     is None when no item has a usage at all, and the batch is then left out of its run's
     per-batch figures.
     """
 
     items: Mapping[tuple[StepStatus, ItemOutcome | None], int] = field(default_factory=dict)
-    usage: Mapping[str, int] | None = None
+    usage: Usage | None = None
     cost: Costs = field(default_factory=Costs)
 
     @classmethod
@@ -307,7 +288,7 @@ class BatchSummary:
         return {
             "schema_version": SUMMARY_VERSION,
             "items": [[step.value, outcome.value if outcome else None, n] for (step, outcome), n in self.items.items()],
-            "usage": dict(self.usage) if self.usage is not None else None,
+            "usage": self.usage.to_json() if self.usage is not None else None,
             "cost": [self.cost.usd, self.cost.without_batch_usd, self.cost.cache_savings_usd],
         }
 
@@ -325,7 +306,7 @@ class BatchSummary:
                 (StepStatus(step), ItemOutcome(outcome) if outcome else None): int(n)
                 for step, outcome, n in data["items"]
             },
-            usage={key: int(total) for key, total in data["usage"].items()} if data["usage"] is not None else None,
+            usage=Usage.from_json(data["usage"]) if data["usage"] is not None else None,
             cost=Costs(usd=usd, without_batch_usd=without_batch_usd, cache_savings_usd=cache_savings_usd),
         )
 
@@ -348,10 +329,10 @@ class RunProgress:
     running: int = 0
     outcomes: dict[ItemOutcome, int] = field(default_factory=dict)
     step: int = 0
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: Usage | None = None  # None: no item has a usage yet
     cost: Costs = field(default_factory=Costs)
     # Per provider batch (by our batch id): what each step used and cost, for the run's chart.
-    batch_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    batch_usage: dict[str, Usage] = field(default_factory=dict)
     batch_cost_usd: dict[str, float] = field(default_factory=dict)
 
     def count(self, outcome: ItemOutcome) -> int:
@@ -367,9 +348,9 @@ class RunProgress:
         """
         running, step = 0, 0
         outcomes: Counter[ItemOutcome] = Counter()
-        usage: Counter[str] = Counter()
+        usage: Usage | None = None
         cost = Costs()
-        batch_usage: dict[str, dict[str, int]] = {}
+        batch_usage: dict[str, Usage] = {}
         batch_cost: dict[str, float] = {}
         for batch_id, step_number, summary in sorted(batches, key=lambda batch: batch[0]):
             for (step_status, outcome), count in summary.items.items():
@@ -380,15 +361,15 @@ class RunProgress:
                 else:
                     outcomes[outcome] += count
             if summary.usage is not None:
-                usage.update(summary.usage)
-                batch_usage[batch_id] = dict(summary.usage)
+                usage = summary.usage if usage is None else usage + summary.usage
+                batch_usage[batch_id] = summary.usage
                 cost += summary.cost
                 batch_cost[batch_id] = summary.cost.usd
         return cls(
             running=running,
             outcomes=dict(outcomes),
             step=step,
-            usage=dict(usage),
+            usage=usage,
             cost=cost,
             batch_usage=batch_usage,
             batch_cost_usd=batch_cost,

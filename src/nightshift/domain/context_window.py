@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from nightshift.domain.agents import LLMConfig
-from nightshift.domain.messages import Message, Role
+from nightshift.domain.messages import Message, MessageKind, Role
 
 PRESSURE: Final = 0.75
 TRIGGER: Final = 0.9
@@ -29,9 +29,6 @@ TARGET: Final = 0.5
 SUMMARY_SHARE: Final = 0.1
 MIN_SUMMARY_TOKENS: Final = 128
 MAX_SUMMARY_TOKENS: Final = 2_000
-
-SUMMARY_EVENT: Final = "summary"
-PRESSURE_EVENT: Final = "memory_pressure"
 
 
 def answer_room(config: LLMConfig) -> int:
@@ -157,4 +154,4 @@ def pressure_notice(now: datetime) -> str:
 
 def is_summary(message: Message) -> bool:
     """Whether ``message`` stands for evicted messages (see ``summary_notice``)."""
-    return message.extra.get("event") == SUMMARY_EVENT
+    return message.kind is MessageKind.SUMMARY

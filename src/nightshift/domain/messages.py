@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -62,10 +62,24 @@ class Image:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserInput:
-    """What a user sends in one message: its text and the images that come with it."""
+    """What a user sends in one message: its text, the images that come with it, and the sender's
+    own id for it (Letta's ``otid``, kept on the stored message), if any. A text alone is a
+    ``UserInput`` without images."""
 
     text: str
     images: tuple[Image, ...] = ()
+    otid: str | None = None
+
+
+class MessageKind(StrEnum):
+    """What a message is beyond its role: a message of the conversation, or an event the system
+    puts in the user's turn (stored by its value; a plain message stores none)."""
+
+    PLAIN = "plain"  # what the user, the agent or a tool said: the conversation itself
+    HEARTBEAT = "heartbeat"  # the automatic user turn that gives an agent the step it asked for
+    LOGIN = "login"  # the login event a new agent's default messages end with
+    MEMORY_PRESSURE = "memory_pressure"  # the notice that the window is filling up
+    SUMMARY = "summary"  # stands for the messages that left the window (``context_window.is_summary``)
 
 
 @fast_init
@@ -76,7 +90,9 @@ class Message:
     ``text`` is the content: the prompt for system, what the user said, the assistant's visible
     text (usually empty: agents talk through ``send_message``), or a tool's result. ``reasoning``
     holds the assistant's inner thoughts. ``is_error`` marks a tool result that is an error.
-    ``images`` are the images of a user's message, shown to the model after its text.
+    ``images`` are the images of a user's message, shown to the model after its text. ``kind``
+    tells an event from the conversation; ``otid`` is the sender's own id for an input (Letta's,
+    shown back with it); ``stdout`` and ``stderr`` are what a sandboxed tool printed, on its result.
     """
 
     id: str
@@ -93,7 +109,10 @@ class Message:
     batch_item_id: str | None = None
     run_id: str | None = None  # the agent run that wrote it (a synchronous or background send)
     step_id: str | None = None  # the step of that run
-    extra: dict[str, Any] = field(default_factory=dict)
+    kind: MessageKind = MessageKind.PLAIN
+    otid: str | None = None
+    stdout: tuple[str, ...] = ()
+    stderr: tuple[str, ...] = ()
     images: tuple[Image, ...] = ()
 
 
@@ -121,7 +140,7 @@ def search_text(message: Message) -> str:
     small and rewrites of the (long) system message cheap. A tool result is indexed by what
     the tool returned, without the status and time around it.
     """
-    if message.role is Role.SYSTEM or message.extra.get("event"):
+    if message.role is Role.SYSTEM or message.kind is not MessageKind.PLAIN:
         return ""
     if message.role is Role.TOOL:
         return inner_text(message.text)

@@ -6,6 +6,7 @@ provider (found by the model's prefix); each provider's package (``anthropic``, 
 ``ProviderSet`` of a process, which imports an SDK only when its provider is first used.
 """
 
+from nightshift.domain.usage import Usage
 from nightshift.providers.base import (
     BatchCounts,
     BatchOutcome,
@@ -16,7 +17,6 @@ from nightshift.providers.base import (
     ModelRequest,
     ModelResponse,
     OutcomeStatus,
-    Usage,
 )
 
 __all__ = [

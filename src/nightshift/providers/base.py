@@ -25,9 +25,11 @@ from typing import Any, Protocol
 import orjson
 
 from nightshift.domain.agents import LLMConfig
+from nightshift.domain.answers import ModelError as ModelError
+from nightshift.domain.answers import ModelResponse as ModelResponse
+from nightshift.domain.answers import OutcomeStatus as OutcomeStatus
 from nightshift.domain.fast_init import fast_init
-from nightshift.domain.messages import Message, ToolCall
-from nightshift.providers.errors import is_retryable
+from nightshift.domain.messages import Message
 
 
 @fast_init
@@ -100,80 +102,6 @@ class CacheTtl(StrEnum):
     ONE_HOUR = "1h"  # what batch requests ask for: an agent's steps are minutes apart
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
-    """Tokens of one call. ``input_tokens`` excludes the cached tokens read or written.
-
-    ``cache_write_5m_tokens`` and ``cache_write_1h_tokens`` split ``cache_write_tokens`` by the
-    lifetime they were written with, when the provider says (Anthropic's ``usage.cache_creation``);
-    writes it does not attribute were made with the lifetime the request asked for.
-    """
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_write_5m_tokens: int = 0
-    cache_write_1h_tokens: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        """The whole prompt: uncached, read from the cache and written to it."""
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            cache_write_5m_tokens=self.cache_write_5m_tokens + other.cache_write_5m_tokens,
-            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
-        )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelError:
-    """An error the provider returned for one request: its kind (``rate_limit_error``...) and text."""
-
-    type: str
-    message: str
-
-    @property
-    def retryable(self) -> bool:
-        """Whether sending the same request again later may succeed."""
-        return is_retryable(self.type)
-
-
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelResponse:
-    """What the model answered, provider-neutral.
-
-    ``tool_calls`` are the turn's tool calls in the model's order, their ``arguments`` the JSON
-    text without ``inner_thoughts`` and ``request_heartbeat``: ``reasoning`` holds the calls'
-    inner thoughts (each different one once, in order) and ``request_heartbeat`` is true when any
-    call asked for it. When the model wrote arguments that are not a JSON object, they are kept
-    verbatim so the runtime can report a tool error. ``text`` is visible text the model wrote (the
-    answer, when there is no tool call). ``raw`` is the provider's message as JSON.
-    """
-
-    tool_calls: tuple[ToolCall, ...] = ()
-    reasoning: str | None = None
-    request_heartbeat: bool = False
-    text: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    stop_reason: str | None = None
-    model: str | None = None
-    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def tool_call(self) -> ToolCall | None:
-        """The first tool call, if any."""
-        return self.tool_calls[0] if self.tool_calls else None
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     """A piece of the visible text the model is writing."""
@@ -204,15 +132,6 @@ class StreamEnd:
 
 
 StreamEvent = TextDelta | ToolCallDelta | StreamEnd
-
-
-class OutcomeStatus(StrEnum):
-    """What became of one request of a batch. Every value is final."""
-
-    SUCCEEDED = "succeeded"  # the model answered; ``response`` holds it
-    ERRORED = "errored"  # the provider refused or failed this request; ``error`` says why
-    CANCELED = "canceled"  # the batch was cancelled before this request was processed
-    EXPIRED = "expired"  # the batch expired before this request was processed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

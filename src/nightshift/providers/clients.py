@@ -14,10 +14,9 @@ import importlib
 from collections.abc import Mapping
 from types import TracebackType
 
-from nightshift.errors import InvalidInput, ProviderError
+from nightshift.errors import InvalidInput, ProviderError, ProviderErrorKind
 from nightshift.metrics import Metrics
 from nightshift.providers.base import ModelProvider
-from nightshift.providers.errors import INVALID_REQUEST
 from nightshift.providers.metered import MeteredProvider
 from nightshift.providers.registry import Closer, provider_info, providers
 
@@ -66,7 +65,7 @@ class ProviderSet:
         try:
             info = provider_info(name)
         except InvalidInput as exc:
-            raise ProviderError(exc.message, kind=INVALID_REQUEST) from exc
+            raise ProviderError(exc.message, kind=ProviderErrorKind.INVALID_REQUEST) from exc
         built, close = info.connect(max_retries=self._max_retries)
         self._closers.append(close)
         if self._metrics is not None:

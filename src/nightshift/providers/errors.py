@@ -1,51 +1,46 @@
-"""Error kinds shared by every provider: names, which ones are worth retrying, HTTP status mapping.
+"""The provider error kind each HTTP status means.
 
-The kinds are Anthropic's error types (``rate_limit_error``, ``overloaded_error``...), used for
-OpenAI too so that the rest of nightshift handles one vocabulary.
+The kinds themselves, and which are worth retrying (``is_retryable``), are in ``errors.py``,
+beside ``ProviderError``.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-INVALID_REQUEST: Final = "invalid_request_error"
-AUTHENTICATION: Final = "authentication_error"
-PERMISSION: Final = "permission_error"
-NOT_FOUND: Final = "not_found_error"
-REQUEST_TOO_LARGE: Final = "request_too_large"
-RATE_LIMIT: Final = "rate_limit_error"
-API_ERROR: Final = "api_error"
-OVERLOADED: Final = "overloaded_error"
-TIMEOUT: Final = "timeout_error"
-CONNECTION: Final = "api_connection_error"
-
-# Transient failures: the same request may succeed later.
-RETRYABLE_KINDS: Final = frozenset({RATE_LIMIT, OVERLOADED, API_ERROR, TIMEOUT, CONNECTION})
+from nightshift.errors import ProviderErrorKind
 
 _BY_STATUS: Final = {
-    400: INVALID_REQUEST,
-    401: AUTHENTICATION,
-    403: PERMISSION,
-    404: NOT_FOUND,
-    408: TIMEOUT,
-    413: REQUEST_TOO_LARGE,
-    422: INVALID_REQUEST,
-    429: RATE_LIMIT,
-    500: API_ERROR,
-    502: OVERLOADED,
-    503: OVERLOADED,
-    504: TIMEOUT,
-    529: OVERLOADED,
+    400: ProviderErrorKind.INVALID_REQUEST,
+    401: ProviderErrorKind.AUTHENTICATION,
+    403: ProviderErrorKind.PERMISSION,
+    404: ProviderErrorKind.NOT_FOUND,
+    408: ProviderErrorKind.TIMEOUT,
+    413: ProviderErrorKind.REQUEST_TOO_LARGE,
+    422: ProviderErrorKind.INVALID_REQUEST,
+    429: ProviderErrorKind.RATE_LIMIT,
+    500: ProviderErrorKind.API_ERROR,
+    502: ProviderErrorKind.OVERLOADED,
+    503: ProviderErrorKind.OVERLOADED,
+    504: ProviderErrorKind.TIMEOUT,
+    529: ProviderErrorKind.OVERLOADED,
 }
 
 
-def kind_for_status(status: int) -> str:
+def kind_for_status(status: int) -> ProviderErrorKind:
     """The error kind an HTTP status code means (``api_error`` for any other 5xx or unknown code)."""
     if status in _BY_STATUS:
         return _BY_STATUS[status]
-    return INVALID_REQUEST if 400 <= status < 500 else API_ERROR
+    return ProviderErrorKind.INVALID_REQUEST if 400 <= status < 500 else ProviderErrorKind.API_ERROR
 
 
-def is_retryable(kind: str) -> bool:
-    """Whether an error of this kind is transient (trying the same request later may succeed)."""
-    return kind in RETRYABLE_KINDS
+def kind_of(error_type: object, status: int) -> ProviderErrorKind:
+    """The kind of a provider's error: its own type when nightshift has a member for it, else
+    what its HTTP status means (a type of the provider's that nightshift does not know, such as
+    Anthropic's ``billing_error``, is kept in the error's message only)."""
+    if isinstance(error_type, str):
+        try:
+            return ProviderErrorKind(error_type)
+        except ValueError:
+            pass
+    return kind_for_status(status)

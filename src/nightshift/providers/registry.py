@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from nightshift.errors import InvalidInput, ProviderError
+from nightshift.errors import InvalidInput, ProviderError, ProviderErrorKind
 from nightshift.providers.base import CacheTtl
-from nightshift.providers.errors import AUTHENTICATION
 
 if TYPE_CHECKING:
     from nightshift.providers.base import ModelProvider
@@ -85,7 +84,7 @@ class ProviderInfo:
             raise ProviderError(
                 f"{self.key_variable} is not set: export it to call {self.name} "
                 f"(with {self.base_url_variable} pointing at `nightshift emulator` for a local run)",
-                kind=AUTHENTICATION,
+                kind=ProviderErrorKind.AUTHENTICATION,
             )
         return key
 

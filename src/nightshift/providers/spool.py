@@ -16,8 +16,7 @@ from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import IO
 
-from nightshift.errors import ProviderError
-from nightshift.providers.errors import REQUEST_TOO_LARGE
+from nightshift.errors import ProviderError, ProviderErrorKind
 
 # Read back this much at a time while sending.
 CHUNK_BYTES = 1024 * 1024
@@ -35,7 +34,7 @@ class BatchTooLarge(ProviderError):
     """
 
     def __init__(self, message: str, *, sizes: Mapping[str, int], room: int) -> None:
-        super().__init__(message, kind=REQUEST_TOO_LARGE)
+        super().__init__(message, kind=ProviderErrorKind.REQUEST_TOO_LARGE)
         self.sizes = dict(sizes)
         self.room = room
 
@@ -88,7 +87,7 @@ class SpooledBody:
         if self.size > limit:
             raise ProviderError(
                 f"{what} holds {self.size:,} bytes, over the provider's limit of {limit:,}",
-                kind=REQUEST_TOO_LARGE,
+                kind=ProviderErrorKind.REQUEST_TOO_LARGE,
             )
 
     def as_file(self) -> IO[bytes]:

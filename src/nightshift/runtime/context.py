@@ -12,14 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import (
-    PRESSURE_EVENT,
     Pressure,
     SummaryPlan,
     pressure,
     pressure_notice,
     prompt_room,
 )
-from nightshift.domain.messages import Image, Message, Role
+from nightshift.domain.messages import Image, Message, MessageKind, Role
 from nightshift.domain.tools import Tool, schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
@@ -44,10 +43,11 @@ def user_message(
     now: datetime,
     *,
     batch_item_id: str | None = None,
-    event: str | None = None,
+    kind: MessageKind = MessageKind.PLAIN,
+    otid: str | None = None,
     images: Sequence[Image] = (),
 ) -> Message:
-    """A message from the user to ``agent`` (or, with ``event``, from the system in the user's turn)."""
+    """A message from the user to ``agent`` (or, of another ``kind``, from the system in the user's turn)."""
     return Message(
         id=new_id("message"),
         organization_id=agent.organization_id,
@@ -56,7 +56,8 @@ def user_message(
         text=text,
         created_at=now,
         batch_item_id=batch_item_id,
-        extra={"event": event} if event else {},
+        kind=kind,
+        otid=otid,
         images=tuple(images),
     )
 
@@ -64,7 +65,7 @@ def user_message(
 def heartbeat_message(agent: Agent, now: datetime, *, batch_item_id: str | None = None) -> Message:
     """The automatic user turn that gives an agent the next step it asked for."""
     body = {"type": "heartbeat", "reason": HEARTBEAT_REASON, "time": now.isoformat()}
-    return user_message(agent, json.dumps(body), now, batch_item_id=batch_item_id, event="heartbeat")
+    return user_message(agent, json.dumps(body), now, batch_item_id=batch_item_id, kind=MessageKind.HEARTBEAT)
 
 
 class StepInputs:
@@ -128,7 +129,11 @@ class StepInputs:
             elif decision is Pressure.NOTICE:
                 notice = replace(
                     user_message(
-                        agent, pressure_notice(now), now, batch_item_id=self._item[agent.id], event=PRESSURE_EVENT
+                        agent,
+                        pressure_notice(now),
+                        now,
+                        batch_item_id=self._item[agent.id],
+                        kind=MessageKind.MEMORY_PRESSURE,
                     ),
                     run_id=self._run_id,
                     step_id=self._step_id,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeAlias
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
@@ -31,7 +31,7 @@ from nightshift.domain.blocks import Block
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import SEND_MESSAGE, Message, Role, ToolCall
 from nightshift.domain.passages import Passage
-from nightshift.domain.solver import ToolRulesSolver, UnmappedToolOutput
+from nightshift.domain.solver import Reason, ToolRulesSolver, UnmappedToolOutput
 from nightshift.domain.tools import ToolType
 from nightshift.errors import ToolError
 from nightshift.ids import new_id
@@ -58,22 +58,19 @@ class Turn:
 
 
 class TurnReason(StrEnum):
-    """Why a turn lets its agent go on, or ends its run (``TurnResult.reason``)."""
+    """Why the runtime itself lets a turn's agent go on, or ends its run; the tool rules' reasons
+    for a call that ran are ``domain.solver.Reason`` (together: ``Why``, ``TurnResult.reason``)."""
 
-    # The tool rules' reasons for a call that ran (``domain.solver.Reason``):
-    EXIT_LOOP = "exit_loop"  # ends: the tool has an exit_loop rule
-    CONTINUE_LOOP = "continue_loop"  # goes on: the tool has a continue_loop rule
-    CHILD_RULE = "child_rule"  # goes on: the tool has a child or conditional rule
-    HEARTBEAT = "heartbeat"  # goes on: the model asked to be called again
-    NO_HEARTBEAT = "no_heartbeat"  # ends: the model did not ask to be called again
-    REQUIRED_BEFORE_EXIT = "required_before_exit"  # goes on: a required tool is still uncalled
-    # The runtime's own:
     FINAL_TEXT = "final_text"  # ends: a text answer without a tool call
     SENT_MESSAGE = "sent_message"  # ends: the turn called send_message along with other calls
     TOOL_ERROR = "tool_error"  # goes on: a call failed, and the model gets a step to react
     TOOL_RULES = "tool_rules"  # ends: the rules leave no way on (``TurnResult.detail`` says why)
     MAX_STEPS = "max_steps"  # ends: the run's step limit was reached
     ERROR = "error"  # ends: the turn could not be taken at all (``TurnResult.failure`` says why)
+
+
+# Why a turn goes on or ends: the rules' decision, or the runtime's own reason.
+Why: TypeAlias = Reason | TurnReason
 
 
 @fast_init
@@ -89,7 +86,7 @@ class TurnResult:
     agent_id: str
     messages: tuple[Message, ...]
     continues: bool
-    reason: TurnReason
+    reason: Why
     state: StepState
     detail: str | None = None
     changed_blocks: tuple[Block, ...] = ()
@@ -145,8 +142,6 @@ def _truncated(output: str, limit: int) -> str:
 def _tool_message(turn: Turn, entry: _Call, output: str, *, is_error: bool, now: datetime) -> Message:
     call = entry.call
     body = {"status": "Failed" if is_error else "OK", "message": output, "time": now.isoformat()}
-    # Letta's tool returns carry what the tool printed as lists of text; kept only when there is some.
-    printed = {key: [text] for key, text in (("stdout", entry.stdout), ("stderr", entry.stderr)) if text}
     return Message(
         id=new_id("message"),
         organization_id=turn.agent.organization_id,
@@ -158,7 +153,9 @@ def _tool_message(turn: Turn, entry: _Call, output: str, *, is_error: bool, now:
         is_error=is_error,
         batch_item_id=turn.batch_item_id,
         created_at=now,
-        extra=printed,
+        # Letta's tool returns carry what the tool printed as lists of text.
+        stdout=(entry.stdout,) if entry.stdout else (),
+        stderr=(entry.stderr,) if entry.stderr else (),
     )
 
 
@@ -392,30 +389,30 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
     )
 
 
-def _decide(item: _Pending, solver: ToolRulesSolver, available: list[str]) -> tuple[bool, TurnReason]:
-    """Whether the agent goes on after its turn, and why (see ``TurnReason``)."""
+def _decide(item: _Pending, solver: ToolRulesSolver, available: list[str]) -> tuple[bool, Why]:
+    """Whether the agent goes on after its turn, and why (see ``Why``)."""
     calls = item.calls
     if not calls:
         # A text answer without a tool call is the agent's final word for this run.
         decision = solver.decide_turn((), request_heartbeat=False, available=available)
-        return decision.continues, TurnReason(decision.reason) if decision.continues else TurnReason.FINAL_TEXT
+        return decision.continues, decision.reason if decision.continues else TurnReason.FINAL_TEXT
     ran = [entry.call.name for entry in calls if entry.error is None]
     # A terminal call ends the run once the turn's other calls ran; so does send_message made
     # together with other calls: the agent has answered, another round would only say so again.
     if any(solver.is_terminal(name) for name in ran):
-        ending = TurnReason.EXIT_LOOP
+        ending: Why | None = Reason.EXIT_LOOP
     elif len(calls) > 1 and SEND_MESSAGE in ran:
         ending = TurnReason.SENT_MESSAGE
     else:
         ending = None
     if ending is not None:
         if solver.pending_required(available):
-            return True, TurnReason.REQUIRED_BEFORE_EXIT
+            return True, Reason.REQUIRED_BEFORE_EXIT
         return False, ending
     if len(ran) < len(calls):
         return True, TurnReason.TOOL_ERROR
     decision = solver.decide_turn(ran, request_heartbeat=item.turn.response.request_heartbeat, available=available)
-    return decision.continues, TurnReason(decision.reason)
+    return decision.continues, decision.reason
 
 
 def first_state(agent: Agent, max_steps: int) -> StepState:

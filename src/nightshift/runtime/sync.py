@@ -20,8 +20,9 @@ from nightshift.domain.agent_runs import RunStep
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
-from nightshift.domain.messages import Image, Message
-from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError
+from nightshift.domain.messages import Message, UserInput
+from nightshift.domain.usage import Usage
+from nightshift.errors import Conflict, InvalidInput, NotFound, ProviderError, ProviderErrorKind
 from nightshift.ids import new_id
 from nightshift.providers.base import (
     ChatProvider,
@@ -30,14 +31,12 @@ from nightshift.providers.base import (
     StreamEnd,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
 from nightshift.providers.clients import ProviderSet
-from nightshift.providers.errors import API_ERROR
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
-from nightshift.runtime.step import Turn, TurnReason, first_state, take_turns
+from nightshift.runtime.step import Turn, TurnReason, Why, first_state, take_turns
 from nightshift.runtime.window import Summary
 from nightshift.store import agent_runs as run_store
 from nightshift.store import agents as agent_store
@@ -73,20 +72,10 @@ class SyncResult:
     """
 
     messages: list[Message] = field(default_factory=list)
-    stop: TurnReason = TurnReason.FINAL_TEXT
+    stop: Why = TurnReason.FINAL_TEXT
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
     cancelled: bool = False
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SyncInput:
-    """One input message: its text, the images that come with it, and the client's own id for it
-    (Letta's ``otid``), if any."""
-
-    text: str
-    otid: str | None = None
-    images: tuple[Image, ...] = ()
 
 
 def _tie(message: Message, run_id: str, step_id: str) -> Message:
@@ -99,7 +88,7 @@ async def step_agent(
     sandbox: Sandbox,
     org_id: str,
     agent_id: str,
-    inputs: Sequence[SyncInput],
+    inputs: Sequence[UserInput],
     *,
     max_steps: int,
     run_id: str,
@@ -149,9 +138,7 @@ async def step_agent(
         assert run is not None
         step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
         messages = [
-            replace(user_message(agent, i.text, now, images=i.images), extra={"otid": i.otid} if i.otid else {})
-            for i in inputs
-            if i.text.strip() or i.images
+            user_message(agent, i.text, now, otid=i.otid, images=i.images) for i in inputs if i.text.strip() or i.images
         ]
         messages = [_tie(m, run_id, step_id) for m in messages]
         agent = await _add(conn, step_inputs, agent, messages, now)
@@ -276,4 +263,6 @@ async def _streamed(
             if isinstance(event, StreamEnd):
                 return event.response
             await listener.delta(message_id, event)
-    raise ProviderError("the provider's stream ended without its answer", kind=API_ERROR, retryable=True)
+    raise ProviderError(
+        "the provider's stream ended without its answer", kind=ProviderErrorKind.API_ERROR, retryable=True
+    )

@@ -14,13 +14,13 @@ from datetime import datetime
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.context_window import (
-    SUMMARY_EVENT,
     SummaryPlan,
     choose_eviction,
+    is_summary,
     summary_notice,
     summary_tokens,
 )
-from nightshift.domain.messages import Message, Role, inner_text, said_text
+from nightshift.domain.messages import Message, MessageKind, Role, inner_text, said_text
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.tokens import message_tokens, messages_tokens, text_counter, tools_tokens
@@ -79,7 +79,7 @@ def context_overview(
     core = compile_blocks(agent.blocks)
     metadata = compile_metadata(now=now, recall_count=recall_count, archival_count=archival_count)
     rest = tuple(window[1:])
-    summary = next((m for m in rest if m.extra.get("event") == SUMMARY_EVENT), None)
+    summary = next((m for m in rest if is_summary(m)), None)
     schemas = tuple(t.json_schema for t in agent.tools)
     counted = request_tokens(agent, window)
     return ContextOverview(
@@ -160,7 +160,7 @@ def summary_request(agent: Agent, plan: SummaryPlan, stored: Mapping[str, Messag
 
 
 def _transcript_line(message: Message) -> str:
-    if message.extra.get("event") == SUMMARY_EVENT:
+    if is_summary(message):
         text = inner_text(message.text)
         return f"[earlier summary] {text}"
     if message.role is Role.TOOL:
@@ -172,7 +172,8 @@ def _transcript_line(message: Message) -> str:
             parts.append(f"called {calls}")
         text = "[agent] " + " ".join(parts)
     else:
-        text = f"[{message.extra.get('event') or message.role.value}] {inner_text(message.text)}"
+        said = message.role.value if message.kind is MessageKind.PLAIN else message.kind.value
+        text = f"[{said}] {inner_text(message.text)}"
     return text if len(text) <= TRANSCRIPT_MESSAGE_CHARS else text[:TRANSCRIPT_MESSAGE_CHARS] + " ..."
 
 
@@ -206,7 +207,7 @@ def summarized(agent: Agent, summary: Summary, now: datetime) -> tuple[Agent, Me
         batch_item_id=summary.batch_item_id,
         run_id=summary.run_id,
         step_id=summary.step_id,
-        extra={"event": SUMMARY_EVENT},
+        kind=MessageKind.SUMMARY,
     )
     evicted = set(plan.evicted)
     system, *rest = agent.message_ids

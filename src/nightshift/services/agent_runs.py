@@ -24,11 +24,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch.callbacks import check_callback_url, post_callback
 from nightshift.batch.worker import Worker
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
-from nightshift.domain.messages import Message
+from nightshift.domain.messages import Message, UserInput
+from nightshift.domain.usage import Usage
 from nightshift.errors import InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
-from nightshift.runtime.step import TurnReason
-from nightshift.runtime.sync import SyncInput, SyncListener, SyncResult, step_agent
+from nightshift.runtime.step import TurnReason, Why
+from nightshift.runtime.sync import SyncListener, SyncResult, step_agent
 from nightshift.store import agent_runs as run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
@@ -40,7 +41,7 @@ from nightshift.store.run_listing import Listed, ListedBatchRun, RunFilter
 log = logging.getLogger(__name__)
 
 # Letta's stop reasons, by why the agent's last turn ended its run (the rest are "end_turn").
-LETTA_STOP_REASONS = {
+LETTA_STOP_REASONS: dict[Why, str] = {
     TurnReason.MAX_STEPS: "max_steps",
     TurnReason.TOOL_RULES: "tool_rule",
     TurnReason.ERROR: "error",
@@ -55,7 +56,7 @@ class Send:
     """One send to one agent, as the API took it."""
 
     agent_id: str
-    inputs: Sequence[SyncInput]
+    inputs: Sequence[UserInput]
     max_steps: int
     request_config: dict[str, Any]
     callback_url: str | None = None
@@ -297,11 +298,11 @@ async def usage_of_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> R
             cache_read=sum(s.cache_read_tokens for s in run.steps),
             cache_write=sum(s.cache_write_tokens for s in run.steps),
         )
-    usage = (await run_views.run_progress(conn, run.run.id)).usage
-    cache_read, cache_write = usage.get("cache_read_tokens", 0), usage.get("cache_write_tokens", 0)
+    usage = (await run_views.run_progress(conn, run.run.id)).usage or Usage()
+    cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
     return RunUsage(
-        prompt=usage.get("input_tokens", 0) + cache_read + cache_write,
-        completion=usage.get("output_tokens", 0),
+        prompt=usage.input_tokens + cache_read + cache_write,
+        completion=usage.output_tokens,
         cache_read=cache_read,
         cache_write=cache_write,
     )

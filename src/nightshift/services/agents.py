@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.domain.agents import Agent, LLMConfig, check_secrets
 from nightshift.domain.blocks import Block, check_block
 from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
-from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
 from nightshift.domain.tool_rules import ToolRule, check_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.errors import Conflict, InvalidInput, NotFound
@@ -146,7 +146,7 @@ def _default_messages(message: Callable[..., Message], now: datetime) -> list[Me
             tool_call_id=call.id,
             name="send_message",
         ),
-        message(Role.USER, json.dumps(login), extra={"event": "login"}),
+        message(Role.USER, json.dumps(login), kind=MessageKind.LOGIN),
     ]
 
 

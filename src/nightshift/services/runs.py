@@ -32,6 +32,7 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.domain.messages import Message
+from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import run_views
@@ -65,7 +66,7 @@ class AgentInRun:
     state: str  # running, or the outcome of its last step (finished, failed, cancelled...)
     steps: int
     step_number: int  # of its last item: the step it is in, or stopped (or failed) at; from 0
-    usage: dict[str, int]
+    usage: Usage | None  # None: none of its items has a usage yet
     cost: Costs
     error: str | None
     agent_deleted: bool = False  # since the run: its name is the one it had
@@ -283,10 +284,7 @@ async def agents_of_run(
     for agent in await run_views.run_agent_items(conn, run_id, after=after, limit=limit):
         items = agent.items
         last = items[-1]
-        usage: dict[str, int] = {}
-        for item in items:
-            for key, value in (item.usage or {}).items():
-                usage[key] = usage.get(key, 0) + value
+        used = [item.usage for item in items if item.usage is not None]
         state = "running" if last.step_status is StepStatus.PAUSED else (last.outcome or ItemOutcome.FINISHED).value
         stopped_by_deletion = agent.agent_deleted and last.outcome is ItemOutcome.CANCELLED
         out.append(
@@ -297,7 +295,7 @@ async def agents_of_run(
                 # Steps answered; a summary of the agent's window is not one (its cost counts).
                 steps=sum(1 for i in items if i.request_status is RequestStatus.COMPLETED and not i.step_state.summary),
                 step_number=last.step_state.step_number,
-                usage=usage,
+                usage=sum(used[1:], used[0]) if used else None,
                 cost=sum((item.cost for item in items), Costs()),
                 # A step cancelled by the agent's deletion holds the reason: it tells why it stopped.
                 error=last.error if last.outcome is ItemOutcome.FAILED or stopped_by_deletion else None,

@@ -28,18 +28,10 @@ from sqlalchemy import bindparam, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, ProviderBatchStatus, StepStatus
+from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.store.bulk import in_ids
 from nightshift.store.tables import batch_items, provider_batches
 
-# The keys of an item's stored usage (``batch/outcomes.usage_json``), which the summaries sum.
-USAGE_KEYS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "cache_write_5m_tokens",
-    "cache_write_1h_tokens",
-)
 # Batches whose items are all final: every item was completed or cancelled as the batch moved here.
 FINAL = [ProviderBatchStatus.APPLIED.value, ProviderBatchStatus.CANCELLING.value, ProviderBatchStatus.CANCELLED.value]
 
@@ -72,9 +64,7 @@ async def _count_items(
     return items
 
 
-async def _sum_usage(
-    conn: AsyncConnection, batch_ids: Sequence[str]
-) -> tuple[dict[str, dict[str, int]], dict[str, Costs]]:
+async def _sum_usage(conn: AsyncConnection, batch_ids: Sequence[str]) -> tuple[dict[str, Usage], dict[str, Costs]]:
     """The usage and costs of each batch's items that have a usage (batches with none are absent):
     one statement. It reads each such item's row and parses its usage."""
     # Summed by the database, per batch: reading and adding up ten thousand usages in Python held
@@ -90,12 +80,12 @@ async def _sum_usage(
         .where(in_ids(conn, batch_items.c.provider_batch_id, batch_ids), batch_items.c.usage.is_not(None))
         .group_by(batch_items.c.provider_batch_id)
     )
-    usage: dict[str, dict[str, int]] = {}
+    usage: dict[str, Usage] = {}
     cost: dict[str, Costs] = {}
     for batch_id, *values in sums:
         tokens, (billed, without_batch, savings) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
-        # A key no item holds (usage stored before it existed) stays out, as it is absent from each.
-        usage[batch_id] = {key: int(total) for key, total in zip(USAGE_KEYS, tokens, strict=True) if total is not None}
+        # A key no item holds (usage stored before it existed) sums to NULL: zero, as it is for each.
+        usage[batch_id] = Usage.from_json({key: int(total or 0) for key, total in zip(USAGE_KEYS, tokens, strict=True)})
         cost[batch_id] = Costs(
             usd=float(billed or 0.0),
             without_batch_usd=float(without_batch or 0.0),

@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.answers import StoredResult
 from nightshift.domain.batches import (
     BatchItem,
     ItemCompletion,
@@ -17,9 +18,10 @@ from nightshift.domain.batches import (
     StepState,
     StepStatus,
 )
+from nightshift.domain.usage import Usage
 from nightshift.store.bulk import in_ids
 from nightshift.store.copy import insert_rows
-from nightshift.store.mapping import row_reader, to_values
+from nightshift.store.mapping import Convert, row_reader, to_values
 from nightshift.store.tables import batch_items
 
 # Map a ``batch_items`` row to the domain type.
@@ -30,11 +32,18 @@ to_item = row_reader(
     step_status=StepStatus,
     step_state=StepState.from_json,
     outcome=ItemOutcome,
+    usage=Usage.from_json,
+    result=StoredResult.from_json,
 )
 
 
 async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:
-    await insert_rows(conn, batch_items, [to_values(i, batch_items, step_state=StepState.to_json) for i in new])
+    write: dict[str, Convert] = {
+        "step_state": StepState.to_json,
+        "usage": Usage.to_json,
+        "result": StoredResult.to_json,
+    }
+    await insert_rows(conn, batch_items, [to_values(i, batch_items, **write) for i in new])
 
 
 async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:
@@ -108,8 +117,8 @@ async def store_results(conn: AsyncConnection, results: Sequence[ItemResult], no
         {
             "item_id": r.item_id,
             "request_status": r.request_status.value,
-            "result": r.result,
-            "usage": r.usage,
+            "result": r.result.to_json(),
+            "usage": r.usage.to_json() if r.usage is not None else None,
             "error": r.error,
         }
         for r in results

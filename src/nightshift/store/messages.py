@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.messages import Image, Message, Role, ToolCall, search_text
+from nightshift.domain.messages import Image, Message, MessageKind, Role, ToolCall, search_text
 from nightshift.store.bulk import count_per_agent, in_ids
 from nightshift.store.copy import insert_rows
 from nightshift.store.pagination import Page, paginate
@@ -41,7 +41,7 @@ def to_message(row: Sequence[Any]) -> Message:
         run_id,
         step_id,
     ) = row
-    images = extra.get(_IMAGES)
+    kind, otid, stdout, stderr, images = _extras(extra) if extra else _NO_EXTRAS
     return Message(
         id=id_,
         organization_id=organization_id,
@@ -56,13 +56,51 @@ def to_message(row: Sequence[Any]) -> Message:
         batch_item_id=batch_item_id,
         run_id=run_id,
         step_id=step_id,
-        extra={k: v for k, v in extra.items() if k != _IMAGES} if images is not None else extra,
         created_at=created_at,
-        images=tuple(Image(**image) for image in images) if images else (),
+        kind=kind,
+        otid=otid,
+        stdout=stdout,
+        stderr=stderr,
+        images=images,
     )
 
 
-_IMAGES = "images"
+# The keys of the ``extra`` JSON column, which holds what only some messages have (an empty
+# object for most): the kind of an event, the sender's id, what a tool printed, a user's images.
+_EVENT, _OTID, _STDOUT, _STDERR, _IMAGES = "event", "otid", "stdout", "stderr", "images"
+
+
+_Extras: TypeAlias = tuple[MessageKind, str | None, tuple[str, ...], tuple[str, ...], tuple[Image, ...]]
+_NO_EXTRAS: _Extras = (MessageKind.PLAIN, None, (), (), ())
+
+
+def _extras(extra: dict[str, Any]) -> _Extras:
+    """The fields a row's ``extra`` holds (rows written before the fields were typed hold the
+    same keys; any other key is not read)."""
+    event, printed, errors, images = extra.get(_EVENT), extra.get(_STDOUT), extra.get(_STDERR), extra.get(_IMAGES)
+    return (
+        MessageKind(event) if event else MessageKind.PLAIN,
+        extra.get(_OTID),
+        tuple(printed) if printed else (),
+        tuple(errors) if errors else (),
+        tuple(Image(**image) for image in images) if images else (),
+    )
+
+
+def _extra(message: Message) -> dict[str, Any]:
+    """The ``extra`` JSON of a message: only the keys it has a value for."""
+    extra: dict[str, Any] = {}
+    if message.kind is not MessageKind.PLAIN:
+        extra[_EVENT] = message.kind.value
+    if message.otid is not None:
+        extra[_OTID] = message.otid
+    if message.stdout:
+        extra[_STDOUT] = list(message.stdout)
+    if message.stderr:
+        extra[_STDERR] = list(message.stderr)
+    if message.images:
+        extra[_IMAGES] = [_image(i) for i in message.images]
+    return extra
 
 
 def _image(image: Image) -> dict[str, str]:
@@ -85,8 +123,7 @@ def _values(message: Message) -> dict[str, Any]:
         "batch_item_id": message.batch_item_id,
         "run_id": message.run_id,
         "step_id": message.step_id,
-        # Images ride in the extra JSON (under a key of their own), so no column is needed for them.
-        "extra": message.extra | {_IMAGES: [_image(i) for i in message.images]} if message.images else message.extra,
+        "extra": _extra(message),
         "created_at": message.created_at,
     }
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nightshift.domain.usage import Usage
 from nightshift.emulator.anthropic_api import segments as anthropic_segments
 from nightshift.emulator.openai_api import segments as openai_segments
 from nightshift.emulator.tokens import count_openai_tokens, prompt_tokens
@@ -109,7 +110,7 @@ async def test_a_batch_run_longer_than_the_window_summarizes_in_its_batches(step
     assert [a["steps"] for a in listed] == [PAGES + 1] * len(agents)
     assert sum(a["cost_usd"] for a in listed) == pytest.approx(done["progress"]["cost_usd"], abs=1e-5)
     prices = PriceTable()
-    expected = prices.cost(model, usage, batch=True)
+    expected = prices.cost(model, Usage.from_json(usage), batch=True)
     assert expected is not None and done["progress"]["cost_usd"] == pytest.approx(
         expected.usd, abs=1e-6
     )  # shown to a millionth

@@ -32,10 +32,11 @@ from nightshift.domain.batches import (
     RunProgress,
     StepStatus,
 )
+from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply
 from nightshift.store import provider_batches as batch_store
-from nightshift.store.batch_summaries import USAGE_KEYS, summarize
+from nightshift.store.batch_summaries import summarize
 from nightshift.store.run_views import run_progress
 from nightshift.store.tables import batch_items, provider_batches
 from support.api import create_tool
@@ -71,14 +72,14 @@ async def counted(conn: AsyncConnection, run_id: str) -> RunProgress:
         .group_by(batch_items.c.provider_batch_id)
         .order_by(batch_items.c.provider_batch_id)
     )
-    usage: Counter[str] = Counter()
+    usage: Usage | None = None
     cost = Costs()
-    batch_usage: dict[str, dict[str, int]] = {}
+    batch_usage: dict[str, Usage] = {}
     batch_cost: dict[str, float] = {}
     for batch_id, *values in sums:
         tokens, (billed, without_batch, savings) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
-        these = {key: int(total) for key, total in zip(USAGE_KEYS, tokens, strict=True) if total is not None}
-        usage.update(these)
+        these = Usage.from_json({key: int(total or 0) for key, total in zip(USAGE_KEYS, tokens, strict=True)})
+        usage = these if usage is None else usage + these
         batch_usage[batch_id] = these
         cost += Costs(
             usd=float(billed or 0.0),
@@ -90,7 +91,7 @@ async def counted(conn: AsyncConnection, run_id: str) -> RunProgress:
         running=running,
         outcomes=dict(outcomes),
         step=step,
-        usage=dict(usage),
+        usage=usage,
         cost=cost,
         batch_usage=batch_usage,
         batch_cost_usd=batch_cost,
@@ -186,7 +187,7 @@ async def test_a_run_between_its_results_and_their_application_reads_as_counted(
     ended = await application.poll(worker, batch)  # results stored, not applied: as between two stages
     assert ended.status is ProviderBatchStatus.ENDED
     progress = await check(engine, run["id"])
-    assert progress.running == 3 and progress.usage and progress.usage["output_tokens"] > 0
+    assert progress.running == 3 and progress.usage and progress.usage.output_tokens > 0
 
     await step(worker)  # applied, and the next step submitted for the agent that goes on
     progress = await check(engine, run["id"])

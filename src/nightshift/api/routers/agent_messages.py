@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import Field, HttpUrl, model_validator
 
-from nightshift.api.batch_schemas import InputMessage, TextPart
+from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
 from nightshift.api.deps import Org, State
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import (
@@ -22,9 +22,8 @@ from nightshift.api.letta_messages import (
 from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
 from nightshift.api.run_schemas import run_json
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
-from nightshift.domain.messages import Role
+from nightshift.domain.messages import Role, UserInput
 from nightshift.errors import InvalidInput
-from nightshift.runtime.sync import SyncInput
 from nightshift.services import agent_runs
 from nightshift.services.agent_runs import Send, letta_stop_reason
 
@@ -55,12 +54,11 @@ class SendMessages(StreamOptions):
             raise ValueError("give either 'messages' or 'input', not both")
         return self
 
-    def inputs(self) -> list[SyncInput]:
+    def inputs(self) -> list[UserInput]:
         """The input messages, checked against the size a request may carry."""
-        found = [SyncInput(text=m.as_text(), otid=m.otid, images=m.images()) for m in self.messages or ()]
+        found = [m.as_input(otid=m.otid) for m in self.messages or ()]
         if self.input is not None:
-            text = self.input if isinstance(self.input, str) else "\n".join(p.text for p in self.input)
-            found.append(SyncInput(text=text))
+            found.append(shorthand_input(self.input))
         size = sum(len(i.text) for i in found)
         if size > MAX_MESSAGE_CHARS:
             raise InvalidInput(

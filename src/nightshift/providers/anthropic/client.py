@@ -14,7 +14,7 @@ import anthropic
 import orjson
 from anthropic.types.messages import MessageBatch
 
-from nightshift.errors import ProviderError
+from nightshift.errors import ProviderError, ProviderErrorKind, is_retryable
 from nightshift.providers.anthropic import INFO, wire
 from nightshift.providers.base import (
     BatchOutcome,
@@ -27,7 +27,7 @@ from nightshift.providers.base import (
     StreamEvent,
     parse_json_line,
 )
-from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
+from nightshift.providers.errors import kind_of
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
 
@@ -65,7 +65,9 @@ class AnthropicProvider:
         except ValueError as exc:
             # The SDK refuses, before sending, a non-streaming call whose max_tokens could take longer
             # than ten minutes; batches have no such limit.
-            raise ProviderError(f"Anthropic client refused the request: {exc}", kind=INVALID_REQUEST) from exc
+            raise ProviderError(
+                f"Anthropic client refused the request: {exc}", kind=ProviderErrorKind.INVALID_REQUEST
+            ) from exc
         return wire.parse_message(message.to_dict(mode="json", warnings=False))
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
@@ -88,7 +90,7 @@ class AnthropicProvider:
         Message Batches keep no metadata: ``tag`` is not sent (``find_batches`` matches by count).
         """
         if not requests:
-            raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
+            raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
         # Each request is serialised as soon as it is built and spooled to a file (see ``spool``),
         # and the body goes out through the SDK client (auth, retries, errors as usual) instead of
         # ``batches.create``, which deep-copies every request first and costs as much as everything
@@ -161,13 +163,14 @@ def _sdk_errors() -> Iterator[None]:
 def provider_error(exc: anthropic.AnthropicError) -> ProviderError:
     """An SDK exception as a ``ProviderError`` whose kind is Anthropic's error type."""
     if isinstance(exc, anthropic.APIStatusError):
-        kind = exc.type if isinstance(exc.type, str) and exc.type else kind_for_status(exc.status_code)
+        kind = kind_of(exc.type, exc.status_code)
         message = exc.api_message or exc.message
+        said = exc.type if isinstance(exc.type, str) and exc.type else kind
         return ProviderError(
-            f"Anthropic returned {exc.status_code} {kind}: {message}", kind=kind, retryable=is_retryable(kind)
+            f"Anthropic returned {exc.status_code} {said}: {message}", kind=kind, retryable=is_retryable(kind)
         )
     if isinstance(exc, anthropic.APITimeoutError):
-        return ProviderError(f"Anthropic did not answer in time: {exc}", kind=TIMEOUT, retryable=True)
+        return ProviderError(f"Anthropic did not answer in time: {exc}", kind=ProviderErrorKind.TIMEOUT, retryable=True)
     if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderError(f"cannot reach Anthropic: {exc}", kind=CONNECTION, retryable=True)
-    return ProviderError(f"Anthropic client error: {exc}", kind=API_ERROR, retryable=False)
+        return ProviderError(f"cannot reach Anthropic: {exc}", kind=ProviderErrorKind.CONNECTION, retryable=True)
+    return ProviderError(f"Anthropic client error: {exc}", kind=ProviderErrorKind.API_ERROR, retryable=False)

@@ -25,6 +25,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall
+from nightshift.domain.usage import Usage
+from nightshift.errors import ProviderErrorKind
 from nightshift.providers.agent_arguments import (
     joined_reasoning,
     split_agent_arguments,
@@ -43,9 +45,7 @@ from nightshift.providers.base import (
     OutcomeStatus,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
-from nightshift.providers.errors import API_ERROR
 from nightshift.providers.tool_call_ids import anthropic_tool_use_id
 
 FIRST_USER_TURN: Final = "(The conversation so far follows.)"
@@ -331,7 +331,7 @@ def parse_result_line(line: Mapping[str, Any]) -> tuple[str, BatchOutcome]:
     outer: Mapping[str, Any] = result.get("error") or {}
     inner: Mapping[str, Any] = outer.get("error") or outer
     error = ModelError(
-        type=str(inner.get("type") or API_ERROR),
+        type=str(inner.get("type") or ProviderErrorKind.API_ERROR.value),
         message=str(inner.get("message") or f"unexpected batch result {json.dumps(result)[:200]}"),
     )
     return custom_id, BatchOutcome(status=OutcomeStatus.ERRORED, error=error, raw=line)

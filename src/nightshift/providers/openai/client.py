@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import orjson
 
-from nightshift.errors import ProviderError
+from nightshift.errors import ProviderError, ProviderErrorKind, is_retryable
 from nightshift.providers.base import (
     BatchOutcome,
     BatchState,
@@ -29,7 +29,7 @@ from nightshift.providers.base import (
     StreamEvent,
     parse_json_line,
 )
-from nightshift.providers.errors import API_ERROR, CONNECTION, INVALID_REQUEST, TIMEOUT, is_retryable, kind_for_status
+from nightshift.providers.errors import kind_for_status
 from nightshift.providers.openai import INFO, wire
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
@@ -83,13 +83,13 @@ class OpenAIProvider:
     ) -> str:
         """Upload the input file and create the batch, ``tag`` in its metadata; returns its ``batch_...`` id."""
         if not requests:
-            raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
+            raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
         models = sorted({request.model for request in requests.values()})
         if len(models) > 1:
             raise ProviderError(
                 f"an OpenAI batch takes requests for one model only; got {', '.join(models)}: "
                 "submit one batch per model",
-                kind=INVALID_REQUEST,
+                kind=ProviderErrorKind.INVALID_REQUEST,
             )
         # The input file is spooled to disk as its lines are serialised (see ``spool``) and uploaded
         # from there, a chunk at a time.
@@ -131,7 +131,8 @@ class OpenAIProvider:
         status = wire.parse_batch(batch)
         if status.state is not BatchState.ENDED:
             raise ProviderError(
-                f"batch {batch_id} has no results yet: it is {status.provider_status}", kind=INVALID_REQUEST
+                f"batch {batch_id} has no results yet: it is {status.provider_status}",
+                kind=ProviderErrorKind.INVALID_REQUEST,
             )
         seen: set[str] = set()
         for key in ("output_file_id", "error_file_id"):
@@ -191,7 +192,7 @@ def provider_error(exc: openai.OpenAIError) -> ProviderError:
             f"OpenAI returned {exc.status_code} {kind}: {message}", kind=kind, retryable=is_retryable(kind)
         )
     if isinstance(exc, openai.APITimeoutError):
-        return ProviderError(f"OpenAI did not answer in time: {exc}", kind=TIMEOUT, retryable=True)
+        return ProviderError(f"OpenAI did not answer in time: {exc}", kind=ProviderErrorKind.TIMEOUT, retryable=True)
     if isinstance(exc, openai.APIConnectionError):
-        return ProviderError(f"cannot reach OpenAI: {exc}", kind=CONNECTION, retryable=True)
-    return ProviderError(f"OpenAI client error: {exc}", kind=API_ERROR, retryable=False)
+        return ProviderError(f"cannot reach OpenAI: {exc}", kind=ProviderErrorKind.CONNECTION, retryable=True)
+    return ProviderError(f"OpenAI client error: {exc}", kind=ProviderErrorKind.API_ERROR, retryable=False)

@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from nightshift.domain.messages import Message, Role, ToolCall
+from nightshift.domain.usage import Usage
+from nightshift.errors import ProviderErrorKind
 from nightshift.providers.agent_arguments import (
     joined_reasoning,
     split_agent_arguments,
@@ -40,9 +42,8 @@ from nightshift.providers.base import (
     OutcomeStatus,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
-from nightshift.providers.errors import API_ERROR, INVALID_REQUEST, kind_for_status
+from nightshift.providers.errors import kind_for_status
 from nightshift.providers.tool_call_ids import openai_tool_call_id
 
 ENDPOINT: Final = "/v1/chat/completions"
@@ -285,7 +286,9 @@ def parse_result_line(line: Mapping[str, Any]) -> tuple[str, BatchOutcome]:
         return custom_id, BatchOutcome(status=OutcomeStatus.EXPIRED, raw=line)
     if code == CANCELLED_CODE:
         return custom_id, BatchOutcome(status=OutcomeStatus.CANCELED, raw=line)
-    error = ModelError(type=API_ERROR, message=str(failure.get("message") or code or "no response"))
+    error = ModelError(
+        type=ProviderErrorKind.API_ERROR.value, message=str(failure.get("message") or code or "no response")
+    )
     return custom_id, BatchOutcome(status=OutcomeStatus.ERRORED, error=error, raw=line)
 
 
@@ -296,9 +299,14 @@ def missing_outcome(batch: BatchStatus) -> BatchOutcome:
     if batch.provider_status == "cancelled":
         return BatchOutcome(status=OutcomeStatus.CANCELED)
     if batch.error is not None:
-        return BatchOutcome(status=OutcomeStatus.ERRORED, error=ModelError(type=INVALID_REQUEST, message=batch.error))
+        return BatchOutcome(
+            status=OutcomeStatus.ERRORED,
+            error=ModelError(type=ProviderErrorKind.INVALID_REQUEST.value, message=batch.error),
+        )
     message = f"the batch ended ({batch.provider_status}) without a result for this request"
-    return BatchOutcome(status=OutcomeStatus.ERRORED, error=ModelError(type=API_ERROR, message=message))
+    return BatchOutcome(
+        status=OutcomeStatus.ERRORED, error=ModelError(type=ProviderErrorKind.API_ERROR.value, message=message)
+    )
 
 
 _STATES: Final = {
