@@ -26,12 +26,13 @@ from typing import Any, Literal
 
 import orjson
 
+from nightshift.domain.usage import Usage
 from nightshift.emulator import anthropic_api, openai_api
 from nightshift.emulator.batches import BatchJob, Phase, RequestResult
 from nightshift.emulator.config import EmulatorConfig, ScriptedError, ScriptedReply, ScriptedToolCall
 from nightshift.emulator.state import NORMAL_SCRIPT_KEY, EmulatorState
 from nightshift.emulator.streams import anthropic_events, openai_chunks
-from nightshift.errors import ProviderError
+from nightshift.errors import ProviderError, ProviderErrorKind, is_retryable
 from nightshift.providers import anthropic as anthropic_info
 from nightshift.providers import openai as openai_info
 from nightshift.providers.anthropic import wire as anthropic_wire
@@ -44,10 +45,9 @@ from nightshift.providers.base import (
     ModelResponse,
     StreamEnd,
     StreamEvent,
-    Usage,
     parse_json_line,
 )
-from nightshift.providers.errors import INVALID_REQUEST, NOT_FOUND, is_retryable, kind_for_status
+from nightshift.providers.errors import kind_for_status, kind_of
 from nightshift.providers.openai import wire as openai_wire
 from nightshift.providers.spool import SpooledBody
 
@@ -128,7 +128,7 @@ class ScriptedModel:
         """The error the next submission gets, if one was asked for."""
         if not self._refusals:
             return None
-        kind = self._refusals.popleft()
+        kind = ProviderErrorKind(self._refusals.popleft())
         return ProviderError(f"the provider refused the batch: {kind}", kind=kind, retryable=is_retryable(kind))
 
     # Batch timing.
@@ -252,7 +252,7 @@ class ScriptedModel:
             job = self.jobs(name).get(batch_id)
             if job is not None:
                 return job
-        raise ProviderError(f"no batch {batch_id!r}", kind=NOT_FOUND)
+        raise ProviderError(f"no batch {batch_id!r}", kind=ProviderErrorKind.NOT_FOUND)
 
 
 class ScriptedProvider:
@@ -289,9 +289,11 @@ class ScriptedProvider:
         self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
     ) -> str:
         if not requests:
-            raise ProviderError("a batch needs at least one request", kind=INVALID_REQUEST)
+            raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
         if self._api == "openai" and len({r.model for r in requests.values()}) > 1:
-            raise ProviderError("an OpenAI batch takes requests for one model only", kind=INVALID_REQUEST)
+            raise ProviderError(
+                "an OpenAI batch takes requests for one model only", kind=ProviderErrorKind.INVALID_REQUEST
+            )
         self._check_size(requests, max_bytes)
         refused = self._model.take_refusal()
         if refused is not None:
@@ -316,7 +318,7 @@ class ScriptedProvider:
     async def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
         job = self._model.find(self._api, batch_id, poll=False)
         if job.phase is not Phase.ENDED:
-            raise ProviderError(f"batch {batch_id} has not ended yet", kind=INVALID_REQUEST)
+            raise ProviderError(f"batch {batch_id} has not ended yet", kind=ProviderErrorKind.INVALID_REQUEST)
         if self._api == "anthropic":
             for line in anthropic_api.result_lines(job):
                 yield anthropic_wire.parse_result_line(parse_json_line(line))
@@ -371,7 +373,7 @@ def _response(api: Api, body: Mapping[str, Any]) -> ModelResponse:
 
 def _provider_error(api: Api, result: RequestResult) -> ProviderError:
     if api == "anthropic":
-        kind = str(result.body.get("type") or kind_for_status(result.status))
+        kind = kind_of(result.body.get("type"), result.status)
         message = str(result.body.get("message"))
     else:
         kind = kind_for_status(result.status)

@@ -14,9 +14,10 @@ import pytest
 
 from integration.providers.test_model_providers import request
 from nightshift.domain.messages import Role
+from nightshift.domain.usage import Usage
 from nightshift.emulator import EmulatorAdmin, ScriptedReply
 from nightshift.errors import ProviderError
-from nightshift.providers.base import BatchOutcome, BatchState, ModelProvider, OutcomeStatus, StreamEnd, Usage
+from nightshift.providers.base import BatchOutcome, BatchState, ModelProvider, OutcomeStatus, StreamEnd
 from nightshift.providers.clients import ProviderSet
 from support.messages import msg
 from support.scripted import NORMAL_CALLS, Reply, ScriptedModel, call, error, say
