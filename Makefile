@@ -29,8 +29,8 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
 # The next Alembic revision, from what changed in store/tables.py: make migration NAME="what it does"
@@ -39,22 +39,22 @@ migration: $(STAMP)
 	$(BIN)/nightshift db revision -m "$(NAME)"
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests
-	$(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
 
 bench: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
-	$(BIN)/python -m nightshift.bench $(ARGS)
+	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 # The API's latency under concurrent readers, without and with a batch run stepping (loopback only).
 load: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
-	$(BIN)/python -m nightshift.load $(ARGS)
+	$(BIN)/python -m benchmarks.load $(ARGS)
 
 # Provider rounds per task, with and without several tool calls per turn (the README's table).
 rounds: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
-	$(BIN)/python -m nightshift.rounds $(ARGS)
+	$(BIN)/python -m benchmarks.rounds $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
