@@ -47,6 +47,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
+# Everything but the tests marked slow (chaos, the measuring scripts, the browser, and the few
+# that take over about 20 s): the check to run before a commit; make test before a merge.
+test-quick: $(STAMP)
+	@scripts/system-packages $(TEST_PACKAGES)
+	$(BIN)/pytest -q -n 2 -m "not slow"
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 # The scripts are no part of the installed package: they run from the checkout, as make runs them.
 CHECKOUT = Path(__file__).parents[2]
 
