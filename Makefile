@@ -39,9 +39,10 @@ demo: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
 	$(BIN)/nightshift demo
 
+# Every test, slow ones too (CI runs this), and the 40 slowest: where the suite's time goes.
 test: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --durations=40
 
 # The unit tests alone (pure logic: no PostgreSQL, no browser, no server), in seconds.
 test-fast: $(STAMP)
