@@ -2,35 +2,61 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := requirements.lock
+# The tool that writes the lock file, pinned so that a regenerated file differs only by what changed.
+UV := uv==0.13.8
+PY_VERSION := 3.11
 
-.PHONY: demo test test-fast lint format bench load rounds migration clean
+.PHONY: demo test test-fast test-quick lint format lock bench load rounds migration clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
 DEMO_PACKAGES := bwrap=bubblewrap
 TEST_PACKAGES := bwrap=bubblewrap chromium=chromium
 
-$(STAMP): pyproject.toml
+# The development environment is the lock file's exact versions (checked by their hashes), then
+# nightshift itself without dependencies: every machine and CI test the same set, while
+# pyproject.toml keeps the ranges users install nightshift with. pip check fails when the lock no
+# longer satisfies pyproject.toml (run make lock).
+$(STAMP): $(LOCK) pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip check
 	touch $(STAMP)
+
+# The lock file again, after a change to pyproject.toml's dependencies: the pins it already has
+# stay where the ranges allow (ARGS="--upgrade" or "--upgrade-package NAME" moves them on). It
+# holds the dev and otel extras for every platform, resolved for the oldest Python we support.
+lock:
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet $(UV)
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra otel --python-version $(PY_VERSION) --universal \
+		--generate-hashes --custom-compile-command "make lock" --output-file $(LOCK) --quiet $(ARGS)
 
 demo: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
 	$(BIN)/nightshift demo
 
+# Every test, slow ones too (CI runs this), and the 40 slowest: where the suite's time goes.
 test: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --durations=40
 
 # The unit tests alone (pure logic: no PostgreSQL, no browser, no server), in seconds.
 test-fast: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
+# Everything but the tests marked slow (chaos, the measuring scripts, the browser, and the few
+# that take over about 20 s): the check to run before a commit; make test before a merge.
+test-quick: $(STAMP)
+	@scripts/system-packages $(TEST_PACKAGES)
+	$(BIN)/pytest -q -n 2 -m "not slow"
+
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
 # The next Alembic revision, from what changed in store/tables.py: make migration NAME="what it does"
@@ -39,22 +65,22 @@ migration: $(STAMP)
 	$(BIN)/nightshift db revision -m "$(NAME)"
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests
-	$(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
 
 bench: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
-	$(BIN)/python -m nightshift.bench $(ARGS)
+	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 # The API's latency under concurrent readers, without and with a batch run stepping (loopback only).
 load: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
-	$(BIN)/python -m nightshift.load $(ARGS)
+	$(BIN)/python -m benchmarks.load $(ARGS)
 
 # Provider rounds per task, with and without several tool calls per turn (the README's table).
 rounds: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
-	$(BIN)/python -m nightshift.rounds $(ARGS)
+	$(BIN)/python -m benchmarks.rounds $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -36,6 +36,24 @@ app.add_typer(batch_app, name="batch")
 console = Console()
 
 
+def _print_version(asked: bool) -> None:
+    """The version of the installed distribution (its metadata), not a constant that can drift from it."""
+    if asked:
+        from importlib.metadata import version
+
+        console.print(f"nightshift {version('nightshift')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", callback=_print_version, is_eager=True)
+    ] = False,
+) -> None:
+    """The options of ``nightshift`` itself, before any command (the help text is the app's)."""
+
+
 def _run(work: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run``, with a database that cannot be reached reported in one line (exit code 1)."""
     try:

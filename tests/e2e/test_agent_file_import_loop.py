@@ -69,6 +69,7 @@ async def _probe(base_url: str, stop: asyncio.Event) -> list[float]:
     return times
 
 
+@pytest.mark.slow
 async def test_a_large_import_leaves_the_loop_free(servers: Servers) -> None:
     content, messages = large_agent_file()
     assert len(content) <= FILE_BYTES

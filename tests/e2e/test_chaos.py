@@ -33,6 +33,8 @@ from nightshift.store.orgs import ensure_default_org
 from nightshift.store.tables import provider_batches
 from support.processes import Server, Servers, server_environment
 
+pytestmark = pytest.mark.slow
+
 AGENTS = 1_500
 RUNS = 10
 KILLS = 15

@@ -47,7 +47,7 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 PASSWORD = "correct horse battery staple"
 
 # A browser test needs one database, not both: the API itself is tested on SQLite and PostgreSQL.
-pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+pytestmark = [pytest.mark.parametrize("db_url", ["sqlite"], indirect=True), pytest.mark.slow]
 
 
 @pytest.fixture

@@ -42,6 +42,8 @@ from support.processes import (
 )
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
+pytestmark = pytest.mark.slow  # each test kills and restarts servers
+
 AGENTS = 4
 RUN_TIMEOUT = 15.0
 # The first step's tool call of every agent; the second step is the emulator's own send_message.

@@ -34,7 +34,7 @@ from support.processes import (
 )
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
-pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+pytestmark = [pytest.mark.parametrize("db_url", ["postgresql"], indirect=True), pytest.mark.slow]
 
 AGENTS = 4
 INPUT = "Where is my order?"

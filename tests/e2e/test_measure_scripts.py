@@ -7,11 +7,25 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# The scripts are no part of the installed package: they run from the checkout, as make runs them.
+CHECKOUT = Path(__file__).parents[2]
 
 
 def _run(*args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", *args], capture_output=True, text=True, timeout=300, check=False, env=_env()
+        [sys.executable, "-m", *args],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
@@ -22,14 +36,14 @@ def _env() -> dict[str, str]:
 
 
 def test_bench_prints_each_phase_of_both_runs() -> None:
-    output = _run("nightshift.bench", "--agents", "20")
+    output = _run("benchmarks.bench", "--agents", "20")
     for phase in ("create the run", "submit step 1", "poll + resume step 1 (memory tool)", "(custom tool)"):
         assert phase in output, output
     assert re.search(r"peak memory \(RSS\) of the server process: [\d,]+ MiB", output), output
 
 
 def test_bench_counts_the_database_cpu_apart_on_postgresql(empty_db_url: str) -> None:
-    output = _run("nightshift.bench", "--agents", "20", "--tools", "memory", "--database-url", empty_db_url)
+    output = _run("benchmarks.bench", "--agents", "20", "--tools", "memory", "--database-url", empty_db_url)
     rows = [line.split("│") for line in output.splitlines() if "create the run" in line]
     assert len(rows) == 1, output
     # PostgreSQL's CPU per agent; SQLite's work is the server's own ("-").
@@ -39,7 +53,7 @@ def test_bench_counts_the_database_cpu_apart_on_postgresql(empty_db_url: str) ->
 
 
 def test_load_prints_latencies_without_errors() -> None:
-    output = _run("nightshift.load", "--agents", "20", "--clients", "4", "--seconds", "1")
+    output = _run("benchmarks.load", "--agents", "20", "--clients", "4", "--seconds", "1")
     rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 10}
     assert set(rows) == {"no run going", "while the run steps"}, output
     for cells in rows.values():
@@ -48,7 +62,7 @@ def test_load_prints_latencies_without_errors() -> None:
 
 
 def test_paced_load_states_its_offered_load() -> None:
-    output = _run("nightshift.load", "--agents", "20", "--clients", "4", "--seconds", "2", "--rate", "5", "--slow")
+    output = _run("benchmarks.load", "--agents", "20", "--clients", "4", "--seconds", "2", "--rate", "5", "--slow")
     assert "each 5 requests/s (poisson), 20 requests/s offered" in output, output
     # One more column than unpaced: how late the readers sent their requests.
     rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 11}

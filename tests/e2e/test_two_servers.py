@@ -41,7 +41,7 @@ from support.processes import (
 )
 from support.runs import ANTHROPIC_MODEL, LOOKUP_TOOL, OPENAI_MODEL, Runs
 
-pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+pytestmark = [pytest.mark.parametrize("db_url", ["postgresql"], indirect=True), pytest.mark.slow]
 
 AGENTS = 30
 PROVIDERS = 2

@@ -28,9 +28,6 @@ LAYERS = {
     "cli": 8,
     "cli_commands": 8,
     "demo": 8,
-    "bench": 8,
-    "load": 8,
-    "rounds": 8,
     "__main__": 9,
 }
 ROOT = Path(nightshift.__file__).parent

@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from nightshift.bench import ASKS, emulator_process
+from benchmarks.bench import ASKS, emulator_process
 from nightshift.providers.registry import provider_info
 from nightshift.serving import free_port
 

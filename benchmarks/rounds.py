@@ -21,9 +21,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.bench import emulator_process
 from nightshift.batch.steps import RunRequest, create_run
 from nightshift.batch.worker import running_worker
-from nightshift.bench import emulator_process
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.batches import RunStatus
