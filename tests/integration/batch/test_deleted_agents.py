@@ -76,7 +76,7 @@ async def test_an_agent_deleted_during_its_step_is_cancelled_there_and_the_run_g
     opened = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
     assert opened["progress"]["agents"]["cancelled"] == 1 and opened["progress"]["agents"]["running"] == 1
 
-    await step(app.state.nightshift.worker)  # the provider's answer for both: one applied, one ignored
+    await step(app)  # the provider's answer for both: one applied, one ignored
     done = json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
     assert done["status"] == "completed", done
     assert done["progress"]["agents"] == {"running": 0, "finished": 1, "failed": 0, "cancelled": 1}

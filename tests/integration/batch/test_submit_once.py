@@ -7,19 +7,21 @@ itself (as the lost attempt did) and lets the poller try again.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import select, update
 
+from nightshift.batch.worker import Worker
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.clients import ProviderSet
 from nightshift.store.db import opened
 from nightshift.store.tables import provider_batches
+from support.clock import clock_of
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
 MODELS = {"anthropic": ANTHROPIC_MODEL, "openai": OPENAI_MODEL}
@@ -78,8 +80,9 @@ async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
 
 @pytest.mark.settings(error_backoff_seconds=600)
 async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
-    runs: Runs, admin: EmulatorAdmin, db_url: str, emulator: str
+    runs: Runs, admin: EmulatorAdmin, db_url: str, emulator: str, app: FastAPI
 ) -> None:
+    worker: Worker = app.state.nightshift.worker
     agent = await runs.agent("elsewhere")
     await admin.fault(HttpFault(path=CREATE["anthropic"], method="POST", status=500, should_retry=False))
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
@@ -94,8 +97,9 @@ async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
                 .where(provider_batches.c.id == batch_id)
                 .values(endpoint="https://anthropic.example", next_poll_at=datetime.now(UTC))
             )
-        for _ in range(10):  # the poller passes every 0.05 s
-            await asyncio.sleep(0.05)
+        for _ in range(3):  # passes of the worker, each a poll interval after the last: none takes it
+            clock_of(app).advance(worker.poll_interval)
+            assert await worker.run_once() == 0
             assert (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["status"] == "created"
         assert await admin.requests(path=CREATE["anthropic"], method="POST") == []
 
