@@ -21,7 +21,7 @@ from nightshift.providers.base import ModelRequest
 from nightshift.providers.clients import ProviderSet
 from nightshift.store.db import opened
 from nightshift.store.tables import provider_batches
-from support.clock import clock_of
+from support.clock import ManualClock, clock_of
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
 MODELS = {"anthropic": ANTHROPIC_MODEL, "openai": OPENAI_MODEL}
@@ -34,19 +34,10 @@ async def _provider_batches(db_url: str) -> list[Any]:
             return list(await conn.execute(select(provider_batches)))
 
 
-async def _due_now(db_url: str, batch_id: str) -> None:
-    """What the passing of the retry delay would do."""
-    async with opened(db_url) as engine:
-        async with engine.begin() as conn:
-            await conn.execute(
-                update(provider_batches).where(provider_batches.c.id == batch_id).values(next_poll_at=datetime.now(UTC))
-            )
-
-
 @pytest.mark.settings(error_backoff_seconds=600)
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
-    runs: Runs, admin: EmulatorAdmin, db_url: str, provider: str
+    runs: Runs, admin: EmulatorAdmin, db_url: str, provider: str, clock: ManualClock
 ) -> None:
     agents = [await runs.agent(f"once-{i}", model=MODELS[provider]) for i in range(3)]
     # The first submission fails (as a crash would end it): the intent is recorded, then nothing.
@@ -65,7 +56,7 @@ async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
         }
         sent = [await providers.get(provider).submit_batch(requests, tag=ours) for _ in range(copies)]
     creates_before = len(await admin.requests(path=CREATE[provider], method="POST"))
-    await _due_now(db_url, ours)
+    clock.advance(600)  # the retry delay passes
 
     done = await runs.wait(run["id"])
 
@@ -105,26 +96,27 @@ async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
 
         async with engine.begin() as conn:
             await conn.execute(update(provider_batches).values(endpoint=emulator))
-    await _due_now(db_url, batch_id)
+    clock_of(app).advance(600)  # the retry delay passes
     done = await runs.wait(run["id"])
     assert done["status"] == "completed", done
 
 
 @pytest.mark.settings(error_backoff_seconds=600)
-async def test_a_batch_of_the_same_size_is_not_taken_for_ours(runs: Runs, admin: EmulatorAdmin, db_url: str) -> None:
+async def test_a_batch_of_the_same_size_is_not_taken_for_ours(
+    runs: Runs, admin: EmulatorAdmin, db_url: str, clock: ManualClock
+) -> None:
     # Anthropic's batches carry no tag: another batch of the same size, in flight when ours was
     # lost, looks like ours until its custom ids can be read (once it has ended).
     agents = [await runs.agent(f"mine-{i}") for i in range(3)]
     await admin.fault(HttpFault(path=CREATE["anthropic"], method="POST", status=500, should_retry=False))
     run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
-    ours = run["progress"]["provider_batches"][0]["id"]
     await admin.configure(polls_to_end=3)
     async with ProviderSet() as providers:
         request = ModelRequest(model="claude-3-5-haiku-20241022", system="s", messages=())
         decoy = await providers.get("anthropic").submit_batch(
             {f"someone-else-{i}": request for i in range(3)}, tag="llm_batch-another"
         )
-    await _due_now(db_url, ours)
+    clock.advance(600)  # the retry delay passes
 
     done = await runs.wait(run["id"])
 
