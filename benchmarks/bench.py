@@ -35,12 +35,13 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.steps import RunRequest, create_run
-from nightshift.batch.worker import running_worker
+from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.batches import BatchRun, ProviderBatch
 from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
+from nightshift.parts import running_parts
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
 from nightshift.services.tools import create_tool
@@ -241,7 +242,8 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
     requests = [RunRequest(agent_id=agent_id, messages=(UserInput(text=ASKS[tool]),)) for agent_id in agent_ids]
     counter = StatementCounter(engine)
     phases: list[Phase] = []
-    async with running_worker(settings, engine) as worker:
+    async with running_parts(settings, engine) as parts:
+        worker = worker_of(parts)
 
         async def measure(name: str, work: Any) -> Any:
             reset = reset_peak_rss()

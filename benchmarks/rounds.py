@@ -23,7 +23,7 @@ from rich.table import Table
 
 from benchmarks.bench import emulator_process
 from nightshift.batch.steps import RunRequest, create_run
-from nightshift.batch.worker import running_worker
+from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.batches import RunStatus
@@ -31,6 +31,7 @@ from nightshift.domain.messages import Role, UserInput, said_text
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.domain.tool_rules import ChildToolRule, InitToolRule, TerminalToolRule, ToolRule
 from nightshift.emulator import EmulatorAdmin
+from nightshift.parts import running_parts
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
 from nightshift.services.tools import create_tool
@@ -138,7 +139,8 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
         RunRequest(agent_id=agent_id, messages=(UserInput(text=task.ask),))
         for agent_id, task in zip(agent_ids, TASKS, strict=True)
     ]
-    async with running_worker(settings, engine) as worker:
+    async with running_parts(settings, engine) as parts:
+        worker = worker_of(parts)
         async with engine.begin() as conn:
             run, batches = await create_run(
                 conn,

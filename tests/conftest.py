@@ -25,6 +25,7 @@ from nightshift.api.app import create_app
 from nightshift.config import Settings, async_database_url
 from nightshift.emulator import EmulatorAdmin, running_emulator
 from nightshift.store.db import opened, upgrade
+from support.clock import ManualClock
 
 POSTGRES_URL = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 DATABASES = ["sqlite", "postgresql"]
@@ -146,9 +147,16 @@ def settings(tmp_path: Path, db_url: str) -> Settings:
 
 
 @pytest.fixture
-async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+def clock() -> ManualClock:
+    """The app's clock: the machine's until the test advances it (to let a lease, a backoff or a
+    poll interval pass at once)."""
+    return ManualClock()
+
+
+@pytest.fixture
+async def app(settings: Settings, clock: ManualClock) -> AsyncIterator[FastAPI]:
     """The app with its lifespan running."""
-    application = create_app(settings)
+    application = create_app(settings, clock=clock)
     async with application.router.lifespan_context(application):
         yield application
 

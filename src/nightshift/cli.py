@@ -148,9 +148,11 @@ def poll(
     """
     import signal
 
+    from nightshift.batch.callbacks import CallbackRules
     from nightshift.batch.poller import drain, poll_forever, poll_once
     from nightshift.batch.poller_process import answer_runs, die_with_parent, watch_parent, write_figures
-    from nightshift.batch.worker import running_worker
+    from nightshift.batch.worker import worker_of
+    from nightshift.parts import running_parts
     from nightshift.services.runs import create_handed_off
     from nightshift.store.db import opened, upgrade
 
@@ -163,16 +165,19 @@ def poll(
         async with opened(settings.resolved_database_url, pool_size=settings.database_pool_size) as engine:
             if parent is None:
                 await upgrade(engine)  # (serve has migrated the database before it started this poller)
-            async with running_worker(settings, engine) as worker:
+            async with running_parts(settings, engine) as parts:
+                worker, callbacks = worker_of(parts), CallbackRules.of(settings)
                 if once:
-                    return await poll_once(worker)
-                figures = (lambda: write_figures(worker.metrics, metrics_file)) if metrics_file else None
+                    return await poll_once(worker, callbacks)
+                figures = (lambda: write_figures(parts.metrics, metrics_file)) if metrics_file else None
                 stop, wake = asyncio.Event(), asyncio.Event()
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, stop.set)
                 loop.add_signal_handler(signal.SIGUSR1, wake.set)  # serve: new work is due (see PollerProcess)
-                poller = asyncio.create_task(poll_forever(worker, after_pass=figures, wake=wake), name="poller")
+                poller = asyncio.create_task(
+                    poll_forever(worker, callbacks, after_pass=figures, wake=wake), name="poller"
+                )
                 waits = [poller, asyncio.create_task(stop.wait())]
                 if runs_fd is not None:
                     runs = answer_runs(

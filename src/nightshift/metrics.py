@@ -16,7 +16,7 @@ its per-process figures to a file after each pass, and the API process adds them
 scraped (``exposition(..., others=...)``), so one target still counts all the work of one ``serve``.
 
 A ``Metrics`` keeps its figures in a ``CollectorRegistry`` of its own, not in prometheus-client's
-process-wide default one: it is built once per worker (``running_worker``, for ``serve`` and
+process-wide default one: it is built once per process (``parts.running_parts``, for ``serve`` and
 ``poll``) and handed to what records into it, so two apps in one process (as in the tests) never
 see each other's figures, and importing this module creates nothing.
 """

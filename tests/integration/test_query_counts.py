@@ -32,6 +32,7 @@ from nightshift.batch.worker import Worker
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
+from support.clock import clock_of
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
 SIZES = (10, 200)
@@ -112,7 +113,7 @@ async def run_phases(
         await script(agents)
 
     async def step() -> None:
-        await asyncio.sleep(worker.poll_interval * 2)  # the batches are due again
+        clock_of(app).advance(worker.poll_interval * 2)  # the batches are due again
         assert await worker.run_once() == len(models)
 
     async def create() -> None:
@@ -200,7 +201,7 @@ async def test_reading_runs_costs_the_same_statements_for_one_run_as_for_five(
         ok, bad = await runs.agent(f"ok-{index}"), await runs.agent(f"bad-{index}")
         await admin.configure(errors={bad["id"]: "invalid_request_error"})
         started.append((await runs.start([{"agent_id": a["id"], "input": "hi"} for a in (ok, bad)]), bad["id"]))
-        await asyncio.sleep(worker.poll_interval * 2)
+        clock_of(app).advance(worker.poll_interval * 2)
         await worker.run_once()
     log = StatementLog(app.state.nightshift.engine)
 
@@ -234,7 +235,7 @@ async def test_reading_a_runs_agents_costs_the_same_statements_for_2_agents_as_f
     for size in (2, 20):
         agents = [await runs.agent(f"reader-{size}-{index}") for index in range(size)]
         run = await runs.start([{"agent_id": a["id"], "input": "hi"} for a in agents])
-        await asyncio.sleep(worker.poll_interval * 2)
+        clock_of(app).advance(worker.poll_interval * 2)
         await worker.run_once()
         with log.recording() as statements:
             found = (await client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
@@ -356,7 +357,7 @@ async def test_a_look_at_a_run_costs_the_same_statements_for_2_agents_as_for_20(
                 view = (await client.get(f"/v1/messages/batches/{run['id']}")).json()
             looks[size][stage] = statements
             if stage != stages[-1]:
-                await asyncio.sleep(worker.poll_interval * 2)
+                clock_of(app).advance(worker.poll_interval * 2)
                 assert await worker.run_once() == 1
         assert view["status"] == "completed", view
         assert view["progress"]["agents"]["finished"] == size

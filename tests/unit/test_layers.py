@@ -10,6 +10,7 @@ import nightshift
 # Lower numbers are lower layers; a module may import its own layer and lower ones.
 LAYERS = {
     "domain": 0,
+    "clock": 0,
     "errors": 0,
     "ids": 0,
     "config": 1,
@@ -20,6 +21,7 @@ LAYERS = {
     "providers": 2,
     "tools": 2,
     "pricing": 3,
+    "parts": 3,
     "runtime": 4,
     "batch": 5,
     "services": 6,
@@ -64,4 +66,16 @@ def test_the_emulator_imports_nothing_of_the_server() -> None:
         for name in _imports(path):
             if not name.startswith("nightshift.emulator"):
                 wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert wrong == []
+
+
+def test_the_stages_do_not_import_the_worker() -> None:
+    # The worker's loop calls the stages and acts on what they return: a stage that imported it
+    # (to call back into it) would make the two one tangle again.
+    loops = {"worker.py", "poller.py"}
+    wrong = [
+        path.name
+        for path in sorted((ROOT / "batch").glob("*.py"))
+        if path.name not in loops and "nightshift.batch.worker" in _imports(path)
+    ]
     assert wrong == []

@@ -34,13 +34,16 @@ from nightshift.api.routers import (
     tools,
 )
 from nightshift.api.routers.health import Readiness, set_readiness
+from nightshift.batch.callbacks import CallbackRules
 from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.poller_process import PollerProcess
-from nightshift.batch.worker import running_worker
+from nightshift.batch.worker import worker_of
+from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB, MAX_BATCH_REQUEST_VALUES
+from nightshift.parts import running_parts
 from nightshift.providers.base import ModelProvider
-from nightshift.services.agent_runs import BackgroundRuns, fail_stopped_runs
+from nightshift.services.agent_runs import BackgroundRuns, Stepping, fail_stopped_runs
 from nightshift.services.keys import KeyUsage
 from nightshift.store.db import create_engine, read_only, upgrade
 from nightshift.store.orgs import ensure_default_org
@@ -59,7 +62,11 @@ password (default organization).
 
 
 def create_app(
-    settings: Settings, *, poller_process: bool = False, providers: Mapping[str, ModelProvider] | None = None
+    settings: Settings,
+    *,
+    poller_process: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
+    providers: Mapping[str, ModelProvider] | None = None,
 ) -> FastAPI:
     """The app. At startup the database is migrated, the tool sandbox started and the poller launched:
     on this event loop, or with ``poller_process`` (``serve``'s default) in a child process
@@ -70,6 +77,7 @@ def create_app(
     then every lease of this process is given back so that another process takes over at once (a
     child poller gets SIGTERM and does the same with its own).
 
+    ``clock``: the time this process's batch work goes by (a test's, to let time pass at once);
     ``providers`` replaces the real provider of some names (a scripted one, in tests).
     """
 
@@ -83,9 +91,17 @@ def create_app(
             async with engine.begin() as conn:
                 await ensure_default_org(conn)
                 await fail_stopped_runs(conn)
-            async with running_worker(settings, engine, providers=providers) as worker:
-                key_usage = KeyUsage(engine)
-                background = BackgroundRuns(engine, worker, allow_private_callbacks=settings.callback_allow_private)
+            async with running_parts(settings, engine, clock=clock, providers=providers) as parts:
+                worker = worker_of(parts)
+                callbacks = CallbackRules.of(settings)
+                stepping = Stepping(
+                    engine=engine,
+                    providers=parts.providers,
+                    sandbox=parts.sandbox,
+                    summary_model=settings.summary_model,
+                )
+                key_usage = KeyUsage(engine, clock=clock)
+                background = BackgroundRuns(stepping, callbacks)
                 child = (
                     PollerProcess(grace=settings.shutdown_grace_seconds) if settings.poller and poller_process else None
                 )
@@ -93,6 +109,12 @@ def create_app(
                     settings=settings,
                     engine=engine,
                     read_engine=read_only(engine),
+                    providers=parts.providers,
+                    sandbox=parts.sandbox,
+                    metrics=parts.metrics,
+                    clock=clock,
+                    callbacks=callbacks,
+                    stepping=stepping,
                     worker=worker,
                     key_usage=key_usage,
                     background=background,
@@ -102,7 +124,7 @@ def create_app(
                 if child is not None:
                     await child.start()
                 elif settings.poller:
-                    poller = asyncio.create_task(poll_forever(worker), name="poller")
+                    poller = asyncio.create_task(poll_forever(worker, callbacks), name="poller")
                 set_readiness(app, Readiness.READY)
                 try:
                     yield

@@ -11,14 +11,19 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.datastructures import Headers
 
+from nightshift.batch.callbacks import CallbackRules
 from nightshift.batch.poller_process import PollerProcess
 from nightshift.batch.worker import Worker
+from nightshift.clock import Clock
 from nightshift.config import Settings
 from nightshift.domain.orgs import DEFAULT_ORG_ID, Caller, CallerKind, KeyStatus
 from nightshift.errors import Forbidden, Unauthorized
-from nightshift.services.agent_runs import BackgroundRuns
+from nightshift.metrics import Metrics
+from nightshift.providers.clients import ProviderSet
+from nightshift.services.agent_runs import BackgroundRuns, Stepping
 from nightshift.services.keys import KeyUsage, check_manages_keys
 from nightshift.store.keys import key_for_secret
+from nightshift.tools.sandbox import Sandbox
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +33,16 @@ class AppState:
     settings: Settings
     engine: AsyncEngine
     read_engine: AsyncEngine  # the same pool, for reads outside a transaction (``read_only``)
+    providers: ProviderSet
+    sandbox: Sandbox
+    # What this process did, for ``GET /metrics``.
+    metrics: Metrics
+    clock: Clock
+    # Where callbacks may go and how they are retried: the check of a new run's callback URL.
+    callbacks: CallbackRules
+    # What a send to one agent, stepped in the request, uses.
+    stepping: Stepping
+    # The batch worker of this process (its poller's), for the batch runs' requests.
     worker: Worker
     key_usage: KeyUsage
     background: BackgroundRuns  # the message sends this process steps in the background

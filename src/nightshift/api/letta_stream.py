@@ -86,7 +86,7 @@ async def streamed_run(
     listener = LettaStream(send.agent_id, tokens=options.stream_tokens, view=view)
 
     async def stepped() -> SyncResult:
-        _, result = await send_now(state.engine, state.worker, org, send, listener=listener)
+        _, result = await send_now(state.stepping, org, send, listener=listener)
         return result
 
     run = asyncio.create_task(stepped())

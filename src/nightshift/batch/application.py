@@ -17,15 +17,15 @@ import logging
 import time
 from collections import Counter, defaultdict
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import final_status, next_step
+from nightshift.batch.leases import Leases
 from nightshift.batch.outcomes import failed_result, outcome_result
-from nightshift.batch.stages import Stage, stage_done
-from nightshift.batch.steps import WrittenBatch, write_step
+from nightshift.batch.stages import Outcome, Stage, StageOutcome, StageParts, stage_done
+from nightshift.batch.steps import write_step
 from nightshift.batch.submission import end_batch
 from nightshift.domain.batches import (
     ItemResult,
@@ -49,9 +49,6 @@ from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
 
-if TYPE_CHECKING:
-    from nightshift.batch.worker import Worker
-
 log = logging.getLogger(__name__)
 
 # An ended batch's results are stored this many at a time as they are read (see ``poll``).
@@ -74,24 +71,24 @@ def snapshot_of(status: BatchStatus, now: datetime) -> PollSnapshot:
     )
 
 
-async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
-    """Ask the provider about a running batch; when it has ended, store every result (keeping the lease)."""
+async def poll(parts: StageParts, leases: Leases, batch: ProviderBatch) -> StageOutcome:
+    """Ask the provider about a running batch; when it has ended, store every result (keeping the
+    lease: ``ENDED``, to be applied at once); while it runs, record the poll (``POLLED``)."""
     assert batch.provider_batch_id is not None
     started = time.monotonic()
-    provider = worker.providers.get(batch.provider)
+    provider = parts.providers.get(batch.provider)
     try:
         status = await provider.retrieve_batch(batch.provider_batch_id)
     except ProviderError as exc:
         log.warning("polling %s failed (%s)", batch.id, exc.message)
-        await worker.stage_failed(batch, exc.message, retryable=exc.retryable)
-        return replace(batch, status=ProviderBatchStatus.RUNNING)
-    snapshot = snapshot_of(status, datetime.now(UTC))
+        return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=exc.retryable)
+    snapshot = snapshot_of(status, parts.clock.now())
     if status.state is not BatchState.ENDED:
-        async with worker.engine.begin() as conn:
-            next_poll_at = datetime.now(UTC) + timedelta(seconds=worker.poll_interval)
-            await batch_store.record_poll(conn, batch.id, worker.owner, snapshot, next_poll_at=next_poll_at)
-        return batch
-    async with worker.engine.connect() as conn:
+        async with parts.engine.begin() as conn:
+            next_poll_at = parts.clock.now() + parts.poll_interval
+            await batch_store.record_poll(conn, batch.id, leases.owner, snapshot, next_poll_at=next_poll_at)
+        return StageOutcome(outcome=Outcome.POLLED, batch=batch)
+    async with parts.engine.connect() as conn:
         # Items that failed before they went in (their request could not be built) keep that result.
         waiting = await item_store.awaiting_results(conn, batch.id)
     # The results are read as a stream and stored a slice at a time, each in a transaction of its
@@ -112,19 +109,19 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
                 if outcome.status is OutcomeStatus.ERRORED and outcome.error is not None:
                     errors[outcome.error.type] += 1  # expired and cancelled requests are no provider error
                 if len(results) >= RESULT_SLICE:
-                    async with worker.engine.begin() as conn:
-                        await item_store.store_results(conn, results, datetime.now(UTC))
+                    async with parts.engine.begin() as conn:
+                        await item_store.store_results(conn, results, parts.clock.now())
                     answered += len(results)
                     results = []
     except ProviderError as exc:
         log.warning("reading the results of %s failed (%s)", batch.id, exc.message)
-        await worker.stage_failed(batch, exc.message, retryable=exc.retryable)
-        return batch
+        return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=exc.retryable)
     answered += len(results)
     for item_id in waiting.values():  # a request the provider never answered
         results.append(failed_result(item_id, "the provider returned no result for this request"))
     ended = await end_batch(
-        worker,
+        parts,
+        leases,
         batch,
         results,
         only_from=ProviderBatchStatus.RUNNING,
@@ -133,15 +130,16 @@ async def poll(worker: Worker, batch: ProviderBatch) -> ProviderBatch:
         release=False,  # resume follows at once in this pass
     )
     for kind, count in errors.items():
-        worker.metrics.provider_error(batch.provider, kind, ErrorScope.REQUEST, count)
-    stage_done(Stage.POLL, ended, agents=answered + len(waiting), started=started, metrics=worker.metrics)
-    return ended
+        parts.metrics.provider_error(batch.provider, kind, ErrorScope.REQUEST, count)
+    stage_done(Stage.POLL, ended, agents=answered + len(waiting), started=started, metrics=parts.metrics)
+    return StageOutcome(outcome=Outcome.ENDED, batch=ended)
 
 
-async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
-    """Apply an ended batch's results; returns the next step's batches, written and leased, to submit."""
+async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> StageOutcome:
+    """Apply an ended batch's results: ``APPLIED``, with the next step's batches, written and
+    leased, to submit (``LEFT`` when another worker applied it, or the run was cancelled, meanwhile)."""
     started = time.monotonic()
-    async with worker.engine.connect() as conn:
+    async with parts.engine.connect() as conn:
         items = await item_store.items_of(conn, batch.id)
         agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
         answered = [
@@ -157,17 +155,17 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
             for item, response in answered
             if item.step_state.summary is None
         ]
-        results = await take_turns(turns, search=StoreSearch(conn), sandbox=worker.sandbox, now=datetime.now(UTC))
+        results = await take_turns(turns, search=StoreSearch(conn), sandbox=parts.sandbox, now=parts.clock.now())
     summaries = [
         Summary(agent_id=item.agent_id, plan=item.step_state.summary, text=response.text or "", batch_item_id=item.id)
         for item, response in answered
         if item.step_state.summary is not None
     ]
-    now = datetime.now(UTC)
-    async with worker.engine.begin() as conn:
+    now = parts.clock.now()
+    async with parts.engine.begin() as conn:
         await run_store.lock_run(conn, batch.batch_run_id)
         if not await batch_store.mark_applied(conn, batch.id, now):
-            return []  # applied (or cancelled) by someone else meanwhile
+            return StageOutcome(outcome=Outcome.LEFT, batch=batch)  # applied (or cancelled) by someone else meanwhile
         run = await run_store.get_run(conn, batch.organization_id, batch.batch_run_id)
         assert run is not None
         # Agents may have changed since the read (another run's step, an API edit).
@@ -189,7 +187,7 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
             if item.usage and agent is not None:
                 # A summary is priced at the model that wrote it.
                 handle = item.step_state.summary.model if item.step_state.summary else agent.llm_config.handle
-                cost = worker.prices.cost(handle, item.usage, batch=True)
+                cost = parts.prices.cost(handle, item.usage, batch=True)
                 completions[index] = replace(completions[index], cost=cost)
                 provider, model = handle.split("/", 1)
                 usage.add(provider, model, item.usage, cost.usd if cost else None)
@@ -200,17 +198,17 @@ async def resume(worker: Worker, batch: ProviderBatch) -> list[WrittenBatch]:
             run,
             entries,
             now,
-            lease=worker.lease(now),
-            endpoints=worker.providers.endpoints(),
-            summary_model=worker.summary_model,
-            batch_bytes=worker.batch_bytes,
+            lease=leases.lease(),
+            endpoints=parts.providers.endpoints(),
+            summary_model=parts.summary_model,
+            batch_bytes=parts.batch_bytes,
         )
         if not next_batches:
             await end_run_if_done(conn, run.id, now)
-        await batch_store.release(conn, batch.id, worker.owner, next_poll_at=None)
-    usage.record(worker.metrics)
-    stage_done(Stage.APPLY, batch, agents=len(items), started=started, metrics=worker.metrics)
-    return next_batches
+        await batch_store.release(conn, batch.id, leases.owner, next_poll_at=None)
+    usage.record(parts.metrics)
+    stage_done(Stage.APPLY, batch, agents=len(items), started=started, metrics=parts.metrics)
+    return StageOutcome(outcome=Outcome.APPLIED, batch=batch, next_batches=next_batches)
 
 
 class _Usage:

@@ -26,13 +26,15 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nightshift.clock import SYSTEM_CLOCK, Clock
+from nightshift.config import Settings
 from nightshift.domain.batches import BatchRun
 from nightshift.errors import InvalidInput
 from nightshift.store import runs as run_store
@@ -54,6 +56,24 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: a local prefix of /48 to /96
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated by RFC 4291, still routed by some stacks
 _LOW_32_BITS = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallbackRules:
+    """Where and how often the server calls back, read once from the settings: what the check of
+    a callback URL (when a run is created, and before each attempt) and the sending both go by."""
+
+    # Whether callbacks may go to loopback and private addresses (NIGHTSHIFT_CALLBACK_ALLOW_PRIVATE).
+    allow_private: bool = False
+    # The wait before a failed callback is sent again, doubled with each failure.
+    retry_delay: timedelta = BASE_DELAY
+
+    @classmethod
+    def of(cls, settings: Settings) -> CallbackRules:
+        return cls(
+            allow_private=settings.callback_allow_private,
+            retry_delay=timedelta(seconds=settings.callback_retry_seconds),
+        )
 
 
 async def resolve_host(host: str, port: int) -> list[str]:
@@ -212,20 +232,20 @@ def payload(run: BatchRun) -> dict[str, str | None]:
 
 async def send_due_callbacks(
     engine: AsyncEngine,
+    rules: CallbackRules,
     *,
+    clock: Clock = SYSTEM_CLOCK,
     limit: int = 20,
-    base_delay: timedelta = BASE_DELAY,
-    allow_private: bool = False,
     resolve: Resolver = resolve_host,
 ) -> int:
     """POST the callbacks of ended runs that are due; returns how many were attempted.
 
-    A non-2xx answer or a network error is retried after ``base_delay`` (2 s by default), then
-    twice, four and eight times as long; after the fifth failure the run keeps the last error in
+    A non-2xx answer or a network error is retried after ``rules.retry_delay``, then twice, four
+    and eight times as long; after the fifth failure the run keeps the last error in
     ``callback_error`` and nothing more is sent. A URL refused by :func:`check_callback_url` is
     not called at all. ``resolve`` finds a host's addresses (the system's resolver by default).
     """
-    now = datetime.now(UTC)
+    now = clock.now()
     async with engine.begin() as conn:
         due = await run_store.callbacks_due(conn, now, limit=limit)
         claimed = [run for run in due if await run_store.claim_callback_attempt(conn, run, until=now + SEND_CLAIM)]
@@ -234,7 +254,7 @@ async def send_due_callbacks(
         assert run.callback_url is not None
         refused = False
         try:
-            target = await check_callback_url(run.callback_url, allow_private=allow_private, resolve=resolve)
+            target = await check_callback_url(run.callback_url, allow_private=rules.allow_private, resolve=resolve)
             response = await post_callback(target, payload(run))
             ok, code, error = response.is_success, response.status_code, None
             if not ok:
@@ -244,15 +264,16 @@ async def send_due_callbacks(
         except httpx.HTTPError as exc:
             ok, code, error = False, None, f"callback failed: {type(exc).__name__}: {exc}"
         give_up = not ok and (refused or attempts >= MAX_ATTEMPTS)
+        now = clock.now()
         async with engine.begin() as conn:
             await run_store.record_callback(
                 conn,
                 run.id,
                 attempts=attempts,
-                sent_at=datetime.now(UTC) if ok or give_up else None,
+                sent_at=now if ok or give_up else None,
                 status_code=code,
                 error=error,
-                next_at=None if ok or give_up else datetime.now(UTC) + base_delay * 2 ** (attempts - 1),
+                next_at=None if ok or give_up else now + rules.retry_delay * 2 ** (attempts - 1),
             )
         if error:
             log.warning("run %s: %s (attempt %d)", run.id, error, attempts)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from nightshift.batch.callbacks import send_due_callbacks
+from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
 from nightshift.batch.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 MAX_ROUNDS = 100
 
 
-async def poll_once(worker: Worker) -> int:
+async def poll_once(worker: Worker, callbacks: CallbackRules) -> int:
     """One pass: advance every due provider batch, then send due callbacks. Returns the work done."""
     handled = 0
     for _ in range(MAX_ROUNDS):
@@ -26,13 +26,12 @@ async def poll_once(worker: Worker) -> int:
             break
     if worker.draining.is_set():
         return handled  # due callbacks wait for a process that stays (a callback may be slow)
-    return handled + await send_due_callbacks(
-        worker.engine, base_delay=worker.callback_retry_delay, allow_private=worker.callback_allow_private
-    )
+    return handled + await send_due_callbacks(worker.engine, callbacks, clock=worker.parts.clock)
 
 
 async def poll_forever(
     worker: Worker,
+    callbacks: CallbackRules,
     *,
     after_pass: Callable[[], None] | None = None,
     wake: asyncio.Event | None = None,
@@ -42,7 +41,7 @@ async def poll_forever(
     setting ``wake`` starts the next pass at once."""
     while not worker.draining.is_set():
         try:
-            await poll_once(worker)
+            await poll_once(worker, callbacks)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -76,6 +75,6 @@ async def drain(worker: Worker, poller: asyncio.Task[None] | None, *, grace: flo
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
-    released = await worker.give_back_leases()
+    released = await worker.leases.give_back_all()
     log.info("shut down: gave back %d provider batch lease(s)", released)
     return released

@@ -16,10 +16,11 @@ for good ends at once with every item failed.
 
 A batch is cut when its step is written, on an estimate of its requests' sizes, which can come
 out low (see ``domain.batch_split``). A batch whose body, once serialised, is over the limit
-(the provider's, or the lower ``Worker.batch_bytes``) is cut again by the requests' real sizes,
+(the provider's, or the lower ``StageParts.batch_bytes``) is cut again by the requests' real sizes,
 before anything of it is sent: it keeps the first part, and new provider batches of the same
 run, step and provider take the others, written with the items they take over in one
-transaction and leased to this worker, which sends them at once from the requests it holds.
+transaction and leased to this worker, which sends them at once from the requests it holds (the
+stage returns them to the worker's loop, which sends each as a ``Prepared`` batch).
 A crash after that transaction leaves ordinary created batches, which the poller submits when
 the lease expires; before it, nothing has changed. A request over the provider's limit on its
 own is in a part alone, and fails alone.
@@ -31,12 +32,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from datetime import timedelta
 
+from nightshift.batch.leases import Leases
 from nightshift.batch.outcomes import failed_result
-from nightshift.batch.stages import Stage, stage_done
+from nightshift.batch.stages import Outcome, Prepared, Stage, StageOutcome, StageParts, stage_done
 from nightshift.batch.steps import WrittenBatch
 from nightshift.domain.batch_split import split_by_size
 from nightshift.domain.batches import (
@@ -50,7 +51,7 @@ from nightshift.domain.batches import (
 )
 from nightshift.errors import ProviderError
 from nightshift.ids import new_id
-from nightshift.providers.base import BatchState, ModelError, ModelProvider, ModelRequest
+from nightshift.providers.base import BatchState, ModelError, ModelProvider
 from nightshift.providers.spool import BatchTooLarge
 from nightshift.runtime.context import build_requests
 from nightshift.store import agents as agent_store
@@ -58,9 +59,6 @@ from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
-
-if TYPE_CHECKING:
-    from nightshift.batch.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -78,24 +76,16 @@ class _Wait:
 WAIT = _Wait()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Built:
-    """A batch's items, the requests built for them (by custom_id, the agent's id, in the items'
-    order), and the results of the items whose request could not be built."""
-
-    items: Sequence[BatchItem]
-    requests: dict[str, ModelRequest]
-    refused: Sequence[ItemResult]
-
-
-async def submit(worker: Worker, batch: ProviderBatch, written: WrittenBatch | None = None) -> ProviderBatch:
-    """Send a created provider batch to its provider, once, and give up the lease; returns it as it is now.
+async def submit(
+    parts: StageParts, leases: Leases, batch: ProviderBatch, written: WrittenBatch | None = None
+) -> StageOutcome:
+    """Send a created provider batch to its provider, once; returns what happened.
 
     ``written``: the batch as this worker just wrote it (its items and agents), read from the
     database otherwise; its agents that changed since are read again all the same.
     """
     started = time.monotonic()
-    async with worker.engine.connect() as conn:
+    async with parts.engine.connect() as conn:
         if written is None:
             items = await item_store.items_of(conn, batch.id)
             agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
@@ -113,57 +103,69 @@ async def submit(worker: Worker, batch: ProviderBatch, written: WrittenBatch | N
     ]
     if not requests:
         error = "no request of this batch could be built"
-        return await end_batch(worker, batch, refused, only_from=ProviderBatchStatus.CREATED, error=error)
-    return await _send(worker, batch, _Built(items=items, requests=requests, refused=refused), started=started)
+        ended = await end_batch(parts, leases, batch, refused, only_from=ProviderBatchStatus.CREATED, error=error)
+        return StageOutcome(outcome=Outcome.ENDED, batch=ended)
+    prepared = Prepared(batch=batch, items=items, requests=requests, refused=refused)
+    return await _send(parts, leases, prepared, started=started)
+
+
+async def send_prepared(parts: StageParts, leases: Leases, prepared: Prepared) -> StageOutcome:
+    """Send a part of a batch cut by size (see ``_split``), from the requests built for it: no
+    copy of it can be at the provider yet."""
+    return await _send(parts, leases, prepared, started=time.monotonic(), look_first=False)
 
 
 async def _send(
-    worker: Worker, batch: ProviderBatch, built: _Built, *, started: float, look_first: bool = True
-) -> ProviderBatch:
+    parts: StageParts, leases: Leases, built: Prepared, *, started: float, look_first: bool = True
+) -> StageOutcome:
     """Send the built requests of a batch, once (found at the provider first unless ``look_first``
-    is off: the caller knows no copy is there), and give up the lease."""
+    is off: the caller knows no copy is there)."""
+    batch = built.batch
     try:
-        provider = worker.providers.get(batch.provider)
-        adopted = await _adopt(worker, batch, provider, set(built.requests)) if look_first else None
+        provider = parts.providers.get(batch.provider)
+        adopted = await _adopt(parts, batch, provider, set(built.requests)) if look_first else None
         if isinstance(adopted, _Wait):
-            await worker.release(batch, delay=timedelta(seconds=worker.poll_interval))
-            return batch
+            return StageOutcome(outcome=Outcome.WAITING, batch=batch, due_in=parts.poll_interval)
         provider_batch_id = adopted
         if provider_batch_id is None:
-            async with worker.engine.begin() as conn:
-                if not await batch_store.record_submit_intent(conn, batch.id, worker.owner, datetime.now(UTC)):
+            async with parts.engine.begin() as conn:
+                if not await batch_store.record_submit_intent(conn, batch.id, leases.owner, parts.clock.now()):
                     current = await batch_store.get_provider_batch(conn, batch.id)
                     assert current is not None
-                    return current  # moved on (cancelled) or taken over meanwhile
-            provider_batch_id = await provider.submit_batch(built.requests, tag=batch.id, max_bytes=worker.batch_bytes)
+                    return StageOutcome(outcome=Outcome.LEFT, batch=current)  # cancelled or taken over meanwhile
+            provider_batch_id = await provider.submit_batch(built.requests, tag=batch.id, max_bytes=parts.batch_bytes)
     except BatchTooLarge as exc:
-        return await _split(worker, batch, built, exc, started=started)
+        return await _split(parts, leases, built, exc, started=started)
     except ProviderError as exc:
-        attempts = batch.failures + 1
-        if exc.retryable and attempts < SUBMIT_ATTEMPTS:
+        if exc.retryable and batch.failures + 1 < SUBMIT_ATTEMPTS:
             log.warning("submitting %s failed (%s); retrying", batch.id, exc.message)
-            await worker.record_failure(
-                batch, failures=attempts, error=exc.message, delay=worker.error_backoff * attempts
-            )
-            return replace(batch, status=ProviderBatchStatus.CREATED)
-        return await _refused(worker, batch, built.items, exc)
-    current = await _submitted(worker, batch, provider_batch_id, built.refused)
-    if current.status is ProviderBatchStatus.RUNNING and current.provider_batch_id == provider_batch_id:
-        stage_done(Stage.SUBMIT, current, agents=len(built.requests), started=started, metrics=worker.metrics)
-    return current
+            return StageOutcome(outcome=Outcome.RESUBMIT, batch=batch, reason=exc.message, retryable=True)
+        ended = await _refused(parts, leases, batch, built.items, exc)
+        return StageOutcome(outcome=Outcome.ENDED, batch=ended)
+    current = await _submitted(parts, leases, batch, provider_batch_id, built.refused)
+    running = current.status is ProviderBatchStatus.RUNNING
+    if running and current.provider_batch_id == provider_batch_id:
+        stage_done(Stage.SUBMIT, current, agents=len(built.requests), started=started, metrics=parts.metrics)
+    return StageOutcome(
+        outcome=Outcome.SUBMITTED if running else Outcome.LEFT,
+        batch=current,
+        due_in=parts.poll_interval if running else timedelta(0),
+    )
 
 
 async def _split(
-    worker: Worker, batch: ProviderBatch, built: _Built, exc: BatchTooLarge, *, started: float
-) -> ProviderBatch:
+    parts: StageParts, leases: Leases, built: Prepared, exc: BatchTooLarge, *, started: float
+) -> StageOutcome:
     """Cut a batch whose body is over the limit into parts that fit, by the requests' real sizes,
-    and send each part (see the module docstring); returns the batch (the first part) as it is now."""
+    and send the first (see the module docstring); the others are the outcome's batches to submit."""
+    batch = built.batch
     ids = list(built.requests)
     cuts = split_by_size([exc.sizes[i] for i in ids], max_count=len(ids), max_bytes=exc.room)
     if len(cuts) < 2:  # not raised for fewer than two requests over the room; never loop on it
-        return await _refused(worker, batch, built.items, exc)
-    now = datetime.now(UTC)
-    parts = [
+        ended = await _refused(parts, leases, batch, built.items, exc)
+        return StageOutcome(outcome=Outcome.ENDED, batch=ended)
+    now = parts.clock.now()
+    pieces = [
         ProviderBatch(
             id=new_id("llm_batch"),
             organization_id=batch.organization_id,
@@ -178,15 +180,15 @@ async def _split(
         for _ in cuts[1:]
     ]
     by_agent = {item.agent_id: item for item in built.items}
-    async with worker.engine.begin() as conn:
+    async with parts.engine.begin() as conn:
         await run_store.lock_run(conn, batch.batch_run_id)
-        if not await batch_store.hold_created(conn, batch.id, worker.owner, now):
+        if not await batch_store.hold_created(conn, batch.id, leases.owner, now):
             current = await batch_store.get_provider_batch(conn, batch.id)
             assert current is not None
-            return current  # moved on (cancelled) or taken over meanwhile
-        counts = {part.id: len(cut) for part, cut in zip(parts, cuts[1:], strict=True)}
-        await batch_store.insert_provider_batches(conn, parts, items=counts, lease=worker.lease(now))
-        for part, cut in zip(parts, cuts[1:], strict=True):
+            return StageOutcome(outcome=Outcome.LEFT, batch=current)  # cancelled or taken over meanwhile
+        counts = {part.id: len(cut) for part, cut in zip(pieces, cuts[1:], strict=True)}
+        await batch_store.insert_provider_batches(conn, pieces, items=counts, lease=leases.lease())
+        for part, cut in zip(pieces, cuts[1:], strict=True):
             await item_store.move_items(conn, [by_agent[ids[k]].id for k in cut], part.id, now)
         await batch_summaries.record_new_items(conn, {batch.id: len(cuts[0])})  # what it keeps
     log.info(
@@ -197,27 +199,28 @@ async def _split(
         len(cuts),
     )
     moved = {ids[k] for cut in cuts[1:] for k in cut}
-    first = _Built(
+    first = Prepared(
+        batch=batch,
         items=[i for i in built.items if i.agent_id not in moved],
         requests={ids[k]: built.requests[ids[k]] for k in cuts[0]},
         refused=built.refused,
     )
-    current = await _send(worker, batch, first, started=started, look_first=False)
-    for part, cut in zip(parts, cuts[1:], strict=True):
-        part_ids = [ids[k] for k in cut]
-        rest = _Built(
-            items=[by_agent[i] for i in part_ids], requests={i: built.requests[i] for i in part_ids}, refused=()
+    rest = [
+        Prepared(
+            batch=part,
+            items=[by_agent[ids[k]] for k in cut],
+            requests={ids[k]: built.requests[ids[k]] for k in cut},
+            refused=(),
         )
-        try:
-            async with worker.holding(part.id):
-                await _send(worker, part, rest, started=time.monotonic(), look_first=False)
-        except Exception:
-            log.exception("submitting %s failed; the poller will retry", part.id)
-    return current
+        for part, cut in zip(pieces, cuts[1:], strict=True)
+    ]
+    sent = await _send(parts, leases, first, started=started, look_first=False)
+    return replace(sent, next_batches=rest)
 
 
 async def end_batch(
-    worker: Worker,
+    parts: StageParts,
+    leases: Leases,
     batch: ProviderBatch,
     results: Sequence[ItemResult],
     *,
@@ -232,29 +235,29 @@ async def end_batch(
     the caller applies it now. A batch that never reached its provider (or is given up) ends so
     too, its results saying why its agents stop.
     """
-    now = datetime.now(UTC)
-    async with worker.engine.begin() as conn:
+    now = parts.clock.now()
+    async with parts.engine.begin() as conn:
         if await batch_store.mark_ended(conn, batch.id, now, only_from=only_from, snapshot=snapshot, error=error):
             await item_store.store_results(conn, results, now)
             await batch_summaries.record_usage(conn, batch.id)  # the views count its items alone until applied
         if release:
-            await batch_store.release(conn, batch.id, worker.owner, next_poll_at=now)
+            await batch_store.release(conn, batch.id, leases.owner, next_poll_at=now)
         current = await batch_store.get_provider_batch(conn, batch.id)
     assert current is not None
     return current
 
 
 async def _refused(
-    worker: Worker, batch: ProviderBatch, items: Sequence[BatchItem], exc: ProviderError
+    parts: StageParts, leases: Leases, batch: ProviderBatch, items: Sequence[BatchItem], exc: ProviderError
 ) -> ProviderBatch:
     """The provider refused the batch: every agent of it fails this step (resume records why)."""
     error = ModelError(type=exc.kind, message=exc.message)
     results = [failed_result(item.id, f"{exc.kind}: {exc.message}", error) for item in items]
-    return await end_batch(worker, batch, results, only_from=ProviderBatchStatus.CREATED, error=exc.message)
+    return await end_batch(parts, leases, batch, results, only_from=ProviderBatchStatus.CREATED, error=exc.message)
 
 
 async def _adopt(
-    worker: Worker, batch: ProviderBatch, provider: ModelProvider, custom_ids: set[str]
+    parts: StageParts, batch: ProviderBatch, provider: ModelProvider, custom_ids: set[str]
 ) -> str | _Wait | None:
     """The provider's id of this batch if an earlier attempt got it there; None to submit it;
     ``WAIT`` when that cannot be told yet (see the module docstring)."""
@@ -263,14 +266,14 @@ async def _adopt(
     found = await provider.find_batches(
         batch.id, created_after=batch.submit_started_at - ADOPT_WINDOW, requests=len(custom_ids)
     )
-    async with worker.engine.connect() as conn:
+    async with parts.engine.connect() as conn:
         known = await batch_store.known_provider_ids(conn, batch.provider, found.ids)
     candidates = [provider_id for provider_id in found.ids if provider_id not in known]
     if not candidates:
         return None
     if found.tagged:
         adopted, *copies = candidates
-        await _cancel_copies(worker, batch, provider, copies)
+        await _cancel_copies(parts, batch, provider, copies)
     else:
         ended = await _ended_with(provider, candidates, custom_ids)
         if not isinstance(ended, str):
@@ -295,25 +298,27 @@ async def _ended_with(provider: ModelProvider, candidates: Sequence[str], custom
     return WAIT if running else None
 
 
-async def _cancel_copies(worker: Worker, batch: ProviderBatch, provider: ModelProvider, copies: Sequence[str]) -> None:
+async def _cancel_copies(
+    parts: StageParts, batch: ProviderBatch, provider: ModelProvider, copies: Sequence[str]
+) -> None:
     for copy in copies:
         log.warning("cancelling %s, a second copy of provider batch %s", copy, batch.id)
         with contextlib.suppress(ProviderError):  # it is recorded either way; a finished copy cannot be
             await provider.cancel_batch(copy)
-    async with worker.engine.begin() as conn:
+    async with parts.engine.begin() as conn:
         await batch_store.add_duplicates(conn, batch.id, copies)
 
 
 async def _submitted(
-    worker: Worker, batch: ProviderBatch, provider_batch_id: str, refused: Sequence[ItemResult]
+    parts: StageParts, leases: Leases, batch: ProviderBatch, provider_batch_id: str, refused: Sequence[ItemResult]
 ) -> ProviderBatch:
     """Record that the provider holds the batch; the agents that could not go in fail."""
-    now = datetime.now(UTC)
+    now = parts.clock.now()
     duplicate = False
-    async with worker.engine.begin() as conn:
+    async with parts.engine.begin() as conn:
         await run_store.lock_run(conn, batch.batch_run_id)
         moved = await batch_store.mark_running(
-            conn, batch.id, provider_batch_id, now, next_poll_at=now + timedelta(seconds=worker.poll_interval)
+            conn, batch.id, provider_batch_id, now, next_poll_at=now + parts.poll_interval
         )
         current = await batch_store.get_provider_batch(conn, batch.id)
         assert current is not None
@@ -333,7 +338,5 @@ async def _submitted(
             duplicate = current.provider_batch_id != provider_batch_id
     if duplicate:
         # Another worker submitted (or adopted) it meanwhile: ours is a second copy.
-        await _cancel_copies(worker, batch, worker.providers.get(batch.provider), [provider_batch_id])
-    running = current.status is ProviderBatchStatus.RUNNING
-    await worker.release(current, delay=timedelta(seconds=worker.poll_interval if running else 0))
+        await _cancel_copies(parts, batch, parts.providers.get(batch.provider), [provider_batch_id])
     return current

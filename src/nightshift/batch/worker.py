@@ -1,4 +1,4 @@
-"""The batch worker: takes leased provider batches through submit -> poll -> resume (or cancel).
+"""The batch worker's loop: takes leased provider batches through submit -> poll -> resume (or cancel).
 
 Every stage is a state transition written in the same transaction as its effects, checked with
 compare-and-set, so re-running a stage after a crash (or in a second process whose lease expired)
@@ -10,49 +10,39 @@ finds it done and changes nothing:
   is left open.
 * cancel: tell the provider; cancelling -> cancelled.
 
-A worker renews the lease of each batch while it works on it, so a lease outlives its owner only
-by ``lease_seconds``: the batches of a worker that died are taken over that soon. A process that
-shuts down (``draining``) claims nothing more and gives back every lease it holds at once
-(``give_back_leases``), so its batches are taken over without waiting for the leases to expire. A stage that
-fails is tried again with a doubling backoff, and given up (its agents failing with the reason)
-after ``MAX_FAILURES`` failures in a row, or ``MAX_TRANSIENT_FAILURES`` for errors that may pass.
+Each stage returns what happened (``stages.StageOutcome``) and the loop acts on it: it gives the
+lease back (``batch/leases.py``) with the batch due again when it should be, submits the batches
+the stage wrote, or counts a failure. A stage that fails is tried again with a doubling backoff,
+and given up (its agents failing with the reason) after ``MAX_FAILURES`` failures in a row, or
+``MAX_TRANSIENT_FAILURES`` for errors that may pass. A process that shuts down (``draining``)
+claims nothing more and gives back every lease it holds at once (``Leases.give_back_all``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
-import os
-import socket
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch import application, submission
+from nightshift.batch.leases import Leases, worker_id
 from nightshift.batch.outcomes import failed_result
-from nightshift.batch.stages import Stage, stage_done
+from nightshift.batch.stages import Outcome, Prepared, Stage, StageOutcome, StageParts, stage_done
 from nightshift.batch.steps import WrittenBatch
-from nightshift.config import Settings
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.errors import ProviderError
-from nightshift.metrics import Metrics
-from nightshift.pricing import PriceTable
-from nightshift.providers.base import ModelProvider
-from nightshift.providers.clients import ProviderSet, preload
-from nightshift.providers.registry import parse_model
+from nightshift.parts import Parts
+from nightshift.providers.clients import ProviderSet
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store import runs as run_store
-from nightshift.tools.metered import MeteredSandbox
-from nightshift.tools.sandbox import Sandbox, build_sandbox
 
 log = logging.getLogger(__name__)
 
@@ -69,52 +59,65 @@ LEASE_POLL_INTERVALS = 20
 MIN_LEASE_SECONDS = 5.0
 
 
+def retry_delay(failures: int, *, backoff: timedelta, retryable: bool) -> timedelta | None:
+    """How long a stage that failed ``failures`` times in a row waits before it is tried again;
+    None: it is given up."""
+    if failures >= (MAX_TRANSIENT_FAILURES if retryable else MAX_FAILURES):
+        return None
+    return min(backoff * (1 << (failures - 1)), MAX_BACKOFF)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Worker:
-    """What the worker needs, built once by the server (or ``nightshift poll``)."""
+    """One lease owner's batch loop: what its stages use, its leases, and when it stops."""
 
-    engine: AsyncEngine
-    providers: ProviderSet
-    sandbox: Sandbox
-    owner: str
-    # What this process did (stage durations, provider errors, tokens and cost), for ``GET /metrics``.
-    metrics: Metrics
-    poll_interval: float
-    prices: PriceTable = field(default_factory=PriceTable)
-    lease_seconds: float = 600.0
-    # The first wait before a failed callback is sent again (see ``batch/callbacks.py``).
-    callback_retry_delay: timedelta = timedelta(seconds=2)
-    # Whether callbacks may go to loopback and private addresses (see ``batch/callbacks.py``).
-    callback_allow_private: bool = False
+    parts: StageParts
+    leases: Leases
     # The first wait before a failed stage (the provider unreachable, say) is tried again.
     error_backoff: timedelta = timedelta(seconds=30)
     # Set when the process shuts down: claim nothing more, and start no other claimed batch.
     # Shared with the workers of ``for_request``.
     draining: asyncio.Event = field(default_factory=asyncio.Event)
-    # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
-    summary_model: str | None = None
-    # The most bytes of requests in one provider batch, estimated when a step is written and real
-    # when it is sent (``Settings.batch_bytes``); None: the provider's limit.
-    batch_bytes: int | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self.parts.engine
+
+    @property
+    def providers(self) -> ProviderSet:
+        return self.parts.providers
+
+    @property
+    def owner(self) -> str:
+        return self.leases.owner
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between two polls of a running batch (and two passes of the poller)."""
+        return self.parts.poll_interval.total_seconds()
+
+    @property
+    def summary_model(self) -> str | None:
+        return self.parts.summary_model
+
+    @property
+    def batch_bytes(self) -> int | None:
+        return self.parts.batch_bytes
 
     def lease(self, now: datetime) -> tuple[str, datetime]:
         """A lease on batches this worker creates and submits at once, so no other poller takes them."""
-        return self.owner, now + timedelta(seconds=self.lease_seconds)
+        return self.owner, now + timedelta(seconds=self.leases.lease_seconds)
 
     def for_request(self) -> Worker:
-        """This worker under a lease name of its own, for work done outside the poller (an API request).
-
-        The poller of this process holds its batches under ``owner``: a batch a request holds
-        (one it creates, or cancels while the poller works on it) must not be released, renewed
-        or submitted by the poller as if it held it.
-        """
-        return replace(self, owner=worker_id())
+        """This worker under a lease name of its own, for work done outside the poller (an API
+        request; see ``Leases.for_request``)."""
+        return replace(self, leases=self.leases.for_request())
 
     async def run_once(self, *, limit: int = 50) -> int:
         """Claim the provider batches that are due and take each one stage further (or to the end).
 
         Returns how many batches were handled. Once ``draining`` is set it claims nothing, and the
-        batches it claimed but did not start stay leased until ``give_back_leases``.
+        batches it claimed but did not start stay leased until ``give_back_all``.
         """
         if self.draining.is_set():
             return 0
@@ -122,8 +125,8 @@ class Worker:
             claimed = await batch_store.claim_due(
                 conn,
                 self.owner,
-                datetime.now(UTC),
-                lease_seconds=self.lease_seconds,
+                self.parts.clock.now(),
+                lease_seconds=self.leases.lease_seconds,
                 limit=limit,
                 endpoints=self.providers.endpoints(),
             )
@@ -131,12 +134,12 @@ class Worker:
             if self.draining.is_set():
                 return handled
             try:
-                async with self.holding(batch.id):
+                async with self.leases.holding(batch.id):
                     await self._advance(batch)
             except Exception as exc:
                 # Never mark anything done on an unexpected error: try again, and give up in the end.
                 log.exception("provider batch %s failed to advance", batch.id)
-                await self.stage_failed(batch, f"{type(exc).__name__}: {exc}", retryable=False)
+                await self._failed(batch, f"{type(exc).__name__}: {exc}", retryable=False)
         return len(claimed)
 
     async def _advance(self, batch: ProviderBatch) -> None:
@@ -144,217 +147,146 @@ class Worker:
             await self.submit(batch)  # polled when it is next due
             return
         if batch.status is ProviderBatchStatus.RUNNING:
-            batch = await application.poll(self, batch)
+            polled = await application.poll(self.parts, self.leases, batch)
+            await self._act(polled)
+            batch = polled.batch  # ended (to apply now), still running, or cancelled meanwhile
         if batch.status is ProviderBatchStatus.ENDED:
-            await self.submit_new(await application.resume(self, batch))
+            await self._act(await application.resume(self.parts, self.leases, batch))
         elif batch.status is ProviderBatchStatus.CANCELLING:
             await self.cancel(batch)
 
-    @asynccontextmanager
-    async def holding(self, batch_id: str) -> AsyncIterator[None]:
-        """Renew this worker's lease on a batch while the block runs (a stage may outlast one lease)."""
-
-        done = asyncio.Event()
-
-        async def renew() -> None:
-            while True:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.lease_seconds / 3):
-                        await done.wait()
-                if done.is_set():
-                    return
-                expires = datetime.now(UTC) + timedelta(seconds=self.lease_seconds)
-                try:
-                    async with self.engine.begin() as conn:
-                        if not await batch_store.renew_lease(conn, batch_id, self.owner, expires):
-                            return  # released (or taken over): nothing left to renew
-                except Exception:
-                    log.warning("renewing the lease on %s failed; trying again", batch_id, exc_info=True)
-
-        # Stopped with an event rather than cancelled, so that a renewal is never cut mid-transaction.
-        renewer = asyncio.create_task(renew(), name=f"lease-{batch_id}")
-        try:
-            yield
-        finally:
-            done.set()
-            await renewer
-
-    async def release(self, batch: ProviderBatch, *, delay: timedelta) -> None:
-        """Give up this worker's lease on ``batch``; it is due again after ``delay``."""
-        async with self.engine.begin() as conn:
-            await batch_store.release(conn, batch.id, self.owner, next_poll_at=datetime.now(UTC) + delay)
-
-    async def give_back_leases(self) -> int:
-        """Release every lease this process holds (its poller's and its requests'), due at once.
-
-        For a process about to exit: another process takes its batches over at its next poll. A
-        stage still running here is redone there; its compare-and-set transitions keep that safe.
-        Returns how many leases were given back.
-        """
-        async with self.engine.begin() as conn:
-            return await batch_store.release_all_of(conn, process_prefix(), datetime.now(UTC))
-
-    async def record_failure(self, batch: ProviderBatch, *, failures: int, error: str, delay: timedelta) -> None:
-        """Give up the lease on a batch whose stage failed; it is tried again after ``delay``."""
-        async with self.engine.begin() as conn:
-            await batch_store.record_failure(
-                conn, batch.id, self.owner, failures=failures, error=error, next_poll_at=datetime.now(UTC) + delay
+    async def _act(self, done: StageOutcome) -> None:
+        """Do what a stage's outcome calls for: the lease given back, a failure counted, the
+        batches it wrote submitted."""
+        if done.outcome is Outcome.FAILED:
+            assert done.reason is not None
+            await self._failed(done.batch, done.reason, retryable=done.retryable)
+        elif done.outcome is Outcome.RESUBMIT:
+            assert done.reason is not None
+            attempts = done.batch.failures + 1
+            await self.leases.record_failure(
+                done.batch, failures=attempts, error=done.reason, delay=self.error_backoff * attempts
             )
+        if done.due_in is not None:
+            await self.leases.release(done.batch, delay=done.due_in)
+        if done.next_batches:
+            await self.submit_new(done.next_batches)
 
-    async def stage_failed(self, batch: ProviderBatch, reason: str, *, retryable: bool) -> None:
+    async def _failed(self, batch: ProviderBatch, reason: str, *, retryable: bool) -> None:
         """Count a failure of the batch's current stage: try it again later, or give it up."""
         async with self.engine.connect() as conn:
             current = await batch_store.get_provider_batch(conn, batch.id)
         if current is None:
             return
         failures = current.failures + 1
-        if failures < (MAX_TRANSIENT_FAILURES if retryable else MAX_FAILURES):
-            delay = min(self.error_backoff * 2 ** (failures - 1), MAX_BACKOFF)
-            await self.record_failure(current, failures=failures, error=reason, delay=delay)
+        delay = retry_delay(failures, backoff=self.error_backoff, retryable=retryable)
+        if delay is not None:
+            await self.leases.record_failure(current, failures=failures, error=reason, delay=delay)
             return
         log.error("provider batch %s failed %d times in a row; giving it up: %s", batch.id, failures, reason)
-        await self._give_up(current, f"gave up after {failures} failures in a row: {reason}")
-
-    async def _give_up(self, batch: ProviderBatch, reason: str) -> None:
-        """End a batch whose stage keeps failing: its agents fail with ``reason``, the run goes on."""
-        now = datetime.now(UTC)
-        if batch.status is ProviderBatchStatus.CANCELLING:
-            async with self.engine.begin() as conn:
-                await batch_store.mark_cancelled(conn, batch.id, now, only_from=(batch.status,), error=reason)
-                await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
-            return
-        if batch.status is ProviderBatchStatus.RUNNING and batch.provider_batch_id is not None:
-            with contextlib.suppress(ProviderError):  # best effort: nothing more of it will be read
-                await self.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
-        if batch.status in (ProviderBatchStatus.CREATED, ProviderBatchStatus.RUNNING):
-            async with self.engine.connect() as conn:
-                items = await item_store.items_of(conn, batch.id)
-            results = [failed_result(item.id, reason) for item in items]
-            await submission.end_batch(self, batch, results, only_from=batch.status, error=reason)
-            return
-        if batch.status is ProviderBatchStatus.ENDED:
-            async with self.engine.begin() as conn:
-                await run_store.lock_run(conn, batch.batch_run_id)
-                if await batch_store.mark_applied(conn, batch.id, now, error=reason):
-                    items = await item_store.items_of(conn, batch.id)
-                    failed = [ItemCompletion(item_id=i.id, outcome=ItemOutcome.FAILED, error=reason) for i in items]
-                    await item_store.complete_items(conn, failed, now)
-                    await batch_summaries.record_summaries(conn, [batch.id])
-                    await application.end_run_if_done(conn, batch.batch_run_id, now)
-                await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
+        await give_up(self.parts, self.leases, current, f"gave up after {failures} failures in a row: {reason}")
 
     async def submit(self, batch: ProviderBatch, written: WrittenBatch | None = None) -> ProviderBatch:
-        """Send a created provider batch to its provider, once (see ``batch/submission.py``)."""
-        return await submission.submit(self, batch, written)
+        """Send a created provider batch to its provider, once (see ``batch/submission.py``);
+        returns it as it is now."""
+        done = await submission.submit(self.parts, self.leases, batch, written)
+        await self._act(done)
+        return done.batch
 
-    async def submit_new(self, batches: Sequence[ProviderBatch | WrittenBatch]) -> None:
+    async def submit_new(self, batches: Sequence[ProviderBatch | WrittenBatch | Prepared]) -> None:
         """Submit batches this worker just wrote (and holds the lease of); the poller retries failures."""
         for new in batches:
-            batch, written = (new.batch, new) if isinstance(new, WrittenBatch) else (new, None)
+            batch = new if isinstance(new, ProviderBatch) else new.batch
             try:
-                async with self.holding(batch.id):
-                    await self.submit(batch, written)
+                async with self.leases.holding(batch.id):
+                    if isinstance(new, Prepared):
+                        await self._act(await submission.send_prepared(self.parts, self.leases, new))
+                    else:
+                        await self.submit(batch, new if isinstance(new, WrittenBatch) else None)
             except Exception:
                 log.exception("submitting %s failed; the poller will retry", batch.id)
 
     async def cancel(self, batch: ProviderBatch) -> None:
         """Tell the provider to cancel a batch of a cancelled run; its results are never applied."""
-        started = time.monotonic()
-        if batch.provider_batch_id is not None:
-            try:
-                await self.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
-            except ProviderError as exc:
-                if exc.retryable:
-                    await self.stage_failed(batch, exc.message, retryable=True)
-                    return
-                log.warning("cancelling %s at the provider failed: %s", batch.id, exc.message)
-        now = datetime.now(UTC)
-        async with self.engine.begin() as conn:
-            cancelled = await batch_store.mark_cancelled(
-                conn, batch.id, now, only_from=(ProviderBatchStatus.CANCELLING,)
-            )
-            await batch_store.release(conn, batch.id, self.owner, next_poll_at=None)
-            agents = await item_store.count_items(conn, batch.id) if cancelled else 0
-        if cancelled:
-            stage_done(Stage.CANCEL, batch, agents=agents, started=started, metrics=self.metrics)
+        await self._act(await cancel(self.parts, self.leases, batch))
 
 
-def worker_id() -> str:
-    """A name for a lease owner of this process: host, pid and a random part."""
-    return f"{process_prefix()}{uuid.uuid4().hex[:8]}"
+async def cancel(parts: StageParts, leases: Leases, batch: ProviderBatch) -> StageOutcome:
+    """The cancel stage: tell the provider, then cancelling -> cancelled (the lease given back)."""
+    started = time.monotonic()
+    if batch.provider_batch_id is not None:
+        try:
+            await parts.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
+        except ProviderError as exc:
+            if exc.retryable:
+                return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=True)
+            log.warning("cancelling %s at the provider failed: %s", batch.id, exc.message)
+    now = parts.clock.now()
+    async with parts.engine.begin() as conn:
+        cancelled = await batch_store.mark_cancelled(conn, batch.id, now, only_from=(ProviderBatchStatus.CANCELLING,))
+        await batch_store.release(conn, batch.id, leases.owner, next_poll_at=None)
+        agents = await item_store.count_items(conn, batch.id) if cancelled else 0
+    if not cancelled:
+        return StageOutcome(outcome=Outcome.LEFT, batch=batch)
+    stage_done(Stage.CANCEL, batch, agents=agents, started=started, metrics=parts.metrics)
+    return StageOutcome(outcome=Outcome.CANCELLED, batch=batch)
 
 
-def process_prefix() -> str:
-    """How every lease owner of this process begins: ``host:pid:``."""
-    return f"{socket.gethostname()}:{os.getpid()}:"
+async def give_up(parts: StageParts, leases: Leases, batch: ProviderBatch, reason: str) -> None:
+    """The give-up stage: end a batch whose stage keeps failing; its agents fail with ``reason``,
+    the run goes on. The lease is given back, the batch never due again."""
+    now = parts.clock.now()
+    if batch.status is ProviderBatchStatus.CANCELLING:
+        async with parts.engine.begin() as conn:
+            await batch_store.mark_cancelled(conn, batch.id, now, only_from=(batch.status,), error=reason)
+            await batch_store.release(conn, batch.id, leases.owner, next_poll_at=None)
+        return
+    if batch.status is ProviderBatchStatus.RUNNING and batch.provider_batch_id is not None:
+        with contextlib.suppress(ProviderError):  # best effort: nothing more of it will be read
+            await parts.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
+    if batch.status in (ProviderBatchStatus.CREATED, ProviderBatchStatus.RUNNING):
+        async with parts.engine.connect() as conn:
+            items = await item_store.items_of(conn, batch.id)
+        results = [failed_result(item.id, reason) for item in items]
+        await submission.end_batch(parts, leases, batch, results, only_from=batch.status, error=reason)
+        return
+    if batch.status is ProviderBatchStatus.ENDED:
+        async with parts.engine.begin() as conn:
+            await run_store.lock_run(conn, batch.batch_run_id)
+            if await batch_store.mark_applied(conn, batch.id, now, error=reason):
+                items = await item_store.items_of(conn, batch.id)
+                failed = [ItemCompletion(item_id=i.id, outcome=ItemOutcome.FAILED, error=reason) for i in items]
+                await item_store.complete_items(conn, failed, now)
+                await batch_summaries.record_summaries(conn, [batch.id])
+                await application.end_run_if_done(conn, batch.batch_run_id, now)
+            await batch_store.release(conn, batch.id, leases.owner, next_poll_at=None)
 
 
-def checked_summary_model(handle: str | None) -> str | None:
-    """``NIGHTSHIFT_SUMMARY_MODEL`` as given, once its provider is known to exist.
-
-    Raises:
-        InvalidInput: Not ``provider/model-name``, or an unknown provider.
-    """
-    if handle is not None:
-        parse_model(handle)
-    return handle
+def lease_seconds(poll_interval: float, configured: float | None) -> float:
+    """How long a lease lasts: as configured, or ``LEASE_POLL_INTERVALS`` poll intervals."""
+    return configured or max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * poll_interval)
 
 
-# How many collections of the middle generation CPython's cycle collector makes before a full one
-# while a worker runs (its default is 10; see ``rare_full_collections``).
-FULL_COLLECTION_AFTER = 1_000
-
-
-@contextmanager
-def rare_full_collections() -> Iterator[None]:
-    """Let CPython's cycle collector scan every object a hundred times less often.
-
-    A stage builds a working set of hundreds of thousands of objects (a batch's agents, their
-    messages, requests and results) that all survive the young generations, and a full collection
-    scans all of them: by default one came every ten young collections, about forty in a two-step
-    run of 10,000 agents, for 15% of the CPU of applying a step (``make bench``). Nearly nothing
-    the worker makes is cyclic garbage (reference counting frees it) and young cycles are still
-    collected as before, so this costs no memory there. The thresholds are the process's: they are
-    put back as they were when the block ends.
-    """
-    young, middle, full = gc.get_threshold()
-    gc.set_threshold(young, middle, max(full, FULL_COLLECTION_AFTER))
-    try:
-        yield
-    finally:
-        gc.set_threshold(young, middle, full)
-
-
-@asynccontextmanager
-async def running_worker(
-    settings: Settings, engine: AsyncEngine, *, providers: Mapping[str, ModelProvider] | None = None
-) -> AsyncIterator[Worker]:
-    """A worker with its tool sandbox, provider clients and metrics, all closed when the block ends.
-
-    ``providers`` replaces the real provider of some names (``ProviderSet``'s ``overrides``).
-    """
-    metrics = Metrics()
-    with rare_full_collections():
-        async with (
-            build_sandbox(settings) as sandbox,
-            ProviderSet(metrics=metrics, overrides=providers) as provider_set,
-        ):
-            # The SDKs take seconds to import: in a thread, while the server already answers.
-            preloading = asyncio.create_task(asyncio.to_thread(preload), name="preload-providers")
-            yield Worker(
-                engine=engine,
-                providers=provider_set,
-                sandbox=MeteredSandbox(sandbox, metrics),
-                owner=worker_id(),
-                metrics=metrics,
-                poll_interval=settings.poll_interval_seconds,
-                lease_seconds=settings.lease_seconds
-                or max(MIN_LEASE_SECONDS, LEASE_POLL_INTERVALS * settings.poll_interval_seconds),
-                callback_retry_delay=timedelta(seconds=settings.callback_retry_seconds),
-                callback_allow_private=settings.callback_allow_private,
-                error_backoff=timedelta(seconds=settings.error_backoff_seconds),
-                prices=PriceTable(settings.prices),
-                summary_model=checked_summary_model(settings.summary_model),
-                batch_bytes=settings.batch_bytes,
-            )
-            await preloading
+def worker_of(parts: Parts) -> Worker:
+    """The poller's worker of a process, its settings read from ``parts`` once."""
+    settings = parts.settings
+    return Worker(
+        parts=StageParts(
+            engine=parts.engine,
+            providers=parts.providers,
+            sandbox=parts.sandbox,
+            prices=parts.prices,
+            metrics=parts.metrics,
+            clock=parts.clock,
+            poll_interval=timedelta(seconds=settings.poll_interval_seconds),
+            summary_model=settings.summary_model,
+            batch_bytes=settings.batch_bytes,
+        ),
+        leases=Leases(
+            owner=worker_id(),
+            lease_seconds=lease_seconds(settings.poll_interval_seconds, settings.lease_seconds),
+            clock=parts.clock,
+            engine=parts.engine,
+        ),
+        error_backoff=timedelta(seconds=settings.error_backoff_seconds),
+    )

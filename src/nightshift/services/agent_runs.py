@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from nightshift.batch.callbacks import check_callback_url, post_callback
-from nightshift.batch.worker import Worker
+from nightshift.batch.callbacks import CallbackRules, check_callback_url, post_callback
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.messages import Message, UserInput
 from nightshift.domain.usage import Usage
 from nightshift.errors import InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
+from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.step import TurnReason, Why
 from nightshift.runtime.sync import SyncListener, SyncResult, step_agent
 from nightshift.store import agent_runs as run_store
@@ -37,6 +37,7 @@ from nightshift.store import run_listing, run_views
 from nightshift.store import runs as batch_run_store
 from nightshift.store.pagination import Page
 from nightshift.store.run_listing import Listed, ListedBatchRun, RunFilter
+from nightshift.tools.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,24 @@ class Send:
     callback_url: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stepping:
+    """What stepping one agent in a request (or in the background) uses."""
+
+    engine: AsyncEngine
+    providers: ProviderSet
+    sandbox: Sandbox
+    # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
+    summary_model: str | None = None
+
+
 class BackgroundRuns:
     """The background runs of this server process: started, waited for, failed at shutdown."""
 
-    def __init__(self, engine: AsyncEngine, worker: Worker, *, allow_private_callbacks: bool) -> None:
-        self.engine = engine
-        self.worker = worker
-        self.allow_private_callbacks = allow_private_callbacks
+    def __init__(self, stepping: Stepping, callbacks: CallbackRules) -> None:
+        self.stepping = stepping
+        self.engine = stepping.engine
+        self.callbacks = callbacks
         self._tasks: dict[asyncio.Task[None], AgentRun] = {}
 
     def start(self, work: Coroutine[Any, Any, None], run: AgentRun) -> None:
@@ -127,22 +139,21 @@ async def _new_run(engine: AsyncEngine, org_id: str, send: Send, *, background: 
     return run
 
 
-async def _step(
-    engine: AsyncEngine, worker: Worker, run: AgentRun, send: Send, *, listener: SyncListener | None = None
-) -> SyncResult:
+async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: SyncListener | None = None) -> SyncResult:
     """Step the run's agent and end the run as it went; errors end it failed and go on up."""
+    engine = stepping.engine
     try:
         result = await step_agent(
             engine,
-            worker.providers,
-            worker.sandbox,
+            stepping.providers,
+            stepping.sandbox,
             run.organization_id,
             run.agent_id,
             send.inputs,
             max_steps=send.max_steps,
             run_id=run.id,
             listener=listener,
-            summary_model=worker.summary_model,
+            summary_model=stepping.summary_model,
         )
     except Exception as exc:
         # A bug is a failed run too (its message stays in the log, not on the run).
@@ -163,7 +174,7 @@ async def _step(
 
 
 async def send_now(
-    engine: AsyncEngine, worker: Worker, org_id: str, send: Send, *, listener: SyncListener | None = None
+    stepping: Stepping, org_id: str, send: Send, *, listener: SyncListener | None = None
 ) -> tuple[AgentRun, SyncResult]:
     """Step the agent in this request, as a run; returns the ended run and what it wrote
     (``listener`` hears it as it goes: the streamed send).
@@ -172,8 +183,8 @@ async def send_now(
         NotFound: no such agent.
         InvalidInput, Conflict, ProviderError: as :func:`step_agent` (the run ends failed).
     """
-    run = await _new_run(engine, org_id, send, background=False)
-    result = await _step(engine, worker, run, send, listener=listener)
+    run = await _new_run(stepping.engine, org_id, send, background=False)
+    result = await _step(stepping, run, send, listener=listener)
     return run, result
 
 
@@ -187,16 +198,15 @@ async def send_later(background: BackgroundRuns, org_id: str, send: Send) -> Age
     if not any(i.text.strip() for i in send.inputs):
         raise InvalidInput("give at least one message with text", field="messages")
     if send.callback_url is not None:
-        await check_callback_url(send.callback_url, allow_private=background.allow_private_callbacks)
+        await check_callback_url(send.callback_url, allow_private=background.callbacks.allow_private)
     run = await _new_run(background.engine, org_id, send, background=True)
     background.start(_background(background, run, send), run)
     return run
 
 
 async def _background(background: BackgroundRuns, run: AgentRun, send: Send) -> None:
-    engine = background.engine
     try:
-        await _step(engine, background.worker, run, send)
+        await _step(background.stepping, run, send)
     except NightshiftError as exc:
         log.warning("background run %s failed: %s", run.id, exc.message)
     except Exception:
@@ -220,7 +230,7 @@ async def _callback(background: BackgroundRuns, run_id: str, org_id: str) -> Non
     for attempt in range(CALLBACK_ATTEMPTS):
         code: int | None = None
         try:
-            target = await check_callback_url(run.callback_url, allow_private=background.allow_private_callbacks)
+            target = await check_callback_url(run.callback_url, allow_private=background.callbacks.allow_private)
             response = await post_callback(target, body)
             code, error = response.status_code, None if response.is_success else f"HTTP {response.status_code}"
         except InvalidInput as exc:

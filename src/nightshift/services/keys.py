@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.domain.orgs import KEY_SCHEME, ApiKey, Caller, CallerKind
 from nightshift.errors import Forbidden, NotFound
 from nightshift.store import keys as key_store
@@ -62,7 +62,7 @@ async def revoke_key(conn: AsyncConnection, key_id: str, *, org_id: str | None =
 class Throttle:
     """Says, per key, whether a use is worth writing: the first one, then one per ``interval`` seconds.
 
-    Pure apart from its memory: the clock is the caller's (``time.monotonic()``).
+    Pure apart from its memory: the clock is the caller's (``Clock.monotonic()``).
     """
 
     def __init__(self, interval: float) -> None:
@@ -90,16 +90,19 @@ class KeyUsage:
     fails with it (a failed write is logged and tried again at the key's next use).
     """
 
-    def __init__(self, engine: AsyncEngine, *, interval: float = LAST_USED_RESOLUTION_SECONDS) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, interval: float = LAST_USED_RESOLUTION_SECONDS, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self._engine = engine
+        self._clock = clock
         self._throttle = Throttle(interval)
         self._pending: set[asyncio.Task[None]] = set()
 
     def used(self, key_id: str) -> None:
         """Note a use of the key now (the write, if one is due, happens in the background)."""
-        if not self._throttle.due(key_id, time.monotonic()):
+        if not self._throttle.due(key_id, self._clock.monotonic()):
             return
-        task = asyncio.create_task(self._write(key_id, datetime.now(UTC)), name=f"key-used-{key_id}")
+        task = asyncio.create_task(self._write(key_id, self._clock.now()), name=f"key-used-{key_id}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 

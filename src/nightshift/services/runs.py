@@ -15,7 +15,7 @@ import orjson
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from nightshift.batch.callbacks import check_callback_url
+from nightshift.batch.callbacks import CallbackRules, check_callback_url
 from nightshift.batch.poller_process import ChannelClosed, PollerProcess
 from nightshift.batch.steps import RunRequest, cancel_run, create_run
 from nightshift.batch.worker import Worker
@@ -91,7 +91,7 @@ async def start_run(
     new: NewRun,
     *,
     default_max_steps: int,
-    allow_private_callbacks: bool,
+    callbacks: CallbackRules,
     hand_off: PollerProcess | None = None,
 ) -> RunView:
     """Create a run with its first step and submit it; a retry with the same Idempotency-Key and
@@ -119,7 +119,7 @@ async def start_run(
         if earlier is not None:
             return earlier
     if new.callback_url is not None:
-        await check_callback_url(new.callback_url, allow_private=allow_private_callbacks)
+        await check_callback_url(new.callback_url, allow_private=callbacks.allow_private)
     # The first step is submitted by this request, under a lease name of its own (see ``for_request``),
     # or by a poller.
     worker = worker.for_request()

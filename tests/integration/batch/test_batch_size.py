@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import update
 
 from integration.batch.kit import by_agent, call, say
 from integration.batch.test_run_summaries import check
@@ -21,7 +19,7 @@ from nightshift.domain.batch_split import BYTES_PER_TOKEN
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.store.db import opened
-from nightshift.store.tables import provider_batches
+from support.clock import ManualClock
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
 # A new agent's request is about 1,500 tokens (12,500 bytes of estimate, 8,300 of body): two
@@ -151,7 +149,7 @@ async def test_a_batch_over_the_limit_once_built_is_cut_by_real_size_and_every_a
 @pytest.mark.settings(batch_bytes=IMAGE_BATCH_BYTES, error_backoff_seconds=600)
 @pytest.mark.parametrize("model", [ANTHROPIC_MODEL, OPENAI_MODEL])
 async def test_parts_not_sent_when_they_were_cut_are_sent_later_and_once(
-    runs: Runs, admin: EmulatorAdmin, db_url: str, model: str
+    runs: Runs, admin: EmulatorAdmin, db_url: str, model: str, clock: ManualClock
 ) -> None:
     agents = await _agents_with_an_image(runs, admin, model)
     # Every part's sending fails once the batch is cut (as a crash then would leave them): written,
@@ -172,13 +170,7 @@ async def test_parts_not_sent_when_they_were_cut_are_sent_later_and_once(
     async with opened(db_url) as engine:
         await check(engine, run["id"])
 
-    async with opened(db_url) as engine:  # what the passing of the retry delay would do
-        async with engine.begin() as conn:
-            await conn.execute(
-                update(provider_batches)
-                .where(provider_batches.c.batch_run_id == run["id"])
-                .values(next_poll_at=datetime.now(UTC))
-            )
+    clock.advance(600)  # the retry delay passes
     done = await runs.wait(run["id"])
 
     assert done["status"] == "completed", done

@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch.callbacks import send_due_callbacks
+from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
 from nightshift.domain.batches import BatchRun, RunStatus
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.ids import new_id
@@ -119,7 +119,7 @@ async def test_the_callback_goes_to_the_address_checked_not_to_a_later_answer(
     resolver = Resolver(["127.0.0.1"], ["127.0.0.2"])
     run = await _ended_run(engine, f"http://{HOST}:{receivers.port}/hook")
 
-    attempted = await send_due_callbacks(engine, allow_private=True, resolve=resolver)
+    attempted = await send_due_callbacks(engine, CallbackRules(allow_private=True), resolve=resolver)
 
     assert attempted == 1
     stored = await _stored(engine, run)
@@ -138,7 +138,7 @@ async def test_a_name_that_answers_an_address_carrying_a_private_one_is_not_call
     resolver = Resolver(["64:ff9b::7f00:1"], ["127.0.0.1"])
     run = await _ended_run(engine, f"http://{HOST}:{receivers.port}/hook")
 
-    await send_due_callbacks(engine, allow_private=False, resolve=resolver)
+    await send_due_callbacks(engine, CallbackRules(allow_private=False), resolve=resolver)
 
     stored = await _stored(engine, run)
     assert stored.callback_sent_at is not None  # given up at once: a refusal does not change
@@ -162,7 +162,7 @@ async def test_no_proxy_from_the_environment_is_used(
             monkeypatch.delenv(name, raising=False)
         run = await _ended_run(engine, f"http://127.0.0.1:{receivers.port}/hook")
 
-        await send_due_callbacks(engine, allow_private=True)
+        await send_due_callbacks(engine, CallbackRules(allow_private=True))
 
     assert (await _stored(engine, run)).callback_status_code == 200
     assert [host for host, _, _ in receivers.first.received] == [f"127.0.0.1:{receivers.port}"]
@@ -230,7 +230,7 @@ async def test_over_tls_the_certificate_is_checked_for_the_urls_host(
     receiver = Receiver()
     with _tls_server(receiver, cert, key) as port:
         run = await _ended_run(engine, f"https://{HOST}:{port}/hook")
-        await send_due_callbacks(engine, allow_private=True, resolve=Resolver(["127.0.0.1"]))
+        await send_due_callbacks(engine, CallbackRules(allow_private=True), resolve=Resolver(["127.0.0.1"]))
 
     stored = await _stored(engine, run)
     assert (stored.callback_status_code, stored.callback_error) == (200, None)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -15,8 +15,10 @@ from starlette.routing import Route
 
 from integration.batch.kit import wait_for
 from nightshift.batch.callbacks import MAX_ATTEMPTS
+from nightshift.batch.poller import poll_once
 from nightshift.emulator import EmulatorAdmin
 from nightshift.serving import free_port, running_server
+from support.clock import clock_of
 from support.runs import Runs
 
 # The receivers listen on loopback, which callbacks may only reach when the operator allows it.
@@ -49,6 +51,15 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
         yield hook, f"{url}/hook"
 
 
+async def later_passes(app: FastAPI, count: int = 3) -> None:
+    """``count`` more passes of the poller, each an hour after the last: whatever callback could
+    still be due (a retry) is sent by then."""
+    state = app.state.nightshift
+    for _ in range(count):
+        clock_of(app).advance(3600)
+        await poll_once(state.worker, state.callbacks)
+
+
 async def _ended_with_callback(runs: Runs, run_id: str) -> dict[str, Any]:
     """The run once it ended and its callback outcome was recorded."""
     await runs.wait(run_id)
@@ -62,7 +73,9 @@ async def _ended_with_callback(runs: Runs, run_id: str) -> dict[str, Any]:
     return found
 
 
-async def test_callback_is_posted_once_when_the_run_ends(runs: Runs, receiver: tuple[Receiver, str]) -> None:
+async def test_callback_is_posted_once_when_the_run_ends(
+    runs: Runs, receiver: tuple[Receiver, str], app: FastAPI
+) -> None:
     hook, url = receiver
     agent = await runs.agent("called-back")
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}], callback_url=url)
@@ -72,7 +85,7 @@ async def test_callback_is_posted_once_when_the_run_ends(runs: Runs, receiver: t
     assert done["status"] == "completed"
     assert done["callback_status_code"] == 200
     assert done["callback_error"] is None
-    await asyncio.sleep(0.3)  # a few more poller passes: nothing is sent again
+    await later_passes(app)  # nothing is sent again
     assert hook.bodies == [{"job_id": run["id"], "status": "completed", "completed_at": hook.bodies[0]["completed_at"]}]
     assert hook.bodies[0]["completed_at"] is not None
 
@@ -87,12 +100,12 @@ async def test_callback_of_a_failed_run(runs: Runs, admin: EmulatorAdmin, receiv
     assert [b["status"] for b in hook.bodies] == ["failed"]
 
 
-async def test_no_callback_without_a_url(runs: Runs, receiver: tuple[Receiver, str]) -> None:
+async def test_no_callback_without_a_url(runs: Runs, receiver: tuple[Receiver, str], app: FastAPI) -> None:
     hook, _ = receiver
     agent = await runs.agent("quiet")
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
     done = await runs.wait(run["id"])
-    await asyncio.sleep(0.2)
+    await later_passes(app)
     assert done["callback_url"] is None
     assert (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["callback_sent_at"] is None
     assert hook.bodies == []
@@ -113,7 +126,7 @@ async def test_a_failing_callback_is_retried_until_it_succeeds(runs: Runs, recei
 
 @FAST_RETRIES
 async def test_a_callback_that_keeps_failing_is_given_up_and_recorded(
-    runs: Runs, receiver: tuple[Receiver, str]
+    runs: Runs, receiver: tuple[Receiver, str], app: FastAPI
 ) -> None:
     hook, url = receiver
     hook.statuses = [500] * 10
@@ -122,7 +135,7 @@ async def test_a_callback_that_keeps_failing_is_given_up_and_recorded(
     done = await _ended_with_callback(runs, run["id"])
     assert done["callback_status_code"] == 500
     assert done["callback_error"] == "callback answered HTTP 500"
-    await asyncio.sleep(0.5)
+    await later_passes(app)
     assert len(hook.bodies) == MAX_ATTEMPTS
 
 

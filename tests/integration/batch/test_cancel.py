@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +16,7 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.store import provider_batches as batch_store
 from nightshift.store.tables import provider_batches
 from support.api import json_object
+from support.clock import clock_of
 from support.runs import Runs
 
 
@@ -24,7 +24,15 @@ async def _cancel(runs: Runs, run_id: str) -> dict[str, Any]:
     return json_object(await runs.client.patch(f"/v1/messages/batches/{run_id}/cancel"))
 
 
-async def test_cancel_an_open_step(runs: Runs, admin: EmulatorAdmin) -> None:
+async def passes(app: FastAPI, count: int = 3) -> None:
+    """``count`` passes of the app's worker, each a poll interval after the last."""
+    worker: Worker = app.state.nightshift.worker
+    for _ in range(count):
+        clock_of(app).advance(worker.poll_interval)
+        await worker.run_once()
+
+
+async def test_cancel_an_open_step(runs: Runs, admin: EmulatorAdmin, app: FastAPI) -> None:
     agents = [await runs.agent(f"c{i}") for i in range(2)]
     await admin.configure(polls_to_end=1000)
     run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
@@ -43,7 +51,7 @@ async def test_cancel_an_open_step(runs: Runs, admin: EmulatorAdmin) -> None:
     assert len(seen) == 1
 
     calls = len(await admin.model_calls())
-    await asyncio.sleep(0.4)  # several poller passes
+    await passes(app)
     later = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()
     assert later["status"] == "cancelled"
     assert later["progress"] == cancelled["progress"]
@@ -66,7 +74,7 @@ async def _polled(runs: Runs, run_id: str) -> bool:
     return status == "in_progress"
 
 
-async def test_cancel_between_steps_keeps_what_was_applied(runs: Runs, admin: EmulatorAdmin) -> None:
+async def test_cancel_between_steps_keeps_what_was_applied(runs: Runs, admin: EmulatorAdmin, app: FastAPI) -> None:
     agent = await runs.agent("two-steps")
     await admin.script(agent["id"], call("conversation_search", heartbeat=True, query="x"), say("never seen"))
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
@@ -92,7 +100,7 @@ async def test_cancel_between_steps_keeps_what_was_applied(runs: Runs, admin: Em
     # Step 0 stays applied; the heartbeat that opened step 1 was written with it; no step 1 answer.
     assert by_agent(await runs.messages(run["id"])) == {agent["id"]: ["user", "assistant", "tool", "user"]}
     assert len(await calls_of(admin, agent["id"])) == 2
-    await asyncio.sleep(0.3)
+    await passes(app)
     assert (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["status"] == "cancelled"
     assert len(await runs.messages(run["id"])) == 4
 

@@ -26,6 +26,7 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.providers.clients import DEFAULT_MAX_RETRIES
 from support.api import create_tool, json_object
+from support.clock import ManualClock, clock_of
 from support.runs import ANTHROPIC_MODEL, LOOKUP_TOOL, Runs
 
 pytestmark = pytest.mark.settings(poller=False)
@@ -97,7 +98,7 @@ async def drive(app: FastAPI, runs: Runs, run_id: str) -> dict[str, Any]:
         if run["status"] not in ("created", "running"):
             return run
         await worker.run_once()
-        await asyncio.sleep(0.02)  # a step just submitted is due a poll interval (0.05 s) later
+        clock_of(app).advance(worker.poll_interval)  # a step just submitted is due a poll interval later
     raise AssertionError(f"run {run_id} did not end: {run['progress']}")
 
 
@@ -170,7 +171,7 @@ async def test_metrics_move_as_a_run_steps(app: FastAPI, runs: Runs, admin: Emul
 @asynccontextmanager
 async def second_process(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """Another app on the same database, as a second server process would be."""
-    application = create_app(settings)
+    application = create_app(settings, clock=ManualClock())
     async with application.router.lifespan_context(application):
         transport = httpx.ASGITransport(app=application)
         async with httpx.AsyncClient(transport=transport, base_url="http://second.test") as http:

@@ -11,7 +11,6 @@ when one of their agents was deleted, which hold none until they are applied).
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Any
 
@@ -40,6 +39,7 @@ from nightshift.store.batch_summaries import summarize
 from nightshift.store.run_views import run_progress
 from nightshift.store.tables import batch_items, provider_batches
 from support.api import create_tool
+from support.clock import clock_of
 from support.runs import OPENAI_MODEL, Runs
 
 pytestmark = pytest.mark.settings(poller=False)  # each test drives the worker, one pass at a time
@@ -123,9 +123,10 @@ async def check(engine: AsyncEngine, run_id: str, *, forgotten: frozenset[str] =
     return progress
 
 
-async def step(worker: Worker) -> int:
-    """One pass of the worker once the batches are due again; how many batches it handled."""
-    await asyncio.sleep(worker.poll_interval * 2)
+async def step(app: FastAPI) -> int:
+    """One pass of the app's worker once the batches are due again; how many batches it handled."""
+    worker: Worker = app.state.nightshift.worker
+    clock_of(app).advance(worker.poll_interval * 2)
     return await worker.run_once()
 
 
@@ -138,7 +139,6 @@ async def status_of(runs: Runs, run_id: str) -> dict[str, Any]:
 async def test_a_run_with_failures_and_retries_reads_as_counted_at_every_step(
     runs: Runs, admin: EmulatorAdmin, app: FastAPI
 ) -> None:
-    worker: Worker = app.state.nightshift.worker
     engine: AsyncEngine = app.state.nightshift.engine
     goes_on = await runs.agent("goes-on")
     answers = await runs.agent("answers")
@@ -157,7 +157,7 @@ async def test_a_run_with_failures_and_retries_reads_as_counted_at_every_step(
     for _ in range(5):
         if (await status_of(runs, run["id"]))["status"] != "running":
             break
-        await step(worker)
+        await step(app)
         await check(engine, run["id"])
     done = await status_of(runs, run["id"])
     assert done["status"] == "completed", done
@@ -181,35 +181,36 @@ async def test_a_run_between_its_results_and_their_application_reads_as_counted(
     await admin.script(agents[0]["id"], call("conversation_search", heartbeat=True, query="x"), say("done"))
     await admin.script(agents[1]["id"], say("done"))
     run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
-    await asyncio.sleep(worker.poll_interval * 2)
+    clock_of(app).advance(worker.poll_interval * 2)
     async with engine.connect() as conn:
         (batch,) = await batch_store.provider_batches_of_run(conn, run["id"])
-    ended = await application.poll(worker, batch)  # results stored, not applied: as between two stages
+    ended = (
+        await application.poll(worker.parts, worker.leases, batch)
+    ).batch  # results stored, not applied: as between two stages
     assert ended.status is ProviderBatchStatus.ENDED
     progress = await check(engine, run["id"])
     assert progress.running == 3 and progress.usage and progress.usage.output_tokens > 0
 
-    await step(worker)  # applied, and the next step submitted for the agent that goes on
+    await step(app)  # applied, and the next step submitted for the agent that goes on
     progress = await check(engine, run["id"])
     assert progress.outcomes == {ItemOutcome.CONTINUED: 1, ItemOutcome.FINISHED: 1, ItemOutcome.FAILED: 1}
     assert progress.running == 1
 
 
 async def test_a_cancelled_run_reads_as_counted(runs: Runs, admin: EmulatorAdmin, app: FastAPI) -> None:
-    worker: Worker = app.state.nightshift.worker
     engine: AsyncEngine = app.state.nightshift.engine
     agents = [await runs.agent(f"cancelled-{i}") for i in range(3)]
     for agent in agents:
         await admin.script(agent["id"], call("conversation_search", heartbeat=True, query="x"), say("never"))
     run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
-    await step(worker)  # step 0 applied; step 1 submitted
+    await step(app)  # step 0 applied; step 1 submitted
     progress = await check(engine, run["id"])
     assert progress.count(ItemOutcome.CONTINUED) == 3 and progress.running == 3
 
     cancelled = await runs.client.patch(f"/v1/messages/batches/{run['id']}/cancel")
     assert cancelled.status_code == 200, cancelled.text
     await check(engine, run["id"])  # step 1 cancelling: its items are final already
-    await step(worker)  # the provider is told
+    await step(app)  # the provider is told
     progress = await check(engine, run["id"])
     assert progress.count(ItemOutcome.CANCELLED) == 3 and progress.running == 0
     async with engine.connect() as conn:
@@ -223,14 +224,13 @@ async def test_deleting_an_agent_of_a_batch_reads_as_counted(
 ) -> None:
     """The deleted agent's items stay: an applied batch reads as it did, with its summary; an open
     one loses the agent (its item cancelled) and counts its items until it is applied."""
-    worker: Worker = app.state.nightshift.worker
     engine: AsyncEngine = app.state.nightshift.engine
     agents = [await runs.agent(f"kept-{i}") for i in range(3)]
     for agent in agents:
         await admin.script(agent["id"], say("done"))
     run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
     if batch == "applied":
-        await step(worker)
+        await step(app)
         assert (await check(engine, run["id"])).count(ItemOutcome.FINISHED) == 3
     else:
         assert (await check(engine, run["id"])).running == 3  # submitted, not yet polled
@@ -248,7 +248,7 @@ async def test_deleting_an_agent_of_a_batch_reads_as_counted(
         return
     progress = await check(engine, run["id"], forgotten=frozenset({batch_id}))
     assert progress.running == 2 and progress.count(ItemOutcome.CANCELLED) == 1
-    await step(worker)  # ended and applied: its summary is stored again
+    await step(app)  # ended and applied: its summary is stored again
     progress = await check(engine, run["id"])
     assert progress.count(ItemOutcome.FINISHED) == 2 and progress.count(ItemOutcome.CANCELLED) == 1
     done = await status_of(runs, run["id"])
@@ -258,7 +258,6 @@ async def test_deleting_an_agent_of_a_batch_reads_as_counted(
 async def test_a_run_that_summarizes_windows_reads_as_counted_at_every_step(
     runs: Runs, admin: EmulatorAdmin, app: FastAPI
 ) -> None:
-    worker: Worker = app.state.nightshift.worker
     engine: AsyncEngine = app.state.nightshift.engine
     model = "anthropic/claude-3-5-haiku-20241022"
     await admin.configure(context_windows={model.split("/", 1)[1]: WINDOW})
@@ -275,7 +274,7 @@ async def test_a_run_that_summarizes_windows_reads_as_counted_at_every_step(
     for _ in range(4 * PAGES):
         if (await status_of(runs, run["id"]))["status"] != "running":
             break
-        await step(worker)
+        await step(app)
         await check(engine, run["id"])
     done = await status_of(runs, run["id"])
     assert done["status"] == "completed", done

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from integration.batch.kit import wait_for
-from nightshift.batch.callbacks import send_due_callbacks
+from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
 from nightshift.domain.batches import BatchRun, RunStatus
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
@@ -130,7 +130,7 @@ async def test_the_address_is_checked_again_before_each_attempt(engine: AsyncEng
         await ensure_default_org(conn)
         await run_store.insert_run(conn, run)
 
-    attempted = await send_due_callbacks(engine, allow_private=False)
+    attempted = await send_due_callbacks(engine, CallbackRules(allow_private=False))
 
     assert attempted == 1
     async with engine.connect() as conn:

@@ -7,19 +7,21 @@ itself (as the lost attempt did) and lets the poller try again.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import select, update
 
+from nightshift.batch.worker import Worker
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.clients import ProviderSet
 from nightshift.store.db import opened
 from nightshift.store.tables import provider_batches
+from support.clock import ManualClock, clock_of
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 
 MODELS = {"anthropic": ANTHROPIC_MODEL, "openai": OPENAI_MODEL}
@@ -32,19 +34,10 @@ async def _provider_batches(db_url: str) -> list[Any]:
             return list(await conn.execute(select(provider_batches)))
 
 
-async def _due_now(db_url: str, batch_id: str) -> None:
-    """What the passing of the retry delay would do."""
-    async with opened(db_url) as engine:
-        async with engine.begin() as conn:
-            await conn.execute(
-                update(provider_batches).where(provider_batches.c.id == batch_id).values(next_poll_at=datetime.now(UTC))
-            )
-
-
 @pytest.mark.settings(error_backoff_seconds=600)
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
-    runs: Runs, admin: EmulatorAdmin, db_url: str, provider: str
+    runs: Runs, admin: EmulatorAdmin, db_url: str, provider: str, clock: ManualClock
 ) -> None:
     agents = [await runs.agent(f"once-{i}", model=MODELS[provider]) for i in range(3)]
     # The first submission fails (as a crash would end it): the intent is recorded, then nothing.
@@ -63,7 +56,7 @@ async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
         }
         sent = [await providers.get(provider).submit_batch(requests, tag=ours) for _ in range(copies)]
     creates_before = len(await admin.requests(path=CREATE[provider], method="POST"))
-    await _due_now(db_url, ours)
+    clock.advance(600)  # the retry delay passes
 
     done = await runs.wait(run["id"])
 
@@ -78,8 +71,9 @@ async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
 
 @pytest.mark.settings(error_backoff_seconds=600)
 async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
-    runs: Runs, admin: EmulatorAdmin, db_url: str, emulator: str
+    runs: Runs, admin: EmulatorAdmin, db_url: str, emulator: str, app: FastAPI
 ) -> None:
+    worker: Worker = app.state.nightshift.worker
     agent = await runs.agent("elsewhere")
     await admin.fault(HttpFault(path=CREATE["anthropic"], method="POST", status=500, should_retry=False))
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}])
@@ -94,33 +88,35 @@ async def test_a_worker_takes_only_batches_of_the_endpoint_it_reaches(
                 .where(provider_batches.c.id == batch_id)
                 .values(endpoint="https://anthropic.example", next_poll_at=datetime.now(UTC))
             )
-        for _ in range(10):  # the poller passes every 0.05 s
-            await asyncio.sleep(0.05)
+        for _ in range(3):  # passes of the worker, each a poll interval after the last: none takes it
+            clock_of(app).advance(worker.poll_interval)
+            assert await worker.run_once() == 0
             assert (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()["status"] == "created"
         assert await admin.requests(path=CREATE["anthropic"], method="POST") == []
 
         async with engine.begin() as conn:
             await conn.execute(update(provider_batches).values(endpoint=emulator))
-    await _due_now(db_url, batch_id)
+    clock_of(app).advance(600)  # the retry delay passes
     done = await runs.wait(run["id"])
     assert done["status"] == "completed", done
 
 
 @pytest.mark.settings(error_backoff_seconds=600)
-async def test_a_batch_of_the_same_size_is_not_taken_for_ours(runs: Runs, admin: EmulatorAdmin, db_url: str) -> None:
+async def test_a_batch_of_the_same_size_is_not_taken_for_ours(
+    runs: Runs, admin: EmulatorAdmin, db_url: str, clock: ManualClock
+) -> None:
     # Anthropic's batches carry no tag: another batch of the same size, in flight when ours was
     # lost, looks like ours until its custom ids can be read (once it has ended).
     agents = [await runs.agent(f"mine-{i}") for i in range(3)]
     await admin.fault(HttpFault(path=CREATE["anthropic"], method="POST", status=500, should_retry=False))
     run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
-    ours = run["progress"]["provider_batches"][0]["id"]
     await admin.configure(polls_to_end=3)
     async with ProviderSet() as providers:
         request = ModelRequest(model="claude-3-5-haiku-20241022", system="s", messages=())
         decoy = await providers.get("anthropic").submit_batch(
             {f"someone-else-{i}": request for i in range(3)}, tag="llm_batch-another"
         )
-    await _due_now(db_url, ours)
+    clock.advance(600)  # the retry delay passes
 
     done = await runs.wait(run["id"])
 

@@ -119,7 +119,7 @@ async def send_messages(
     view = view_of(send.request_config)
     if body.streaming:
         return await streamed_run(state, org, send, options=body, view=view)
-    _, result = await agent_runs.send_now(state.engine, state.worker, org, send)
+    _, result = await agent_runs.send_now(state.stepping, org, send)
     new = [m for m in result.messages if m.role is not Role.USER]
     return {
         "messages": [part for message in new for part in to_letta_messages(message, view)],

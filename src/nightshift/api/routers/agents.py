@@ -275,7 +275,7 @@ async def generate(agent_id: str, body: GenerateBody, state: State, org: Org) ->
         llm_config = llm_config_from(body.override_model, None)
     response = await service.generate(
         state.engine,
-        state.worker.providers,
+        state.providers,
         org,
         agent_id,
         body.prompt,

@@ -54,7 +54,7 @@ async def create_batch(
         org,
         new,
         default_max_steps=state.settings.default_max_steps,
-        allow_private_callbacks=state.settings.callback_allow_private,
+        callbacks=state.callbacks,
         # With a poller process (serve's default), it writes the run and submits its first step.
         hand_off=state.poller_process,
     )

@@ -26,5 +26,5 @@ async def metrics(state: State) -> Response:
     """This process's figures (stage durations, provider errors, tokens and cost, sandbox calls; its
     child poller's added in) and the cluster's (runs and provider batches by status, agents stepping, poller lag)."""
     child = state.poller_process.figures() if state.poller_process is not None else []
-    figures = await exposition(state.engine, state.worker.metrics, others=child)
+    figures = await exposition(state.engine, state.metrics, others=child)
     return Response(figures, media_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -90,7 +90,7 @@ async def run_tool(agent_id: str, tool_name: str, body: ToolRunBody, state: Stat
     A tool that fails is a 200 with status "error"; a 404 when the agent has no such tool.
     Memory edits of base tools are kept; no message is written.
     """
-    result = await run_agent_tool(state.engine, state.worker.sandbox, org, agent_id, tool_name, body.args)
+    result = await run_agent_tool(state.engine, state.sandbox, org, agent_id, tool_name, body.args)
     return {
         "status": "success" if result.ok else "error",
         "func_return": result.value,

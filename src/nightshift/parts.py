@@ -1,0 +1,113 @@
+"""The parts of a server or poller process, built once and closed together.
+
+A process (``serve``, ``nightshift poll``, the bench) builds its database engine itself, then
+these around it: the provider clients, the tool sandbox, the price table, its metrics and the
+clock. Each layer is handed the few parts it uses (the API's routers get the providers or the
+sandbox, the batch worker gets what a stage needs), never this object to reach into.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nightshift.clock import SYSTEM_CLOCK, Clock
+from nightshift.config import Settings
+from nightshift.metrics import Metrics
+from nightshift.pricing import PriceTable
+from nightshift.providers.base import ModelProvider
+from nightshift.providers.clients import ProviderSet, preload
+from nightshift.providers.registry import parse_model
+from nightshift.tools.metered import MeteredSandbox
+from nightshift.tools.sandbox import Sandbox, build_sandbox
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Parts:
+    """What one process builds at startup and shares: settings read once, clients opened once."""
+
+    settings: Settings
+    engine: AsyncEngine
+    providers: ProviderSet
+    # The tool sandbox, counting its calls in ``metrics``.
+    sandbox: Sandbox
+    prices: PriceTable
+    # What this process did (stage durations, provider errors, tokens and cost), for ``GET /metrics``.
+    metrics: Metrics
+    clock: Clock
+
+
+def checked_summary_model(handle: str | None) -> str | None:
+    """``NIGHTSHIFT_SUMMARY_MODEL`` as given, once its provider is known to exist.
+
+    Raises:
+        InvalidInput: Not ``provider/model-name``, or an unknown provider.
+    """
+    if handle is not None:
+        parse_model(handle)
+    return handle
+
+
+# How many collections of the middle generation CPython's cycle collector makes before a full one
+# while a worker runs (its default is 10; see ``rare_full_collections``).
+FULL_COLLECTION_AFTER = 1_000
+
+
+@contextmanager
+def rare_full_collections() -> Iterator[None]:
+    """Let CPython's cycle collector scan every object a hundred times less often.
+
+    A stage builds a working set of hundreds of thousands of objects (a batch's agents, their
+    messages, requests and results) that all survive the young generations, and a full collection
+    scans all of them: by default one came every ten young collections, about forty in a two-step
+    run of 10,000 agents, for 15% of the CPU of applying a step (``make bench``). Nearly nothing
+    the worker makes is cyclic garbage (reference counting frees it) and young cycles are still
+    collected as before, so this costs no memory there. The thresholds are the process's: they are
+    put back as they were when the block ends.
+    """
+    young, middle, full = gc.get_threshold()
+    gc.set_threshold(young, middle, max(full, FULL_COLLECTION_AFTER))
+    try:
+        yield
+    finally:
+        gc.set_threshold(young, middle, full)
+
+
+@asynccontextmanager
+async def running_parts(
+    settings: Settings,
+    engine: AsyncEngine,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    providers: Mapping[str, ModelProvider] | None = None,
+) -> AsyncIterator[Parts]:
+    """The process's parts around ``engine``: the sandbox and provider clients are closed when
+    the block ends. A bad summary model is refused here, at startup, not at the first step.
+
+    ``providers`` replaces the real provider of some names (``ProviderSet``'s ``overrides``: a
+    scripted one, in tests).
+    """
+    checked_summary_model(settings.summary_model)
+    metrics = Metrics()
+    with rare_full_collections():
+        async with (
+            build_sandbox(settings) as sandbox,
+            ProviderSet(metrics=metrics, overrides=providers) as provider_set,
+        ):
+            # The SDKs take seconds to import: in a thread, while the server already answers.
+            preloading = asyncio.create_task(asyncio.to_thread(preload), name="preload-providers")
+            yield Parts(
+                settings=settings,
+                engine=engine,
+                providers=provider_set,
+                sandbox=MeteredSandbox(sandbox, metrics),
+                prices=PriceTable(settings.prices),
+                metrics=metrics,
+                clock=clock,
+            )
+            await preloading
