@@ -17,8 +17,7 @@ from nightshift.config import Settings
 from nightshift.domain.orgs import DEFAULT_ORG_ID, Caller, CallerKind, KeyStatus
 from nightshift.errors import Forbidden, Unauthorized
 from nightshift.services.agent_runs import BackgroundRuns
-from nightshift.services.keys import KeyUsage, check_manages_keys
-from nightshift.store.keys import key_for_secret
+from nightshift.services.keys import KeyUsage, check_manages_keys, key_for_secret
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,8 +108,7 @@ async def authenticate(state: AppState, headers: Headers) -> Caller:
     if token is not None:
         if password is not None and _same_secret(token, password.get_secret_value()):
             return Caller(organization_id=DEFAULT_ORG_ID, kind=CallerKind.PASSWORD)
-        async with state.read_engine.connect() as conn:
-            key = await key_for_secret(conn, token)
+        key = await key_for_secret(state.read_engine, token)
         if key is None:
             raise Unauthorized("the API key or password is not valid")
         if key.status is KeyStatus.REVOKED:

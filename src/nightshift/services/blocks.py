@@ -8,7 +8,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block, check_block
+from nightshift.domain.pagination import Page, page_of
 from nightshift.errors import InvalidInput, NotFound
 from nightshift.services.agents import NewBlock, new_block
 from nightshift.store import agents as agent_store
@@ -28,6 +30,19 @@ async def get_block(conn: AsyncConnection, org_id: str, block_id: str) -> Block:
     if not found:
         raise NotFound(f"block {block_id} not found")
     return found[0]
+
+
+async def list_blocks(conn: AsyncConnection, org_id: str, page: Page, *, label: str | None = None) -> list[Block]:
+    """A page of the organization's blocks (with ``label`` only, when given)."""
+    return await block_store.list_blocks(conn, org_id, page, label=label)
+
+
+async def block_agents(conn: AsyncConnection, org_id: str, block_id: str, page: Page) -> list[Agent]:
+    """A page of the agents sharing the block, by id (NotFound for a block that is not the organization's)."""
+    await get_block(conn, org_id, block_id)
+    ids = page_of(sorted(await block_store.agents_using_block(conn, block_id)), page, key=lambda i: i)
+    loaded = await agent_store.load_agents(conn, org_id, ids)
+    return [loaded[i] for i in ids if i in loaded]
 
 
 async def update_block(conn: AsyncConnection, block: Block, changes: dict[str, Any]) -> Block:

@@ -8,16 +8,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from nightshift.domain.pagination import Page
 from nightshift.domain.tool_rules import parse_tool_rules
 from nightshift.domain.tools import Tool, ToolType
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
+from nightshift.runtime.run_tool import ToolRun, run_agent_tool
 from nightshift.store import tools as tool_store
-from nightshift.store.pagination import Page
 from nightshift.tools.base import BASE_TOOLS
 from nightshift.tools.reading import DEFAULT_READ_SECONDS, read_tool
+from nightshift.tools.sandbox import Sandbox
 from nightshift.tools.schema import schema_from_function
 
 
@@ -121,6 +123,19 @@ async def create_tool(
     )
     await tool_store.insert_tools(conn, [tool])
     return tool
+
+
+async def list_tools(conn: AsyncConnection, org_id: str, page: Page, *, name: str | None = None) -> list[Tool]:
+    """A page of the organization's tools; its base tools are created first, so that they are listed."""
+    await ensure_base_tools(conn, org_id)
+    return await tool_store.list_tools(conn, org_id, page, name=name)
+
+
+async def run_tool(
+    engine: AsyncEngine, sandbox: Sandbox, org_id: str, agent_id: str, tool_name: str, arguments: dict[str, Any]
+) -> ToolRun:
+    """Run one of the agent's tools now, outside any step: see :func:`nightshift.runtime.run_tool.run_agent_tool`."""
+    return await run_agent_tool(engine, sandbox, org_id, agent_id, tool_name, arguments)
 
 
 async def get_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> Tool:

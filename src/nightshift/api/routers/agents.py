@@ -26,10 +26,10 @@ from nightshift.api.schemas import (
     secrets_of,
 )
 from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
+from nightshift.domain.pagination import Page
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
 from nightshift.services.agents import AgentSpec
-from nightshift.store.pagination import Page
 
 router = APIRouter(tags=["agents"])
 
