@@ -38,7 +38,7 @@ async def get_block(block_id: str, conn: ReadConn, org: Org) -> BlockPublic:
 async def update_block(block_id: str, body: BlockUpdate, conn: Conn, org: Org) -> BlockPublic:
     """Change a block. Agents sharing it see the change in their system message at their next step."""
     block = await service.get_block(conn, org, block_id)
-    return BlockPublic.of(await service.update_block(conn, block, body.model_dump(exclude_unset=True)))
+    return BlockPublic.of(await service.update_block(conn, block, body.to_changes()))
 
 
 @router.delete("/v1/blocks/{block_id}")

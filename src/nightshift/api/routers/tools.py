@@ -110,10 +110,7 @@ async def update_tool(tool_id: str, body: ToolUpdate, conn: Conn, org: Org, stat
         conn,
         org,
         tool_id,
-        source_code=body.source_code,
-        description=body.description,
-        tags=body.tags,
-        return_char_limit=body.return_char_limit,
+        body.to_changes(),
         read_seconds=state.settings.tool_read_seconds,
     )
     return ToolPublic.of(tool)
