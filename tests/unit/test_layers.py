@@ -86,7 +86,7 @@ def _imports(path: Path) -> set[str]:
 
 def _cross_layer_imports() -> set[tuple[str, str]]:
     """(module, imported module) for every import of another layer, the emulator's apart."""
-    found = set()
+    found: set[tuple[str, str]] = set()
     for path in sorted(ROOT.rglob("*.py")):
         module = path.relative_to(ROOT).as_posix()
         layer = path.relative_to(ROOT).parts[0].removesuffix(".py")

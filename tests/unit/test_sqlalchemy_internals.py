@@ -16,7 +16,7 @@ from typing import Any
 import aiosqlite
 import pytest
 from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_connection, AsyncAdapt_aiosqlite_cursor
-from sqlalchemy.events import ConnectionEvents
+from sqlalchemy.engine.events import ConnectionEvents
 
 from nightshift.store.sqlite_driver import OneHopConnection, OneHopCursor
 
