@@ -14,8 +14,8 @@ from nightshift.domain.agents import LLMConfig
 from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.runtime.step import first_state
-from nightshift.services.agents import AgentSpec, NewBlock, create_agents, delete_agent, update_agent
-from nightshift.services.blocks import update_block
+from nightshift.services.agents import AgentChanges, AgentSpec, NewBlock, create_agents, delete_agent, update_agent
+from nightshift.services.blocks import BlockChanges, update_block
 from nightshift.store import agents as agent_store
 from nightshift.store.orgs import ensure_default_org
 
@@ -34,8 +34,8 @@ async def test_only_the_agents_changed_since_the_read_are_read_again(engine: Asy
     renamed, edited, deleted, moved, untouched = (loaded[a.id] for a in created)
 
     async with engine.begin() as conn:
-        await update_agent(conn, DEFAULT_ORG_ID, renamed.id, {"name": "renamed-meanwhile"})
-        await update_block(conn, edited.blocks[0], {"value": "likes tea"})
+        await update_agent(conn, DEFAULT_ORG_ID, renamed.id, AgentChanges(name="renamed-meanwhile"))
+        await update_block(conn, edited.blocks[0], BlockChanges(value="likes tea"))
         await delete_agent(conn, DEFAULT_ORG_ID, deleted.id)
         window = (*moved.message_ids, moved.message_ids[0])
         await agent_store.set_windows(conn, [replace(moved, message_ids=window)], datetime.now(UTC))
@@ -79,7 +79,7 @@ async def test_a_written_step_holds_its_agents_as_stored(engine: AsyncEngine) ->
     assert len(kept.message_ids) == len(loaded[kept.id].message_ids) + 1  # the heartbeat
 
     async with engine.begin() as conn:
-        await update_block(conn, edited.blocks[0], {"value": "likes tea"})
+        await update_block(conn, edited.blocks[0], BlockChanges(value="likes tea"))
     async with engine.connect() as conn:
         current = await agent_store.reload_changed(conn, DEFAULT_ORG_ID, written.agents)
         stored = await agent_store.load_agents(conn, DEFAULT_ORG_ID, [a.id for a in created])

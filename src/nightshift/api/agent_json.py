@@ -1,24 +1,33 @@
 """Agents as JSON bytes in AgentPublic's shape, written straight from the domain objects.
 
-A page of 50 agents is about 430 KB of JSON, mostly the same ten tools with their JSON schemas
-again for each agent. Building the ``AgentPublic`` models (each field validated) and having
-FastAPI validate and serialize them again cost 1.35 ms of CPU for such a page; the plain dicts
-below, serialized by orjson with each tool's JSON written once per response and spliced in
-wherever the tool appears (``orjson.Fragment``), 0.22 ms. The routes keep ``AgentPublic`` as
-their response model, so the OpenAPI schema is unchanged, and ``tests/unit/test_agent_json.py``
-checks that these bytes are the ones pydantic writes for ``AgentPublic``.
+A page of agents is mostly the same ten tools with their JSON schemas again for each agent.
+Building the ``AgentPublic`` models (each field validated) and having FastAPI validate and
+serialize them again costs several times what plain dicts serialized by orjson cost, with each
+tool's JSON written once per response and spliced in wherever the tool appears
+(``orjson.Fragment``). The dicts follow the schema models: a field the model and the domain type
+share is copied, the model's own ones are named here (``_writer``). The routes keep
+``AgentPublic`` as their response model, so the OpenAPI schema is unchanged, and
+``tests/unit/test_agent_json.py`` checks that these bytes are the ones pydantic writes for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import orjson
 from fastapi import Response
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
-from nightshift.api.schemas import AgentPublic, AgentRelation
+from nightshift.api.schemas import (
+    AgentPublic,
+    AgentRelation,
+    BlockPublic,
+    ToolPublic,
+    copied_fields,
+    llm_config_fields,
+    tool_own,
+)
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules
@@ -52,13 +61,62 @@ _ONE = TypeAdapter(AgentPublic)
 _MANY = TypeAdapter(list[AgentPublic])
 
 
+Writer = Callable[[Any, dict[str, Any]], dict[str, Any]]
+
+
+def _writer(model: type[BaseModel], domain: type, own: Collection[str] = ()) -> Writer:
+    """A function of (a ``domain`` object, the values of ``own``) giving ``model``'s fields, in its
+    order: a field ``domain`` has under the same name as it is, one of ``own`` from the dict, any
+    other its default. A required field that is none of these is a TypeError at import.
+
+    Generated, as a dataclass's ``__init__`` is: a dict written out, the cost of one by hand.
+    """
+    copied = set(copied_fields(model, domain))
+    scope: dict[str, Any] = {}
+    items = []
+    for name, spec in model.model_fields.items():
+        if name in own:
+            items.append(f"{name!r}: own[{name!r}]")
+        elif name in copied:
+            items.append(f"{name!r}: obj.{name}")
+        elif not spec.is_required():
+            scope[f"default_{name}"] = spec.get_default(call_default_factory=True)
+            items.append(f"{name!r}: default_{name}")
+        else:
+            raise TypeError(f"{model.__name__}.{name} is not {domain.__name__}'s: give it")
+    source = f"def write(obj, own):\n    return {{{', '.join(items)}}}\n"
+    exec(compile(source, f"<writer {model.__name__}>", "exec"), scope)
+    writer: Writer = scope["write"]
+    return writer
+
+
+# AgentPublic's own fields (the others are the agent's, or defaults): as in AgentPublic.of.
+_AGENT_OWN = (
+    "model",
+    "llm_config",
+    "memory",
+    "blocks",
+    "tools",
+    "tool_rules",
+    "tags",
+    "secrets",
+    "tool_exec_environment_variables",
+)
+_write_agent = _writer(AgentPublic, Agent, _AGENT_OWN)
+_write_block = _writer(BlockPublic, Block)
+# The tool type is copied as it is: orjson writes an enum as its value.
+_write_tool = _writer(ToolPublic, Tool, ("source_type", "metadata_"))
+_NOTHING: dict[str, Any] = {}
+
+
 def _agent(agent: Agent, tools: dict[str, orjson.Fragment], include: Collection[AgentRelation] | None) -> Any:
     def wanted(relation: AgentRelation) -> bool:
         return include is None or relation in include
 
-    config = agent.llm_config
     blocks = orjson.Fragment(
-        orjson.dumps([_block(b) for b in agent.blocks] if wanted("agent.blocks") else [], option=_OPTIONS)
+        orjson.dumps(
+            [_write_block(b, _NOTHING) for b in agent.blocks] if wanted("agent.blocks") else [], option=_OPTIONS
+        )
     )
     secrets = (
         [{"agent_id": agent.id, "key": key, "value": ""} for key in sorted(agent.secrets)]
@@ -68,73 +126,17 @@ def _agent(agent: Agent, tools: dict[str, orjson.Fragment], include: Collection[
     shown_tools = []
     for tool in agent.tools if wanted("agent.tools") else ():
         if tool.id not in tools:
-            tools[tool.id] = orjson.Fragment(orjson.dumps(_tool(tool), option=_OPTIONS))
+            tools[tool.id] = orjson.Fragment(orjson.dumps(_write_tool(tool, tool_own(tool)), option=_OPTIONS))
         shown_tools.append(tools[tool.id])
-    # The keys in AgentPublic's order of fields.
-    return {
-        "id": agent.id,
-        "name": agent.name,
-        "system": agent.system,
-        "description": agent.description,
-        "agent_type": "memgpt_v2_agent",
-        "model": config.handle,
-        "llm_config": {
-            "model": config.model,
-            "model_endpoint_type": config.provider,
-            "context_window": config.context_window,
-            "max_tokens": config.max_tokens,
-            "temperature": config.temperature,
-            "handle": config.handle,
-            "parallel_tool_calls": config.parallel_tool_calls,
-        },
-        "embedding": agent.embedding,
-        "embedding_config": None,
+    own = {
+        "model": agent.llm_config.handle,
+        "llm_config": llm_config_fields(agent.llm_config),
         "memory": {"blocks": blocks},
         "blocks": blocks,
         "tools": shown_tools,
-        "sources": [],
         "tool_rules": dump_tool_rules(agent.tool_rules),
-        "tags": list(agent.tags) if wanted("agent.tags") else [],
-        "metadata": agent.metadata,
-        "message_ids": list(agent.message_ids),
-        "message_buffer_autoclear": agent.message_buffer_autoclear,
+        "tags": agent.tags if wanted("agent.tags") else [],
         "secrets": secrets,
         "tool_exec_environment_variables": secrets,
-        "created_at": agent.created_at,
-        "updated_at": agent.updated_at,
     }
-
-
-def _block(block: Block) -> dict[str, Any]:
-    """BlockPublic's fields, in its order."""
-    return {
-        "id": block.id,
-        "label": block.label,
-        "value": block.value,
-        "limit": block.limit,
-        "description": block.description,
-        "read_only": block.read_only,
-        "metadata": block.metadata,
-        "is_template": False,
-        "created_at": block.created_at,
-        "updated_at": block.updated_at,
-    }
-
-
-def _tool(tool: Tool) -> dict[str, Any]:
-    """ToolPublic's fields, in its order."""
-    return {
-        "id": tool.id,
-        "name": tool.name,
-        "description": tool.description,
-        "tool_type": tool.tool_type.value,
-        "source_type": "python" if tool.source_code else None,
-        "source_code": tool.source_code,
-        "json_schema": tool.json_schema,
-        "args_json_schema": tool.args_json_schema,
-        "tags": list(tool.tags),
-        "return_char_limit": tool.return_char_limit,
-        "metadata_": tool.metadata,
-        "created_at": tool.created_at,
-        "updated_at": tool.updated_at,
-    }
+    return _write_agent(agent, own)

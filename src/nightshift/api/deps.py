@@ -21,8 +21,7 @@ from nightshift.errors import Forbidden, Unauthorized
 from nightshift.metrics import Metrics
 from nightshift.providers.clients import ProviderSet
 from nightshift.services.agent_runs import BackgroundRuns, Stepping
-from nightshift.services.keys import KeyUsage, check_manages_keys
-from nightshift.store.keys import key_for_secret
+from nightshift.services.keys import KeyUsage, check_manages_keys, key_for_secret
 from nightshift.tools.sandbox import Sandbox
 
 
@@ -124,8 +123,7 @@ async def authenticate(state: AppState, headers: Headers) -> Caller:
     if token is not None:
         if password is not None and _same_secret(token, password.get_secret_value()):
             return Caller(organization_id=DEFAULT_ORG_ID, kind=CallerKind.PASSWORD)
-        async with state.read_engine.connect() as conn:
-            key = await key_for_secret(conn, token)
+        key = await key_for_secret(state.read_engine, token)
         if key is None:
             raise Unauthorized("the API key or password is not valid")
         if key.status is KeyStatus.REVOKED:

@@ -6,6 +6,7 @@ These are the wire layer only: routers turn them into domain calls and domain ob
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -36,10 +37,13 @@ from nightshift.domain.limits import (
 from nightshift.domain.messages import Role
 from nightshift.domain.tool_rules import ToolRule, dedupe_tool_rules, dump_tool_rules
 from nightshift.domain.tools import Tool
+from nightshift.domain.unset import UNSET, given
 from nightshift.errors import InvalidInput
 from nightshift.providers.registry import known_names, parse_model, providers
 from nightshift.services.agents import InitialMessage, NewBlock
+from nightshift.services.blocks import BlockChanges
 from nightshift.services.catalog import model_context_window
+from nightshift.services.tools import ToolChanges
 
 Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
 ContextWindow = Annotated[int, Field(ge=1, le=MAX_CONTEXT_WINDOW)]
@@ -64,6 +68,17 @@ class LLMConfigBody(Body):
         default=None,
         description="Whether the model may call several tools in one turn (default true; an update keeps it)",
     )
+
+
+def copied_fields(model: type[BaseModel], domain: type) -> tuple[str, ...]:
+    """The fields of a schema ``model`` that the ``domain`` dataclass has under the same name.
+
+    They are copied as they are, each way (a response from a domain object, a service's input
+    from a request body), so that a field added to both shows without a line of mapping; the
+    others are the schema's own (renamed, computed, defaulted).
+    """
+    names = {spec.name for spec in dataclasses.fields(domain)}
+    return tuple(name for name in model.model_fields if name in names)
 
 
 class BlockCreate(Body):
@@ -97,6 +112,17 @@ class BlockUpdate(Body):
     read_only: bool | None = None
     metadata: dict[str, Any] | None = None
 
+    def to_changes(self) -> BlockChanges:
+        """The service's update: null keeps a field as absent does, except the description, which it clears."""
+        return BlockChanges(
+            value=given(self.value),
+            limit=given(self.limit),
+            label=given(self.label),
+            description=self.description if "description" in self.model_fields_set else UNSET,
+            read_only=given(self.read_only),
+            metadata=given(self.metadata),
+        )
+
 
 class BlockPublic(BaseModel):
     id: str
@@ -112,17 +138,15 @@ class BlockPublic(BaseModel):
 
     @classmethod
     def of(cls, block: Block) -> BlockPublic:
-        return cls(
-            id=block.id,
-            label=block.label,
-            value=block.value,
-            limit=block.limit,
-            description=block.description,
-            read_only=block.read_only,
-            metadata=block.metadata,
-            created_at=block.created_at,
-            updated_at=block.updated_at,
-        )
+        return cls(**block_copied(block))
+
+
+_BLOCK_COPIED = copied_fields(BlockPublic, Block)
+
+
+def block_copied(block: Block) -> dict[str, Any]:
+    """BlockPublic's fields that are the block's own, as they are (all but ``is_template``)."""
+    return {name: getattr(block, name) for name in _BLOCK_COPIED}
 
 
 class ToolCreate(Body):
@@ -145,10 +169,20 @@ class ToolCreate(Body):
 
 
 class ToolUpdate(Body):
+    """Fields of a tool to change; absent or null fields stay as they are."""
+
     source_code: SourceCode | None = None
     description: Text | None = None
     tags: Tags | None = None
     return_char_limit: ReturnCharLimit | None = None
+
+    def to_changes(self) -> ToolChanges:
+        return ToolChanges(
+            source_code=given(self.source_code),
+            description=given(self.description),
+            tags=given(self.tags),
+            return_char_limit=given(self.return_char_limit),
+        )
 
 
 class ToolPublic(BaseModel):
@@ -168,21 +202,20 @@ class ToolPublic(BaseModel):
 
     @classmethod
     def of(cls, tool: Tool) -> ToolPublic:
-        return cls(
-            id=tool.id,
-            name=tool.name,
-            description=tool.description,
-            tool_type=tool.tool_type.value,
-            source_type="python" if tool.source_code else None,
-            source_code=tool.source_code,
-            json_schema=tool.json_schema,
-            args_json_schema=tool.args_json_schema,
-            tags=list(tool.tags),
-            return_char_limit=tool.return_char_limit,
-            metadata_=tool.metadata,
-            created_at=tool.created_at,
-            updated_at=tool.updated_at,
-        )
+        return cls(**{**tool_copied(tool), **tool_own(tool), "tool_type": tool.tool_type.value})
+
+
+_TOOL_COPIED = copied_fields(ToolPublic, Tool)
+
+
+def tool_copied(tool: Tool) -> dict[str, Any]:
+    """ToolPublic's fields that are the tool's own, as they are."""
+    return {name: getattr(tool, name) for name in _TOOL_COPIED}
+
+
+def tool_own(tool: Tool) -> dict[str, Any]:
+    """ToolPublic's fields that are not the tool's under the same name."""
+    return {"source_type": "python" if tool.source_code else None, "metadata_": tool.metadata}
 
 
 class ToolSearch(Body):
@@ -429,36 +462,39 @@ class AgentPublic(BaseModel):
         for tool in shown_tools:
             if tool.id not in mapped:
                 mapped[tool.id] = ToolPublic.of(tool)
-        config = agent.llm_config
         blocks = [BlockPublic.of(b) for b in agent.blocks] if wanted("agent.blocks") else []
         secret_keys = sorted(agent.secrets) if wanted("agent.secrets") else []
         secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in secret_keys]
-        return cls(
-            id=agent.id,
-            name=agent.name,
-            system=agent.system,
-            description=agent.description,
-            model=config.handle,
-            llm_config=LLMConfigPublic(
-                model=config.model,
-                model_endpoint_type=config.provider,
-                context_window=config.context_window,
-                max_tokens=config.max_tokens,
-                temperature=config.temperature,
-                handle=config.handle,
-                parallel_tool_calls=config.parallel_tool_calls,
-            ),
-            embedding=agent.embedding,
-            memory=MemoryPublic(blocks=blocks),
-            blocks=blocks,
-            tools=[mapped[t.id] for t in shown_tools],
-            tool_rules=dump_tool_rules(agent.tool_rules),
-            tags=list(agent.tags) if wanted("agent.tags") else [],
-            metadata=agent.metadata,
-            message_ids=list(agent.message_ids),
-            message_buffer_autoclear=agent.message_buffer_autoclear,
-            secrets=secrets,
-            tool_exec_environment_variables=secrets,
-            created_at=agent.created_at,
-            updated_at=agent.updated_at,
-        )
+        own = {
+            "model": agent.llm_config.handle,
+            "llm_config": LLMConfigPublic(**llm_config_fields(agent.llm_config)),
+            "memory": MemoryPublic(blocks=blocks),
+            "blocks": blocks,
+            "tools": [mapped[t.id] for t in shown_tools],
+            "tool_rules": dump_tool_rules(agent.tool_rules),
+            "tags": list(agent.tags) if wanted("agent.tags") else [],
+            "secrets": secrets,
+            "tool_exec_environment_variables": secrets,
+        }
+        return cls(**{**agent_copied(agent), **own})
+
+
+_AGENT_COPIED = copied_fields(AgentPublic, Agent)
+
+
+def agent_copied(agent: Agent) -> dict[str, Any]:
+    """AgentPublic's fields that are the agent's own, as they are (a tuple stands for a list)."""
+    return {name: getattr(agent, name) for name in _AGENT_COPIED}
+
+
+def llm_config_fields(config: LLMConfig) -> dict[str, Any]:
+    """LLMConfigPublic's fields, in its order."""
+    return {
+        "model": config.model,
+        "model_endpoint_type": config.provider,
+        "context_window": config.context_window,
+        "max_tokens": config.max_tokens,
+        "temperature": config.temperature,
+        "handle": config.handle,
+        "parallel_tool_calls": config.parallel_tool_calls,
+    }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
 from nightshift.domain.tool_rules import ToolRule, check_tool_rules
 from nightshift.domain.tools import Tool
+from nightshift.domain.unset import UNSET, Maybe, set_fields
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id, new_tool_call_id
 from nightshift.providers.base import ModelRequest, ModelResponse
@@ -49,6 +50,28 @@ class NewBlock:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AgentChanges:
+    """What an update changes on an agent: every field left UNSET stays as it is.
+
+    ``tool_ids`` and ``block_ids`` replace the agent's tools and blocks (in that order);
+    ``secrets`` replaces its secrets as a whole.
+    """
+
+    name: Maybe[str] = UNSET
+    description: Maybe[str | None] = UNSET
+    system: Maybe[str] = UNSET
+    llm_config: Maybe[LLMConfig] = UNSET
+    embedding: Maybe[str | None] = UNSET
+    tags: Maybe[Sequence[str]] = UNSET
+    metadata: Maybe[dict[str, Any]] = UNSET
+    message_buffer_autoclear: Maybe[bool] = UNSET
+    tool_ids: Maybe[Sequence[str]] = UNSET
+    block_ids: Maybe[Sequence[str]] = UNSET
+    tool_rules: Maybe[Sequence[ToolRule]] = UNSET
+    secrets: Maybe[Mapping[str, str]] = UNSET
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InitialMessage:
     """A message of Letta's ``initial_message_sequence``: a user or assistant turn, by its text."""
 
@@ -77,6 +100,15 @@ class AgentSpec:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # The messages after the system message; None: the default greeting and login.
     initial_messages: Sequence[InitialMessage] | None = None
+
+
+# AgentSpec's fields a new agent takes as they are; the others are made or checked on creation.
+_MADE_ON_CREATION = frozenset({"system", "tool_rules", "tags", "metadata", "secrets"})
+_COPIED_FROM_SPEC = tuple(
+    spec.name
+    for spec in fields(AgentSpec)
+    if spec.name in {f.name for f in fields(Agent)} and spec.name not in _MADE_ON_CREATION
+)
 
 
 def new_block(org_id: str, spec: NewBlock, now: datetime) -> Block:
@@ -190,20 +222,16 @@ async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[Agen
         created_blocks += own
         first_messages += messages
         agent = Agent(
+            **{name: getattr(spec, name) for name in _COPIED_FROM_SPEC},
             id=agent_id,
             organization_id=org_id,
-            name=spec.name,
             system=system,
-            description=spec.description,
-            llm_config=spec.llm_config,
-            embedding=spec.embedding,
             blocks=tuple(blocks),
             tools=tuple(tools),
             tool_rules=tuple(spec.tool_rules),
             tags=tuple(dict.fromkeys(spec.tags)),
             metadata=dict(spec.metadata),
             message_ids=tuple(m.id for m in messages),
-            message_buffer_autoclear=spec.message_buffer_autoclear,
             secrets=check_secrets(spec.secrets),
             created_at=now,
             updated_at=now,
@@ -279,49 +307,50 @@ async def context_overview(conn: AsyncConnection, org_id: str, agent_id: str) ->
     return window_overview(agent, window, recall_count=recall, archival_count=archival, now=datetime.now(UTC))
 
 
-async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: dict[str, Any]) -> Agent:
-    """Apply ``changes`` (keys among name, description, system, llm_config, embedding, tags, metadata,
-    message_buffer_autoclear, tool_ids, block_ids, tool_rules, secrets) to the agent.
-
-    ``secrets`` replaces the agent's secrets as a whole.
-    """
+async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: AgentChanges) -> Agent:
+    """Apply ``changes`` to the agent; its tool rules must still name tools it has."""
     agent = await get_agent(conn, org_id, agent_id)
-    fields: dict[str, Any] = {}
-    for key in (
-        "name",
-        "description",
-        "system",
-        "llm_config",
-        "embedding",
-        "metadata",
-        "message_buffer_autoclear",
-    ):
-        if key in changes:
-            fields[key] = changes[key]
-    if "name" in fields and not str(fields["name"]).strip():
-        raise InvalidInput("name must not be empty", field="name")
-    if "system" in fields and not str(fields["system"]).strip():
-        raise InvalidInput("system must not be empty", field="system")
-    if "tags" in changes:
-        fields["tags"] = tuple(dict.fromkeys(changes["tags"]))
-    if "tool_ids" in changes:
-        fields["tools"] = tuple(await resolve_tools(conn, org_id, ids=list(changes["tool_ids"])))
-    if "block_ids" in changes:
-        ids = list(dict.fromkeys(changes["block_ids"]))
-        found = {b.id: b for b in await block_store.get_blocks(conn, org_id, ids)}
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise InvalidInput(f"unknown block ids: {', '.join(missing)}", field="block_ids")
-        blocks = [found[i] for i in ids]
-        _check_unique_labels(blocks)
-        fields["blocks"] = tuple(blocks)
-    if "tool_rules" in changes:
-        fields["tool_rules"] = tuple(changes["tool_rules"])
-    if "secrets" in changes:
-        fields["secrets"] = check_secrets(changes["secrets"])
+    fields = _plain_changes(changes)
+    if changes.tool_ids is not UNSET:
+        fields["tools"] = tuple(await resolve_tools(conn, org_id, ids=list(changes.tool_ids)))
+    if changes.block_ids is not UNSET:
+        fields["blocks"] = tuple(await _blocks_by_id(conn, org_id, changes.block_ids))
+    if changes.secrets is not UNSET:
+        fields["secrets"] = check_secrets(changes.secrets)
     updated = replace(agent, **fields)
     check_tool_rules(updated.tool_rules, [t.name for t in updated.tools])
     return await save_agent(conn, agent, updated)
+
+
+def _plain_changes(changes: AgentChanges) -> dict[str, Any]:
+    """The agent's fields ``changes`` sets without a lookup or a check of its own (tools, blocks,
+    secrets): the fields of the same names, as they are but for the sequences."""
+    if changes.name is not UNSET and not changes.name.strip():
+        raise InvalidInput("name must not be empty", field="name")
+    if changes.system is not UNSET and not changes.system.strip():
+        raise InvalidInput("system must not be empty", field="system")
+    found = {name: value for name, value in set_fields(changes).items() if name not in _LOOKED_UP}
+    if "tags" in found:
+        found["tags"] = tuple(dict.fromkeys(found["tags"]))
+    if "tool_rules" in found:
+        found["tool_rules"] = tuple(found["tool_rules"])
+    return found
+
+
+# AgentChanges' fields that are not the agent's as they are: tools and blocks by id, checked secrets.
+_LOOKED_UP = frozenset({"tool_ids", "block_ids", "secrets"})
+
+
+async def _blocks_by_id(conn: AsyncConnection, org_id: str, block_ids: Sequence[str]) -> list[Block]:
+    """The blocks, in the order given without repeats; an unknown id or a repeated label is a 422."""
+    ids = list(dict.fromkeys(block_ids))
+    found = {b.id: b for b in await block_store.get_blocks(conn, org_id, ids)}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidInput(f"unknown block ids: {', '.join(missing)}", field="block_ids")
+    blocks = [found[i] for i in ids]
+    _check_unique_labels(blocks)
+    return blocks
 
 
 async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> None:

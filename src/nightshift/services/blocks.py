@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block, check_block
+from nightshift.domain.pagination import Page, page_of
+from nightshift.domain.unset import UNSET, Maybe, set_fields
 from nightshift.errors import InvalidInput, NotFound
 from nightshift.services.agents import NewBlock, new_block
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockChanges:
+    """What an update changes on a block: every field left UNSET stays as it is.
+
+    Only the description can be cleared (None); the other fields always hold a value.
+    """
+
+    value: Maybe[str] = UNSET
+    limit: Maybe[int] = UNSET
+    label: Maybe[str] = UNSET
+    description: Maybe[str | None] = UNSET
+    read_only: Maybe[bool] = UNSET
+    metadata: Maybe[dict[str, Any]] = UNSET
 
 
 async def create_block(conn: AsyncConnection, org_id: str, spec: NewBlock) -> Block:
@@ -30,15 +48,25 @@ async def get_block(conn: AsyncConnection, org_id: str, block_id: str) -> Block:
     return found[0]
 
 
-async def update_block(conn: AsyncConnection, block: Block, changes: dict[str, Any]) -> Block:
-    """Apply ``changes`` (value, limit, label, description, read_only, metadata), keeping value within limit.
+async def list_blocks(conn: AsyncConnection, org_id: str, page: Page, *, label: str | None = None) -> list[Block]:
+    """A page of the organization's blocks (with ``label`` only, when given)."""
+    return await block_store.list_blocks(conn, org_id, page, label=label)
+
+
+async def block_agents(conn: AsyncConnection, org_id: str, block_id: str, page: Page) -> list[Agent]:
+    """A page of the agents sharing the block, by id (NotFound for a block that is not the organization's)."""
+    await get_block(conn, org_id, block_id)
+    ids = page_of(sorted(await block_store.agents_using_block(conn, block_id)), page, key=lambda i: i)
+    loaded = await agent_store.load_agents(conn, org_id, ids)
+    return [loaded[i] for i in ids if i in loaded]
+
+
+async def update_block(conn: AsyncConnection, block: Block, changes: BlockChanges) -> Block:
+    """Apply ``changes``, keeping the value within the limit and the label free among the block's agents.
 
     Agents using the block see the change at their next step, when their system message is rebuilt.
     """
-    # Only a description can be cleared; null for any other field means "leave it as it is".
-    allowed = {"value", "limit", "label", "description", "read_only", "metadata"}
-    given = {k: v for k, v in changes.items() if k in allowed and (v is not None or k == "description")}
-    updated = replace(block, **given, updated_at=datetime.now(UTC))
+    updated = replace(block, **set_fields(changes), updated_at=datetime.now(UTC))
     check_block(updated.label, updated.value, updated.limit)
     if updated.label != block.label:
         await _check_label_free(conn, block, updated.label)

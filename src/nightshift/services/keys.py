@@ -46,6 +46,21 @@ async def create_key(conn: AsyncConnection, org_id: str, name: str, *, is_admin:
     return key, secret
 
 
+async def list_keys(conn: AsyncConnection, *, org_id: str | None = None) -> list[ApiKey]:
+    """Every key (of ``org_id`` only, when given), oldest first, revoked ones included."""
+    return await key_store.list_keys(conn, org_id=org_id)
+
+
+async def key_for_secret(engine: AsyncEngine, secret: str) -> ApiKey | None:
+    """The key whose secret is ``secret``, revoked or not, or None.
+
+    One statement on a connection of its own, outside a transaction: a request's credentials are
+    checked before its transaction begins.
+    """
+    async with engine.connect() as conn:
+        return await key_store.key_for_secret(conn, secret)
+
+
 async def revoke_key(conn: AsyncConnection, key_id: str, *, org_id: str | None = None) -> tuple[ApiKey, bool]:
     """Revoke a key (of ``org_id`` only, when given): the key as it is now, and whether this call revoked it.
 

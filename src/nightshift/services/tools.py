@@ -8,17 +8,34 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from nightshift.domain.pagination import Page
 from nightshift.domain.tool_rules import parse_tool_rules
 from nightshift.domain.tools import Tool, ToolType
+from nightshift.domain.unset import UNSET, Maybe
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
+from nightshift.runtime.run_tool import ToolRun, run_agent_tool
 from nightshift.store import tools as tool_store
-from nightshift.store.pagination import Page
 from nightshift.tools.base import BASE_TOOLS
 from nightshift.tools.reading import DEFAULT_READ_SECONDS, read_tool
+from nightshift.tools.sandbox import Sandbox
 from nightshift.tools.schema import schema_from_function
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolChanges:
+    """What an update changes on a tool: every field left UNSET stays as it is.
+
+    New ``source_code`` regenerates the schema and the description (a ``description`` given too
+    wins over the docstring's).
+    """
+
+    source_code: Maybe[str] = UNSET
+    description: Maybe[str] = UNSET
+    tags: Maybe[Sequence[str]] = UNSET
+    return_char_limit: Maybe[int] = UNSET
 
 
 def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
@@ -123,6 +140,19 @@ async def create_tool(
     return tool
 
 
+async def list_tools(conn: AsyncConnection, org_id: str, page: Page, *, name: str | None = None) -> list[Tool]:
+    """A page of the organization's tools; its base tools are created first, so that they are listed."""
+    await ensure_base_tools(conn, org_id)
+    return await tool_store.list_tools(conn, org_id, page, name=name)
+
+
+async def run_tool(
+    engine: AsyncEngine, sandbox: Sandbox, org_id: str, agent_id: str, tool_name: str, arguments: dict[str, Any]
+) -> ToolRun:
+    """Run one of the agent's tools now, outside any step: see :func:`nightshift.runtime.run_tool.run_agent_tool`."""
+    return await run_agent_tool(engine, sandbox, org_id, agent_id, tool_name, arguments)
+
+
 async def get_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> Tool:
     """The tool, or NotFound."""
     found = await tool_store.get_tools(conn, org_id, [tool_id])
@@ -135,11 +165,8 @@ async def update_tool(
     conn: AsyncConnection,
     org_id: str,
     tool_id: str,
+    changes: ToolChanges,
     *,
-    source_code: str | None = None,
-    description: str | None = None,
-    tags: Sequence[str] | None = None,
-    return_char_limit: int | None = None,
     read_seconds: float = DEFAULT_READ_SECONDS,
 ) -> Tool:
     """Change a custom tool; new source code regenerates its schema (and may not rename it).
@@ -147,27 +174,33 @@ async def update_tool(
     New source is read in a child process that gets ``read_seconds`` at most (``tools/reading.py``).
     """
     tool = await get_tool(conn, org_id, tool_id)
-    if tool.tool_type is not ToolType.CUSTOM and source_code is not None:
+    if changes.source_code is UNSET:
+        updated = tool
+    elif tool.tool_type is not ToolType.CUSTOM:
         raise InvalidInput(f"{tool.name!r} is a base tool; its source cannot change", field="source_code")
-    changes: dict[str, Any] = {"updated_at": datetime.now(UTC)}
-    if source_code is not None:
-        schema = (await read_tool(source_code, args_json_schema=tool.args_json_schema, seconds=read_seconds)).schema
-        if schema.name != tool.name:
-            raise InvalidInput(
-                f"the function is named {schema.name!r} but the tool is {tool.name!r}; create a new tool to rename",
-                field="source_code",
-            )
-        changes.update(source_code=source_code, json_schema=schema.json_schema, description=schema.description)
-    if description is not None:
-        changes["description"] = description
-        changes["json_schema"] = {**changes.get("json_schema", tool.json_schema), "description": description}
-    if tags is not None:
-        changes["tags"] = tuple(tags)
-    if return_char_limit is not None:
-        changes["return_char_limit"] = return_char_limit
-    updated = replace(tool, **changes)
+    else:
+        updated = await _with_source(tool, changes.source_code, read_seconds)
+    if changes.description is not UNSET:
+        json_schema = {**updated.json_schema, "description": changes.description}
+        updated = replace(updated, description=changes.description, json_schema=json_schema)
+    if changes.tags is not UNSET:
+        updated = replace(updated, tags=tuple(changes.tags))
+    if changes.return_char_limit is not UNSET:
+        updated = replace(updated, return_char_limit=changes.return_char_limit)
+    updated = replace(updated, updated_at=datetime.now(UTC))
     await tool_store.update_tool(conn, updated)
     return updated
+
+
+async def _with_source(tool: Tool, source_code: str, read_seconds: float) -> Tool:
+    """The tool with new source, and the schema and description read from it (under the same name)."""
+    schema = (await read_tool(source_code, args_json_schema=tool.args_json_schema, seconds=read_seconds)).schema
+    if schema.name != tool.name:
+        raise InvalidInput(
+            f"the function is named {schema.name!r} but the tool is {tool.name!r}; create a new tool to rename",
+            field="source_code",
+        )
+    return replace(tool, source_code=source_code, json_schema=schema.json_schema, description=schema.description)
 
 
 async def resolve_tools(

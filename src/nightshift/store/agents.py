@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -18,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
-from nightshift.domain.tools import Tool
-from nightshift.store.blocks import to_block
+from nightshift.store.blocks import agent_block
 from nightshift.store.bulk import bound_ids, in_bound, in_ids
+from nightshift.store.mapping import row_reader, to_values
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, deleted_agents, tools
 from nightshift.store.tools import to_tool
@@ -50,68 +51,30 @@ def _to_llm_config(data: dict[str, Any]) -> LLMConfig:
 
 
 def _row_values(agent: Agent) -> dict[str, Any]:
-    return {
-        "id": agent.id,
-        "organization_id": agent.organization_id,
-        "name": agent.name,
-        "description": agent.description,
-        "system": agent.system,
-        "llm_config": _llm_config_json(agent.llm_config),
-        "embedding": agent.embedding,
-        "tool_rules": dump_tool_rules(agent.tool_rules),
-        "metadata": agent.metadata,
-        "message_ids": list(agent.message_ids),
-        "context_tokens": agent.context_tokens,
-        "message_buffer_autoclear": agent.message_buffer_autoclear,
-        "secrets": dict(agent.secrets),
-        "created_at": agent.created_at,
-        "updated_at": agent.updated_at,
-    }
-
-
-def _to_agent(row: Sequence[Any], blocks_: list[Block], tools_: list[Tool], tags: list[str]) -> Agent:
-    """An agent from a row of ``agents``' columns (in the table's order) and its tags and tool links,
-    read by position as ``store.mapping.row_reader`` explains (another number of columns fails)."""
-    (
-        id_,
-        organization_id,
-        name,
-        description,
-        system,
-        llm_config,
-        embedding,
-        tool_rules,
-        metadata,
-        message_ids,
-        message_buffer_autoclear,
-        secrets,
-        _stepping_until,
-        context_tokens,
-        created_at,
-        updated_at,
-        _tags,
-        _tool_links,
-    ) = row
-    return Agent(
-        id=id_,
-        organization_id=organization_id,
-        name=name,
-        description=description,
-        system=system,
-        llm_config=_to_llm_config(llm_config),
-        embedding=embedding,
-        blocks=tuple(blocks_),
-        tools=tuple(tools_),
-        tool_rules=parse_tool_rules(tool_rules),
-        tags=tuple(sorted(tags)),
-        metadata=metadata,
-        message_ids=tuple(message_ids),
-        context_tokens=context_tokens,
-        message_buffer_autoclear=message_buffer_autoclear,
-        secrets=secrets,
-        created_at=created_at,
-        updated_at=updated_at,
+    return to_values(
+        agent, agents, llm_config=_llm_config_json, tool_rules=dump_tool_rules, message_ids=list, secrets=dict
     )
+
+
+# What ``update_agents`` writes: every stored field but the agent's identity and birth.
+_UPDATED_COLUMNS = tuple(
+    column.name
+    for column in agents.columns
+    if column.name in {f.name for f in fields(Agent)} and column.name not in {"id", "organization_id", "created_at"}
+)
+
+
+# An agent from a row of ``agents``' columns (in the table's order) followed by its tags and tool
+# links, given its blocks, its tools and its tags (read by position, see ``row_reader``).
+_to_agent = row_reader(
+    Agent,
+    agents,
+    after=2,
+    given=("blocks", "tools", "tags"),
+    llm_config=_to_llm_config,
+    tool_rules=parse_tool_rules,
+    message_ids=tuple,
+)
 
 
 async def insert_agents(conn: AsyncConnection, new: Sequence[Agent]) -> None:
@@ -152,12 +115,15 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
         return {}
     block_map: dict[str, list[Block]] = defaultdict(list)
     for row in await conn.execute(block_query, {"ids": bound_ids(conn, [row[0] for row in rows])}):
-        block_map[row[0]].append(to_block(row))  # (the agent id, then the block)
+        block_map[row[0]].append(agent_block(row))  # (the agent id, then the block)
     links = {row[0]: _ordered_tool_ids(row[-1]) for row in rows}
     tool_ids = {tool_id for ids_ in links.values() for tool_id in ids_}
     by_id = {row.id: to_tool(row) for row in await conn.execute(tool_query, {"ids": bound_ids(conn, tool_ids)})}
     return {
-        row[0]: _to_agent(row, block_map[row[0]], [by_id[i] for i in links[row[0]]], _tag_list(row[-2])) for row in rows
+        row[0]: _to_agent(
+            row, tuple(block_map[row[0]]), tuple(by_id[i] for i in links[row[0]]), tuple(sorted(_tag_list(row[-2])))
+        )
+        for row in rows
     }
 
 
@@ -277,20 +243,7 @@ async def update_agents(conn: AsyncConnection, changed: Sequence[Agent]) -> None
     """Store the scalar fields and the in-context window of many agents (links are set apart)."""
     if not changed:
         return
-    columns = [
-        "name",
-        "description",
-        "system",
-        "llm_config",
-        "embedding",
-        "tool_rules",
-        "metadata",
-        "message_ids",
-        "context_tokens",
-        "message_buffer_autoclear",
-        "secrets",
-        "updated_at",
-    ]
+    columns = _UPDATED_COLUMNS
     statement = update(agents).where(agents.c.id == bindparam("a_id")).values({c: bindparam(c) for c in columns})
     rows = []
     for agent in changed:

@@ -9,29 +9,15 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.blocks import Block
+from nightshift.store.mapping import row_reader
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, blocks
 
-
-def to_block(row: Sequence[Any]) -> Block:
-    """Map a row whose last columns are those of ``blocks`` (in the table's order) to the domain type.
-
-    Read by position, as ``store.mapping.row_reader`` explains (an agent's blocks come after its id).
-    Whether it is standalone matters to the store alone (``agents.delete_agent``).
-    """
-    *_, id_, organization_id, label, value, limit, description, read_only, metadata, created_at, updated_at, _ = row
-    return Block(
-        id=id_,
-        organization_id=organization_id,
-        label=label,
-        value=value,
-        limit=limit,
-        description=description,
-        read_only=read_only,
-        metadata=metadata,
-        created_at=created_at,
-        updated_at=updated_at,
-    )
+# A block from a row whose last columns are those of ``blocks`` (in the table's order): an
+# agent's blocks come after its id. Whether it is standalone matters to the store alone
+# (``agents.delete_agent``).
+to_block = row_reader(Block, blocks)
+agent_block = row_reader(Block, blocks, before=1)
 
 
 def _values(block: Block) -> dict[str, Any]:

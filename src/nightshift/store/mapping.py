@@ -32,25 +32,47 @@ def from_row(cls: type[T], row: Row[Any], **read: Convert) -> T:
     return cls(**values)
 
 
-def row_reader(cls: type[T], table: Table, **read: Convert) -> Callable[[Row[Any]], T]:
-    """``from_row`` for the rows of ``select(table)`` (its columns, in its order), which it reads by
+def row_reader(
+    cls: type[T],
+    table: Table,
+    *,
+    before: int = 0,
+    after: int = 0,
+    given: tuple[str, ...] = (),
+    **read: Convert,
+) -> Callable[..., T]:
+    """``from_row`` for rows that hold ``table``'s columns in its order (``select(table)``), read by
     position: reading a SQLAlchemy row by name costs about ten times as much, which tells where
-    thousands of rows are read at once. A row of another number of columns is refused."""
+    thousands of rows are read at once.
+
+    ``before`` and ``after`` columns of the row, around the table's, are someone else's (an agent
+    id before a block, say); the fields named in ``given`` come from the caller, as positional
+    arguments after the row, in that order. ``read`` converts the named columns (never a NULL).
+    A row of another number of columns is refused (ValueError), as is a field that is neither a
+    column nor given (TypeError).
+    """
     names = [column.name for column in table.columns]
-    fields = set(_field_names(cls))  # type: ignore[arg-type]  # (a dataclass type: hashable)
-    taken = [(index, name, read.get(name)) for index, name in enumerate(names) if name in fields]
-    width = len(names)
-
-    def to_object(row: Row[Any]) -> T:
-        if len(row) != width:
-            raise ValueError(f"a row of {len(row)} columns is not one of {table.name} ({width})")
-        values: dict[str, Any] = {}
-        for index, name, convert in taken:
-            value = row[index]
-            values[name] = convert(value) if convert is not None and value is not None else value
-        return cls(**values)
-
-    return to_object
+    wanted = set(_field_names(cls)) - set(given)  # type: ignore[arg-type]  # (a dataclass type: hashable)
+    slots = [f"_{i}" for i in range(before + len(names) + after)]
+    values = [f"{name}={name}" for name in given]
+    scope: dict[str, Any] = {"cls": cls}
+    for index, column in enumerate(table.columns):
+        if column.name not in wanted:
+            continue
+        slot = slots[before + index]
+        convert = read.get(column.name)
+        if convert is None:
+            values.append(f"{column.name}={slot}")
+            continue
+        scope[f"read_{column.name}"] = convert
+        call = f"read_{column.name}({slot})"
+        values.append(f"{column.name}=" + (f"None if {slot} is None else {call}" if column.nullable else call))
+    # Generated, as dataclasses generates __init__: one unpacking and one call per row, the cost
+    # of a mapping written by hand; the unpacking also refuses a row of another width.
+    source = f"def read(row, {', '.join(given)}):\n    {', '.join(slots)}, = row\n    return cls({', '.join(values)})\n"
+    exec(compile(source, f"<row_reader {cls.__name__} {table.name}>", "exec"), scope)
+    reader: Callable[..., T] = scope["read"]
+    return reader
 
 
 @cache

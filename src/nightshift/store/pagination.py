@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Column, ColumnElement, Select, and_, or_, select
 
-MAX_PAGE = 1000
+from nightshift.domain.pagination import MAX_PAGE, Page
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Page:
-    """A page request: items after and/or before a cursor id, ``order`` by creation time."""
-
-    after: str | None = None
-    before: str | None = None
-    limit: int | None = 50
-    order: Literal["asc", "desc"] = "asc"
+__all__ = ["MAX_PAGE", "Page", "paginate", "paginate_by_time"]
 
 
 def paginate(query: Select[Any], id_column: Column[Any], page: Page) -> Select[Any]:

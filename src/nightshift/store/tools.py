@@ -5,32 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.tools import Tool, ToolType
 from nightshift.store.bulk import insert_ignoring_conflicts
+from nightshift.store.mapping import row_reader
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_tools, agents, tools
 
-
-def to_tool(row: Row[Any]) -> Tool:
-    """Map a ``tools`` row to the domain type."""
-    return Tool(
-        id=row.id,
-        organization_id=row.organization_id,
-        name=row.name,
-        description=row.description,
-        json_schema=row.json_schema,
-        args_json_schema=row.args_json_schema,
-        tool_type=ToolType(row.tool_type),
-        source_code=row.source_code,
-        tags=tuple(row.tags),
-        return_char_limit=row.return_char_limit,
-        metadata=row.metadata,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+# A tool from a row of ``tools``' columns, in the table's order (``select(tools)``).
+to_tool = row_reader(Tool, tools, tool_type=ToolType, tags=tuple)
 
 
 def _values(tool: Tool) -> dict[str, Any]:

@@ -22,16 +22,27 @@ from nightshift.api.schemas import (
     BlockPublic,
     BlockUpdate,
     ToolPublic,
+    copied_fields,
     llm_config_from,
     secrets_of,
 )
+from nightshift.domain.agents import LLMConfig
 from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
+from nightshift.domain.pagination import Page
+from nightshift.domain.unset import UNSET, Maybe, given
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
-from nightshift.services.agents import AgentSpec
-from nightshift.store.pagination import Page
+from nightshift.services.agents import AgentChanges, AgentSpec
 
 router = APIRouter(tags=["agents"])
+
+# The body's fields that the service takes under the same name as they are; the others are
+# the router's to build (a model from its handle, secrets under either name, defaults).
+_CREATE_OWN = frozenset({"name", "llm_config", "memory_blocks", "metadata", "secrets"})
+_CREATE_COPIED = tuple(name for name in copied_fields(AgentCreate, AgentSpec) if name not in _CREATE_OWN)
+_UPDATE_COPIED = tuple(
+    name for name in copied_fields(AgentUpdate, AgentChanges) if name not in {"llm_config", "secrets"}
+)
 
 IncludeQuery = Annotated[
     list[AgentRelation] | None,
@@ -50,22 +61,14 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
     send_message, its tool result, and a login event.
     """
     spec = AgentSpec(
+        **{name: getattr(body, name) for name in _CREATE_COPIED},
         name=body.name or "agent",
         llm_config=llm_config_from(
             body.model, body.llm_config, max_tokens=body.max_tokens, context_window=body.context_window_limit
         ),
-        system=body.system,
-        description=body.description,
-        embedding=body.embedding,
         memory_blocks=[b.to_spec() for b in body.memory_blocks],
-        block_ids=body.block_ids,
-        tool_ids=body.tool_ids,
         tool_names=body.tools,
-        include_base_tools=body.include_base_tools,
-        tool_rules=body.tool_rules,
-        tags=body.tags,
         metadata=body.metadata or {},
-        message_buffer_autoclear=body.message_buffer_autoclear,
         secrets=body.given_secrets(),
         initial_messages=(
             None if body.initial_message_sequence is None else [m.to_spec() for m in body.initial_message_sequence]
@@ -113,31 +116,28 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -
 
     A new system prompt or new blocks rewrite the agent's system message at once.
     """
-    given = body.model_dump(exclude_unset=True)
-    changes: dict[str, Any] = {
-        k: v
-        for k, v in given.items()
-        if k in {"name", "description", "system", "embedding", "tags", "metadata", "message_buffer_autoclear"}
-        and v is not None
-    }
-    for key in ("tool_ids", "block_ids"):
-        if given.get(key) is not None:
-            changes[key] = given[key]
-    if body.tool_rules is not None:
-        changes["tool_rules"] = body.tool_rules
+    # Letta's clients send null for a field they leave alone: null keeps it, as absent does.
     secrets = secrets_of(body.secrets, body.tool_exec_environment_variables)
-    if secrets is not None:
-        changes["secrets"] = secrets
-    if body.model or body.llm_config or body.max_tokens or body.context_window_limit:
-        current = (await service.get_agent(conn, org, agent_id)).llm_config
-        changes["llm_config"] = llm_config_from(
-            body.model or (None if body.llm_config else current.handle),
-            body.llm_config,
-            max_tokens=body.max_tokens or (None if body.llm_config else current.max_tokens),
-            context_window=body.context_window_limit or (None if body.llm_config else current.context_window),
-            parallel_tool_calls=current.parallel_tool_calls,
-        )
+    changes = AgentChanges(
+        **{name: given(getattr(body, name)) for name in _UPDATE_COPIED},
+        llm_config=await _new_llm_config(body, conn, org, agent_id),
+        secrets=given(secrets),
+    )
     return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes))
+
+
+async def _new_llm_config(body: AgentUpdate, conn: Conn, org: str, agent_id: str) -> Maybe[LLMConfig]:
+    """The model settings the body asks for, over the agent's current ones; UNSET when it names none."""
+    if not (body.model or body.llm_config or body.max_tokens or body.context_window_limit):
+        return UNSET
+    current = (await service.get_agent(conn, org, agent_id)).llm_config
+    return llm_config_from(
+        body.model or (None if body.llm_config else current.handle),
+        body.llm_config,
+        max_tokens=body.max_tokens or (None if body.llm_config else current.max_tokens),
+        context_window=body.context_window_limit or (None if body.llm_config else current.context_window),
+        parallel_tool_calls=current.parallel_tool_calls,
+    )
 
 
 @router.delete("/v1/agents/{agent_id}")
@@ -187,9 +187,7 @@ async def get_agent_block(agent_id: str, label: str, conn: ReadConn, org: Org) -
 async def update_agent_block(agent_id: str, label: str, body: BlockUpdate, conn: Conn, org: Org) -> BlockPublic:
     """Change the agent's block with this label; the agent's system message is rewritten to match."""
     agent = await service.get_agent(conn, org, agent_id)
-    block = await block_service.update_block(
-        conn, service.agent_block(agent, label), body.model_dump(exclude_unset=True)
-    )
+    block = await block_service.update_block(conn, service.agent_block(agent, label), body.to_changes())
     await service.refresh_system_message(conn, await service.get_agent(conn, org, agent_id))
     return BlockPublic.of(block)
 

@@ -16,10 +16,10 @@ from nightshift.api.passage_schemas import (
     in_utc,
 )
 from nightshift.domain.limits import MAX_TAGS
+from nightshift.domain.pagination import MAX_PAGE, Page
 from nightshift.domain.passages import PassageFilter
 from nightshift.errors import InvalidInput
 from nightshift.services import passages as service
-from nightshift.store.pagination import MAX_PAGE, Page
 from nightshift.tools.base import SEARCH_PAGE_SIZE
 
 router = APIRouter(tags=["archival memory"])

@@ -13,8 +13,8 @@ from nightshift.api.letta_messages import run_message_json
 from nightshift.api.routers.params import PageQuery
 from nightshift.batch.steps import RunRequest
 from nightshift.domain.batches import RunStatus
+from nightshift.domain.pagination import Page
 from nightshift.services import runs as service
-from nightshift.store.pagination import Page
 
 router = APIRouter(tags=["batches"])
 

@@ -7,11 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from nightshift.api.deps import Conn, Org, ReadConn
-from nightshift.api.routers.params import PageQuery, page_of
+from nightshift.api.routers.params import PageQuery
 from nightshift.api.schemas import AgentPublic, BlockCreate, BlockPublic, BlockUpdate
 from nightshift.services import blocks as service
-from nightshift.store import agents as agent_store
-from nightshift.store import blocks as block_store
 
 router = APIRouter(tags=["blocks"])
 
@@ -28,7 +26,7 @@ async def create_block(body: BlockCreate, conn: Conn, org: Org) -> BlockPublic:
 async def list_blocks(
     conn: ReadConn, org: Org, page: PageQuery, label: Annotated[str | None, Query()] = None
 ) -> list[BlockPublic]:
-    return [BlockPublic.of(b) for b in await block_store.list_blocks(conn, org, page, label=label)]
+    return [BlockPublic.of(b) for b in await service.list_blocks(conn, org, page, label=label)]
 
 
 @router.get("/v1/blocks/{block_id}")
@@ -40,7 +38,7 @@ async def get_block(block_id: str, conn: ReadConn, org: Org) -> BlockPublic:
 async def update_block(block_id: str, body: BlockUpdate, conn: Conn, org: Org) -> BlockPublic:
     """Change a block. Agents sharing it see the change in their system message at their next step."""
     block = await service.get_block(conn, org, block_id)
-    return BlockPublic.of(await service.update_block(conn, block, body.model_dump(exclude_unset=True)))
+    return BlockPublic.of(await service.update_block(conn, block, body.to_changes()))
 
 
 @router.delete("/v1/blocks/{block_id}")
@@ -53,7 +51,4 @@ async def delete_block(block_id: str, conn: Conn, org: Org) -> dict[str, str]:
 @router.get("/v1/blocks/{block_id}/agents")
 async def block_agents(block_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[AgentPublic]:
     """The agents sharing this block, oldest first (``order=desc`` for newest first)."""
-    await service.get_block(conn, org, block_id)
-    ids = page_of(sorted(await block_store.agents_using_block(conn, block_id)), page, key=lambda i: i)
-    loaded = await agent_store.load_agents(conn, org, ids)
-    return AgentPublic.many(loaded[i] for i in ids if i in loaded)
+    return AgentPublic.many(await service.block_agents(conn, org, block_id, page))

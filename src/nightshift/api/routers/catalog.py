@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query
 
 from nightshift.api.deps import Conn, Org
 from nightshift.domain.agents import DEFAULT_MAX_TOKENS
+from nightshift.domain.pagination import MAX_PAGE
 from nightshift.services import catalog as service
-from nightshift.store.pagination import MAX_PAGE
 
 router = APIRouter(tags=["models"])
 

@@ -7,7 +7,6 @@ from fastapi import APIRouter
 from nightshift.api.deps import Conn, KeyAdmin
 from nightshift.api.key_schemas import KeyCreate, KeyCreatedPublic, KeyPublic
 from nightshift.services import keys as service
-from nightshift.store import keys as key_store
 
 router = APIRouter(tags=["keys"])
 
@@ -16,7 +15,7 @@ router = APIRouter(tags=["keys"])
 @router.get("/v1/keys", include_in_schema=False)
 async def list_keys(conn: Conn, caller: KeyAdmin) -> list[KeyPublic]:
     """The caller's organization's keys, oldest first, revoked ones included. Never a secret."""
-    return [KeyPublic.of(k) for k in await key_store.list_keys(conn, org_id=caller.organization_id)]
+    return [KeyPublic.of(k) for k in await service.list_keys(conn, org_id=caller.organization_id)]
 
 
 @router.post("/v1/keys/")

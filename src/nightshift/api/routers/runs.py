@@ -12,8 +12,8 @@ from nightshift.api.routers.agent_messages import view_of
 from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.run_schemas import batch_run_json, run_json, step_json, usage_json
 from nightshift.domain.agent_runs import AgentRun
+from nightshift.domain.pagination import MAX_PAGE, Page
 from nightshift.services import agent_runs
-from nightshift.store.pagination import MAX_PAGE, Page
 from nightshift.store.run_listing import Listed, RunFilter
 
 router = APIRouter(tags=["runs"])

@@ -9,9 +9,7 @@ from fastapi import APIRouter, Query
 from nightshift.api.deps import Conn, Org, State
 from nightshift.api.routers.params import PageQuery
 from nightshift.api.schemas import ToolCreate, ToolPublic, ToolRunBody, ToolSearch, ToolUpdate
-from nightshift.runtime.run_tool import run_agent_tool
 from nightshift.services import tools as service
-from nightshift.store import tools as tool_store
 
 router = APIRouter(tags=["tools"])
 
@@ -57,8 +55,7 @@ async def list_tools(
     conn: Conn, org: Org, page: PageQuery, name: Annotated[str | None, Query()] = None
 ) -> list[ToolPublic]:
     """The organization's tools (base tools appear once an agent has used them)."""
-    await service.ensure_base_tools(conn, org)
-    return [ToolPublic.of(t) for t in await tool_store.list_tools(conn, org, page, name=name)]
+    return [ToolPublic.of(t) for t in await service.list_tools(conn, org, page, name=name)]
 
 
 @router.post("/v1/tools/search")
@@ -90,7 +87,7 @@ async def run_tool(agent_id: str, tool_name: str, body: ToolRunBody, state: Stat
     A tool that fails is a 200 with status "error"; a 404 when the agent has no such tool.
     Memory edits of base tools are kept; no message is written.
     """
-    result = await run_agent_tool(state.engine, state.sandbox, org, agent_id, tool_name, body.args)
+    result = await service.run_tool(state.engine, state.sandbox, org, agent_id, tool_name, body.args)
     return {
         "status": "success" if result.ok else "error",
         "func_return": result.value,
@@ -113,10 +110,7 @@ async def update_tool(tool_id: str, body: ToolUpdate, conn: Conn, org: Org, stat
         conn,
         org,
         tool_id,
-        source_code=body.source_code,
-        description=body.description,
-        tags=body.tags,
-        return_char_limit=body.return_char_limit,
+        body.to_changes(),
         read_seconds=state.settings.tool_read_seconds,
     )
     return ToolPublic.of(tool)
