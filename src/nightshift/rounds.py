@@ -13,7 +13,6 @@ import asyncio
 import os
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from nightshift.batch.steps import RunRequest, create_run
+from nightshift.batch.run_queue import start_queued_runs
+from nightshift.batch.steps import RunRequest, queue_run
 from nightshift.batch.worker import running_worker
 from nightshift.bench import emulator_process
 from nightshift.config import Settings
@@ -139,17 +139,8 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
     ]
     async with running_worker(settings, engine) as worker:
         async with engine.begin() as conn:
-            run, batches = await create_run(
-                conn,
-                DEFAULT_ORG_ID,
-                requests,
-                callback_url=None,
-                default_max_steps=10,
-                lease=worker.lease(datetime.now(UTC)),
-                endpoints=worker.providers.endpoints(),
-            )
-        for batch in batches:
-            await worker.submit(batch)
+            run = await queue_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
+        await start_queued_runs(worker)
         for _ in range(50):
             async with engine.connect() as conn:
                 current = await run_store.get_run(conn, DEFAULT_ORG_ID, run.id)

@@ -84,6 +84,8 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
                 child = (
                     PollerProcess(grace=settings.shutdown_grace_seconds) if settings.poller and poller_process else None
                 )
+                # A poller on this event loop is woken by the requests that queue a run.
+                runs_queued = asyncio.Event() if settings.poller and child is None else None
                 app.state.nightshift = AppState(
                     settings=settings,
                     engine=engine,
@@ -92,12 +94,15 @@ def create_app(settings: Settings, *, poller_process: bool = False) -> FastAPI:
                     key_usage=key_usage,
                     background=background,
                     poller_process=child,
+                    runs_queued=runs_queued,
                 )
                 poller = None
                 if child is not None:
                     await child.start()
                 elif settings.poller:
-                    poller = asyncio.create_task(poll_forever(worker), name="poller")
+                    poller = asyncio.create_task(
+                        poll_forever(worker, wake=runs_queued, queue_seconds=settings.run_queue_seconds), name="poller"
+                    )
                 set_readiness(app, Readiness.READY)
                 try:
                     yield
