@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from fastapi import FastAPI
 import pytest
+from fastapi import FastAPI
 
 from nightshift.config import Settings
 from support.runs import ANTHROPIC_MODEL as MODEL

@@ -38,6 +38,7 @@ from nightshift.store.pagination import Page
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunView:
     """A run with its progress, its provider batches (the step timeline) and its failed agents."""
