@@ -110,7 +110,7 @@ async def test_a_poller_that_dies_before_committing_the_first_step_loses_nothing
                 async with engine.begin() as conn:
                     claimed = await run_store.claim_queued_run(conn)
                     assert claimed is not None and claimed.id == run["id"]
-                    requests = [RunRequest.from_json(r) for r in await run_store.queued_requests(conn, claimed.id)]
+                    requests = [RunRequest.from_json(r) for r in await run_store.take_queued_requests(conn, claimed.id)]
                     written = await write_first_step(conn, claimed, requests, datetime.now(UTC), endpoints={})
                     assert len(written) == 1
                     raise _Killed

@@ -2,10 +2,10 @@
 
 ``POST /v1/messages/batches`` writes the run (status created) with its requests and answers at once
 (``steps.queue_run``). A poller then starts it (``start_queued_runs``): in one transaction it claims
-the run, writes its first step from the requests (``steps.write_first_step``) and deletes them;
-then it submits the step's provider batches. The requests are the compare-and-set: a run's first
-step is written by the transaction that deletes them, so two pollers never both write it, and a
-poller that dies before it commits leaves the run queued for the next one. The run stays
+the run, deletes its requests and writes its first step from them (``steps.write_first_step``);
+then it submits the step's provider batches. The deletion is the compare-and-set: a run's first
+step is written by the transaction that deleted its requests, so two pollers never both write
+it, and a poller that dies before it commits leaves the run queued for the next one. The run stays
 ``created`` until its first provider batch is submitted, as before.
 
 A poller learns of a queued run (``watch_queue``) from PostgreSQL's ``NOTIFY``, sent in the run's
@@ -52,9 +52,15 @@ async def start_queued_runs(worker: Worker) -> int:
             continue
         if batches is None:
             break
+        if batches is _TAKEN:
+            continue
         await worker.submit_new(batches)
         started += 1
     return started
+
+
+# What ``_start_one`` returns for a run another poller started first.
+_TAKEN: list[ProviderBatch] = []
 
 
 class _Failed(Exception):
@@ -64,17 +70,17 @@ class _Failed(Exception):
 
 
 async def _start_one(worker: Worker) -> list[ProviderBatch] | None:
-    """Claim a queued run and write its first step; its provider batches (none when another poller
-    wrote it first), or None when no run is queued."""
+    """Claim a queued run and write its first step; its provider batches (``_TAKEN`` when another
+    poller wrote it first), or None when no run is queued."""
     now = datetime.now(UTC)
     async with worker.engine.begin() as conn:
         run = await run_store.claim_queued_run(conn)
         if run is None:
             return None
-        # Read after the claim, in a statement of its own: none if another poller just wrote the step.
-        requests = [RunRequest.from_json(r) for r in await run_store.queued_requests(conn, run.id)]
+        # Taken after the claim, in a write of its own: none if another poller just took them.
+        requests = [RunRequest.from_json(r) for r in await run_store.take_queued_requests(conn, run.id)]
         if not requests:
-            return []
+            return _TAKEN
         try:
             batches = await write_first_step(
                 conn,
@@ -91,7 +97,6 @@ async def _start_one(worker: Worker) -> list[ProviderBatch] | None:
         except Exception as exc:
             log.exception("the first step of run %s could not be written; the run fails", run.id)
             raise _Failed(run.id) from exc
-        await run_store.forget_queued_requests(conn, run.id)
     return batches
 
 

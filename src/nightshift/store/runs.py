@@ -173,8 +173,8 @@ async def claim_queued_run(conn: AsyncConnection) -> BatchRun | None:
     """The oldest queued run no other transaction holds, locked until this one ends; None when
     there is none. Another poller skips it (PostgreSQL); SQLite serialises writers anyway.
 
-    The caller reads its requests again after this (``queued_requests``, a statement of its own):
-    a poller that wrote its first step a moment before has deleted them.
+    The caller then takes its requests (``take_queued_requests``): a poller that wrote its first
+    step a moment before has taken them already.
     """
     queued = select(batch_run_requests.c.batch_run_id)
     query = (
@@ -189,19 +189,29 @@ async def claim_queued_run(conn: AsyncConnection) -> BatchRun | None:
     return to_run(row) if row is not None else None
 
 
-async def queued_requests(conn: AsyncConnection, run_id: str) -> list[dict[str, Any]]:
-    """A queued run's requests in their order (as ``RunRequest.to_json`` gives them); none once
-    its first step is written, or it was cancelled."""
-    query = (
-        select(batch_run_requests.c.agent_id, batch_run_requests.c.messages, batch_run_requests.c.max_steps)
+async def take_queued_requests(conn: AsyncConnection, run_id: str) -> list[dict[str, Any]]:
+    """Delete a queued run's requests and return them in their order (as ``RunRequest.to_json``
+    gives them), for its first step written in the same transaction; none when another poller
+    took them first (or the run was cancelled).
+
+    One write, whose deletion is the compare-and-set: SQLite begins a transaction only at its
+    first write, so requests read before it could be another poller's already.
+    """
+    taken = await conn.execute(
+        delete(batch_run_requests)
         .where(batch_run_requests.c.batch_run_id == run_id)
-        .order_by(batch_run_requests.c.position)
+        .returning(
+            batch_run_requests.c.position,
+            batch_run_requests.c.agent_id,
+            batch_run_requests.c.messages,
+            batch_run_requests.c.max_steps,
+        )
     )
-    return [{"agent_id": a, "messages": m, "max_steps": n} for a, m, n in await conn.execute(query)]
+    return [{"agent_id": a, "messages": m, "max_steps": n} for _, a, m, n in sorted(taken.all(), key=lambda r: r[0])]
 
 
 async def forget_queued_requests(conn: AsyncConnection, run_id: str) -> int:
-    """Delete a run's queued requests (its first step is written, or it was cancelled), which frees
-    its agents; how many there were."""
+    """Delete a run's queued requests (it was cancelled, or failed), which frees its agents; how
+    many there were."""
     result = await conn.execute(delete(batch_run_requests).where(batch_run_requests.c.batch_run_id == run_id))
     return result.rowcount
