@@ -52,7 +52,7 @@ class Runs:
             await start_queued_runs(self.worker)  # what the poller's next pass would do
         return await self.started(run["id"])
 
-    async def started(self, run_id: str, *, timeout: float = 30) -> dict[str, Any]:
+    async def started(self, run_id: str, *, timeout: float = 60) -> dict[str, Any]:
         """The run once a poller has written its first step and submitted it (or its submission
         failed once), or once it has ended: the POST answers with the run queued, before that."""
         deadline = asyncio.get_running_loop().time() + timeout
