@@ -34,11 +34,12 @@ from rich.table import Table
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch.steps import RunRequest, create_run
+from nightshift.batch.run_queue import start_queued_runs
+from nightshift.batch.steps import RunRequest, queue_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
-from nightshift.domain.batches import BatchRun, ProviderBatch
+from nightshift.domain.batches import BatchRun
 from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.parts import running_parts
@@ -267,26 +268,13 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
 
         created: list[BatchRun] = []
 
-        async def create() -> list[ProviderBatch]:
+        async def create() -> None:
             async with engine.begin() as conn:
-                run, batches = await create_run(
-                    conn,
-                    DEFAULT_ORG_ID,
-                    requests,
-                    callback_url=None,
-                    default_max_steps=10,
-                    lease=worker.lease(time_now()),
-                    endpoints=worker.providers.endpoints(),
-                    batch_bytes=worker.batch_bytes,
-                )
+                run = await queue_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
             created.append(run)
-            return batches
 
-        async def submit(batches: list[ProviderBatch]) -> None:
-            for batch in batches:
-                await worker.submit(batch)
-
-        await measure("submit step 1", submit(await measure("create the run (step 1 written)", create())))
+        await measure("create the run (requests queued: the POST)", create())
+        await measure("write step 1 + submit it (the poller)", start_queued_runs(worker))
         # A step of more than BATCH_SLICE agents is several provider batches, one claim each.
         await measure(f"poll + resume step 1 ({tool} tool) + submit step 2", worker.run_once(limit=1_000))
         await measure("poll + resume step 2 (run ends)", worker.run_once(limit=1_000))

@@ -13,7 +13,6 @@ import asyncio
 import os
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.bench import emulator_process
-from nightshift.batch.steps import RunRequest, create_run
+from nightshift.batch.run_queue import start_queued_runs
+from nightshift.batch.steps import RunRequest, queue_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
@@ -142,17 +142,8 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
     async with running_parts(settings, engine) as parts:
         worker = worker_of(parts)
         async with engine.begin() as conn:
-            run, batches = await create_run(
-                conn,
-                DEFAULT_ORG_ID,
-                requests,
-                callback_url=None,
-                default_max_steps=10,
-                lease=worker.lease(datetime.now(UTC)),
-                endpoints=worker.providers.endpoints(),
-            )
-        for batch in batches:
-            await worker.submit(batch)
+            run = await queue_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
+        await start_queued_runs(worker)
         for _ in range(50):
             async with engine.connect() as conn:
                 current = await run_store.get_run(conn, DEFAULT_ORG_ID, run.id)

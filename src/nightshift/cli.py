@@ -136,24 +136,20 @@ def poll(
     parent: Annotated[
         int | None, typer.Option(hidden=True, help="serve's process id: this poller is its child and ends with it")
     ] = None,
-    runs_fd: Annotated[
-        int | None, typer.Option(hidden=True, help="A socket serve hands this poller new runs through")
-    ] = None,
 ) -> None:
     """Advance batch runs: submit, poll, apply results and send callbacks (serve does this too).
 
     On SIGTERM or SIGINT it claims nothing more, finishes the stage in progress (for
-    NIGHTSHIFT_SHUTDOWN_GRACE_SECONDS at most) and gives its leases back before it exits; on
-    SIGUSR1 it polls at once.
+    NIGHTSHIFT_SHUTDOWN_GRACE_SECONDS at most) and gives its leases back before it exits. A new
+    run is started at once (PostgreSQL's NOTIFY, or a look every NIGHTSHIFT_RUN_QUEUE_SECONDS).
     """
     import signal
 
     from nightshift.batch.callbacks import CallbackRules
     from nightshift.batch.poller import drain, poll_forever, poll_once
-    from nightshift.batch.poller_process import answer_runs, die_with_parent, watch_parent, write_figures
+    from nightshift.batch.poller_process import die_with_parent, watch_parent, write_figures
     from nightshift.batch.worker import worker_of
     from nightshift.parts import running_parts
-    from nightshift.services.runs import create_handed_off
     from nightshift.store.db import opened, upgrade
 
     settings = Settings()
@@ -170,23 +166,13 @@ def poll(
                 if once:
                     return await poll_once(worker, callbacks)
                 figures = (lambda: write_figures(parts.metrics, metrics_file)) if metrics_file else None
-                stop, wake = asyncio.Event(), asyncio.Event()
+                stop = asyncio.Event()
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, stop.set)
-                loop.add_signal_handler(signal.SIGUSR1, wake.set)  # serve: new work is due (see PollerProcess)
-                poller = asyncio.create_task(
-                    poll_forever(worker, callbacks, after_pass=figures, wake=wake), name="poller"
-                )
+                polling = poll_forever(worker, callbacks, after_pass=figures, queue_seconds=settings.run_queue_seconds)
+                poller = asyncio.create_task(polling, name="poller")
                 waits = [poller, asyncio.create_task(stop.wait())]
-                if runs_fd is not None:
-                    runs = answer_runs(
-                        runs_fd,
-                        lambda run: create_handed_off(
-                            engine, worker, run, default_max_steps=settings.default_max_steps
-                        ),
-                    )
-                    waits.append(asyncio.create_task(runs, name="runs"))
                 if parent is not None:
                     waits.append(asyncio.create_task(watch_parent(parent)))
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from nightshift.config import Settings
 from support.databases import sqlite_only
@@ -19,8 +20,10 @@ def settings(tmp_path: Path, db_url: str) -> Settings:
     return Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, poller=False)
 
 
-async def test_reset_is_refused_while_the_agent_is_in_an_open_step(client: httpx.AsyncClient, emulator: str) -> None:
-    runs = Runs(client)
+async def test_reset_is_refused_while_the_agent_is_in_an_open_step(
+    app: FastAPI, client: httpx.AsyncClient, emulator: str
+) -> None:
+    runs = Runs(client, worker=app.state.nightshift.worker)
     agent = await runs.agent("busy")
     await runs.start([{"agent_id": agent["id"], "input": "hello"}])
     before = (await client.get(f"/v1/agents/{agent['id']}/messages")).json()

@@ -149,7 +149,7 @@ def differences(small: list[list[str]], large: list[list[str]], what: tuple[str,
 async def test_statements_per_phase_do_not_grow_with_the_agents(
     app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
 ) -> None:
-    runs = Runs(client)
+    runs = Runs(client, worker=app.state.nightshift.worker)
     counts = {size: await run_phases(app, runs, size) for size in SIZES}
     small, large = (counts[size] for size in SIZES)
     problems = differences(small, large, (f"{SIZES[0]} agents", f"{SIZES[1]} agents"))
@@ -171,7 +171,7 @@ def notes(count: int) -> ScriptedReply:
 async def test_a_turn_of_three_calls_costs_the_statements_of_a_turn_of_one(
     app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
 ) -> None:
-    runs = Runs(client)
+    runs = Runs(client, worker=app.state.nightshift.worker)
 
     def scripted(calls: int) -> Callable[[list[dict[str, Any]]], Awaitable[None]]:
         async def script(agents: list[dict[str, Any]]) -> None:
@@ -195,7 +195,7 @@ async def test_reading_runs_costs_the_same_statements_for_one_run_as_for_five(
     # Each run: one agent finishes, one fails (its request refused), so every part of a run's
     # view (progress, provider batches, failed agents) has something to read.
     worker: Worker = app.state.nightshift.worker
-    runs = Runs(client)
+    runs = Runs(client, worker=app.state.nightshift.worker)
     started = []
     for index in range(5):
         ok, bad = await runs.agent(f"ok-{index}"), await runs.agent(f"bad-{index}")
@@ -229,7 +229,7 @@ async def test_reading_a_runs_agents_costs_the_same_statements_for_2_agents_as_f
     app: FastAPI, client: httpx.AsyncClient, admin: EmulatorAdmin
 ) -> None:
     worker: Worker = app.state.nightshift.worker
-    runs = Runs(client)
+    runs = Runs(client, worker=app.state.nightshift.worker)
     log = StatementLog(app.state.nightshift.engine)
     read: dict[int, list[str]] = {}
     for size in (2, 20):
@@ -344,7 +344,7 @@ async def test_a_look_at_a_run_costs_the_same_statements_for_2_agents_as_for_20(
     # sums are stored on its provider batches from the moment they are written
     # (store/batch_summaries.py).
     worker: Worker = app.state.nightshift.worker
-    runs = Runs(client)
+    runs = Runs(client, worker=app.state.nightshift.worker)
     log = StatementLog(app.state.nightshift.engine)
     stages = ("step 1 running", "step 1 applied, step 2 running", "completed")
     looks: dict[int, dict[str, list[str]]] = {}

@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 
+from nightshift.batch.run_queue import start_queued_runs
+from nightshift.batch.worker import Worker
 from support.api import json_list, json_object
 
 ANTHROPIC_MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -26,8 +28,10 @@ def lookup_order(order_id: str) -> str:
 class Runs:
     """Drive agents and batch runs through the HTTP API."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, *, worker: Worker | None = None) -> None:
         self.client = client
+        # An app without a poller (the test drives the worker): ``start`` starts its runs with it.
+        self.worker = worker
 
     async def agent(self, name: str, model: str = ANTHROPIC_MODEL, **extra: Any) -> dict[str, Any]:
         body = {
@@ -42,7 +46,25 @@ class Runs:
         return json_object(await self.client.post("/v1/agents/", json=body))
 
     async def start(self, requests: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        return json_object(await self.client.post("/v1/messages/batches", json={"requests": requests, **extra}))
+        """Create a run and wait until its first step is submitted (see ``started``)."""
+        run = json_object(await self.client.post("/v1/messages/batches", json={"requests": requests, **extra}))
+        if self.worker is not None:
+            await start_queued_runs(self.worker)  # what the poller's next pass would do
+        return await self.started(run["id"])
+
+    async def started(self, run_id: str, *, timeout: float = 60) -> dict[str, Any]:
+        """The run once a poller has written its first step and submitted it (or its submission
+        failed once), or once it has ended: the POST answers with the run queued, before that."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            run = json_object(await self.client.get(f"/v1/messages/batches/{run_id}"))
+            batches = run["progress"]["provider_batches"]
+            if run["status"] not in ("created", "running"):
+                return run
+            if batches and all(b["status"] != "created" or b["error"] for b in batches):
+                return run
+            assert asyncio.get_running_loop().time() < deadline, f"run still not submitted: {run['progress']}"
+            await asyncio.sleep(0.02)
 
     async def wait(self, run_id: str, *, timeout: float = 30) -> dict[str, Any]:
         """Poll the run until it is no longer created or running."""

@@ -7,10 +7,12 @@ asserted after a pass (``step``), never after a sleep.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
+from nightshift.batch.run_queue import start_queued_runs
+from nightshift.batch.worker import Worker
 from support.api import json_object
 from support.runs import Runs
 from support.scripted import ScriptedModel, call, say
@@ -20,25 +22,20 @@ from support.scripted import ScriptedModel, call, say
 MAX_PASSES = 200
 
 
-class Passes(Protocol):
-    """What of the worker the tests use: one pass over the provider batches that are due."""
-
-    async def run_once(self, *, limit: int = 50) -> int: ...
-
-
 class SteppedRuns(Runs):
     """``Runs`` whose batches move only when the test makes a worker pass."""
 
-    def __init__(self, client: httpx.AsyncClient, worker: Passes, model: ScriptedModel) -> None:
-        super().__init__(client)
-        self.worker = worker
+    def __init__(self, client: httpx.AsyncClient, worker: Worker, model: ScriptedModel) -> None:
+        super().__init__(client, worker=worker)
+        self.worker: Worker = worker
         self.model = model
         self.passes = 0
 
     async def step(self) -> int:
-        """One worker pass; returns how many provider batches it handled."""
+        """One worker pass (the queued runs started, then the due provider batches); returns how
+        many runs and provider batches it handled."""
         self.passes += 1
-        return await self.worker.run_once()
+        return await start_queued_runs(self.worker) + await self.worker.run_once()
 
     async def run(self, run_id: str) -> dict[str, Any]:
         """The run as the API shows it now."""

@@ -105,6 +105,8 @@ def create_app(
                 child = (
                     PollerProcess(grace=settings.shutdown_grace_seconds) if settings.poller and poller_process else None
                 )
+                # A poller on this event loop is woken by the requests that queue a run.
+                runs_queued = asyncio.Event() if settings.poller and child is None else None
                 app.state.nightshift = AppState(
                     settings=settings,
                     engine=engine,
@@ -119,12 +121,16 @@ def create_app(
                     key_usage=key_usage,
                     background=background,
                     poller_process=child,
+                    runs_queued=runs_queued,
                 )
                 poller = None
                 if child is not None:
                     await child.start()
                 elif settings.poller:
-                    poller = asyncio.create_task(poll_forever(worker, callbacks), name="poller")
+                    poller = asyncio.create_task(
+                        poll_forever(worker, callbacks, wake=runs_queued, queue_seconds=settings.run_queue_seconds),
+                        name="poller",
+                    )
                 set_readiness(app, Readiness.READY)
                 try:
                     yield

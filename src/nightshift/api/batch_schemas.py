@@ -126,11 +126,10 @@ class BatchCreate(Body):
     def _each_agent_once(cls, data: Any) -> Any:
         """Refuse an agent named twice before the requests are read one by one.
 
-        Validating, checking and copying tens of thousands of requests (and handing them to the
-        poller process, which would refuse them) is most of the work such a body costs, while a
+        Validating, checking and copying tens of thousands of requests (and passing them to
+        ``queue_run``, which would refuse them) is most of the work such a body costs, while a
         repeated agent id is found in the parsed JSON in one pass over the ids. The error is the
-        one ``create_run`` raises:
-        ``InvalidInput``, which pydantic lets through (it wraps only ``ValueError``), answered
+        one ``queue_run`` raises: ``InvalidInput``, which pydantic lets through (it wraps only ``ValueError``), answered
         as a 422 that names the agents. Anything malformed is left to the validation that follows.
         """
         requests = data.get("requests") if isinstance(data, dict) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ class AppState:
     background: BackgroundRuns  # the message sends this process steps in the background
     # serve's poller, in a child process; None: the poller (if any) runs on this event loop.
     poller_process: PollerProcess | None = None
+    # Set when a run is queued, to wake the poller on this event loop (None: it runs elsewhere).
+    runs_queued: asyncio.Event | None = None
 
 
 async def app_state(request: Request) -> AppState:

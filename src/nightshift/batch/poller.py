@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
+from nightshift.batch.run_queue import start_queued_runs, watch_queue
 from nightshift.batch.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -17,8 +18,9 @@ MAX_ROUNDS = 100
 
 
 async def poll_once(worker: Worker, callbacks: CallbackRules) -> int:
-    """One pass: advance every due provider batch, then send due callbacks. Returns the work done."""
-    handled = 0
+    """One pass: start the queued runs, advance every due provider batch, then send due callbacks.
+    Returns the work done."""
+    handled = await start_queued_runs(worker)
     for _ in range(MAX_ROUNDS):
         claimed = await worker.run_once()
         handled += claimed
@@ -35,29 +37,35 @@ async def poll_forever(
     *,
     after_pass: Callable[[], None] | None = None,
     wake: asyncio.Event | None = None,
+    queue_seconds: float = 0.25,
 ) -> None:
     """Poll every ``worker.poll_interval`` seconds until cancelled or ``worker.draining`` is set;
-    errors are logged, never fatal. ``after_pass`` is called after each pass (failed or not);
-    setting ``wake`` starts the next pass at once."""
-    while not worker.draining.is_set():
-        try:
-            await poll_once(worker, callbacks)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("poller pass failed; trying again")
-        if after_pass is not None:
-            after_pass()
-        waits = [asyncio.ensure_future(worker.draining.wait())]
-        if wake is not None:
-            waits.append(asyncio.ensure_future(wake.wait()))
-        try:
-            await asyncio.wait(waits, timeout=worker.poll_interval, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-        if wake is not None:
-            wake.clear()
+    errors are logged, never fatal. ``after_pass`` is called after each pass (failed or not).
+    The next pass starts at once when a run is queued (see ``run_queue.watch_queue``: SQLite is
+    looked at every ``queue_seconds``), or when ``wake`` is set (by an API on this event loop)."""
+    wake = wake or asyncio.Event()
+    watching = asyncio.create_task(watch_queue(worker.engine, wake, every=queue_seconds), name="run-queue")
+    try:
+        while not worker.draining.is_set():
+            wake.clear()  # what is queued from here on is seen by this pass, or wakes the next
+            try:
+                await poll_once(worker, callbacks)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("poller pass failed; trying again")
+            if after_pass is not None:
+                after_pass()
+            waits = [asyncio.ensure_future(worker.draining.wait()), asyncio.ensure_future(wake.wait())]
+            try:
+                await asyncio.wait(waits, timeout=worker.poll_interval, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
 
 
 async def drain(worker: Worker, poller: asyncio.Task[None] | None, *, grace: float) -> int:

@@ -1,5 +1,7 @@
 """Creating runs and their steps in the database, and cancelling runs.
 
+A new run is queued (``queue_run``: the run and its requests, its agents reserved), and a poller
+writes its first step from its requests (``write_first_step``, see ``batch/run_queue.py``).
 A step is written in one transaction: the agents' input messages (the user's messages on the
 first step, a heartbeat later), their context windows, the provider batches (status created,
 one per provider, split by count and by the requests' estimated size) and one batch item per
@@ -109,7 +111,7 @@ def refuse_repeated_agents(agent_ids: Iterable[str]) -> None:
         raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
 
 
-async def create_run(
+async def queue_run(
     conn: AsyncConnection,
     org_id: str,
     requests: Sequence[RunRequest],
@@ -117,24 +119,44 @@ async def create_run(
     callback_url: str | None,
     default_max_steps: int,
     metadata: dict[str, Any] | None = None,
-    lease: tuple[str, datetime] | None = None,
-    endpoints: Mapping[str, str],
     idempotency_key: str | None = None,
     request_hash: str | None = None,
-    summary_model: str | None = None,
-    batch_bytes: int | None = None,
-) -> tuple[BatchRun, list[ProviderBatch]]:
-    """Validate the requests and write the run with its first step; nothing is written on error.
+) -> BatchRun:
+    """Validate the requests, reserve their agents and write the run (created) with its requests,
+    queued for a poller to write its first step (``write_first_step``); nothing is written on error.
 
-    ``idempotency_key`` and ``request_hash`` are stored with the run, so that a retry of the same
-    request finds it (see ``run_by_idempotency_key``).
+    Only what needs no agent loaded is done here: a run of ten thousand agents is answered at
+    once, and its first step is built by the poller. ``idempotency_key`` and ``request_hash`` are
+    stored with the run, so that a retry of the same request finds it (see ``run_by_idempotency_key``).
 
     Raises:
         InvalidInput: no requests, the same agent twice, empty messages, too much input, or more
             agents for one provider than its batch limit.
         NotFound: an agent that does not exist (or belongs to another organization).
-        Conflict: an agent that is already in an open step of another run, or in a synchronous step.
+        Conflict: an agent that is already in an open step (or a queued run) of another run, or in
+            a synchronous step.
     """
+    await _check_requests(conn, org_id, requests)
+    now = datetime.now(UTC)
+    run = BatchRun(
+        id=new_id("batch"),
+        organization_id=org_id,
+        status=RunStatus.CREATED,
+        metadata=metadata or {},
+        max_steps=default_max_steps,
+        callback_url=callback_url,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        created_at=now,
+        updated_at=now,
+    )
+    await run_store.insert_run(conn, run)
+    await run_store.queue_requests(conn, run.id, [r.to_json() for r in requests])
+    return run
+
+
+async def _check_requests(conn: AsyncConnection, org_id: str, requests: Sequence[RunRequest]) -> None:
+    """``queue_run``'s checks; the agents' rows stay locked (PostgreSQL) until the run is written."""
     if not requests:
         raise InvalidInput("requests must hold at least one request", field="requests")
     ids = [r.agent_id for r in requests]
@@ -167,32 +189,40 @@ async def create_run(
                 f"{count} agents on {provider}: one run takes at most {limit} per provider", field="requests"
             )
 
-    now = datetime.now(UTC)
-    run = BatchRun(
-        id=new_id("batch"),
-        organization_id=org_id,
-        status=RunStatus.CREATED,
-        metadata=metadata or {},
-        max_steps=default_max_steps,
-        callback_url=callback_url,
-        idempotency_key=idempotency_key,
-        request_hash=request_hash,
-        created_at=now,
-        updated_at=now,
-    )
-    await run_store.insert_run(conn, run)
-    # The first step is written BATCH_SLICE agents at a time (a provider batch's worth), so that a
-    # run of 100,000 agents never holds them all loaded at once; in order of model, so that a
-    # slice is mostly one provider batch rather than a piece of each.
-    by_model = sorted(requests, key=lambda r: configs[r.agent_id].handle)
+
+async def write_first_step(
+    conn: AsyncConnection,
+    run: BatchRun,
+    requests: Sequence[RunRequest],
+    now: datetime,
+    *,
+    lease: tuple[str, datetime] | None = None,
+    endpoints: Mapping[str, str],
+    summary_model: str | None = None,
+    batch_bytes: int | None = None,
+) -> list[ProviderBatch]:
+    """Write a queued run's first step from its requests (see ``write_step``).
+
+    An agent deleted since the run was queued is left out (it has nothing left to step); a run
+    left with none ends failed. The caller deletes the queued requests in the same transaction.
+    """
+    configs = await agent_store.llm_configs_of(conn, run.organization_id, [r.agent_id for r in requests])
+    present = [r for r in requests if r.agent_id in configs]
+    if not present:
+        await run_store.set_run_status(conn, run.id, RunStatus.FAILED, now, only_from=(RunStatus.CREATED,))
+        return []
+    # Written BATCH_SLICE agents at a time (a provider batch's worth), so that a run of 100,000
+    # agents never holds them all loaded at once; in order of model, so that a slice is mostly
+    # one provider batch rather than a piece of each.
+    by_model = sorted(present, key=lambda r: configs[r.agent_id].handle)
     batches: list[ProviderBatch] = []
     for start in range(0, len(by_model), BATCH_SLICE):
         part = by_model[start : start + BATCH_SLICE]
-        agents = await agent_store.load_agents(conn, org_id, [r.agent_id for r in part])
+        agents = await agent_store.load_agents(conn, run.organization_id, [r.agent_id for r in part])
         entries = [
             StepEntry(
                 agent=agents[r.agent_id],
-                state=first_state(agents[r.agent_id], r.max_steps or default_max_steps),
+                state=first_state(agents[r.agent_id], r.max_steps or run.max_steps),
                 inputs=r.messages,
             )
             for r in part
@@ -208,7 +238,7 @@ async def create_run(
             batch_bytes=batch_bytes,
         )
         batches += [w.batch for w in written]  # (not their agents: a run's may be too many to hold)
-    return run, batches
+    return batches
 
 
 async def write_step(
@@ -334,6 +364,8 @@ async def cancel_run(
     moved = await run_store.set_run_status(
         conn, run_id, RunStatus.CANCELLED, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING)
     )
+    if moved:  # a run still queued ends without a step, and frees its agents
+        await run_store.forget_queued_requests(conn, run_id)
     # A worker may move a batch on while we cancel it (submitted: created -> running; applied,
     # with the next step written), so a batch whose compare-and-set missed is read again, and so
     # are the run's batches, until none is left open.

@@ -1,9 +1,8 @@
-"""Batch runs as the API sees them: starting one (safely retried), reading it, cancelling it."""
+"""Batch runs as the API sees them: queueing one (safely retried), reading it, cancelling it."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -16,8 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.callbacks import CallbackRules, check_callback_url
-from nightshift.batch.poller_process import ChannelClosed, PollerProcess
-from nightshift.batch.steps import RunRequest, cancel_run, create_run
+from nightshift.batch.steps import RunRequest, cancel_run, queue_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
     BatchRun,
@@ -40,11 +38,6 @@ from nightshift.store import runs as run_store
 from nightshift.store.pagination import Page
 
 log = logging.getLogger(__name__)
-
-# A run's first step handed to a poller process: how long the request waits for it to be
-# submitted (then it answers with the run as it is), and how often it looks.
-HAND_OFF_WAIT = 60.0
-HAND_OFF_CHECK = 0.05
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,25 +79,20 @@ class NewRun:
 
 async def start_run(
     engine: AsyncEngine,
-    worker: Worker,
     org_id: str,
     new: NewRun,
     *,
     default_max_steps: int,
     callbacks: CallbackRules,
-    hand_off: PollerProcess | None = None,
+    queued: asyncio.Event | None = None,
 ) -> RunView:
-    """Create a run with its first step and submit it; a retry with the same Idempotency-Key and
-    body gets the run the first request made.
+    """Queue a run for a poller to write and submit its first step (``batch/run_queue.py``), and
+    answer with it, still created; a retry with the same Idempotency-Key and body gets the run
+    the first request made.
 
-    With ``hand_off`` (``serve``'s poller process), the poller process writes the run and its
-    first step and submits it (``create_handed_off``), and this waits (without work of its own:
-    one statement every ``HAND_OFF_CHECK`` seconds) until it has, for ``HAND_OFF_WAIT`` at most:
-    loading ten thousand agents, writing their inputs and building and sending their requests
-    would hold this process's event loop for seconds, in stretches of 0.1-0.2 s. A poller process
-    that is not running (starting again) or ends before it answers leaves the work to this
-    process, which leaves the submission to the poller. The answer is the same either way: the
-    run, its first step submitted.
+    Only the checks that need no agent loaded are made here, in the transaction that writes the
+    run and its requests and reserves its agents; ``queued`` (the poller's event, when it runs on
+    this event loop) is set once it is committed.
 
     Raises:
         InvalidInput: bad requests, a callback URL on a private address, or an Idempotency-Key
@@ -120,30 +108,18 @@ async def start_run(
             return earlier
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=callbacks.allow_private)
-    # The first step is submitted by this request, under a lease name of its own (see ``for_request``),
-    # or by a poller.
-    worker = worker.for_request()
-    message = {
-        "org_id": org_id,
-        "requests": [r.to_json() for r in new.requests],
-        "callback_url": new.callback_url,
-        "metadata": new.metadata,
-        "idempotency_key": new.idempotency_key,
-        "request_hash": digest,
-    }
     try:
-        run_id: str | None = None
-        if hand_off is not None:
-            try:
-                run_id = _created(await hand_off.create_run(message))
-            except ChannelClosed as closed:
-                log.warning("%s: this process writes the run", closed)
-        if run_id is None:
-            async with engine.begin() as conn:
-                run, batches = await _create(
-                    conn, worker, message, default_max_steps=default_max_steps, inline=hand_off is None
-                )
-            run_id = run.id
+        async with engine.begin() as conn:
+            run = await queue_run(
+                conn,
+                org_id,
+                new.requests,
+                callback_url=new.callback_url,
+                default_max_steps=default_max_steps,
+                metadata=new.metadata,
+                idempotency_key=new.idempotency_key,
+                request_hash=digest,
+            )
     except (Conflict, IntegrityError):
         # The same request, sent twice at once: the first one made the run (and holds its agents).
         if new.idempotency_key is not None:
@@ -152,78 +128,10 @@ async def start_run(
             if earlier is not None:
                 return earlier
         raise
-    if hand_off is None:
-        await worker.submit_new(batches)
-    else:
-        hand_off.wake()  # to submit the first step
-        await _submitted(engine, run_id)
+    if queued is not None:
+        queued.set()
     async with engine.connect() as conn:
-        return await run_view(conn, org_id, run_id)
-
-
-async def _create(
-    conn: AsyncConnection, worker: Worker, message: dict[str, Any], *, default_max_steps: int, inline: bool
-) -> tuple[BatchRun, list[ProviderBatch]]:
-    """``create_run`` for a run as ``start_run`` sends it to a poller process; ``inline``: its
-    batches leased to ``worker``, which submits them at once, rather than left to a poller."""
-    return await create_run(
-        conn,
-        message["org_id"],
-        [RunRequest.from_json(r) for r in message["requests"]],
-        callback_url=message["callback_url"],
-        default_max_steps=default_max_steps,
-        metadata=message["metadata"],
-        lease=worker.lease(datetime.now(UTC)) if inline else None,
-        endpoints=worker.providers.endpoints(),
-        idempotency_key=message["idempotency_key"],
-        request_hash=message["request_hash"],
-        summary_model=worker.summary_model,
-        batch_bytes=worker.batch_bytes,
-    )
-
-
-async def create_handed_off(
-    engine: AsyncEngine, worker: Worker, message: dict[str, Any], *, default_max_steps: int
-) -> dict[str, Any]:
-    """The poller process's side of ``start_run``: write the run and its first step (left due, for
-    this process's poller, which ``start_run`` then wakes) and answer with the run's id, or with
-    the error to raise (``create_run``'s refusals, when nothing was written)."""
-    try:
-        async with engine.begin() as conn:
-            run, _ = await _create(conn, worker, message, default_max_steps=default_max_steps, inline=False)
-    except (InvalidInput, NotFound, Conflict) as refused:
-        return {"refused": type(refused).__name__, "message": refused.message, "field": getattr(refused, "field", None)}
-    except IntegrityError:  # the same Idempotency-Key, sent twice at once
-        return {"refused": "Conflict", "message": "the same request is being handled", "field": None}
-    return {"run_id": run.id}
-
-
-def _created(answer: dict[str, Any]) -> str:
-    """The run id in a poller process's answer, or the error it sends back, raised."""
-    if "failed" in answer:
-        raise RuntimeError(f"the poller process failed to write the run ({answer['failed']}); see its log")
-    match answer.get("refused"):
-        case None:
-            return str(answer["run_id"])
-        case "InvalidInput":
-            raise InvalidInput(answer["message"], field=answer["field"])
-        case "NotFound":
-            raise NotFound(answer["message"])
-        case _:
-            raise Conflict(answer["message"])
-
-
-async def _submitted(engine: AsyncEngine, run_id: str) -> None:
-    """Wait until every provider batch of the run is submitted, or its submission failed once (it is
-    tried again later, as an inline submission's would be), for ``HAND_OFF_WAIT`` at most."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(HAND_OFF_WAIT):
-            while True:
-                async with engine.connect() as conn:
-                    batches = await batch_store.provider_batches_of_run(conn, run_id)
-                if all(b.status is not ProviderBatchStatus.CREATED or b.failures for b in batches):
-                    return
-                await asyncio.sleep(HAND_OFF_CHECK)
+        return await run_view(conn, org_id, run.id)
 
 
 async def stop_run(engine: AsyncEngine, worker: Worker, org_id: str, run_id: str) -> RunView:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, func, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.answers import StoredResult
@@ -22,7 +22,7 @@ from nightshift.domain.usage import Usage
 from nightshift.store.bulk import in_ids
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import Convert, row_reader, to_values
-from nightshift.store.tables import batch_items
+from nightshift.store.tables import batch_items, batch_run_requests
 
 # Map a ``batch_items`` row to the domain type.
 to_item = row_reader(
@@ -67,11 +67,13 @@ async def count_items(conn: AsyncConnection, provider_batch_id: str) -> int:
 
 
 async def agents_in_open_steps(conn: AsyncConnection, agent_ids: Sequence[str]) -> set[str]:
-    """Which of these agents have a step that is not yet applied."""
-    query = select(batch_items.c.agent_id).where(
+    """Which of these agents have a step that is not yet applied, or are in a run whose first step
+    is not yet written (its queued requests reserve them)."""
+    open_steps = select(batch_items.c.agent_id).where(
         in_ids(conn, batch_items.c.agent_id, agent_ids), batch_items.c.step_status == StepStatus.PAUSED.value
     )
-    return {str(a) for a in await conn.scalars(query)}
+    queued = select(batch_run_requests.c.agent_id).where(in_ids(conn, batch_run_requests.c.agent_id, agent_ids))
+    return {str(a) for a in await conn.scalars(union_all(open_steps, queued))}
 
 
 async def move_items(conn: AsyncConnection, item_ids: Sequence[str], provider_batch_id: str, now: datetime) -> None:

@@ -6,13 +6,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, insert, literal_column, or_, select, update
+from sqlalchemy import Row, delete, insert, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, ItemOutcome, RunStatus
+from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import batch_items, batch_runs
+from nightshift.store.tables import batch_items, batch_run_requests, batch_runs
+
+# The PostgreSQL channel a new run is announced on (``NOTIFY``), which pollers listen to.
+RUNS_CHANNEL = "nightshift_runs"
 
 
 def to_run(row: Row[Any]) -> BatchRun:
@@ -140,3 +144,74 @@ async def record_callback(
             callback_next_at=next_at,
         )
     )
+
+
+async def queue_requests(conn: AsyncConnection, run_id: str, requests: Sequence[dict[str, Any]]) -> None:
+    """Keep a new run's requests (as ``RunRequest.to_json`` gives them) until its first step is
+    written, in one statement; on PostgreSQL the pollers listening are told in the same transaction."""
+    rows = [
+        {
+            "batch_run_id": run_id,
+            "position": position,
+            "agent_id": r["agent_id"],
+            "messages": r["messages"],
+            "max_steps": r["max_steps"],
+        }
+        for position, r in enumerate(requests)
+    ]
+    await insert_rows(conn, batch_run_requests, rows)
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text(f"NOTIFY {RUNS_CHANNEL}"))
+
+
+async def any_queued(conn: AsyncConnection) -> bool:
+    """Whether some run waits for its first step (one look at an index)."""
+    return (await conn.scalar(select(batch_run_requests.c.batch_run_id).limit(1))) is not None
+
+
+async def claim_queued_run(conn: AsyncConnection) -> BatchRun | None:
+    """The oldest queued run no other transaction holds, locked until this one ends; None when
+    there is none. Another poller skips it (PostgreSQL); SQLite serialises writers anyway.
+
+    The caller then takes its requests (``take_queued_requests``): a poller that wrote its first
+    step a moment before has taken them already.
+    """
+    queued = select(batch_run_requests.c.batch_run_id)
+    query = (
+        select(batch_runs)
+        .where(batch_runs.c.id.in_(queued), batch_runs.c.status == RunStatus.CREATED.value)
+        .order_by(batch_runs.c.id)
+        .limit(1)
+    )
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=batch_runs)
+    row = (await conn.execute(query)).first()
+    return to_run(row) if row is not None else None
+
+
+async def take_queued_requests(conn: AsyncConnection, run_id: str) -> list[dict[str, Any]]:
+    """Delete a queued run's requests and return them in their order (as ``RunRequest.to_json``
+    gives them), for its first step written in the same transaction; none when another poller
+    took them first (or the run was cancelled).
+
+    One write, whose deletion is the compare-and-set: SQLite begins a transaction only at its
+    first write, so requests read before it could be another poller's already.
+    """
+    taken = await conn.execute(
+        delete(batch_run_requests)
+        .where(batch_run_requests.c.batch_run_id == run_id)
+        .returning(
+            batch_run_requests.c.position,
+            batch_run_requests.c.agent_id,
+            batch_run_requests.c.messages,
+            batch_run_requests.c.max_steps,
+        )
+    )
+    return [{"agent_id": a, "messages": m, "max_steps": n} for _, a, m, n in sorted(taken.all(), key=lambda r: r[0])]
+
+
+async def forget_queued_requests(conn: AsyncConnection, run_id: str) -> int:
+    """Delete a run's queued requests (it was cancelled, or failed), which frees its agents; how
+    many there were."""
+    result = await conn.execute(delete(batch_run_requests).where(batch_run_requests.c.batch_run_id == run_id))
+    return result.rowcount

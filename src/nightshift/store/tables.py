@@ -312,6 +312,20 @@ batch_runs = Table(
     UniqueConstraint("organization_id", "idempotency_key", name="uq_batch_runs_organization_id_idempotency_key"),
 )
 
+batch_run_requests = Table(
+    "batch_run_requests",
+    metadata,
+    # A run's requests until a poller writes its first step from them (and deletes them in the
+    # same transaction): a run is queued while it has any, and its agents are reserved by them.
+    Column("batch_run_id", String(64), ForeignKey("batch_runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("position", Integer, primary_key=True, comment="the request's place in the run's body"),
+    # No foreign key: an agent deleted while its run is queued is left out of its first step.
+    Column("agent_id", String(64), nullable=False),
+    Column("messages", JSONType, nullable=False, comment="the user's messages: texts, or text and images"),
+    Column("max_steps", Integer),
+    Index("ix_batch_run_requests_agent_id", "agent_id"),
+)
+
 provider_batches = Table(
     "provider_batches",
     metadata,

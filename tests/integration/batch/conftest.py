@@ -36,9 +36,10 @@ def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
 
 
 @pytest.fixture
-def runs(client: httpx.AsyncClient, emulator: str) -> Runs:
-    """Agents and runs through the API, with the SDK variables pointing at the emulator."""
-    return Runs(client)
+def runs(client: httpx.AsyncClient, emulator: str, app: FastAPI, settings: Settings) -> Runs:
+    """Agents and runs through the API, with the SDK variables pointing at the emulator; without
+    a poller (the test drives the worker) a run is started by the worker as the POST returns."""
+    return Runs(client, worker=None if settings.poller else app.state.nightshift.worker)
 
 
 # Logic tests: the app without its poller, over the scripted provider, stepped by explicit passes.

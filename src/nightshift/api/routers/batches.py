@@ -34,6 +34,7 @@ async def create_batch(
 ) -> BatchRunPublic:
     """Start a batch run: each agent gets its messages and is stepped until it stops.
 
+    The run is answered at once, status created: a poller writes its first step and submits it.
     One provider batch is submitted per provider per step (custom_id = agent id). After each
     step, agents that asked for another turn (request_heartbeat, or tool rules) get a heartbeat
     and go into the next step, up to ``max_steps`` (default ``NIGHTSHIFT_DEFAULT_MAX_STEPS``).
@@ -50,13 +51,11 @@ async def create_batch(
     new = await asyncio.to_thread(_new_run, body, idempotency_key)
     view = await service.start_run(
         state.engine,
-        state.worker,
         org,
         new,
         default_max_steps=state.settings.default_max_steps,
         callbacks=state.callbacks,
-        # With a poller process (serve's default), it writes the run and submits its first step.
-        hand_off=state.poller_process,
+        queued=state.runs_queued,
     )
     return BatchRunPublic.of(view)
 

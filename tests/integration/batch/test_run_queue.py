@@ -1,0 +1,93 @@
+"""A run between its POST and its first step (queued, ``batch/run_queue.py``): it holds its agents,
+it may be cancelled, its agents may be deleted. No poller runs: the test starts the queued runs
+with the app's worker, as a poller's pass does."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from nightshift.batch.run_queue import start_queued_runs
+from nightshift.batch.worker import Worker
+from support.api import json_object
+from support.runs import Runs
+
+pytestmark = pytest.mark.settings(poller=False)
+
+POST = "/v1/messages/batches"
+
+
+async def queue(client: httpx.AsyncClient, agents: list[dict[str, Any]]) -> dict[str, Any]:
+    response = await client.post(POST, json={"requests": [{"agent_id": a["id"], "input": "hello"} for a in agents]})
+    assert response.status_code in (200, 201), response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def worker_of(app: FastAPI) -> Worker:
+    worker: Worker = app.state.nightshift.worker
+    return worker
+
+
+async def test_a_queued_run_holds_its_agents_from_its_post(runs: Runs) -> None:
+    ada = await runs.agent("ada")
+    run = await queue(runs.client, [ada])
+    assert (run["status"], run["progress"]["provider_batches"]) == ("created", [])
+    again = await runs.client.post(POST, json={"requests": [{"agent_id": ada["id"], "input": "again"}]})
+    assert again.status_code == 409, again.text
+    assert ada["id"] in again.json()["detail"]
+    sync = await runs.client.post(f"/v1/agents/{ada['id']}/messages", json={"input": "now please"})
+    assert sync.status_code == 409, sync.text
+    reset = await runs.client.patch(f"/v1/agents/{ada['id']}/reset-messages", json={})
+    assert reset.status_code == 409, reset.text
+
+
+async def test_a_run_cancelled_while_queued_ends_without_a_step_and_frees_its_agents(runs: Runs, app: FastAPI) -> None:
+    ada, bob = await runs.agent("ada"), await runs.agent("bob")
+    run = await queue(runs.client, [ada, bob])
+    cancelled = json_object(await runs.client.patch(f"{POST}/{run['id']}/cancel"))
+    assert (cancelled["status"], cancelled["progress"]["provider_batches"]) == ("cancelled", [])
+    assert await start_queued_runs(worker_of(app)) == 0  # nothing left to start
+    after = json_object(await runs.client.get(f"{POST}/{run['id']}"))
+    assert (after["status"], after["progress"]["provider_batches"]) == ("cancelled", [])
+    # Its agents are free: a run of them is taken, and stepped.
+    second = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (ada, bob)])
+    assert [b["status"] for b in second["progress"]["provider_batches"]] == ["running"]
+
+
+async def test_an_agent_deleted_while_its_run_is_queued_is_left_out_of_it(runs: Runs, app: FastAPI) -> None:
+    stays, goes = await runs.agent("stays"), await runs.agent("goes")
+    run = await queue(runs.client, [stays, goes])
+    assert (await runs.client.delete(f"/v1/agents/{goes['id']}")).status_code == 200
+    assert await start_queued_runs(worker_of(app)) == 1
+    started = json_object(await runs.client.get(f"{POST}/{run['id']}"))
+    (batch,) = started["progress"]["provider_batches"]
+    assert batch["status"] == "running"
+    agents = (await runs.client.get(f"{POST}/{run['id']}/agents")).json()["agents"]
+    assert [a["agent_id"] for a in agents] == [stays["id"]]
+
+
+async def test_a_run_whose_every_agent_was_deleted_while_queued_fails(runs: Runs, app: FastAPI) -> None:
+    goes = await runs.agent("goes")
+    run = await queue(runs.client, [goes])
+    assert (await runs.client.delete(f"/v1/agents/{goes['id']}")).status_code == 200
+    assert await start_queued_runs(worker_of(app)) == 1
+    ended = json_object(await runs.client.get(f"{POST}/{run['id']}"))
+    assert (ended["status"], ended["progress"]["provider_batches"]) == ("failed", [])
+
+
+async def test_pollers_starting_the_queue_at_once_write_each_first_step_once(runs: Runs, app: FastAPI) -> None:
+    agents = [await runs.agent(f"agent-{i}") for i in range(6)]
+    posted = [await queue(runs.client, agents[i : i + 2]) for i in range(0, len(agents), 2)]
+    worker = worker_of(app)
+    # Three pollers of one process (as many as the pool allows): each run is started by one.
+    started = await asyncio.gather(*(start_queued_runs(worker) for _ in range(3)))
+    assert sum(started) == len(posted)
+    for run in posted:
+        view = json_object(await runs.client.get(f"{POST}/{run['id']}"))
+        assert [b["step_number"] for b in view["progress"]["provider_batches"]] == [0], view
+        assert view["progress"]["agents"]["running"] == 2
