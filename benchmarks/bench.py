@@ -34,7 +34,6 @@ from rich.table import Table
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch.run_queue import start_queued_runs
 from nightshift.batch.steps import RunRequest, queue_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
@@ -274,7 +273,7 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
             created.append(run)
 
         await measure("create the run (requests queued: the POST)", create())
-        await measure("write step 1 + submit it (the poller)", start_queued_runs(worker))
+        await measure("write step 1 + submit it (the poller)", worker.start_queued_runs())
         # A step of more than BATCH_SLICE agents is several provider batches, one claim each.
         await measure(f"poll + resume step 1 ({tool} tool) + submit step 2", worker.run_once(limit=1_000))
         await measure("poll + resume step 2 (run ends)", worker.run_once(limit=1_000))

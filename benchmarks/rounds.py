@@ -21,7 +21,6 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.bench import emulator_process
-from nightshift.batch.run_queue import start_queued_runs
 from nightshift.batch.steps import RunRequest, queue_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
@@ -143,7 +142,7 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
         worker = worker_of(parts)
         async with engine.begin() as conn:
             run = await queue_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
-        await start_queued_runs(worker)
+        await worker.start_queued_runs()
         for _ in range(50):
             async with engine.connect() as conn:
                 current = await run_store.get_run(conn, DEFAULT_ORG_ID, run.id)

@@ -7,7 +7,6 @@ from typing import Any
 
 import httpx
 
-from nightshift.batch.run_queue import start_queued_runs
 from nightshift.batch.worker import Worker
 from support.api import json_list, json_object
 
@@ -49,7 +48,7 @@ class Runs:
         """Create a run and wait until its first step is submitted (see ``started``)."""
         run = json_object(await self.client.post("/v1/messages/batches", json={"requests": requests, **extra}))
         if self.worker is not None:
-            await start_queued_runs(self.worker)  # what the poller's next pass would do
+            await self.worker.start_queued_runs()  # what the poller's next pass would do
         return await self.started(run["id"])
 
     async def started(self, run_id: str, *, timeout: float = 60) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 
-from nightshift.batch.run_queue import start_queued_runs
 from nightshift.batch.worker import Worker
 from support.api import json_object
 from support.runs import Runs
@@ -35,7 +34,7 @@ class SteppedRuns(Runs):
         """One worker pass (the queued runs started, then the due provider batches); returns how
         many runs and provider batches it handled."""
         self.passes += 1
-        return await start_queued_runs(self.worker) + await self.worker.run_once()
+        return await self.worker.start_queued_runs() + await self.worker.run_once()
 
     async def run(self, run_id: str) -> dict[str, Any]:
         """The run as the API shows it now."""

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
-from nightshift.batch.run_queue import start_queued_runs, watch_queue
+from nightshift.batch.run_queue import watch_queue
 from nightshift.batch.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ MAX_ROUNDS = 100
 async def poll_once(worker: Worker, callbacks: CallbackRules) -> int:
     """One pass: start the queued runs, advance every due provider batch, then send due callbacks.
     Returns the work done."""
-    handled = await start_queued_runs(worker)
+    handled = await worker.start_queued_runs()
     for _ in range(MAX_ROUNDS):
         claimed = await worker.run_once()
         handled += claimed

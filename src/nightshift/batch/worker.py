@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch import application, submission
+from nightshift.batch import application, run_queue, submission
 from nightshift.batch.leases import Leases, worker_id
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.stages import Outcome, Prepared, Stage, StageOutcome, StageParts, stage_done
@@ -112,6 +112,18 @@ class Worker:
         """This worker under a lease name of its own, for work done outside the poller (an API
         request; see ``Leases.for_request``)."""
         return replace(self, leases=self.leases.for_request())
+
+    async def start_queued_runs(self) -> int:
+        """Write the first step of every queued run, one run per transaction, and submit it (a
+        failed submission is retried as any). Returns how many runs were started."""
+        started = 0
+        while not self.draining.is_set():
+            claimed = await run_queue.start_one(self.parts, self.leases)
+            if claimed is None:
+                return started
+            await self.submit_new(claimed.batches)
+            started += claimed.started
+        return started
 
     async def run_once(self, *, limit: int = 50) -> int:
         """Claim the provider batches that are due and take each one stage further (or to the end).

@@ -11,7 +11,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from nightshift.batch.run_queue import start_queued_runs
 from nightshift.batch.worker import Worker
 from support.api import json_object
 from support.runs import Runs
@@ -51,7 +50,7 @@ async def test_a_run_cancelled_while_queued_ends_without_a_step_and_frees_its_ag
     run = await queue(runs.client, [ada, bob])
     cancelled = json_object(await runs.client.patch(f"{POST}/{run['id']}/cancel"))
     assert (cancelled["status"], cancelled["progress"]["provider_batches"]) == ("cancelled", [])
-    assert await start_queued_runs(worker_of(app)) == 0  # nothing left to start
+    assert await worker_of(app).start_queued_runs() == 0  # nothing left to start
     after = json_object(await runs.client.get(f"{POST}/{run['id']}"))
     assert (after["status"], after["progress"]["provider_batches"]) == ("cancelled", [])
     # Its agents are free: a run of them is taken, and stepped.
@@ -63,7 +62,7 @@ async def test_an_agent_deleted_while_its_run_is_queued_is_left_out_of_it(runs: 
     stays, goes = await runs.agent("stays"), await runs.agent("goes")
     run = await queue(runs.client, [stays, goes])
     assert (await runs.client.delete(f"/v1/agents/{goes['id']}")).status_code == 200
-    assert await start_queued_runs(worker_of(app)) == 1
+    assert await worker_of(app).start_queued_runs() == 1
     started = json_object(await runs.client.get(f"{POST}/{run['id']}"))
     (batch,) = started["progress"]["provider_batches"]
     assert batch["status"] == "running"
@@ -75,7 +74,7 @@ async def test_a_run_whose_every_agent_was_deleted_while_queued_fails(runs: Runs
     goes = await runs.agent("goes")
     run = await queue(runs.client, [goes])
     assert (await runs.client.delete(f"/v1/agents/{goes['id']}")).status_code == 200
-    assert await start_queued_runs(worker_of(app)) == 1
+    assert await worker_of(app).start_queued_runs() == 1
     ended = json_object(await runs.client.get(f"{POST}/{run['id']}"))
     assert (ended["status"], ended["progress"]["provider_batches"]) == ("failed", [])
 
@@ -85,7 +84,7 @@ async def test_pollers_starting_the_queue_at_once_write_each_first_step_once(run
     posted = [await queue(runs.client, agents[i : i + 2]) for i in range(0, len(agents), 2)]
     worker = worker_of(app)
     # Three pollers of one process (as many as the pool allows): each run is started by one.
-    started = await asyncio.gather(*(start_queued_runs(worker) for _ in range(3)))
+    started = await asyncio.gather(*(worker.start_queued_runs() for _ in range(3)))
     assert sum(started) == len(posted)
     for run in posted:
         view = json_object(await runs.client.get(f"{POST}/{run['id']}"))
