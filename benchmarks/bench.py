@@ -34,7 +34,7 @@ from rich.table import Table
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch.steps import RunRequest, queue_run
+from nightshift.batch.steps import BatchRunRequest, queue_batch_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
@@ -46,10 +46,10 @@ from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
 from nightshift.services.tools import create_tool
 from nightshift.serving import free_port
+from nightshift.store.batch_run_views import run_progress
+from nightshift.store.batch_runs import get_run
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
-from nightshift.store.run_views import run_progress
-from nightshift.store.runs import get_run
 
 console = Console(width=200)
 
@@ -239,7 +239,7 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
             agent_ids += [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
     del specs  # the run is measured with only the ids in hand, as a client would have them
     gc.collect()
-    requests = [RunRequest(agent_id=agent_id, messages=(UserInput(text=ASKS[tool]),)) for agent_id in agent_ids]
+    requests = [BatchRunRequest(agent_id=agent_id, messages=(UserInput(text=ASKS[tool]),)) for agent_id in agent_ids]
     counter = StatementCounter(engine)
     phases: list[Phase] = []
     async with running_parts(settings, engine) as parts:
@@ -269,7 +269,7 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
 
         async def create() -> None:
             async with engine.begin() as conn:
-                run = await queue_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
+                run = await queue_batch_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
             created.append(run)
 
         await measure("create the run (requests queued: the POST)", create())

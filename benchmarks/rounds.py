@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.bench import emulator_process
-from nightshift.batch.steps import RunRequest, queue_run
+from nightshift.batch.steps import BatchRunRequest, queue_batch_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
-from nightshift.domain.batches import RunStatus
+from nightshift.domain.batches import BatchRunStatus
 from nightshift.domain.messages import Role, UserInput, said_text
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.domain.tool_rules import ChildToolRule, InitToolRule, TerminalToolRule, ToolRule
@@ -35,8 +35,8 @@ from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
 from nightshift.services.tools import create_tool
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import messages as message_store
-from nightshift.store import runs as run_store
 from nightshift.store.db import create_engine, upgrade
 from nightshift.store.orgs import ensure_default_org
 
@@ -135,18 +135,18 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
             )
         agent_ids = [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
     requests = [
-        RunRequest(agent_id=agent_id, messages=(UserInput(text=task.ask),))
+        BatchRunRequest(agent_id=agent_id, messages=(UserInput(text=task.ask),))
         for agent_id, task in zip(agent_ids, TASKS, strict=True)
     ]
     async with running_parts(settings, engine) as parts:
         worker = worker_of(parts)
         async with engine.begin() as conn:
-            run = await queue_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
+            run = await queue_batch_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
         await worker.start_queued_runs()
         for _ in range(50):
             async with engine.connect() as conn:
-                current = await run_store.get_run(conn, DEFAULT_ORG_ID, run.id)
-            if current is not None and current.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+                current = await batch_run_store.get_run(conn, DEFAULT_ORG_ID, run.id)
+            if current is not None and current.status in (BatchRunStatus.COMPLETED, BatchRunStatus.FAILED):
                 break
             await worker.run_once(limit=100)
         else:

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from nightshift.domain.batches import BatchCensus, ProviderBatchStatus, RunStatus
+from nightshift.domain.batches import BatchCensus, BatchRunStatus, ProviderBatchStatus
 from nightshift.domain.usage import Usage
 
 # From a submit of a few agents (tens of ms) to the apply of a step of 10,000 agents with tools.
@@ -167,7 +167,7 @@ class Metrics:
         ``others``: the ``process_figures`` of child processes (the poller of ``serve``), added to
         this process's own figures sample by sample.
         """
-        for run_status in RunStatus:
+        for run_status in BatchRunStatus:
             self._runs.labels(status=run_status.value).set(census.runs.get(run_status, 0))
         for batch_status in ProviderBatchStatus:
             self._provider_batches.labels(status=batch_status.value).set(census.provider_batches.get(batch_status, 0))

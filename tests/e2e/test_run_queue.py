@@ -22,9 +22,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from nightshift.batch.steps import RunRequest, write_first_step
+from nightshift.batch.steps import BatchRunRequest, write_first_step
 from nightshift.emulator import EmulatorAdmin
-from nightshift.store import runs as run_store
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store.db import opened
 from nightshift.store.tables import batch_items, provider_batches
 from support.api import json_object
@@ -108,9 +108,12 @@ async def test_a_poller_that_dies_before_committing_the_first_step_loses_nothing
         async with opened(db_url) as engine:
             with pytest.raises(_Killed):
                 async with engine.begin() as conn:
-                    claimed = await run_store.claim_queued_run(conn)
+                    claimed = await batch_run_store.claim_queued_run(conn)
                     assert claimed is not None and claimed.id == run["id"]
-                    requests = [RunRequest.from_json(r) for r in await run_store.take_queued_requests(conn, claimed.id)]
+                    requests = [
+                        BatchRunRequest.from_json(r)
+                        for r in await batch_run_store.take_queued_requests(conn, claimed.id)
+                    ]
                     written = await write_first_step(conn, claimed, requests, datetime.now(UTC), endpoints={})
                     assert len(written) == 1
                     raise _Killed

@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, StepStatus
 from nightshift.domain.usage import Usage
 from nightshift.store import db
+from nightshift.store.batch_run_views import run_progress
 from nightshift.store.batch_summaries import summarize
 from nightshift.store.db import include_object, opened, upgrade
-from nightshift.store.run_views import run_progress
 from nightshift.store.tables import agents, batch_items, batch_runs, metadata, organizations, provider_batches
 
 # The newest revision: the number of the last of store/migrations/versions (they are numbered in order).

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.decisions import StepEntry
-from nightshift.batch.steps import RunRequest, queue_run, write_step
+from nightshift.batch.steps import BatchRunRequest, queue_batch_run, write_step
 from nightshift.domain.agents import LLMConfig
 from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
@@ -63,10 +63,10 @@ async def test_a_written_step_holds_its_agents_as_stored(engine: AsyncEngine) ->
             for name in ("kept", "edited")
         ]
         created = await create_agents(conn, DEFAULT_ORG_ID, specs)
-        run = await queue_run(
+        run = await queue_batch_run(
             conn,
             DEFAULT_ORG_ID,
-            [RunRequest(agent_id=a.id, messages=(UserInput(text="hello"),)) for a in created],
+            [BatchRunRequest(agent_id=a.id, messages=(UserInput(text="hello"),)) for a in created],
             callback_url=None,
             default_max_steps=5,
         )

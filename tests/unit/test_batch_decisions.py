@@ -11,10 +11,10 @@ from nightshift.batch.outcomes import failed_result
 from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.batches import (
     BatchItem,
+    BatchRunProgress,
+    BatchRunStatus,
     ItemOutcome,
     RequestStatus,
-    RunProgress,
-    RunStatus,
     StepState,
     StepStatus,
 )
@@ -123,8 +123,14 @@ def test_an_agent_deleted_meanwhile_fails_and_is_not_retried() -> None:
 
 
 def test_a_run_ends_completed_when_any_agent_finished() -> None:
-    assert final_status(RunProgress(outcomes={ItemOutcome.FINISHED: 1, ItemOutcome.FAILED: 9})) is RunStatus.COMPLETED
-    assert final_status(RunProgress(outcomes={ItemOutcome.FAILED: 3, ItemOutcome.CANCELLED: 1})) is RunStatus.FAILED
+    assert (
+        final_status(BatchRunProgress(outcomes={ItemOutcome.FINISHED: 1, ItemOutcome.FAILED: 9}))
+        is BatchRunStatus.COMPLETED
+    )
+    assert (
+        final_status(BatchRunProgress(outcomes={ItemOutcome.FAILED: 3, ItemOutcome.CANCELLED: 1}))
+        is BatchRunStatus.FAILED
+    )
 
 
 def test_a_summarized_agent_goes_on_with_its_state_as_it_was_unless_the_run_was_cancelled() -> None:

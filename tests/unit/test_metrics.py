@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from nightshift.domain.batches import BatchCensus, ProviderBatchStatus, RunStatus
+from nightshift.domain.batches import BatchCensus, BatchRunStatus, ProviderBatchStatus
 from nightshift.domain.usage import Usage
 from nightshift.metrics import ErrorScope, Metrics
 
@@ -40,7 +40,7 @@ def test_each_metrics_object_counts_alone() -> None:
 
 def test_the_census_becomes_gauges_with_every_status() -> None:
     census = BatchCensus(
-        runs={RunStatus.COMPLETED: 3, RunStatus.RUNNING: 1},
+        runs={BatchRunStatus.COMPLETED: 3, BatchRunStatus.RUNNING: 1},
         provider_batches={ProviderBatchStatus.RUNNING: 2},
         agents_stepping=40,
         oldest_due_at=NOW - timedelta(seconds=90),

@@ -14,7 +14,7 @@ from nightshift.batch.steps import refuse_repeated_agents
 from nightshift.domain.batches import Costs, ItemOutcome
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.domain.usage import Usage
-from nightshift.services.runs import AgentInRun, RunView
+from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
 
 
 class TextPart(BaseModel):
@@ -127,10 +127,11 @@ class BatchCreate(Body):
         """Refuse an agent named twice before the requests are read one by one.
 
         Validating, checking and copying tens of thousands of requests (and passing them to
-        ``queue_run``, which would refuse them) is most of the work such a body costs, while a
+        ``queue_batch_run``, which would refuse them) is most of the work such a body costs, while a
         repeated agent id is found in the parsed JSON in one pass over the ids. The error is the
-        one ``queue_run`` raises: ``InvalidInput``, which pydantic lets through (it wraps only ``ValueError``), answered
-        as a 422 that names the agents. Anything malformed is left to the validation that follows.
+        one ``queue_batch_run`` raises: ``InvalidInput``, which pydantic lets through (it wraps
+        only ``ValueError``), answered as a 422 that names the agents. Anything malformed is left
+        to the validation that follows.
         """
         requests = data.get("requests") if isinstance(data, dict) else None
         if isinstance(requests, list):
@@ -158,7 +159,7 @@ class BatchRunPublic(BaseModel):
     progress: dict[str, Any]
 
     @classmethod
-    def of(cls, view: RunView) -> BatchRunPublic:
+    def of(cls, view: BatchRunView) -> BatchRunPublic:
         run, progress = view.run, view.progress
         return cls(
             id=run.id,
@@ -218,7 +219,7 @@ class BatchRunPublic(BaseModel):
         )
 
 
-def agent_in_run_json(agent: AgentInRun) -> dict[str, Any]:
+def agent_in_run_json(agent: AgentInBatchRun) -> dict[str, Any]:
     return {
         "agent_id": agent.agent_id,
         "agent_name": agent.agent_name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nightshift.domain.agent_runs import AgentRun, RunStep
+from nightshift.domain.agent_runs import AgentRun, AgentRunStep
 from nightshift.domain.batches import BatchRun
 
 
@@ -57,7 +57,7 @@ def batch_run_json(run: BatchRun, agent_id: str | None) -> dict[str, Any]:
     }
 
 
-def step_json(run: AgentRun, step: RunStep) -> dict[str, Any]:
+def step_json(run: AgentRun, step: AgentRunStep) -> dict[str, Any]:
     """One model call of an agent run as Letta's ``Step``."""
     return {
         "id": step.id,

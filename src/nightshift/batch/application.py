@@ -28,12 +28,12 @@ from nightshift.batch.stages import Outcome, Stage, StageOutcome, StageParts, st
 from nightshift.batch.steps import write_step
 from nightshift.batch.submission import end_batch
 from nightshift.domain.batches import (
+    BatchRunStatus,
     ItemResult,
     PollSnapshot,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
-    RunStatus,
 )
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError
@@ -44,10 +44,10 @@ from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, take_turns
 from nightshift.runtime.window import Summary
 from nightshift.store import agents as agent_store
-from nightshift.store import batch_summaries, run_views
+from nightshift.store import batch_run_views, batch_summaries
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
-from nightshift.store import runs as run_store
 
 log = logging.getLogger(__name__)
 
@@ -163,16 +163,16 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
     ]
     now = parts.clock.now()
     async with parts.engine.begin() as conn:
-        await run_store.lock_run(conn, batch.batch_run_id)
+        await batch_run_store.lock_run(conn, batch.batch_run_id)
         if not await batch_store.mark_applied(conn, batch.id, now):
             return StageOutcome(outcome=Outcome.LEFT, batch=batch)  # applied (or cancelled) by someone else meanwhile
-        run = await run_store.get_run(conn, batch.organization_id, batch.batch_run_id)
+        run = await batch_run_store.get_run(conn, batch.organization_id, batch.batch_run_id)
         assert run is not None
         # Agents may have changed since the read (another run's step, an API edit).
         fresh = await agent_store.reload_changed(conn, batch.organization_id, agents)
         updated = await write_turns(conn, fresh, results, now)
         summarized = await write_summaries(conn, fresh, summaries, now)
-        run_open = run.status in (RunStatus.CREATED, RunStatus.RUNNING)
+        run_open = run.status in (BatchRunStatus.CREATED, BatchRunStatus.RUNNING)
         # Agents without a result (a failed request to retry) are in ``fresh`` only.
         completions, entries = next_step(
             items,
@@ -231,5 +231,7 @@ async def end_run_if_done(conn: AsyncConnection, run_id: str, now: datetime) -> 
     """End the run when none of its provider batches is open (see ``decisions.final_status``)."""
     if await batch_store.open_batches_of_run(conn, run_id) > 0:
         return
-    status = final_status(await run_views.run_progress(conn, run_id))
-    await run_store.set_run_status(conn, run_id, status, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING))
+    status = final_status(await batch_run_views.run_progress(conn, run_id))
+    await batch_run_store.set_run_status(
+        conn, run_id, status, now, only_from=(BatchRunStatus.CREATED, BatchRunStatus.RUNNING)
+    )

@@ -37,7 +37,7 @@ from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.config import Settings
 from nightshift.domain.batches import BatchRun
 from nightshift.errors import InvalidInput
-from nightshift.store import runs as run_store
+from nightshift.store import batch_runs as batch_run_store
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +247,10 @@ async def send_due_callbacks(
     """
     now = clock.now()
     async with engine.begin() as conn:
-        due = await run_store.callbacks_due(conn, now, limit=limit)
-        claimed = [run for run in due if await run_store.claim_callback_attempt(conn, run, until=now + SEND_CLAIM)]
+        due = await batch_run_store.callbacks_due(conn, now, limit=limit)
+        claimed = [
+            run for run in due if await batch_run_store.claim_callback_attempt(conn, run, until=now + SEND_CLAIM)
+        ]
     for run in claimed:
         attempts = run.callback_attempts + 1
         assert run.callback_url is not None
@@ -266,7 +268,7 @@ async def send_due_callbacks(
         give_up = not ok and (refused or attempts >= MAX_ATTEMPTS)
         now = clock.now()
         async with engine.begin() as conn:
-            await run_store.record_callback(
+            await batch_run_store.record_callback(
                 conn,
                 run.id,
                 attempts=attempts,

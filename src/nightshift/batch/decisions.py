@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import (
     BatchItem,
+    BatchRunProgress,
+    BatchRunStatus,
     ItemCompletion,
     ItemOutcome,
     RequestStatus,
-    RunProgress,
-    RunStatus,
     StepState,
 )
 from nightshift.domain.fast_init import fast_init
@@ -108,6 +108,6 @@ def next_step(
     return completions, entries
 
 
-def final_status(progress: RunProgress) -> RunStatus:
+def final_status(progress: BatchRunProgress) -> BatchRunStatus:
     """How a run with nothing left open ends: completed if any agent finished, else failed."""
-    return RunStatus.COMPLETED if progress.count(ItemOutcome.FINISHED) else RunStatus.FAILED
+    return BatchRunStatus.COMPLETED if progress.count(ItemOutcome.FINISHED) else BatchRunStatus.FAILED

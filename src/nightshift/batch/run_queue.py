@@ -1,7 +1,7 @@
 """New runs, queued by the API and started by a poller; and how a poller learns that one is queued.
 
 ``POST /v1/messages/batches`` writes the run (status created) with its requests and answers at
-once (``steps.queue_run``). A poller then starts it (``Worker.start_queued_runs`` calls
+once (``steps.queue_batch_run``). A poller then starts it (``Worker.start_queued_runs`` calls
 ``start_one``): in one transaction it claims the run, deletes its requests and writes its first
 step from them (``steps.write_first_step``); then it submits the step's provider batches. The
 deletion is the compare-and-set: a run's first step is written by the transaction that deleted
@@ -28,9 +28,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.leases import Leases
 from nightshift.batch.stages import StageParts
-from nightshift.batch.steps import RunRequest, write_first_step
-from nightshift.domain.batches import ProviderBatch, RunStatus
-from nightshift.store import runs as run_store
+from nightshift.batch.steps import BatchRunRequest, write_first_step
+from nightshift.domain.batches import BatchRunStatus, ProviderBatch
+from nightshift.store import batch_runs as batch_run_store
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,11 @@ async def start_one(parts: StageParts, leases: Leases) -> Claimed | None:
     """
     now = parts.clock.now()
     async with parts.engine.begin() as conn:
-        run = await run_store.claim_queued_run(conn)
+        run = await batch_run_store.claim_queued_run(conn)
         if run is None:
             return None
         # Taken after the claim, in a write of its own: none if another poller just took them.
-        requests = [RunRequest.from_json(r) for r in await run_store.take_queued_requests(conn, run.id)]
+        requests = [BatchRunRequest.from_json(r) for r in await batch_run_store.take_queued_requests(conn, run.id)]
         if not requests:
             return Claimed(started=False)
         try:
@@ -87,8 +87,10 @@ async def start_one(parts: StageParts, leases: Leases) -> Claimed | None:
 async def _fail(parts: StageParts, run_id: str) -> None:
     async with parts.engine.begin() as conn:
         now = parts.clock.now()
-        await run_store.set_run_status(conn, run_id, RunStatus.FAILED, now, only_from=(RunStatus.CREATED,))
-        await run_store.forget_queued_requests(conn, run_id)
+        await batch_run_store.set_run_status(
+            conn, run_id, BatchRunStatus.FAILED, now, only_from=(BatchRunStatus.CREATED,)
+        )
+        await batch_run_store.forget_queued_requests(conn, run_id)
 
 
 async def watch_queue(engine: AsyncEngine, wake: asyncio.Event, *, every: float) -> None:
@@ -100,7 +102,7 @@ async def watch_queue(engine: AsyncEngine, wake: asyncio.Event, *, every: float)
     while True:
         try:
             async with engine.connect() as conn:
-                if await run_store.any_queued(conn):
+                if await batch_run_store.any_queued(conn):
                     wake.set()
         except Exception:
             log.warning("looking for queued runs failed; trying again", exc_info=True)
@@ -117,7 +119,7 @@ async def _listen(engine: AsyncEngine, wake: asyncio.Event) -> None:
         try:
             connection = await asyncpg.connect(url)
             connection.add_termination_listener(lambda _, closed=closed: closed.set())
-            await connection.add_listener(run_store.RUNS_CHANNEL, lambda *_: wake.set())
+            await connection.add_listener(batch_run_store.RUNS_CHANNEL, lambda *_: wake.set())
             wake.set()
             await closed.wait()
             log.warning("the connection listening for new runs closed; opening another")

@@ -1,6 +1,6 @@
 """Creating runs and their steps in the database, and cancelling runs.
 
-A new run is queued (``queue_run``: the run and its requests, its agents reserved), and a poller
+A new run is queued (``queue_batch_run``: the run and its requests, its agents reserved), and a poller
 writes its first step from its requests (``write_first_step``, see ``batch/run_queue.py``).
 A step is written in one transaction: the agents' input messages (the user's messages on the
 first step, a heartbeat later), their context windows, the provider batches (status created,
@@ -25,10 +25,10 @@ from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
+    BatchRunStatus,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
-    RunStatus,
     StepState,
     StepStatus,
 )
@@ -39,10 +39,10 @@ from nightshift.providers.registry import provider_info
 from nightshift.runtime.context import StepInputs, heartbeat_message, user_message
 from nightshift.runtime.step import first_state
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
-from nightshift.store import runs as run_store
 
 # A step's agents on one provider and model go into provider batches of at most this many (and
 # of at most the provider's byte limit of estimated requests, see ``domain.batch_split``), so
@@ -70,7 +70,7 @@ class WrittenBatch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunRequest:
+class BatchRunRequest:
     """One agent of a new run: its id, the user's messages and an optional step limit."""
 
     agent_id: str
@@ -88,7 +88,7 @@ class RunRequest:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRequest:
+    def from_json(cls, data: dict[str, Any]) -> BatchRunRequest:
         return cls(
             agent_id=data["agent_id"],
             messages=tuple(
@@ -111,10 +111,10 @@ def refuse_repeated_agents(agent_ids: Iterable[str]) -> None:
         raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
 
 
-async def queue_run(
+async def queue_batch_run(
     conn: AsyncConnection,
     org_id: str,
-    requests: Sequence[RunRequest],
+    requests: Sequence[BatchRunRequest],
     *,
     callback_url: str | None,
     default_max_steps: int,
@@ -141,7 +141,7 @@ async def queue_run(
     run = BatchRun(
         id=new_id("batch"),
         organization_id=org_id,
-        status=RunStatus.CREATED,
+        status=BatchRunStatus.CREATED,
         metadata=metadata or {},
         max_steps=default_max_steps,
         callback_url=callback_url,
@@ -150,13 +150,13 @@ async def queue_run(
         created_at=now,
         updated_at=now,
     )
-    await run_store.insert_run(conn, run)
-    await run_store.queue_requests(conn, run.id, [r.to_json() for r in requests])
+    await batch_run_store.insert_run(conn, run)
+    await batch_run_store.queue_requests(conn, run.id, [r.to_json() for r in requests])
     return run
 
 
-async def _check_requests(conn: AsyncConnection, org_id: str, requests: Sequence[RunRequest]) -> None:
-    """``queue_run``'s checks; the agents' rows stay locked (PostgreSQL) until the run is written."""
+async def _check_requests(conn: AsyncConnection, org_id: str, requests: Sequence[BatchRunRequest]) -> None:
+    """``queue_batch_run``'s checks; the agents' rows stay locked (PostgreSQL) until the run is written."""
     if not requests:
         raise InvalidInput("requests must hold at least one request", field="requests")
     ids = [r.agent_id for r in requests]
@@ -193,7 +193,7 @@ async def _check_requests(conn: AsyncConnection, org_id: str, requests: Sequence
 async def write_first_step(
     conn: AsyncConnection,
     run: BatchRun,
-    requests: Sequence[RunRequest],
+    requests: Sequence[BatchRunRequest],
     now: datetime,
     *,
     lease: tuple[str, datetime] | None = None,
@@ -209,7 +209,9 @@ async def write_first_step(
     configs = await agent_store.llm_configs_of(conn, run.organization_id, [r.agent_id for r in requests])
     present = [r for r in requests if r.agent_id in configs]
     if not present:
-        await run_store.set_run_status(conn, run.id, RunStatus.FAILED, now, only_from=(RunStatus.CREATED,))
+        await batch_run_store.set_run_status(
+            conn, run.id, BatchRunStatus.FAILED, now, only_from=(BatchRunStatus.CREATED,)
+        )
         return []
     # Written BATCH_SLICE agents at a time (a provider batch's worth), so that a run of 100,000
     # agents never holds them all loaded at once; in order of model, so that a slice is mostly
@@ -344,7 +346,7 @@ def _estimated_bytes(entry: StepEntry, state: StepState, inputs: StepInputs) -> 
     return estimated_request_bytes(tokens, image_bytes=sum(len(m.data or m.url or "") for ms in images for m in ms))
 
 
-async def cancel_run(
+async def cancel_batch_run(
     conn: AsyncConnection, org_id: str, run_id: str, *, lease: tuple[str, datetime] | None = None
 ) -> BatchRun:
     """Cancel a run: no further steps; its open provider batches are cancelled at the provider.
@@ -357,15 +359,15 @@ async def cancel_run(
     does it at once, so that a poller does not send the same cancel too; should the caller fail
     to, the poller takes them over when the lease expires.
     """
-    run = await run_store.get_run(conn, org_id, run_id)
+    run = await batch_run_store.get_run(conn, org_id, run_id)
     if run is None:
         raise NotFound(f"batch run {run_id} not found")
     now = datetime.now(UTC)
-    moved = await run_store.set_run_status(
-        conn, run_id, RunStatus.CANCELLED, now, only_from=(RunStatus.CREATED, RunStatus.RUNNING)
+    moved = await batch_run_store.set_run_status(
+        conn, run_id, BatchRunStatus.CANCELLED, now, only_from=(BatchRunStatus.CREATED, BatchRunStatus.RUNNING)
     )
     if moved:  # a run still queued ends without a step, and frees its agents
-        await run_store.forget_queued_requests(conn, run_id)
+        await batch_run_store.forget_queued_requests(conn, run_id)
     # A worker may move a batch on while we cancel it (submitted: created -> running; applied,
     # with the next step written), so a batch whose compare-and-set missed is read again, and so
     # are the run's batches, until none is left open.
@@ -391,6 +393,6 @@ async def cancel_run(
                 missed = True
         if not missed:
             break
-    found = await run_store.get_run(conn, org_id, run_id)
+    found = await batch_run_store.get_run(conn, org_id, run_id)
     assert found is not None
     return found

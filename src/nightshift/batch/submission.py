@@ -42,12 +42,12 @@ from nightshift.batch.steps import WrittenBatch
 from nightshift.domain.batch_split import split_by_size
 from nightshift.domain.batches import (
     BatchItem,
+    BatchRunStatus,
     ItemResult,
     PollSnapshot,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
-    RunStatus,
 )
 from nightshift.errors import ProviderError
 from nightshift.ids import new_id
@@ -55,10 +55,10 @@ from nightshift.providers.base import BatchState, ModelError, ModelProvider
 from nightshift.providers.spool import BatchTooLarge
 from nightshift.runtime.context import build_requests
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
-from nightshift.store import runs as run_store
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ async def _split(
     ]
     by_agent = {item.agent_id: item for item in built.items}
     async with parts.engine.begin() as conn:
-        await run_store.lock_run(conn, batch.batch_run_id)
+        await batch_run_store.lock_run(conn, batch.batch_run_id)
         if not await batch_store.hold_created(conn, batch.id, leases.owner, now):
             current = await batch_store.get_provider_batch(conn, batch.id)
             assert current is not None
@@ -316,7 +316,7 @@ async def _submitted(
     now = parts.clock.now()
     duplicate = False
     async with parts.engine.begin() as conn:
-        await run_store.lock_run(conn, batch.batch_run_id)
+        await batch_run_store.lock_run(conn, batch.batch_run_id)
         moved = await batch_store.mark_running(
             conn, batch.id, provider_batch_id, now, next_poll_at=now + parts.poll_interval
         )
@@ -325,8 +325,8 @@ async def _submitted(
         if moved:
             await item_store.store_results(conn, refused, now)
             await item_store.set_items_request_status(conn, batch.id, RequestStatus.RUNNING, now)
-            await run_store.set_run_status(
-                conn, batch.batch_run_id, RunStatus.RUNNING, now, only_from=(RunStatus.CREATED,)
+            await batch_run_store.set_run_status(
+                conn, batch.batch_run_id, BatchRunStatus.RUNNING, now, only_from=(BatchRunStatus.CREATED,)
             )
         elif current.status is ProviderBatchStatus.CANCELLED and current.provider_batch_id is None:
             # The run was cancelled while we submitted: remember the id so it is cancelled there too.

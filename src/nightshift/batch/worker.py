@@ -39,10 +39,10 @@ from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch
 from nightshift.errors import ProviderError
 from nightshift.parts import Parts
 from nightshift.providers.clients import ProviderSet
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
-from nightshift.store import runs as run_store
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ async def give_up(parts: StageParts, leases: Leases, batch: ProviderBatch, reaso
         return
     if batch.status is ProviderBatchStatus.ENDED:
         async with parts.engine.begin() as conn:
-            await run_store.lock_run(conn, batch.batch_run_id)
+            await batch_run_store.lock_run(conn, batch.batch_run_id)
             if await batch_store.mark_applied(conn, batch.id, now, error=reason):
                 items = await item_store.items_of(conn, batch.id)
                 failed = [ItemCompletion(item_id=i.id, outcome=ItemOutcome.FAILED, error=reason) for i in items]

@@ -23,7 +23,7 @@ from nightshift.cli_commands.client import (
 )
 from nightshift.cli_commands.requests_file import RequestLine, parse_requests
 from nightshift.cli_commands.watch import is_final, watch_run
-from nightshift.domain.batches import RunStatus
+from nightshift.domain.batches import BatchRunStatus
 
 batch_app = typer.Typer(
     help="Submit and follow batch runs on a running nightshift server (--server, NIGHTSHIFT_SERVER).",
@@ -113,14 +113,14 @@ def _watch(client: ServerClient, run_id: str, *, interval: float, timeout: float
 def _finish(run: dict[str, Any]) -> None:
     """Print the run's summary; exit code 1 unless it completed."""
     stdout().print(views.run_summary(run))
-    if run["status"] != RunStatus.COMPLETED.value:
+    if run["status"] != BatchRunStatus.COMPLETED.value:
         raise typer.Exit(1)
 
 
 @batch_app.command("list")
 def list_runs(
     status: Annotated[
-        list[RunStatus] | None,
+        list[BatchRunStatus] | None,
         typer.Option("--status", "-s", help="Only runs with this status (repeat for several)", show_default=False),
     ] = None,
     failed: Annotated[

@@ -15,14 +15,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from nightshift.domain.batches import RunStatus
+from nightshift.domain.batches import BatchRunStatus
 
 STATUS_STYLE = {
-    RunStatus.CREATED: "yellow",
-    RunStatus.RUNNING: "cyan",
-    RunStatus.COMPLETED: "green",
-    RunStatus.FAILED: "red",
-    RunStatus.CANCELLED: "magenta",
+    BatchRunStatus.CREATED: "yellow",
+    BatchRunStatus.RUNNING: "cyan",
+    BatchRunStatus.COMPLETED: "green",
+    BatchRunStatus.FAILED: "red",
+    BatchRunStatus.CANCELLED: "magenta",
 }
 # A completed run in which some agents failed: done, but not all well.
 PARTLY_STYLE = "yellow"
@@ -213,7 +213,7 @@ def run_status(run: Mapping[str, Any]) -> str:
     failed: "completed, 3 of 20 failed"."""
     counts = run["progress"]["agents"]
     failed = counts.get("failed", 0)
-    if run["status"] == RunStatus.COMPLETED.value and failed:
+    if run["status"] == BatchRunStatus.COMPLETED.value and failed:
         _, total = agents_done(counts)
         return f"completed, {failed} of {total} failed"
     return str(run["status"])
@@ -227,7 +227,7 @@ def run_status_text(run: Mapping[str, Any]) -> Text:
 
 def status_text(status: str) -> Text:
     try:
-        style = STATUS_STYLE[RunStatus(status)]
+        style = STATUS_STYLE[BatchRunStatus(status)]
     except ValueError:
         style = ""
     return Text(status, style=style)

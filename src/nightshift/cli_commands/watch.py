@@ -20,13 +20,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from nightshift.cli_commands import views
 from nightshift.cli_commands.client import CommandFailed, ServerClient, ServerRefused
-from nightshift.domain.batches import TERMINAL_RUN_STATUSES, RunStatus
+from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRunStatus
 
 UNREACHABLE_GRACE = 60.0
 
 
 def is_final(run: Mapping[str, Any]) -> bool:
-    return RunStatus(run["status"]) in TERMINAL_RUN_STATUSES
+    return BatchRunStatus(run["status"]) in TERMINAL_RUN_STATUSES
 
 
 def watch_run(

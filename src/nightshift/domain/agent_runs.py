@@ -38,7 +38,7 @@ class AgentRunStatus(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunStep:
+class AgentRunStep:
     """One model call of an agent run and the tokens it used."""
 
     id: str
@@ -62,7 +62,7 @@ class RunStep:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunStep:
+    def from_json(cls, data: dict[str, Any]) -> AgentRunStep:
         """Read a step back from its run."""
         return cls(
             id=data["id"],
@@ -92,7 +92,7 @@ class AgentRun:
     metadata: dict[str, Any] = field(default_factory=dict)
     stop_reason: str | None = None  # Letta's stop reason, once ended
     error: str | None = None
-    steps: tuple[RunStep, ...] = ()
+    steps: tuple[AgentRunStep, ...] = ()
     callback_url: str | None = None
     callback_sent_at: datetime | None = None
     callback_status_code: int | None = None

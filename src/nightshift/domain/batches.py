@@ -29,7 +29,7 @@ from nightshift.domain.usage import Usage
 from nightshift.domain.versions import Upgrade, upgrade_state
 
 
-class RunStatus(StrEnum):
+class BatchRunStatus(StrEnum):
     """Status of a batch run (what the user created with one POST)."""
 
     CREATED = "created"  # persisted, first step not yet submitted -> running | failed
@@ -79,7 +79,7 @@ class ItemOutcome(StrEnum):
     SUMMARIZED = "summarized"  # its window was summarized; its step follows in the run's next step
 
 
-TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+TERMINAL_RUN_STATUSES = frozenset({BatchRunStatus.COMPLETED, BatchRunStatus.FAILED, BatchRunStatus.CANCELLED})
 STEP_STATE_VERSION = 2
 
 
@@ -144,7 +144,7 @@ class BatchRun:
 
     id: str
     organization_id: str
-    status: RunStatus
+    status: BatchRunStatus
     metadata: dict[str, Any] = field(default_factory=dict)
     max_steps: int
     callback_url: str | None = None
@@ -323,7 +323,7 @@ class ItemCompletion:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunProgress:
+class BatchRunProgress:
     """Where a run is: its items by outcome (``running``: not yet applied), its step, tokens and cost."""
 
     running: int = 0
@@ -340,7 +340,7 @@ class RunProgress:
         return self.outcomes.get(outcome, 0)
 
     @classmethod
-    def of(cls, batches: Iterable[tuple[str, int, BatchSummary]]) -> RunProgress:
+    def of(cls, batches: Iterable[tuple[str, int, BatchSummary]]) -> BatchRunProgress:
         """A run's progress from its provider batches' (id, step number, summary).
 
         The sums are added in the order of the batches' ids, so that the same batches give the
@@ -384,14 +384,14 @@ class BatchCensus:
     (None when no batch is claimable); how late the pollers are is the time since then.
     """
 
-    runs: Mapping[RunStatus, int]
+    runs: Mapping[BatchRunStatus, int]
     provider_batches: Mapping[ProviderBatchStatus, int]
     agents_stepping: int  # agents in a step of a batch run that is not yet applied
     oldest_due_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunFailure:
+class BatchRunFailure:
     """An agent the run failed: at which step, its request's status, and why (``agent_deleted``:
     the agent was deleted since, its name is the one it had)."""
 
@@ -404,7 +404,7 @@ class RunFailure:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunAgent:
+class BatchRunAgent:
     """One agent of a run, by name, with its items in the run, oldest first (``agent_deleted``:
     the agent was deleted since, its name is the one it had)."""
 

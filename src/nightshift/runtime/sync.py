@@ -16,7 +16,7 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from nightshift.domain.agent_runs import RunStep
+from nightshift.domain.agent_runs import AgentRunStep
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
@@ -38,7 +38,7 @@ from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, TurnReason, Why, first_state, take_turns
 from nightshift.runtime.window import Summary
-from nightshift.store import agent_runs as run_store
+from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import items as item_store
 from nightshift.tools.sandbox import Sandbox
@@ -129,12 +129,12 @@ async def step_agent(
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
         # Holding the agent, no other run of it can be stepping: a running one was cut off.
-        await run_store.fail_interrupted(conn, now, agent_id=agent_id)
-        if not await run_store.start_run(conn, run_id, now):
+        await agent_run_store.fail_interrupted(conn, now, agent_id=agent_id)
+        if not await agent_run_store.start_run(conn, run_id, now):
             out.cancelled = True
             await agent_store.release_sync_step(conn, agent_id)
             return out
-        run = await run_store.get_run(conn, org_id, run_id)
+        run = await agent_run_store.get_run(conn, org_id, run_id)
         assert run is not None
         step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
         messages = [
@@ -154,7 +154,7 @@ async def step_agent(
             while plan is not None:  # the window is summarized before the request that would overflow it
                 agent, plan = await _summarize(engine, providers, agent, plan, out, run_id=run_id, step_id=step_id)
             async with engine.connect() as conn:
-                if out.steps and await run_store.is_cancelled(conn, run_id):
+                if out.steps and await agent_run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
                     return out
                 requests, problems = await build_requests(conn, [agent], {agent.id: state})
@@ -177,7 +177,7 @@ async def step_agent(
                 )
             result = replace(result, messages=tuple(_tie(m, run_id, step_id) for m in result.messages))
             now = datetime.now(UTC)
-            step = RunStep(
+            step = AgentRunStep(
                 id=step_id,
                 model=agent.llm_config.model,
                 created_at=now,
@@ -188,7 +188,7 @@ async def step_agent(
             )
             written = list(result.messages)
             async with engine.begin() as conn:
-                run = await run_store.add_step(conn, run, step, now)
+                run = await agent_run_store.add_step(conn, run, step, now)
                 fresh = await agent_store.load_agents(conn, org_id, [agent.id])
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
                 if result.continues:

@@ -30,11 +30,11 @@ from nightshift.ids import new_id
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.step import TurnReason, Why
 from nightshift.runtime.sync import SyncListener, SyncResult, step_agent
-from nightshift.store import agent_runs as run_store
+from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
+from nightshift.store import batch_run_views, run_listing
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import messages as message_store
-from nightshift.store import run_listing, run_views
-from nightshift.store import runs as batch_run_store
 from nightshift.store.pagination import Page
 from nightshift.store.run_listing import Listed, ListedBatchRun, RunFilter
 from nightshift.tools.sandbox import Sandbox
@@ -99,17 +99,19 @@ class BackgroundRuns:
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
             for run in runs.values():
-                current = await run_store.get_run(conn, run.organization_id, run.id)
+                current = await agent_run_store.get_run(conn, run.organization_id, run.id)
                 if current is None or current.status.ended:
                     continue
-                await run_store.finish_run(conn, run.id, AgentRunStatus.FAILED, now, stop_reason="error", error=STOPPED)
+                await agent_run_store.finish_run(
+                    conn, run.id, AgentRunStatus.FAILED, now, stop_reason="error", error=STOPPED
+                )
                 if current.status is AgentRunStatus.RUNNING:  # it holds its agent (a created one does not yet)
                     await agent_store.release_sync_step(conn, run.agent_id)
 
 
 async def fail_stopped_runs(conn: AsyncConnection) -> int:
     """At startup: fail the open runs that no process steps any more (their process stopped)."""
-    return await run_store.fail_interrupted(conn, datetime.now(UTC))
+    return await agent_run_store.fail_interrupted(conn, datetime.now(UTC))
 
 
 def letta_stop_reason(result: SyncResult) -> str:
@@ -135,7 +137,7 @@ async def _new_run(engine: AsyncEngine, org_id: str, send: Send, *, background: 
     async with engine.begin() as conn:
         if not await agent_store.load_agents(conn, org_id, [send.agent_id]):
             raise NotFound(f"agent {send.agent_id} not found")
-        await run_store.insert_run(conn, run)
+        await agent_run_store.insert_run(conn, run)
     return run
 
 
@@ -159,7 +161,7 @@ async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: Sync
         # A bug is a failed run too (its message stays in the log, not on the run).
         error = exc.message if isinstance(exc, NightshiftError) else "internal error"
         async with engine.begin() as conn:
-            await run_store.finish_run(
+            await agent_run_store.finish_run(
                 conn, run.id, AgentRunStatus.FAILED, datetime.now(UTC), stop_reason="error", error=error
             )
         raise
@@ -169,7 +171,7 @@ async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: Sync
     elif result.stop is TurnReason.ERROR:
         status = AgentRunStatus.FAILED
     async with engine.begin() as conn:
-        await run_store.finish_run(conn, run.id, status, datetime.now(UTC), stop_reason=letta_stop_reason(result))
+        await agent_run_store.finish_run(conn, run.id, status, datetime.now(UTC), stop_reason=letta_stop_reason(result))
     return result
 
 
@@ -218,7 +220,7 @@ async def _background(background: BackgroundRuns, run: AgentRun, send: Send) -> 
 async def _callback(background: BackgroundRuns, run_id: str, org_id: str) -> None:
     """POST the ended run to its callback_url, retrying with backoff; the last answer is kept."""
     async with background.engine.connect() as conn:
-        run = await run_store.get_run(conn, org_id, run_id)
+        run = await agent_run_store.get_run(conn, org_id, run_id)
     if run is None or run.callback_url is None:
         return
     body = {
@@ -238,7 +240,9 @@ async def _callback(background: BackgroundRuns, run_id: str, org_id: str) -> Non
         except httpx.HTTPError as exc:
             error = f"callback failed: {type(exc).__name__}: {exc}"
         async with background.engine.begin() as conn:
-            await run_store.record_callback(conn, run.id, sent_at=datetime.now(UTC), status_code=code, error=error)
+            await agent_run_store.record_callback(
+                conn, run.id, sent_at=datetime.now(UTC), status_code=code, error=error
+            )
         if error is None or error.startswith("callback not sent"):
             return
         log.warning("run %s: %s (attempt %d)", run.id, error, attempt + 1)
@@ -254,7 +258,7 @@ async def cancel(engine: AsyncEngine, org_id: str, agent_id: str, run_ids: Seque
     async with engine.begin() as conn:
         if not await agent_store.load_agents(conn, org_id, [agent_id]):
             raise NotFound(f"agent {agent_id} not found")
-        return await run_store.cancel_runs(conn, org_id, agent_id, run_ids, datetime.now(UTC))
+        return await agent_run_store.cancel_runs(conn, org_id, agent_id, run_ids, datetime.now(UTC))
 
 
 async def get_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> Listed:
@@ -263,7 +267,7 @@ async def get_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> Listed
     Raises:
         NotFound: neither, in this organization.
     """
-    run = await run_store.get_run(conn, org_id, run_id)
+    run = await agent_run_store.get_run(conn, org_id, run_id)
     if run is not None:
         return run
     batch = await batch_run_store.get_run(conn, org_id, run_id)
@@ -291,7 +295,7 @@ async def messages_of_any_run(
     run = await get_any_run(conn, org_id, run_id)
     if isinstance(run, AgentRun):
         return run, await message_store.list_run_messages(conn, run.id, page)
-    return run, await run_views.run_messages(conn, run.run.id, page)
+    return run, await batch_run_views.run_messages(conn, run.run.id, page)
 
 
 async def usage_of_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> RunUsage:
@@ -308,7 +312,7 @@ async def usage_of_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> R
             cache_read=sum(s.cache_read_tokens for s in run.steps),
             cache_write=sum(s.cache_write_tokens for s in run.steps),
         )
-    usage = (await run_views.run_progress(conn, run.run.id)).usage or Usage()
+    usage = (await batch_run_views.run_progress(conn, run.run.id)).usage or Usage()
     cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
     return RunUsage(
         prompt=usage.input_tokens + cache_read + cache_write,

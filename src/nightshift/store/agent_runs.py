@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Row, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.agent_runs import AgentRun, AgentRunStatus, RunStep
+from nightshift.domain.agent_runs import AgentRun, AgentRunStatus, AgentRunStep
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_runs, agents
@@ -18,8 +18,8 @@ from nightshift.store.tables import agent_runs, agents
 OPEN = (AgentRunStatus.CREATED.value, AgentRunStatus.RUNNING.value)
 
 
-def _steps(data: list[dict[str, Any]]) -> tuple[RunStep, ...]:
-    return tuple(RunStep.from_json(s) for s in data)
+def _steps(data: list[dict[str, Any]]) -> tuple[AgentRunStep, ...]:
+    return tuple(AgentRunStep.from_json(s) for s in data)
 
 
 def to_run(row: Row[Any]) -> AgentRun:
@@ -71,7 +71,7 @@ async def start_run(conn: AsyncConnection, run_id: str, now: datetime) -> bool:
     return result.rowcount > 0
 
 
-async def add_step(conn: AsyncConnection, run: AgentRun, step: RunStep, now: datetime) -> AgentRun:
+async def add_step(conn: AsyncConnection, run: AgentRun, step: AgentRunStep, now: datetime) -> AgentRun:
     """Record a model call of the run (only the process stepping the run writes its steps)."""
     steps = (*run.steps, step)
     await conn.execute(

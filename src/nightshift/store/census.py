@@ -7,14 +7,14 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import BatchCensus, ProviderBatchStatus, RunStatus, StepStatus
+from nightshift.domain.batches import BatchCensus, BatchRunStatus, ProviderBatchStatus, StepStatus
 from nightshift.store.provider_batches import CLAIMABLE
 from nightshift.store.tables import batch_items, batch_runs, provider_batches
 
 
 async def batch_census(conn: AsyncConnection) -> BatchCensus:
     """Runs and provider batches by status, the agents in an open step, and the oldest due batch."""
-    runs = {RunStatus(status): int(count) for status, count in await conn.execute(_RUNS)}
+    runs = {BatchRunStatus(status): int(count) for status, count in await conn.execute(_RUNS)}
     batches: dict[ProviderBatchStatus, int] = {}
     due: list[datetime] = []
     for status, count, oldest in await conn.execute(_BATCHES):

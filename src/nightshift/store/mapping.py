@@ -20,7 +20,7 @@ Convert = Callable[[Any], Any]
 
 def from_row(cls: type[T], row: Row[Any], **read: Convert) -> T:
     """A ``cls`` from the columns of ``row`` of the same names as its fields; ``read`` converts
-    the named ones (``status=RunStatus``). A field without a column keeps its default."""
+    the named ones (``status=BatchRunStatus``). A field without a column keeps its default."""
     data = row._mapping
     values: dict[str, Any] = {}
     for name in _field_names(cls):  # type: ignore[arg-type]  # (a dataclass type: hashable)

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.agent_runs import AgentRun
 from nightshift.domain.batches import BatchRun
 from nightshift.store import agent_runs as agent_run_store
-from nightshift.store import runs as batch_run_store
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store.pagination import MAX_PAGE
 from nightshift.store.tables import agent_runs, batch_items, batch_runs
 

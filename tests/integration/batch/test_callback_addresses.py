@@ -19,11 +19,11 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
-from nightshift.domain.batches import BatchRun, RunStatus
+from nightshift.domain.batches import BatchRun, BatchRunStatus
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.ids import new_id
 from nightshift.serving import free_port, running_server
-from nightshift.store import runs as run_store
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store.orgs import ensure_default_org
 
 HOST = "hooks.example"
@@ -91,7 +91,7 @@ async def _ended_run(engine: AsyncEngine, url: str) -> BatchRun:
     run = BatchRun(
         id=new_id("batch"),
         organization_id=DEFAULT_ORG_ID,
-        status=RunStatus.COMPLETED,
+        status=BatchRunStatus.COMPLETED,
         max_steps=1,
         callback_url=url,
         completed_at=now,
@@ -100,13 +100,13 @@ async def _ended_run(engine: AsyncEngine, url: str) -> BatchRun:
     )
     async with engine.begin() as conn:
         await ensure_default_org(conn)
-        await run_store.insert_run(conn, run)
+        await batch_run_store.insert_run(conn, run)
     return run
 
 
 async def _stored(engine: AsyncEngine, run: BatchRun) -> BatchRun:
     async with engine.connect() as conn:
-        stored = await run_store.get_run(conn, DEFAULT_ORG_ID, run.id)
+        stored = await batch_run_store.get_run(conn, DEFAULT_ORG_ID, run.id)
     assert stored is not None
     return stored
 

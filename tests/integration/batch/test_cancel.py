@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from sqlalchemy import select, update
 
 from integration.batch.kit import by_agent, call, calls_of, say, wait_for
-from nightshift.batch.steps import cancel_run
+from nightshift.batch.steps import cancel_batch_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
@@ -134,7 +134,7 @@ async def test_a_cancel_racing_the_poller_is_sent_once(runs: Runs, admin: Emulat
         await conn.execute(update(provider_batches).values(lease_owner=worker.owner))  # the poller holds it
 
         request = worker.for_request()
-        cancelled = await cancel_run(conn, DEFAULT_ORG_ID, run["id"], lease=request.lease(datetime.now(UTC)))
+        cancelled = await cancel_batch_run(conn, DEFAULT_ORG_ID, run["id"], lease=request.lease(datetime.now(UTC)))
         await batch_store.release(conn, batch["id"], worker.owner, next_poll_at=datetime.now(UTC))
         held_by = await conn.scalar(select(provider_batches.c.lease_owner))
 

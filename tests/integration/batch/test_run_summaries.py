@@ -24,19 +24,19 @@ from integration.batch.test_context_window import MAX_TOKENS, PAGES, READ_PAGE, 
 from nightshift.batch import application
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
+    BatchRunProgress,
     BatchSummary,
     Costs,
     ItemOutcome,
     ProviderBatchStatus,
-    RunProgress,
     StepStatus,
 )
 from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply
 from nightshift.store import provider_batches as batch_store
+from nightshift.store.batch_run_views import run_progress
 from nightshift.store.batch_summaries import summarize
-from nightshift.store.run_views import run_progress
 from nightshift.store.tables import batch_items, provider_batches
 from support.api import create_tool
 from support.clock import clock_of
@@ -45,8 +45,8 @@ from support.runs import OPENAI_MODEL, Runs
 pytestmark = pytest.mark.settings(poller=False)  # each test drives the worker, one pass at a time
 
 
-async def counted(conn: AsyncConnection, run_id: str) -> RunProgress:
-    """The run's progress counted from all its items, as ``run_views.runs_progress`` did before."""
+async def counted(conn: AsyncConnection, run_id: str) -> BatchRunProgress:
+    """The run's progress counted from all its items, as ``batch_run_views.runs_progress`` did before."""
     by_state = await conn.execute(
         select(batch_items.c.step_status, batch_items.c.outcome, func.count(), func.max(provider_batches.c.step_number))
         .join(provider_batches, provider_batches.c.id == batch_items.c.provider_batch_id)
@@ -87,7 +87,7 @@ async def counted(conn: AsyncConnection, run_id: str) -> RunProgress:
             cache_savings_usd=float(savings or 0.0),
         )
         batch_cost[batch_id] = float(billed or 0.0)
-    return RunProgress(
+    return BatchRunProgress(
         running=running,
         outcomes=dict(outcomes),
         step=step,
@@ -98,7 +98,7 @@ async def counted(conn: AsyncConnection, run_id: str) -> RunProgress:
     )
 
 
-async def check(engine: AsyncEngine, run_id: str, *, forgotten: frozenset[str] = frozenset()) -> RunProgress:
+async def check(engine: AsyncEngine, run_id: str, *, forgotten: frozenset[str] = frozenset()) -> BatchRunProgress:
     """Compare the run's progress with its items counted; check its batches' summaries.
 
     ``forgotten``: open batches one of whose agents was deleted, so hold no summary.

@@ -12,11 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from integration.batch.kit import wait_for
 from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
-from nightshift.domain.batches import BatchRun, RunStatus
+from nightshift.domain.batches import BatchRun, BatchRunStatus
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
 from nightshift.ids import new_id
-from nightshift.store import runs as run_store
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store.orgs import ensure_default_org
 from support.runs import Runs
 
@@ -119,7 +119,7 @@ async def test_the_address_is_checked_again_before_each_attempt(engine: AsyncEng
     run = BatchRun(
         id=new_id("batch"),
         organization_id=DEFAULT_ORG_ID,
-        status=RunStatus.COMPLETED,
+        status=BatchRunStatus.COMPLETED,
         max_steps=1,
         callback_url="http://127.0.0.1:9/hook",
         completed_at=now,
@@ -128,13 +128,13 @@ async def test_the_address_is_checked_again_before_each_attempt(engine: AsyncEng
     )
     async with engine.begin() as conn:
         await ensure_default_org(conn)
-        await run_store.insert_run(conn, run)
+        await batch_run_store.insert_run(conn, run)
 
     attempted = await send_due_callbacks(engine, CallbackRules(allow_private=False))
 
     assert attempted == 1
     async with engine.connect() as conn:
-        stored = await run_store.get_run(conn, DEFAULT_ORG_ID, run.id)
+        stored = await batch_run_store.get_run(conn, DEFAULT_ORG_ID, run.id)
     assert stored is not None and stored.callback_sent_at is not None  # given up at once: it will not change
     assert stored.callback_status_code is None
     assert stored.callback_error is not None and stored.callback_error.startswith(

@@ -11,10 +11,10 @@ from nightshift.api.batch_schemas import BatchCreate, BatchRunPublic, agent_in_r
 from nightshift.api.deps import Org, ReadConn, State
 from nightshift.api.letta_messages import run_message_json
 from nightshift.api.routers.params import PageQuery
-from nightshift.batch.steps import RunRequest
-from nightshift.domain.batches import RunStatus
+from nightshift.batch.steps import BatchRunRequest
+from nightshift.domain.batches import BatchRunStatus
 from nightshift.domain.pagination import Page
-from nightshift.services import runs as service
+from nightshift.services import batch_runs
 
 router = APIRouter(tags=["batches"])
 
@@ -49,7 +49,7 @@ async def create_batch(
     # A body of thousands of agents takes tens of milliseconds to check and turn into the run's
     # requests: on a thread, the event loop answers others meanwhile.
     new = await asyncio.to_thread(_new_run, body, idempotency_key)
-    view = await service.start_run(
+    view = await batch_runs.start_batch_run(
         state.engine,
         org,
         new,
@@ -60,9 +60,11 @@ async def create_batch(
     return BatchRunPublic.of(view)
 
 
-def _new_run(body: BatchCreate, idempotency_key: str | None) -> service.NewRun:
-    return service.NewRun(
-        requests=[RunRequest(agent_id=r.agent_id, messages=r.texts(), max_steps=r.max_steps) for r in body.requests],
+def _new_run(body: BatchCreate, idempotency_key: str | None) -> batch_runs.NewBatchRun:
+    return batch_runs.NewBatchRun(
+        requests=[
+            BatchRunRequest(agent_id=r.agent_id, messages=r.texts(), max_steps=r.max_steps) for r in body.requests
+        ],
         callback_url=str(body.callback_url) if body.callback_url else None,
         metadata=body.metadata,
         idempotency_key=idempotency_key,
@@ -75,7 +77,7 @@ async def list_batches(
     conn: ReadConn,
     org: Org,
     page: PageQuery,
-    status: Annotated[list[RunStatus] | None, Query(description="Only runs with these statuses")] = None,
+    status: Annotated[list[BatchRunStatus] | None, Query(description="Only runs with these statuses")] = None,
     has_failures: Annotated[
         bool | None,
         Query(
@@ -89,13 +91,13 @@ async def list_batches(
     ``status`` is Letta's: a run is ``completed`` when some agent finished, even if others failed
     (``progress.agents.failed`` counts them); ``has_failures=true`` finds those runs and the failed ones.
     """
-    views = await service.list_run_views(conn, org, page, statuses=status or (), has_failures=has_failures)
+    views = await batch_runs.list_batch_run_views(conn, org, page, statuses=status or (), has_failures=has_failures)
     return [BatchRunPublic.of(view) for view in views]
 
 
 @router.get("/v1/messages/batches/{run_id}")
 async def get_batch(run_id: str, conn: ReadConn, org: Org) -> BatchRunPublic:
-    return BatchRunPublic.of(await service.run_view(conn, org, run_id))
+    return BatchRunPublic.of(await batch_runs.batch_run_view(conn, org, run_id))
 
 
 @router.get("/v1/messages/batches/{run_id}/messages")
@@ -111,7 +113,7 @@ async def batch_messages(
 ) -> dict[str, list[dict[str, Any]]]:
     """The run's messages (inputs, assistant and tool messages, heartbeats) by creation time."""
     page = Page(before=before, after=after, limit=limit, order=order)
-    messages = await service.messages_of_run(conn, org, run_id, page, agent_id=agent_id)
+    messages = await batch_runs.messages_of_batch_run(conn, org, run_id, page, agent_id=agent_id)
     return {"messages": [run_message_json(message) for message in messages]}
 
 
@@ -130,7 +132,7 @@ async def batch_agents(
     through the normal API, ``batch_savings_usd`` the difference, and ``cache_savings_usd`` what
     the prompt cache saved (negative when it cost more than it saved).
     """
-    agents = await service.agents_of_run(conn, org, run_id, after=after, limit=limit)
+    agents = await batch_runs.agents_of_batch_run(conn, org, run_id, after=after, limit=limit)
     return {"agents": [agent_in_run_json(agent) for agent in agents]}
 
 
@@ -141,4 +143,4 @@ async def cancel_batch(run_id: str, state: State, org: Org) -> BatchRunPublic:
     Steps already applied stay applied. A step still open is never applied, even if its results
     had already arrived: those agents get no messages from it. A run that has ended is unchanged.
     """
-    return BatchRunPublic.of(await service.stop_run(state.engine, state.worker, org, run_id))
+    return BatchRunPublic.of(await batch_runs.stop_batch_run(state.engine, state.worker, org, run_id))

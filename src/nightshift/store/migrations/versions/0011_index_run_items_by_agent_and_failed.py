@@ -1,6 +1,6 @@
 """Batch items: a run's items indexed by agent (and id), and its failed items on their own.
 
-A run's failed agents (``run_views.runs_failures``) are read through the index of failed items
+A run's failed agents (``batch_run_views.runs_failures``) are read through the index of failed items
 and checked for a later item of the agent in the run through the index by (run, agent, id),
 instead of grouping every item of the run; the second index replaces the one on the run alone.
 

@@ -9,11 +9,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import (
     BatchItem,
+    BatchRunAgent,
+    BatchRunFailure,
+    BatchRunProgress,
     ItemOutcome,
     RequestStatus,
-    RunAgent,
-    RunFailure,
-    RunProgress,
     StepState,
     StepStatus,
 )
@@ -37,12 +37,12 @@ _AGENT_NAME: ColumnElement[str] = func.coalesce(agents.c.name, deleted_agents.c.
 _AGENT_DELETED: ColumnElement[bool] = agents.c.id.is_(None)
 
 
-async def run_progress(conn: AsyncConnection, run_id: str) -> RunProgress:
+async def run_progress(conn: AsyncConnection, run_id: str) -> BatchRunProgress:
     """The run's items by outcome, its current step, its tokens and cost (see ``runs_progress``)."""
     return (await runs_progress(conn, [run_id]))[run_id]
 
 
-async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, RunProgress]:
+async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, BatchRunProgress]:
     """``run_progress`` of each run (every id present), from its provider batches' summaries.
 
     A closed batch's summary is read from its row; only the items of batches still open are
@@ -50,10 +50,10 @@ async def runs_progress(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
     and two more when some batch is open, whatever the number of runs.
     """
     summaries = await batch_summaries.summaries_of_runs(conn, run_ids)
-    return {run_id: RunProgress.of(summaries[run_id]) for run_id in run_ids}
+    return {run_id: BatchRunProgress.of(summaries[run_id]) for run_id in run_ids}
 
 
-async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, list[RunFailure]]:
+async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[str, list[BatchRunFailure]]:
     """The agents each run failed (every id present), oldest first, in one statement.
 
     An agent's last item in a run tells: a failed (or expired) request that was retried has a
@@ -93,10 +93,10 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
         )
         .order_by(batch_items.c.id)
     )
-    failures: dict[str, list[RunFailure]] = {run_id: [] for run_id in run_ids}
+    failures: dict[str, list[BatchRunFailure]] = {run_id: [] for run_id in run_ids}
     for run_id, agent_id, agent_name, deleted, step_state, request_status, error in await conn.execute(query):
         failures[run_id].append(
-            RunFailure(
+            BatchRunFailure(
                 agent_id=agent_id,
                 agent_name=agent_name,
                 step_number=StepState.from_json(step_state).step_number,
@@ -117,7 +117,7 @@ async def run_messages(conn: AsyncConnection, run_id: str, page: Page, *, agent_
     return [to_message(row) for row in await conn.execute(paginate(query, messages.c.id, page))]
 
 
-async def run_agent_items(conn: AsyncConnection, run_id: str, *, after: str | None, limit: int) -> list[RunAgent]:
+async def run_agent_items(conn: AsyncConnection, run_id: str, *, after: str | None, limit: int) -> list[BatchRunAgent]:
     """A page of the run's agents (by id) with their names and items, oldest first: two statements.
 
     An agent deleted since stays, by the name it had, marked deleted.
@@ -145,6 +145,8 @@ async def run_agent_items(conn: AsyncConnection, run_id: str, *, after: str | No
     for row in await conn.execute(query):
         found[row.agent_id].append(to_item(row))
     return [
-        RunAgent(agent_id=agent_id, agent_name=names[agent_id], items=items, agent_deleted=found_agents[agent_id][1])
+        BatchRunAgent(
+            agent_id=agent_id, agent_name=names[agent_id], items=items, agent_deleted=found_agents[agent_id][1]
+        )
         for agent_id, items in found.items()
     ]

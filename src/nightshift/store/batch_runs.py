@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, ItemOutcome, RunStatus
+from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, BatchRunStatus, ItemOutcome
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
@@ -21,7 +21,7 @@ RUNS_CHANNEL = "nightshift_runs"
 
 def to_run(row: Row[Any]) -> BatchRun:
     """Map a ``batch_runs`` row to the domain type."""
-    return from_row(BatchRun, row, status=RunStatus)
+    return from_row(BatchRun, row, status=BatchRunStatus)
 
 
 async def insert_run(conn: AsyncConnection, run: BatchRun) -> None:
@@ -46,7 +46,7 @@ async def list_runs(
     org_id: str,
     page: Page,
     *,
-    statuses: Sequence[RunStatus] = (),
+    statuses: Sequence[BatchRunStatus] = (),
     has_failures: bool | None = None,
 ) -> list[BatchRun]:
     """A page of the organization's runs, with these statuses if any; ``has_failures``: only runs
@@ -64,7 +64,7 @@ async def list_runs(
             )
             .exists()
         )
-        failing = or_(batch_runs.c.status == RunStatus.FAILED.value, failed_agent)
+        failing = or_(batch_runs.c.status == BatchRunStatus.FAILED.value, failed_agent)
         query = query.where(failing if has_failures else ~failing)
     return [to_run(r) for r in await conn.execute(paginate(query, batch_runs.c.id, page))]
 
@@ -81,7 +81,7 @@ async def lock_run(conn: AsyncConnection, run_id: str) -> None:
 
 
 async def set_run_status(
-    conn: AsyncConnection, run_id: str, status: RunStatus, now: datetime, *, only_from: Iterable[RunStatus]
+    conn: AsyncConnection, run_id: str, status: BatchRunStatus, now: datetime, *, only_from: Iterable[BatchRunStatus]
 ) -> bool:
     """Move a run to ``status`` if it is in one of ``only_from``; True when it moved."""
     result = await conn.execute(
@@ -147,7 +147,7 @@ async def record_callback(
 
 
 async def queue_requests(conn: AsyncConnection, run_id: str, requests: Sequence[dict[str, Any]]) -> None:
-    """Keep a new run's requests (as ``RunRequest.to_json`` gives them) until its first step is
+    """Keep a new run's requests (as ``BatchRunRequest.to_json`` gives them) until its first step is
     written, in one statement; on PostgreSQL the pollers listening are told in the same transaction."""
     rows = [
         {
@@ -179,7 +179,7 @@ async def claim_queued_run(conn: AsyncConnection) -> BatchRun | None:
     queued = select(batch_run_requests.c.batch_run_id)
     query = (
         select(batch_runs)
-        .where(batch_runs.c.id.in_(queued), batch_runs.c.status == RunStatus.CREATED.value)
+        .where(batch_runs.c.id.in_(queued), batch_runs.c.status == BatchRunStatus.CREATED.value)
         .order_by(batch_runs.c.id)
         .limit(1)
     )
@@ -190,7 +190,7 @@ async def claim_queued_run(conn: AsyncConnection) -> BatchRun | None:
 
 
 async def take_queued_requests(conn: AsyncConnection, run_id: str) -> list[dict[str, Any]]:
-    """Delete a queued run's requests and return them in their order (as ``RunRequest.to_json``
+    """Delete a queued run's requests and return them in their order (as ``BatchRunRequest.to_json``
     gives them), for its first step written in the same transaction; none when another poller
     took them first (or the run was cancelled).
 

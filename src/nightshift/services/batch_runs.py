@@ -15,43 +15,43 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.callbacks import CallbackRules, check_callback_url
-from nightshift.batch.steps import RunRequest, cancel_run, queue_run
+from nightshift.batch.steps import BatchRunRequest, cancel_batch_run, queue_batch_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
     BatchRun,
+    BatchRunFailure,
+    BatchRunProgress,
+    BatchRunStatus,
     Costs,
     ItemOutcome,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
-    RunFailure,
-    RunProgress,
-    RunStatus,
     StepStatus,
 )
 from nightshift.domain.messages import Message
 from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
+from nightshift.store import batch_run_views
+from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import provider_batches as batch_store
-from nightshift.store import run_views
-from nightshift.store import runs as run_store
 from nightshift.store.pagination import Page
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunView:
+class BatchRunView:
     """A run with its progress, its provider batches (the step timeline) and its failed agents."""
 
     run: BatchRun
-    progress: RunProgress
+    progress: BatchRunProgress
     batches: list[ProviderBatch]
-    failures: list[RunFailure] = field(default_factory=list)
+    failures: list[BatchRunFailure] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AgentInRun:
+class AgentInBatchRun:
     """One agent of a run: where it is, how many steps it answered, its tokens and cost."""
 
     agent_id: str
@@ -66,10 +66,10 @@ class AgentInRun:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class NewRun:
+class NewBatchRun:
     """What ``POST /v1/messages/batches`` asked for."""
 
-    requests: Sequence[RunRequest]
+    requests: Sequence[BatchRunRequest]
     callback_url: str | None = None
     metadata: dict[str, Any] | None = None
     idempotency_key: str | None = None
@@ -77,15 +77,15 @@ class NewRun:
     body: dict[str, Any] = field(default_factory=dict)
 
 
-async def start_run(
+async def start_batch_run(
     engine: AsyncEngine,
     org_id: str,
-    new: NewRun,
+    new: NewBatchRun,
     *,
     default_max_steps: int,
     callbacks: CallbackRules,
     queued: asyncio.Event | None = None,
-) -> RunView:
+) -> BatchRunView:
     """Queue a run for a poller to write and submit its first step (``batch/run_queue.py``), and
     answer with it, still created; a retry with the same Idempotency-Key and body gets the run
     the first request made.
@@ -110,7 +110,7 @@ async def start_run(
         await check_callback_url(new.callback_url, allow_private=callbacks.allow_private)
     try:
         async with engine.begin() as conn:
-            run = await queue_run(
+            run = await queue_batch_run(
                 conn,
                 org_id,
                 new.requests,
@@ -131,16 +131,16 @@ async def start_run(
     if queued is not None:
         queued.set()
     async with engine.connect() as conn:
-        return await run_view(conn, org_id, run.id)
+        return await batch_run_view(conn, org_id, run.id)
 
 
-async def stop_run(engine: AsyncEngine, worker: Worker, org_id: str, run_id: str) -> RunView:
+async def stop_batch_run(engine: AsyncEngine, worker: Worker, org_id: str, run_id: str) -> BatchRunView:
     """Cancel a run and tell the provider about its open batches (see ``batch.steps.cancel_run``)."""
     # Held under a name of this request's own: the poller may be working on these batches, and
     # its release must not free them while this request cancels them (one cancel, not two).
     worker = worker.for_request()
     async with engine.begin() as conn:
-        await cancel_run(conn, org_id, run_id, lease=worker.lease(datetime.now(UTC)))
+        await cancel_batch_run(conn, org_id, run_id, lease=worker.lease(datetime.now(UTC)))
         open_batches = [
             b
             for b in await batch_store.provider_batches_of_run(conn, run_id)
@@ -149,54 +149,54 @@ async def stop_run(engine: AsyncEngine, worker: Worker, org_id: str, run_id: str
     for batch in open_batches:
         await worker.cancel(batch)
     async with engine.connect() as conn:
-        return await run_view(conn, org_id, run_id)
+        return await batch_run_view(conn, org_id, run_id)
 
 
-async def run_view(conn: AsyncConnection, org_id: str, run_id: str) -> RunView:
+async def batch_run_view(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRunView:
     """The run, or NotFound (also for another organization's run)."""
-    run = await run_store.get_run(conn, org_id, run_id)
+    run = await batch_run_store.get_run(conn, org_id, run_id)
     if run is None:
         raise NotFound(f"batch run {run_id} not found")
     (view,) = await _views(conn, [run])
     return view
 
 
-async def list_run_views(
+async def list_batch_run_views(
     conn: AsyncConnection,
     org_id: str,
     page: Page,
     *,
-    statuses: Sequence[RunStatus] = (),
+    statuses: Sequence[BatchRunStatus] = (),
     has_failures: bool | None = None,
-) -> list[RunView]:
+) -> list[BatchRunView]:
     """A page of the organization's runs; ``has_failures``: only those that failed or had an agent
     fail (True), or neither (False)."""
-    runs = await run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures)
+    runs = await batch_run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures)
     return await _views(conn, runs)
 
 
-async def messages_of_run(
+async def messages_of_batch_run(
     conn: AsyncConnection, org_id: str, run_id: str, page: Page, *, agent_id: str | None = None
 ) -> list[Message]:
     """A page of the run's messages (inputs, assistant and tool messages, heartbeats)."""
     await _get(conn, org_id, run_id)
-    return await run_views.run_messages(conn, run_id, page, agent_id=agent_id)
+    return await batch_run_views.run_messages(conn, run_id, page, agent_id=agent_id)
 
 
-async def agents_of_run(
+async def agents_of_batch_run(
     conn: AsyncConnection, org_id: str, run_id: str, *, after: str | None, limit: int
-) -> list[AgentInRun]:
+) -> list[AgentInBatchRun]:
     """A page of the run's agents (by agent id), each summed over its items."""
     await _get(conn, org_id, run_id)
     out = []
-    for agent in await run_views.run_agent_items(conn, run_id, after=after, limit=limit):
+    for agent in await batch_run_views.run_agent_items(conn, run_id, after=after, limit=limit):
         items = agent.items
         last = items[-1]
         used = [item.usage for item in items if item.usage is not None]
         state = "running" if last.step_status is StepStatus.PAUSED else (last.outcome or ItemOutcome.FINISHED).value
         stopped_by_deletion = agent.agent_deleted and last.outcome is ItemOutcome.CANCELLED
         out.append(
-            AgentInRun(
+            AgentInBatchRun(
                 agent_id=agent.agent_id,
                 agent_name=agent.agent_name,
                 state=state,
@@ -214,31 +214,31 @@ async def agents_of_run(
 
 
 async def _get(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun:
-    run = await run_store.get_run(conn, org_id, run_id)
+    run = await batch_run_store.get_run(conn, org_id, run_id)
     if run is None:
         raise NotFound(f"batch run {run_id} not found")
     return run
 
 
-async def _views(conn: AsyncConnection, runs: Sequence[BatchRun]) -> list[RunView]:
+async def _views(conn: AsyncConnection, runs: Sequence[BatchRun]) -> list[BatchRunView]:
     """The runs with their progress, provider batches and failed agents: two to five statements in all,
-    whatever the runs' sizes (see ``run_views.runs_progress``)."""
+    whatever the runs' sizes (see ``batch_run_views.runs_progress``)."""
     ids = [run.id for run in runs]
     if not ids:
         return []
-    progress = await run_views.runs_progress(conn, ids)
+    progress = await batch_run_views.runs_progress(conn, ids)
     batches = await batch_store.provider_batches_of_runs(conn, ids)
     failing = [run_id for run_id in ids if progress[run_id].count(ItemOutcome.FAILED)]
-    failures = await run_views.runs_failures(conn, failing) if failing else {}
+    failures = await batch_run_views.runs_failures(conn, failing) if failing else {}
     return [
-        RunView(run=run, progress=progress[run.id], batches=batches[run.id], failures=failures.get(run.id, []))
+        BatchRunView(run=run, progress=progress[run.id], batches=batches[run.id], failures=failures.get(run.id, []))
         for run in runs
     ]
 
 
-async def _same_request(conn: AsyncConnection, org_id: str, key: str, digest: str) -> RunView | None:
+async def _same_request(conn: AsyncConnection, org_id: str, key: str, digest: str) -> BatchRunView | None:
     """The run an earlier request with this Idempotency-Key created, if it was this same request."""
-    earlier = await run_store.run_by_idempotency_key(conn, org_id, key)
+    earlier = await batch_run_store.run_by_idempotency_key(conn, org_id, key)
     if earlier is None:
         return None
     if earlier.request_hash != digest:
