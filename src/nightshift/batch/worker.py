@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -38,7 +38,6 @@ from nightshift.batch.steps import WrittenBatch
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.errors import ProviderError
 from nightshift.parts import Parts
-from nightshift.providers.clients import ProviderSet
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
@@ -84,10 +83,6 @@ class Worker:
         return self.parts.engine
 
     @property
-    def providers(self) -> ProviderSet:
-        return self.parts.providers
-
-    @property
     def owner(self) -> str:
         return self.leases.owner
 
@@ -95,18 +90,6 @@ class Worker:
     def poll_interval(self) -> float:
         """Seconds between two polls of a running batch (and two passes of the poller)."""
         return self.parts.poll_interval.total_seconds()
-
-    @property
-    def summary_model(self) -> str | None:
-        return self.parts.summary_model
-
-    @property
-    def batch_bytes(self) -> int | None:
-        return self.parts.batch_bytes
-
-    def lease(self, now: datetime) -> tuple[str, datetime]:
-        """A lease on batches this worker creates and submits at once, so no other poller takes them."""
-        return self.owner, now + timedelta(seconds=self.leases.lease_seconds)
 
     def for_request(self) -> Worker:
         """This worker under a lease name of its own, for work done outside the poller (an API
@@ -140,7 +123,7 @@ class Worker:
                 self.parts.clock.now(),
                 lease_seconds=self.leases.lease_seconds,
                 limit=limit,
-                endpoints=self.providers.endpoints(),
+                endpoints=self.parts.providers.endpoints(),
             )
         for handled, batch in enumerate(claimed):
             if self.draining.is_set():

@@ -7,7 +7,6 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -140,7 +139,7 @@ async def stop_batch_run(engine: AsyncEngine, worker: Worker, org_id: str, run_i
     # its release must not free them while this request cancels them (one cancel, not two).
     worker = worker.for_request()
     async with engine.begin() as conn:
-        await cancel_batch_run(conn, org_id, run_id, lease=worker.lease(datetime.now(UTC)))
+        await cancel_batch_run(conn, org_id, run_id, lease=worker.leases.lease())
         open_batches = [
             b
             for b in await batch_store.provider_batches_of_run(conn, run_id)
