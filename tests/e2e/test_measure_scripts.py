@@ -37,7 +37,8 @@ def _env() -> dict[str, str]:
 
 def test_bench_prints_each_phase_of_both_runs() -> None:
     output = _run("benchmarks.bench", "--agents", "20")
-    for phase in ("create the run", "submit step 1", "poll + resume step 1 (memory tool)", "(custom tool)"):
+    phases = ("create the run", "write step 1 + submit it", "poll + resume step 1 (memory tool)", "(custom tool)")
+    for phase in phases:
         assert phase in output, output
     assert re.search(r"peak memory \(RSS\) of the server process: [\d,]+ MiB", output), output
 
