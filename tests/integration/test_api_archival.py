@@ -42,8 +42,8 @@ async def other_org(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """A client of another organization (its own API key); ``client`` is the default organization's."""
     key = "ns-other-" + secrets.token_urlsafe(24)
     async with app.state.nightshift.engine.begin() as conn:
-        org = await get_or_create_org(conn, "other")
-        await create_key(conn, org.id, "otto", key)
+        org = await get_or_create_org(conn, "other", datetime.now(UTC))
+        await create_key(conn, org.id, "otto", key, now=datetime.now(UTC))
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),
         base_url="http://nightshift.test",

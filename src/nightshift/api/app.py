@@ -89,8 +89,8 @@ def create_app(
         try:
             await upgrade(engine)
             async with engine.begin() as conn:
-                await ensure_default_org(conn)
-                await fail_stopped_runs(conn)
+                await ensure_default_org(conn, clock.now())
+                await fail_stopped_runs(conn, clock.now())
             async with running_parts(settings, engine, clock=clock, providers=providers) as parts:
                 worker = worker_of(parts)
                 callbacks = CallbackRules.of(settings)
@@ -98,6 +98,7 @@ def create_app(
                     engine=engine,
                     providers=parts.providers,
                     sandbox=parts.sandbox,
+                    clock=clock,
                     summary_model=settings.summary_model,
                 )
                 key_usage = KeyUsage(engine, clock=clock)

@@ -99,7 +99,7 @@ async def _ended_run(engine: AsyncEngine, url: str) -> BatchRun:
         updated_at=now,
     )
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
+        await ensure_default_org(conn, datetime.now(UTC))
         await batch_run_store.insert_run(conn, run)
     return run
 
