@@ -77,7 +77,8 @@ def create_app(
     then every lease of this process is given back so that another process takes over at once (a
     child poller gets SIGTERM and does the same with its own).
 
-    ``clock``: the time this process's batch work goes by (a test's, to let time pass at once);
+    ``clock``: the time this process stamps what it writes with and decides by, in requests and
+    in batch work alike (a test's, to let time pass at once);
     ``providers`` replaces the real provider of some names (a scripted one, in tests).
     """
 

@@ -212,7 +212,7 @@ def _tls_server(app: Receiver, cert: Path, key: Path) -> Iterator[int]:
     deadline = time.monotonic() + 30
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the TLS receiver did not start"
-        time.sleep(0.01)
+        time.sleep(0.01)  # waits for the server's thread to listen, not for time to pass
     try:
         yield port
     finally:
