@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -215,10 +216,10 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
     await upgrade(engine)
     config = LLMConfig(provider=provider, model=provider_info(provider).example_model)
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
+        await ensure_default_org(conn, datetime.now(UTC))
         tool_ids: list[str] = []
         if tool == "custom":
-            tool_ids = [(await create_tool(conn, DEFAULT_ORG_ID, source_code=LOOKUP_TOOL)).id]
+            tool_ids = [(await create_tool(conn, DEFAULT_ORG_ID, now=datetime.now(UTC), source_code=LOOKUP_TOOL)).id]
     agent_ids: list[str] = []
     # Created a slice at a time, as clients create agents (a request each, or a page of them):
     # the set-up is not what is measured, and must not set the peak.
@@ -236,7 +237,7 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
             for i in range(start, min(start + SETUP_SLICE, agents))
         ]
         async with engine.begin() as conn:
-            agent_ids += [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
+            agent_ids += [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))]
     del specs  # the run is measured with only the ids in hand, as a client would have them
     gc.collect()
     requests = [BatchRunRequest(agent_id=agent_id, messages=(UserInput(text=ASKS[tool]),)) for agent_id in agent_ids]
@@ -269,7 +270,9 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
 
         async def create() -> None:
             async with engine.begin() as conn:
-                run = await queue_batch_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
+                run = await queue_batch_run(
+                    conn, DEFAULT_ORG_ID, requests, now=datetime.now(UTC), callback_url=None, default_max_steps=10
+                )
             created.append(run)
 
         await measure("create the run (requests queued: the POST)", create())

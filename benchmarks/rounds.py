@@ -13,6 +13,7 @@ import asyncio
 import os
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -120,10 +121,13 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
     await upgrade(engine)
     config = LLMConfig(provider=provider, model=provider_info(provider).example_model, parallel_tool_calls=parallel)
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
+        await ensure_default_org(conn, datetime.now(UTC))
         specs = []
         for index, task in enumerate(TASKS):
-            tool_ids = [(await create_tool(conn, DEFAULT_ORG_ID, source_code=source)).id for source in task.tools]
+            tool_ids = [
+                (await create_tool(conn, DEFAULT_ORG_ID, now=datetime.now(UTC), source_code=source)).id
+                for source in task.tools
+            ]
             specs.append(
                 AgentSpec(
                     name=f"task-{index}",
@@ -133,7 +137,7 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
                     tool_rules=task.rules,
                 )
             )
-        agent_ids = [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs)]
+        agent_ids = [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))]
     requests = [
         BatchRunRequest(agent_id=agent_id, messages=(UserInput(text=task.ask),))
         for agent_id, task in zip(agent_ids, TASKS, strict=True)
@@ -141,7 +145,9 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
     async with running_parts(settings, engine) as parts:
         worker = worker_of(parts)
         async with engine.begin() as conn:
-            run = await queue_batch_run(conn, DEFAULT_ORG_ID, requests, callback_url=None, default_max_steps=10)
+            run = await queue_batch_run(
+                conn, DEFAULT_ORG_ID, requests, now=datetime.now(UTC), callback_url=None, default_max_steps=10
+            )
         await worker.start_queued_runs()
         for _ in range(50):
             async with engine.connect() as conn:

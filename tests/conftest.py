@@ -148,8 +148,9 @@ def settings(tmp_path: Path, db_url: str) -> Settings:
 
 @pytest.fixture
 def clock() -> ManualClock:
-    """The app's clock: the machine's until the test advances it (to let a lease, a backoff or a
-    poll interval pass at once)."""
+    """The app's clock: from a fixed time years away from the machine's (so that a row stamped by
+    the machine's clock stands out), running on until the test advances it (to let a lease, a
+    backoff or a poll interval pass at once)."""
     return ManualClock()
 
 

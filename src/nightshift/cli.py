@@ -247,6 +247,7 @@ def keys_create(
     ] = False,
 ) -> None:
     """Create an API key. It is printed once; only its hash and prefix are stored."""
+    from nightshift.clock import SYSTEM_CLOCK
     from nightshift.services.keys import create_key
     from nightshift.store.db import opened, upgrade
     from nightshift.store.orgs import ensure_default_org, get_or_create_org
@@ -257,9 +258,10 @@ def keys_create(
         async with opened(settings.resolved_database_url) as engine:
             await upgrade(engine)
             async with engine.begin() as conn:
-                await ensure_default_org(conn)
-                organization = await get_or_create_org(conn, org)
-                return await create_key(conn, organization.id, name, is_admin=admin)
+                now = SYSTEM_CLOCK.now()
+                await ensure_default_org(conn, now)
+                organization = await get_or_create_org(conn, org, now)
+                return await create_key(conn, organization.id, name, now=now, is_admin=admin)
 
     key, secret = _run(run())
     console.print(f"organization [bold]{escape(org)}[/] ({key.organization_id})", highlight=False)
@@ -305,6 +307,7 @@ def keys_list(
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (user-..., see keys list)")]) -> None:
     """Revoke an API key: every server refuses it from its next request on. Revoking twice is harmless."""
+    from nightshift.clock import SYSTEM_CLOCK
     from nightshift.services.keys import revoke_key
     from nightshift.store.db import opened, upgrade
 
@@ -314,7 +317,7 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (user-.
         async with opened(settings.resolved_database_url) as engine:
             await upgrade(engine)
             async with engine.begin() as conn:
-                return await revoke_key(conn, key_id)
+                return await revoke_key(conn, key_id, now=SYSTEM_CLOCK.now())
 
     try:
         key, revoked = _run(run())

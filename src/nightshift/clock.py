@@ -1,9 +1,10 @@
 """The time the server decides by: one ``Clock`` handed to whatever lets time decide something.
 
-Leases expire, batches fall due, failed stages and callbacks wait their backoff, and the worker
-stamps runs and items: each of those reads the time from the clock it was given, never from the
-system directly, so a test sets the time (``tests/support/clock.py``) and drives the worker pass
-by pass instead of sleeping until something falls due.
+Leases expire, batches fall due, failed stages and callbacks wait their backoff, and every row
+the server writes is stamped (by a request, with the time it read once from the clock, or by
+the worker): each of those reads the time from the clock it was given, never from the system
+directly, so a test sets the time (``tests/support/clock.py``) and drives the worker pass by
+pass instead of sleeping until something falls due. The store takes the time as an argument.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anthropic
@@ -61,7 +62,7 @@ async def _agents(db_url: str) -> list[str]:
     async with opened(db_url) as engine:
         await upgrade(engine)
         async with engine.begin() as conn:
-            await ensure_default_org(conn)
+            await ensure_default_org(conn, datetime.now(UTC))
             specs = [
                 AgentSpec(
                     name=f"chaos-{i}",
@@ -70,7 +71,7 @@ async def _agents(db_url: str) -> list[str]:
                 )
                 for i in range(AGENTS)
             ]
-            return [agent.id for agent in await create_agents(conn, DEFAULT_ORG_ID, specs)]
+            return [agent.id for agent in await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))]
 
 
 async def _creates(emulator: str) -> int:

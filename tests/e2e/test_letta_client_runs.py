@@ -38,6 +38,8 @@ from support.runs import LOOKUP_TOOL
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 ASK = "Please use lookup_order for A-17"
 
+# The tool runs in the server's sandbox, a real process: its sleep keeps a run stepping while the
+# test cancels it or stops the server (no clock of the server's can).
 PAUSE_TOOL = '''
 import time
 
@@ -91,7 +93,7 @@ def _wait_ended(letta: Letta, run_id: str) -> Any:
     deadline = time.monotonic() + 30
     while (run := letta.runs.retrieve(run_id)).status in ("created", "running"):
         assert time.monotonic() < deadline, run
-        time.sleep(0.05)
+        time.sleep(0.05)  # waits for the server (another thread) to step the run, not for time to pass
     return run
 
 
@@ -247,7 +249,7 @@ def test_async_send_runs_in_the_background_and_calls_back(letta: Letta) -> None:
         deadline = time.monotonic() + 30
         while not receiver.received or letta.runs.retrieve(run.id).callback_status_code is None:
             assert time.monotonic() < deadline, "no callback"
-            time.sleep(0.05)
+            time.sleep(0.05)  # waits for the server's background task to POST and record the callback
     finally:
         receiver.close()
     (body,) = receiver.received
@@ -298,7 +300,7 @@ def test_cancel_stops_a_background_run(letta: Letta, emulator: str) -> None:
             break
         except letta_client.ConflictError:
             assert time.monotonic() < deadline, "the cancelled run never let go of the agent"
-            time.sleep(0.1)
+            time.sleep(0.1)  # waits for the run's sandbox call (a real process) to end and the run to stop
     assert [m.message_type for m in answer.messages][-2] == "assistant_message"
     assert len(list(islice(letta.runs.steps.list(run.id), 10))) <= 1
     assert letta.runs.retrieve(run.id).status == "cancelled"

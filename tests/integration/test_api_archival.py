@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from nightshift.store.keys import create_key
 from nightshift.store.orgs import get_or_create_org
 from support.api import json_list, json_object
+from support.clock import ManualClock
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 # Every field of letta-client 1.7.0's Passage, and agent_id (Letta's older passages named it).
@@ -42,8 +43,8 @@ async def other_org(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """A client of another organization (its own API key); ``client`` is the default organization's."""
     key = "ns-other-" + secrets.token_urlsafe(24)
     async with app.state.nightshift.engine.begin() as conn:
-        org = await get_or_create_org(conn, "other")
-        await create_key(conn, org.id, "otto", key)
+        org = await get_or_create_org(conn, "other", datetime.now(UTC))
+        await create_key(conn, org.id, "otto", key, now=datetime.now(UTC))
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),
         base_url="http://nightshift.test",
@@ -78,9 +79,9 @@ async def found(client: httpx.AsyncClient, agent_id: str, params: Any) -> list[s
     return [r["content"] for r in answer["results"]]
 
 
-async def test_a_passage_is_saved_and_listed_in_lettas_shape(client: httpx.AsyncClient) -> None:
+async def test_a_passage_is_saved_and_listed_in_lettas_shape(client: httpx.AsyncClient, clock: ManualClock) -> None:
     agent_id = await new_agent(client)
-    before = datetime.now(UTC)
+    before = clock.now()  # the server's time, not the machine's
     passage = await insert(client, agent_id, "The user's cat is called Miso.", tags=["pets", "cats", "pets"])
     assert set(passage) == PASSAGE_FIELDS
     assert passage["id"].startswith("passage-")
@@ -89,7 +90,7 @@ async def test_a_passage_is_saved_and_listed_in_lettas_shape(client: httpx.Async
     assert (passage["embedding"], passage["embedding_config"], passage["archive_id"]) == (None, None, None)
     assert passage["metadata"] == {} and passage["is_deleted"] is False
     created = datetime.fromisoformat(passage["created_at"])
-    assert before <= created <= datetime.now(UTC)
+    assert before <= created <= clock.now()
     assert passage["updated_at"] == passage["created_at"]
 
     page = json_list(await client.get(f"/v1/agents/{agent_id}/archival-memory"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,10 @@ async def _add_keys(db_url: str) -> dict[str, str]:
     """Two organizations with one API key each; returns their organization ids by key."""
     async with opened(db_url) as engine:
         async with engine.begin() as conn:
-            acme = await get_or_create_org(conn, "acme")
-            await create_key(conn, acme.id, "alice", KEY_A)
-            bolt = await get_or_create_org(conn, "bolt")
-            await create_key(conn, bolt.id, "bob", KEY_B)
+            acme = await get_or_create_org(conn, "acme", datetime.now(UTC))
+            await create_key(conn, acme.id, "alice", KEY_A, now=datetime.now(UTC))
+            bolt = await get_or_create_org(conn, "bolt", datetime.now(UTC))
+            await create_key(conn, bolt.id, "bob", KEY_B, now=datetime.now(UTC))
     return {KEY_A: acme.id, KEY_B: bolt.id}
 
 

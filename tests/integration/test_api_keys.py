@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -57,12 +57,12 @@ def _settings(tmp_path: Path, db_url: str, *, password: str | None = PASSWORD) -
 async def ids(db_url: str) -> dict[str, str]:
     """acme with an admin key and a plain key, bolt with an admin key: their ids by secret."""
     async with opened(db_url) as engine, engine.begin() as conn:
-        acme = await get_or_create_org(conn, "acme")
-        bolt = await get_or_create_org(conn, "bolt")
+        acme = await get_or_create_org(conn, "acme", datetime.now(UTC))
+        bolt = await get_or_create_org(conn, "bolt", datetime.now(UTC))
         keys = {
-            ACME_ADMIN: await create_key(conn, acme.id, "acme-ops", ACME_ADMIN, is_admin=True),
-            ACME_USER: await create_key(conn, acme.id, "acme-ci", ACME_USER),
-            BOLT_ADMIN: await create_key(conn, bolt.id, "bolt-ops", BOLT_ADMIN, is_admin=True),
+            ACME_ADMIN: await create_key(conn, acme.id, "acme-ops", ACME_ADMIN, now=datetime.now(UTC), is_admin=True),
+            ACME_USER: await create_key(conn, acme.id, "acme-ci", ACME_USER, now=datetime.now(UTC)),
+            BOLT_ADMIN: await create_key(conn, bolt.id, "bolt-ops", BOLT_ADMIN, now=datetime.now(UTC), is_admin=True),
         }
     return {secret: key.id for secret, key in keys.items()} | {"acme": acme.id, "bolt": bolt.id}
 

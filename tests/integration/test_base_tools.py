@@ -29,7 +29,7 @@ CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
 @pytest.fixture
 async def conn(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     async with engine.begin() as connection:
-        await ensure_default_org(connection)
+        await ensure_default_org(connection, datetime.now(UTC))
         yield connection
 
 
@@ -43,12 +43,14 @@ async def agent(conn: AsyncConnection) -> Agent:
             NewBlock(label="persona", value="Archivist.", read_only=True),
         ],
     )
-    (created,) = await create_agents(conn, DEFAULT_ORG_ID, [spec])
+    (created,) = await create_agents(conn, DEFAULT_ORG_ID, [spec], now=datetime.now(UTC))
     return created
 
 
 def context(agent: Agent, conn: AsyncConnection) -> AgentContext:
-    return AgentContext(agent_id=agent.id, blocks={b.label: b for b in agent.blocks}, search=StoreSearch(conn))
+    return AgentContext(
+        agent_id=agent.id, blocks={b.label: b for b in agent.blocks}, search=StoreSearch(conn), now=datetime.now(UTC)
+    )
 
 
 async def test_memory_edits_change_the_working_copy(agent: Agent, conn: AsyncConnection) -> None:

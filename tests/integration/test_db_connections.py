@@ -114,6 +114,8 @@ async def test_pool_keeps_its_connections_and_makes_the_rest_wait(db_url: str) -
     async def held_for_a_while() -> int:
         async with engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
+            # Holds the connection while the other tasks ask the pool for theirs: what is measured is
+            # the pool's real wait, which no clock of the server's decides.
             await asyncio.sleep(0.05)
             return id((await conn.get_raw_connection()).dbapi_connection)
 

@@ -68,8 +68,10 @@ def conversation(agent_id: str, count: int) -> list[Message]:
 
 async def agent_id(engine: AsyncEngine) -> str:
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
-        (agent,) = await create_agents(conn, DEFAULT_ORG_ID, [AgentSpec(name="copied", llm_config=CONFIG)])
+        await ensure_default_org(conn, datetime.now(UTC))
+        (agent,) = await create_agents(
+            conn, DEFAULT_ORG_ID, [AgentSpec(name="copied", llm_config=CONFIG)], now=datetime.now(UTC)
+        )
     return agent.id
 
 

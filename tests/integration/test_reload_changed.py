@@ -24,19 +24,21 @@ CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
 
 async def test_only_the_agents_changed_since_the_read_are_read_again(engine: AsyncEngine) -> None:
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
+        await ensure_default_org(conn, datetime.now(UTC))
         specs = [
             AgentSpec(name=name, llm_config=CONFIG, memory_blocks=[NewBlock(label="human", value="nothing yet")])
             for name in ("renamed", "block-edited", "deleted", "window-moved", "untouched")
         ]
-        created = await create_agents(conn, DEFAULT_ORG_ID, specs)
+        created = await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))
         loaded = await agent_store.load_agents(conn, DEFAULT_ORG_ID, [a.id for a in created])
     renamed, edited, deleted, moved, untouched = (loaded[a.id] for a in created)
 
     async with engine.begin() as conn:
-        await update_agent(conn, DEFAULT_ORG_ID, renamed.id, AgentChanges(name="renamed-meanwhile"))
-        await update_block(conn, edited.blocks[0], BlockChanges(value="likes tea"))
-        await delete_agent(conn, DEFAULT_ORG_ID, deleted.id)
+        await update_agent(
+            conn, DEFAULT_ORG_ID, renamed.id, AgentChanges(name="renamed-meanwhile"), now=datetime.now(UTC)
+        )
+        await update_block(conn, edited.blocks[0], BlockChanges(value="likes tea"), now=datetime.now(UTC))
+        await delete_agent(conn, DEFAULT_ORG_ID, deleted.id, now=datetime.now(UTC))
         window = (*moved.message_ids, moved.message_ids[0])
         await agent_store.set_windows(conn, [replace(moved, message_ids=window)], datetime.now(UTC))
 
@@ -57,16 +59,17 @@ async def test_a_written_step_holds_its_agents_as_stored(engine: AsyncEngine) ->
     """What ``write_step`` hands to the submission is what the database holds, so the submission
     reads again only the agents changed since (here, one whose block was edited meanwhile)."""
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
+        await ensure_default_org(conn, datetime.now(UTC))
         specs = [
             AgentSpec(name=name, llm_config=CONFIG, memory_blocks=[NewBlock(label="human", value="nothing yet")])
             for name in ("kept", "edited")
         ]
-        created = await create_agents(conn, DEFAULT_ORG_ID, specs)
+        created = await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))
         run = await queue_batch_run(
             conn,
             DEFAULT_ORG_ID,
             [BatchRunRequest(agent_id=a.id, messages=(UserInput(text="hello"),)) for a in created],
+            now=datetime.now(UTC),
             callback_url=None,
             default_max_steps=5,
         )
@@ -78,7 +81,7 @@ async def test_a_written_step_holds_its_agents_as_stored(engine: AsyncEngine) ->
     assert len(kept.message_ids) == len(loaded[kept.id].message_ids) + 1  # the heartbeat
 
     async with engine.begin() as conn:
-        await update_block(conn, edited.blocks[0], BlockChanges(value="likes tea"))
+        await update_block(conn, edited.blocks[0], BlockChanges(value="likes tea"), now=datetime.now(UTC))
     async with engine.connect() as conn:
         current = await agent_store.reload_changed(conn, DEFAULT_ORG_ID, written.agents)
         stored = await agent_store.load_agents(conn, DEFAULT_ORG_ID, [a.id for a in created])

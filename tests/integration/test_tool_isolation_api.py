@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -180,8 +181,20 @@ async def app(
     async with application.router.lifespan_context(application):
         async with opened(sqlite_url) as engine:
             async with engine.begin() as conn:
-                await create_key(conn, (await get_or_create_org(conn, "acme")).id, "alice", KEY_A)
-                await create_key(conn, (await get_or_create_org(conn, "bolt")).id, "bob", KEY_B)
+                await create_key(
+                    conn,
+                    (await get_or_create_org(conn, "acme", datetime.now(UTC))).id,
+                    "alice",
+                    KEY_A,
+                    now=datetime.now(UTC),
+                )
+                await create_key(
+                    conn,
+                    (await get_or_create_org(conn, "bolt", datetime.now(UTC))).id,
+                    "bob",
+                    KEY_B,
+                    now=datetime.now(UTC),
+                )
         yield application
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, datetime
 
 from nightshift.store.db import opened
 from nightshift.store.keys import create_key
@@ -17,6 +18,6 @@ async def new_organization_key(db_url: str) -> str:
     """The secret of an admin key of a new organization (a unique name) in the database at ``db_url``."""
     secret = "ns-" + secrets.token_urlsafe(32)
     async with opened(db_url) as engine, engine.begin() as conn:
-        org = await get_or_create_org(conn, f"test-{secrets.token_hex(6)}")
-        await create_key(conn, org.id, "test-admin", secret, is_admin=True)
+        org = await get_or_create_org(conn, f"test-{secrets.token_hex(6)}", datetime.now(UTC))
+        await create_key(conn, org.id, "test-admin", secret, now=datetime.now(UTC), is_admin=True)
     return secret

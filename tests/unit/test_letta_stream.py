@@ -11,6 +11,7 @@ import pytest
 from nightshift.api.letta_messages import to_letta_messages
 from nightshift.api.letta_stream import LettaStream, arguments_so_far, sse_events
 from nightshift.api.partial_json import partial_object
+from nightshift.clock import SYSTEM_CLOCK
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError, ProviderErrorKind
@@ -80,7 +81,7 @@ def joined(chunks: list[dict[str, Any]], message_type: str, key: str) -> str:
 async def test_tool_call_pieces_join_to_the_stored_message(size: int) -> None:
     text = json.dumps(ARGUMENTS)
     split = split_agent_arguments(text)
-    stream = LettaStream("a", tokens=True)
+    stream = LettaStream("a", tokens=True, clock=SYSTEM_CLOCK)
     await stream.delta("m-answer", ToolCallDelta(index=0, id="toolu_1", name="lookup_order"))
     for start in range(0, len(text), size):
         await stream.delta("m-answer", ToolCallDelta(index=0, arguments=text[start : start + size]))
@@ -103,7 +104,7 @@ async def test_tool_call_pieces_join_to_the_stored_message(size: int) -> None:
 
 async def test_send_message_pieces_are_the_assistant_message() -> None:
     text = json.dumps({"inner_thoughts": "Answer.", "message": "Your order shipped.", "request_heartbeat": False})
-    stream = LettaStream("a", tokens=True)
+    stream = LettaStream("a", tokens=True, clock=SYSTEM_CLOCK)
     await stream.delta("m-answer", ToolCallDelta(index=0, id="toolu_2", name="send_message"))
     for start in range(0, len(text), 4):
         await stream.delta("m-answer", ToolCallDelta(index=0, arguments=text[start : start + 4]))
@@ -118,7 +119,7 @@ async def test_send_message_pieces_are_the_assistant_message() -> None:
 
 
 async def test_text_pieces_and_unstreamed_calls() -> None:
-    stream = LettaStream("a", tokens=True)
+    stream = LettaStream("a", tokens=True, clock=SYSTEM_CLOCK)
     await stream.delta("m-answer", TextDelta(text="Hel"))
     await stream.delta("m-answer", TextDelta(text="lo"))
     # A call the pieces never showed comes whole once stored.
@@ -131,7 +132,7 @@ async def test_text_pieces_and_unstreamed_calls() -> None:
 
 
 async def test_without_tokens_every_message_goes_whole() -> None:
-    stream = LettaStream("a", tokens=False)
+    stream = LettaStream("a", tokens=False, clock=SYSTEM_CLOCK)
     message = assistant(ToolCall(id="c1", name="roll", arguments="{}"), reasoning="Roll.")
     await stream.messages([message])
 
@@ -143,7 +144,7 @@ async def collect(events: Any) -> list[str]:
 
 
 async def test_events_ping_while_the_run_is_quiet_then_end() -> None:
-    stream = LettaStream("a", tokens=False)
+    stream = LettaStream("a", tokens=False, clock=SYSTEM_CLOCK)
     go_on = asyncio.Event()
 
     async def run() -> SyncResult:
@@ -187,7 +188,7 @@ async def test_events_after_an_error(error: Exception, stop: str, kind: str, tex
         raise error
 
     task = asyncio.create_task(run())
-    events = await collect(sse_events(LettaStream("a", tokens=False), task, None, ping_every=None))
+    events = await collect(sse_events(LettaStream("a", tokens=False, clock=SYSTEM_CLOCK), task, None, ping_every=None))
 
     assert json.loads(events[0].removeprefix("data: ")) == {"message_type": "stop_reason", "stop_reason": stop}
     name, data = events[1].split("\n", 1)
@@ -201,7 +202,7 @@ async def test_events_after_an_error(error: Exception, stop: str, kind: str, tex
 async def test_several_calls_of_one_answer() -> None:
     first = json.dumps({"inner_thoughts": "Both.", "order_id": "A", "request_heartbeat": True})
     second = json.dumps({"inner_thoughts": "Then B.", "order_id": "B", "request_heartbeat": True})
-    stream = LettaStream("a", tokens=True)
+    stream = LettaStream("a", tokens=True, clock=SYSTEM_CLOCK)
     await stream.delta("m-answer", ToolCallDelta(index=0, id="c1", name="lookup_order"))
     await stream.delta("m-answer", ToolCallDelta(index=1, id="c2", name="lookup_order"))
     for start in range(0, max(len(first), len(second)), 5):  # the two calls' pieces interleaved

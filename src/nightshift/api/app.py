@@ -77,7 +77,8 @@ def create_app(
     then every lease of this process is given back so that another process takes over at once (a
     child poller gets SIGTERM and does the same with its own).
 
-    ``clock``: the time this process's batch work goes by (a test's, to let time pass at once);
+    ``clock``: the time this process stamps what it writes with and decides by, in requests and
+    in batch work alike (a test's, to let time pass at once);
     ``providers`` replaces the real provider of some names (a scripted one, in tests).
     """
 
@@ -89,8 +90,8 @@ def create_app(
         try:
             await upgrade(engine)
             async with engine.begin() as conn:
-                await ensure_default_org(conn)
-                await fail_stopped_runs(conn)
+                await ensure_default_org(conn, clock.now())
+                await fail_stopped_runs(conn, clock.now())
             async with running_parts(settings, engine, clock=clock, providers=providers) as parts:
                 worker = worker_of(parts)
                 callbacks = CallbackRules.of(settings)
@@ -98,6 +99,7 @@ def create_app(
                     engine=engine,
                     providers=parts.providers,
                     sandbox=parts.sandbox,
+                    clock=clock,
                     summary_model=settings.summary_model,
                 )
                 key_usage = KeyUsage(engine, clock=clock)

@@ -6,6 +6,7 @@ import asyncio
 import hmac
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -60,6 +61,18 @@ async def app_state(request: Request) -> AppState:
 
 
 State = Annotated[AppState, Depends(app_state)]
+
+
+async def request_time(state: State) -> datetime:
+    """The time of the request, from the process's clock: what the rows it writes are stamped with.
+
+    Read once per request, so that everything one request writes carries the same time, and from
+    the clock the server was built with, so that a test that sets the time sees it on the rows.
+    """
+    return state.clock.now()
+
+
+Now = Annotated[datetime, Depends(request_time)]
 
 
 async def connection(state: State) -> AsyncIterator[AsyncConnection]:

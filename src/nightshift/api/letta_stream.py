@@ -20,7 +20,6 @@ import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from fastapi.responses import StreamingResponse
@@ -29,6 +28,7 @@ from nightshift.api.deps import AppState
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import DEFAULT_VIEW, SEND_MESSAGE, LettaView, to_letta_messages, usage_statistics
 from nightshift.api.partial_json import partial_object
+from nightshift.clock import Clock
 from nightshift.domain.messages import Message, Role
 from nightshift.errors import NightshiftError, ProviderError
 from nightshift.providers.agent_arguments import INNER_THOUGHTS, REQUEST_HEARTBEAT
@@ -83,7 +83,7 @@ async def streamed_run(
     Raises:
         NightshiftError: the run was refused before it wrote anything (as ``send_now`` raises).
     """
-    listener = LettaStream(send.agent_id, tokens=options.stream_tokens, view=view)
+    listener = LettaStream(send.agent_id, tokens=options.stream_tokens, clock=state.clock, view=view)
 
     async def stepped() -> SyncResult:
         _, result = await send_now(state.stepping, org, send, listener=listener)
@@ -140,8 +140,9 @@ class LettaStream:
         tokens: Whether the answers stream in pieces (Letta's ``stream_tokens``).
     """
 
-    def __init__(self, agent_id: str, *, tokens: bool, view: LettaView = DEFAULT_VIEW) -> None:
+    def __init__(self, agent_id: str, *, tokens: bool, clock: Clock, view: LettaView = DEFAULT_VIEW) -> None:
         self._agent_id = agent_id
+        self._clock = clock  # each chunk's date
         self._tokens = tokens
         self._view = view
         self._answers: dict[str, _Answer] = {}
@@ -172,7 +173,7 @@ class LettaStream:
     def _chunk(self, message_id: str, message_type: str, **fields: Any) -> Chunk:
         return {
             "id": message_id,
-            "date": datetime.now(UTC).isoformat(),
+            "date": self._clock.now().isoformat(),
             "message_type": message_type,
             "name": None,
             "agent_id": self._agent_id,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -116,6 +116,7 @@ async def queue_batch_run(
     org_id: str,
     requests: Sequence[BatchRunRequest],
     *,
+    now: datetime,
     callback_url: str | None,
     default_max_steps: int,
     metadata: dict[str, Any] | None = None,
@@ -136,8 +137,7 @@ async def queue_batch_run(
         Conflict: an agent that is already in an open step (or a queued run) of another run, or in
             a synchronous step.
     """
-    await _check_requests(conn, org_id, requests)
-    now = datetime.now(UTC)
+    await _check_requests(conn, org_id, requests, now)
     run = BatchRun(
         id=new_id("batch"),
         organization_id=org_id,
@@ -155,7 +155,9 @@ async def queue_batch_run(
     return run
 
 
-async def _check_requests(conn: AsyncConnection, org_id: str, requests: Sequence[BatchRunRequest]) -> None:
+async def _check_requests(
+    conn: AsyncConnection, org_id: str, requests: Sequence[BatchRunRequest], now: datetime
+) -> None:
     """``queue_batch_run``'s checks; the agents' rows stay locked (PostgreSQL) until the run is written."""
     if not requests:
         raise InvalidInput("requests must hold at least one request", field="requests")
@@ -176,7 +178,7 @@ async def _check_requests(conn: AsyncConnection, org_id: str, requests: Sequence
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     await agent_store.lock_agents(conn, ids)
     busy = await item_store.agents_in_open_steps(conn, ids)
-    busy |= await agent_store.agents_stepping(conn, ids, datetime.now(UTC))
+    busy |= await agent_store.agents_stepping(conn, ids, now)
     if busy:
         raise Conflict(
             f"agents already stepping (in an open step of another run, or synchronously): "
@@ -347,9 +349,9 @@ def _estimated_bytes(entry: StepEntry, state: StepState, inputs: StepInputs) -> 
 
 
 async def cancel_batch_run(
-    conn: AsyncConnection, org_id: str, run_id: str, *, lease: tuple[str, datetime] | None = None
+    conn: AsyncConnection, org_id: str, run_id: str, now: datetime, *, lease: tuple[str, datetime] | None = None
 ) -> BatchRun:
-    """Cancel a run: no further steps; its open provider batches are cancelled at the provider.
+    """Cancel a run at ``now``: no further steps; its open provider batches are cancelled at the provider.
 
     Results already applied stay applied. A provider batch still open when the run is cancelled
     is never applied, even if its results have already arrived: its agents get no messages from
@@ -362,7 +364,6 @@ async def cancel_batch_run(
     run = await batch_run_store.get_run(conn, org_id, run_id)
     if run is None:
         raise NotFound(f"batch run {run_id} not found")
-    now = datetime.now(UTC)
     moved = await batch_run_store.set_run_status(
         conn, run_id, BatchRunStatus.CANCELLED, now, only_from=(BatchRunStatus.CREATED, BatchRunStatus.RUNNING)
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -42,9 +42,18 @@ class ToolRun:
 
 
 async def run_agent_tool(
-    engine: AsyncEngine, sandbox: Sandbox, org_id: str, agent_id: str, tool_name: str, arguments: dict[str, Any]
+    engine: AsyncEngine,
+    sandbox: Sandbox,
+    org_id: str,
+    agent_id: str,
+    tool_name: str,
+    arguments: dict[str, Any],
+    *,
+    now: datetime,
 ) -> ToolRun:
     """Run ``tool_name`` of the agent with ``arguments``; a failing tool is a result, not an exception.
+
+    ``now`` stamps what a base tool writes (its block edits, its passages).
 
     Raises:
         NotFound: no such agent, or the agent has no tool of that name.
@@ -74,7 +83,9 @@ async def run_agent_tool(
             return ToolRun(ok=False, value=error, error=error, stdout=result.stdout, stderr=result.stderr)
         return ToolRun(ok=True, value=result.value, stdout=result.stdout, stderr=result.stderr)
     async with engine.begin() as conn:
-        context = AgentContext(agent_id=agent.id, blocks={b.label: b for b in agent.blocks}, search=StoreSearch(conn))
+        context = AgentContext(
+            agent_id=agent.id, blocks={b.label: b for b in agent.blocks}, search=StoreSearch(conn), now=now
+        )
         try:
             output = await run_base_tool(tool.name, context, arguments)
         except ToolError as exc:
@@ -87,7 +98,6 @@ async def run_agent_tool(
             if await item_store.agents_in_open_steps(conn, [agent.id]):
                 raise Conflict(f"agent {agent.id} is in an open step of a batch run; wait for it or cancel the run")
             await block_store.update_blocks(conn, [context.blocks[label] for label in sorted(context.changed_labels)])
-            now = datetime.now(UTC)
             await passage_store.insert_passages(
                 conn,
                 [

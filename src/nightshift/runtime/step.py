@@ -224,7 +224,7 @@ async def take_turns(
         sandbox_calls: list[SandboxCall] = []
         queued: list[tuple[_Pending, _Call]] = []
         for item in waiting:
-            await _advance(item, sandbox_calls, queued, edited, search)
+            await _advance(item, sandbox_calls, queued, edited, search, now)
         if sandbox_calls:
             results = await sandbox.run_many(sandbox_calls)
             for _, entry in queued:
@@ -248,6 +248,7 @@ async def _advance(
     queued: list[tuple[_Pending, _Call]],
     edited: dict[str, Block],
     search: MemorySearch,
+    now: datetime,
 ) -> None:
     """Check and run the agent's next calls: base tools until a custom one, custom ones until another kind."""
     turn = item.turn
@@ -283,7 +284,9 @@ async def _advance(
             continue
         # Keyed by the label as this step's edits left it (the memory tool may rename a block).
         current = (edited.get(b.id, b) for b in turn.agent.blocks)
-        entry.context = AgentContext(agent_id=turn.agent.id, blocks={b.label: b for b in current}, search=search)
+        entry.context = AgentContext(
+            agent_id=turn.agent.id, blocks={b.label: b for b in current}, search=search, now=now
+        )
         try:
             entry.output = await run_base_tool(call.name, entry.context, arguments)
         except ToolError as exc:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRunStep
 from nightshift.domain.agents import Agent
 from nightshift.domain.batches import StepState
@@ -92,6 +93,7 @@ async def step_agent(
     *,
     max_steps: int,
     run_id: str,
+    clock: Clock,
     listener: SyncListener | None = None,
     summary_model: str | None = None,
 ) -> SyncResult:
@@ -114,7 +116,7 @@ async def step_agent(
     if not any(i.text.strip() or i.images for i in inputs):
         raise InvalidInput("give at least one message with text", field="messages")
     out = SyncResult()
-    now = datetime.now(UTC)
+    now = clock.now()
     step_id = new_id("step")
     async with engine.begin() as conn:
         found = await agent_store.load_agents(conn, org_id, [agent_id])
@@ -152,7 +154,9 @@ async def step_agent(
         plan = step_inputs.summaries.get(agent.id)
         while True:
             while plan is not None:  # the window is summarized before the request that would overflow it
-                agent, plan = await _summarize(engine, providers, agent, plan, out, run_id=run_id, step_id=step_id)
+                agent, plan = await _summarize(
+                    engine, providers, agent, plan, out, run_id=run_id, step_id=step_id, clock=clock
+                )
             async with engine.connect() as conn:
                 if out.steps and await agent_run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
@@ -173,10 +177,10 @@ async def step_agent(
                     [Turn(agent=agent, state=state, response=response, message_id=message_id)],
                     search=StoreSearch(conn),
                     sandbox=sandbox,
-                    now=datetime.now(UTC),
+                    now=clock.now(),
                 )
             result = replace(result, messages=tuple(_tie(m, run_id, step_id) for m in result.messages))
-            now = datetime.now(UTC)
+            now = clock.now()
             step = AgentRunStep(
                 id=step_id,
                 model=agent.llm_config.model,
@@ -235,6 +239,7 @@ async def _summarize(
     *,
     run_id: str,
     step_id: str,
+    clock: Clock,
 ) -> tuple[Agent, SummaryPlan | None]:
     """Summarize what ``plan`` evicts through the normal API and put the summary in the window.
 
@@ -244,7 +249,7 @@ async def _summarize(
         requests, _ = await build_requests(conn, [agent], {agent.id: StepState(summary=plan)})
     response = await providers.get(plan.model.partition("/")[0]).complete(requests[agent.id])
     out.usage += response.usage
-    now = datetime.now(UTC)
+    now = clock.now()
     summary = Summary(agent_id=agent.id, plan=plan, text=response.text or "", run_id=run_id, step_id=step_id)
     async with engine.begin() as conn:
         fresh = await agent_store.load_agents(conn, agent.organization_id, [agent.id])

@@ -157,7 +157,7 @@ async def _import_tools(
             f"nightshift's built-in tools are {', '.join(BASE_TOOLS)}. Remove them (and the rules naming them) "
             "from the file, or give them as custom tools with their source"
         )
-    base = await ensure_base_tools(conn, org_id) if any(t.name in BASE_TOOLS for t in document.tools) else {}
+    base = await ensure_base_tools(conn, org_id, now=now) if any(t.name in BASE_TOOLS for t in document.tools) else {}
     custom = [t for t in document.tools if t.name not in BASE_TOOLS]
     existing = {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, [t.name for t in custom])}
     mapping = {t.id: base[t.name] for t in document.tools if t.name in base}
@@ -361,17 +361,18 @@ def _build(
     return _Imported(blocks=list(blocks.values()), agents=agents, messages=messages)
 
 
-async def import_agent_file(conn: AsyncConnection, org_id: str, raw: bytes, options: ImportOptions) -> list[Agent]:
-    """Create the agents of an Agent File, with their blocks, tools and messages.
+async def import_agent_file(
+    conn: AsyncConnection, org_id: str, raw: bytes, options: ImportOptions, *, now: datetime
+) -> list[Agent]:
+    """Create the agents of an Agent File, with their blocks, tools and messages, made at ``now``.
 
     Raises:
         InvalidInput: what is wrong with the file (or what nightshift cannot import of it);
             nothing is written then, as the caller's transaction is rolled back.
     """
     document = await asyncio.to_thread(parse_agent_file, raw)
-    now = datetime.now(UTC)
     tools = await _import_tools(conn, org_id, document, options=options, now=now)
-    base = await ensure_base_tools(conn, org_id) if any(a.include_base_tools for a in document.agents) else {}
+    base = await ensure_base_tools(conn, org_id, now=now) if any(a.include_base_tools for a in document.agents) else {}
     built = await asyncio.to_thread(_build, org_id, document, options, tools=tools, base=base, now=now)
     try:
         await block_store.insert_blocks(conn, built.blocks)
@@ -402,12 +403,12 @@ async def _all_messages(conn: AsyncConnection, agent_id: str) -> list[Message]:
         after = page[-1].id
 
 
-async def export_agent_file(conn: AsyncConnection, org_id: str, agent_id: str) -> dict[str, Any]:
-    """The agent as an Agent File document (JSON-ready), with every message it has.
+async def export_agent_file(conn: AsyncConnection, org_id: str, agent_id: str, *, now: datetime) -> dict[str, Any]:
+    """The agent as an Agent File document (JSON-ready) made at ``now``, with every message it has.
 
     Raises:
         NotFound: no such agent in this organization.
     """
     agent = await get_agent(conn, org_id, agent_id)
     messages = await _all_messages(conn, agent.id)
-    return agent_file_document([agent], {agent.id: messages}, created_at=datetime.now(UTC))
+    return agent_file_document([agent], {agent.id: messages}, created_at=now)

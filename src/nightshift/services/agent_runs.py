@@ -15,13 +15,14 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.callbacks import CallbackRules, check_callback_url, post_callback
+from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.messages import Message, UserInput
 from nightshift.domain.usage import Usage
@@ -70,6 +71,7 @@ class Stepping:
     engine: AsyncEngine
     providers: ProviderSet
     sandbox: Sandbox
+    clock: Clock  # what runs, steps and messages are stamped with
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
 
@@ -80,6 +82,7 @@ class BackgroundRuns:
     def __init__(self, stepping: Stepping, callbacks: CallbackRules) -> None:
         self.stepping = stepping
         self.engine = stepping.engine
+        self.clock = stepping.clock
         self.callbacks = callbacks
         self._tasks: dict[asyncio.Task[None], AgentRun] = {}
 
@@ -96,7 +99,7 @@ class BackgroundRuns:
         for task in runs:
             task.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
-        now = datetime.now(UTC)
+        now = self.clock.now()
         async with self.engine.begin() as conn:
             for run in runs.values():
                 current = await agent_run_store.get_run(conn, run.organization_id, run.id)
@@ -109,9 +112,9 @@ class BackgroundRuns:
                     await agent_store.release_sync_step(conn, run.agent_id)
 
 
-async def fail_stopped_runs(conn: AsyncConnection) -> int:
-    """At startup: fail the open runs that no process steps any more (their process stopped)."""
-    return await agent_run_store.fail_interrupted(conn, datetime.now(UTC))
+async def fail_stopped_runs(conn: AsyncConnection, now: datetime) -> int:
+    """At startup: fail the open runs that no process steps any more (their process stopped), ended at ``now``."""
+    return await agent_run_store.fail_interrupted(conn, now)
 
 
 def letta_stop_reason(result: SyncResult) -> str:
@@ -121,8 +124,7 @@ def letta_stop_reason(result: SyncResult) -> str:
     return LETTA_STOP_REASONS.get(result.stop, "end_turn")
 
 
-async def _new_run(engine: AsyncEngine, org_id: str, send: Send, *, background: bool) -> AgentRun:
-    now = datetime.now(UTC)
+async def _new_run(engine: AsyncEngine, org_id: str, send: Send, *, background: bool, now: datetime) -> AgentRun:
     run = AgentRun(
         id=new_id("run"),
         organization_id=org_id,
@@ -155,6 +157,7 @@ async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: Sync
             max_steps=send.max_steps,
             run_id=run.id,
             listener=listener,
+            clock=stepping.clock,
             summary_model=stepping.summary_model,
         )
     except Exception as exc:
@@ -162,7 +165,7 @@ async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: Sync
         error = exc.message if isinstance(exc, NightshiftError) else "internal error"
         async with engine.begin() as conn:
             await agent_run_store.finish_run(
-                conn, run.id, AgentRunStatus.FAILED, datetime.now(UTC), stop_reason="error", error=error
+                conn, run.id, AgentRunStatus.FAILED, stepping.clock.now(), stop_reason="error", error=error
             )
         raise
     status = AgentRunStatus.COMPLETED
@@ -171,7 +174,9 @@ async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: Sync
     elif result.stop is TurnReason.ERROR:
         status = AgentRunStatus.FAILED
     async with engine.begin() as conn:
-        await agent_run_store.finish_run(conn, run.id, status, datetime.now(UTC), stop_reason=letta_stop_reason(result))
+        await agent_run_store.finish_run(
+            conn, run.id, status, stepping.clock.now(), stop_reason=letta_stop_reason(result)
+        )
     return result
 
 
@@ -185,7 +190,7 @@ async def send_now(
         NotFound: no such agent.
         InvalidInput, Conflict, ProviderError: as :func:`step_agent` (the run ends failed).
     """
-    run = await _new_run(stepping.engine, org_id, send, background=False)
+    run = await _new_run(stepping.engine, org_id, send, background=False, now=stepping.clock.now())
     result = await _step(stepping, run, send, listener=listener)
     return run, result
 
@@ -201,7 +206,7 @@ async def send_later(background: BackgroundRuns, org_id: str, send: Send) -> Age
         raise InvalidInput("give at least one message with text", field="messages")
     if send.callback_url is not None:
         await check_callback_url(send.callback_url, allow_private=background.callbacks.allow_private)
-    run = await _new_run(background.engine, org_id, send, background=True)
+    run = await _new_run(background.engine, org_id, send, background=True, now=background.clock.now())
     background.start(_background(background, run, send), run)
     return run
 
@@ -241,7 +246,7 @@ async def _callback(background: BackgroundRuns, run_id: str, org_id: str) -> Non
             error = f"callback failed: {type(exc).__name__}: {exc}"
         async with background.engine.begin() as conn:
             await agent_run_store.record_callback(
-                conn, run.id, sent_at=datetime.now(UTC), status_code=code, error=error
+                conn, run.id, sent_at=background.clock.now(), status_code=code, error=error
             )
         if error is None or error.startswith("callback not sent"):
             return
@@ -249,8 +254,11 @@ async def _callback(background: BackgroundRuns, run_id: str, org_id: str) -> Non
         await asyncio.sleep(CALLBACK_DELAY.total_seconds() * 2**attempt)
 
 
-async def cancel(engine: AsyncEngine, org_id: str, agent_id: str, run_ids: Sequence[str] | None) -> list[str]:
-    """Cancel the agent's open runs (those of ``run_ids``, or all); a running one stops before its next step.
+async def cancel(
+    engine: AsyncEngine, org_id: str, agent_id: str, run_ids: Sequence[str] | None, *, now: datetime
+) -> list[str]:
+    """Cancel the agent's open runs (those of ``run_ids``, or all) at ``now``; a running one stops before its next
+    step.
 
     Raises:
         NotFound: no such agent.
@@ -258,7 +266,7 @@ async def cancel(engine: AsyncEngine, org_id: str, agent_id: str, run_ids: Seque
     async with engine.begin() as conn:
         if not await agent_store.load_agents(conn, org_id, [agent_id]):
             raise NotFound(f"agent {agent_id} not found")
-        return await agent_run_store.cancel_runs(conn, org_id, agent_id, run_ids, datetime.now(UTC))
+        return await agent_run_store.cancel_runs(conn, org_id, agent_id, run_ids, now)
 
 
 async def get_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> Listed:

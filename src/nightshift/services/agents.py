@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -182,18 +182,19 @@ def _default_messages(message: Callable[..., Message], now: datetime) -> list[Me
     ]
 
 
-async def create_agents(conn: AsyncConnection, org_id: str, specs: Sequence[AgentSpec]) -> list[Agent]:
-    """Create agents in bulk: a fixed number of statements whatever ``len(specs)``.
+async def create_agents(
+    conn: AsyncConnection, org_id: str, specs: Sequence[AgentSpec], *, now: datetime
+) -> list[Agent]:
+    """Create agents in bulk, made at ``now``: a fixed number of statements whatever ``len(specs)``.
 
     Raises:
         InvalidInput: an unknown tool or block, a repeated block label, a block over its limit,
             or tool rules that contradict each other.
     """
-    now = datetime.now(UTC)
-    base_tools = await ensure_base_tools(conn, org_id) if any(s.include_base_tools for s in specs) else {}
+    base_tools = await ensure_base_tools(conn, org_id, now=now) if any(s.include_base_tools for s in specs) else {}
     all_tool_ids = list(dict.fromkeys(i for s in specs for i in s.tool_ids))
     all_tool_names = list(dict.fromkeys(n for s in specs for n in s.tool_names))
-    known_tools = {t.id: t for t in await resolve_tools(conn, org_id, ids=all_tool_ids, names=all_tool_names)}
+    known_tools = {t.id: t for t in await resolve_tools(conn, org_id, now=now, ids=all_tool_ids, names=all_tool_names)}
     tools_by_name = {t.name: t for t in known_tools.values()} | base_tools
     all_block_ids = list(dict.fromkeys(i for s in specs for i in s.block_ids))
     existing_blocks = {b.id: b for b in await block_store.get_blocks(conn, org_id, all_block_ids)}
@@ -269,21 +270,21 @@ async def list_agents(
     return [loaded[i] for i in ids if i in loaded]
 
 
-async def save_agent(conn: AsyncConnection, before: Agent, after: Agent) -> Agent:
-    """Store ``after`` (links too when they changed) and refresh its system message if its prompt or memory changed."""
-    after = replace(after, updated_at=datetime.now(UTC))
+async def save_agent(conn: AsyncConnection, before: Agent, after: Agent, *, now: datetime) -> Agent:
+    """Store ``after`` (links too when they changed), updated at ``now``, and refresh its system message if its
+    prompt or memory changed."""
+    after = replace(after, updated_at=now)
     if (before.tags, before.blocks, before.tools) != (after.tags, after.blocks, after.tools):
         await agent_store.set_links(conn, after)
     if (before.tools, before.llm_config.provider) != (after.tools, after.llm_config.provider):
         after = replace(after, context_tokens=None)  # its window is counted again at its next step
     await agent_store.update_agents(conn, [after])
-    return await refresh_system_message(conn, after)
+    return await refresh_system_message(conn, after, now=now)
 
 
-async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> Agent:
+async def refresh_system_message(conn: AsyncConnection, agent: Agent, *, now: datetime) -> Agent:
     """Rewrite the agent's system message in place when its prompt or core memory no longer match
     it (its window's size follows); returns the agent as it is now."""
-    now = datetime.now(UTC)
     changed = await refresh_system_messages(conn, [agent], now)
     if agent.id not in changed or agent.context_tokens is None:
         return agent
@@ -293,7 +294,7 @@ async def refresh_system_message(conn: AsyncConnection, agent: Agent) -> Agent:
     return agent
 
 
-async def context_overview(conn: AsyncConnection, org_id: str, agent_id: str) -> ContextOverview:
+async def context_overview(conn: AsyncConnection, org_id: str, agent_id: str, *, now: datetime) -> ContextOverview:
     """What the agent's next request holds, part by part (``GET /v1/agents/{id}/context``).
 
     Raises:
@@ -304,22 +305,24 @@ async def context_overview(conn: AsyncConnection, org_id: str, agent_id: str) ->
     window = [stored[i] for i in agent.message_ids if i in stored]
     recall = (await message_store.count_messages(conn, [agent_id]))[agent_id]
     archival = (await passage_store.count_passages(conn, [agent_id]))[agent_id]
-    return window_overview(agent, window, recall_count=recall, archival_count=archival, now=datetime.now(UTC))
+    return window_overview(agent, window, recall_count=recall, archival_count=archival, now=now)
 
 
-async def update_agent(conn: AsyncConnection, org_id: str, agent_id: str, changes: AgentChanges) -> Agent:
+async def update_agent(
+    conn: AsyncConnection, org_id: str, agent_id: str, changes: AgentChanges, *, now: datetime
+) -> Agent:
     """Apply ``changes`` to the agent; its tool rules must still name tools it has."""
     agent = await get_agent(conn, org_id, agent_id)
     fields = _plain_changes(changes)
     if changes.tool_ids is not UNSET:
-        fields["tools"] = tuple(await resolve_tools(conn, org_id, ids=list(changes.tool_ids)))
+        fields["tools"] = tuple(await resolve_tools(conn, org_id, now=now, ids=list(changes.tool_ids)))
     if changes.block_ids is not UNSET:
         fields["blocks"] = tuple(await _blocks_by_id(conn, org_id, changes.block_ids))
     if changes.secrets is not UNSET:
         fields["secrets"] = check_secrets(changes.secrets)
     updated = replace(agent, **fields)
     check_tool_rules(updated.tool_rules, [t.name for t in updated.tools])
-    return await save_agent(conn, agent, updated)
+    return await save_agent(conn, agent, updated, now=now)
 
 
 def _plain_changes(changes: AgentChanges) -> dict[str, Any]:
@@ -353,7 +356,7 @@ async def _blocks_by_id(conn: AsyncConnection, org_id: str, block_ids: Sequence[
     return blocks
 
 
-async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> None:
+async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now: datetime) -> None:
     """Delete the agent, its messages and passages, and the blocks made with it that no other agent
     uses; blocks made on their own (``POST /v1/blocks``) stay.
 
@@ -361,35 +364,34 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str) -> Non
     deleted agent's. A step it is in is over for it: its item is cancelled, and what the provider
     answers for it later is ignored.
     """
-    now = datetime.now(UTC)
     if not await agent_store.delete_agent(conn, org_id, agent_id, now):
         raise NotFound(f"agent {agent_id} not found")
     open_batches = await item_store.close_items_of_agent(conn, agent_id, "the agent was deleted", now)
     await batch_summaries.forget_summaries(conn, open_batches)
 
 
-async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str) -> Agent:
+async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str, *, now: datetime) -> Agent:
     """Give the agent a tool (no change when it has it already)."""
     agent = await get_agent(conn, org_id, agent_id)
-    tool = (await resolve_tools(conn, org_id, ids=[tool_id]))[0]
+    tool = (await resolve_tools(conn, org_id, now=now, ids=[tool_id]))[0]
     if any(t.id == tool.id for t in agent.tools):
         return agent
     if agent.tool(tool.name) is not None:
         raise InvalidInput(f"the agent already has a tool named {tool.name!r}", field="tool_id")
-    return await save_agent(conn, agent, replace(agent, tools=(*agent.tools, tool)))
+    return await save_agent(conn, agent, replace(agent, tools=(*agent.tools, tool)), now=now)
 
 
-async def detach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str) -> Agent:
+async def detach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str, *, now: datetime) -> Agent:
     """Take a tool away from the agent (its tool rules stay, as Letta keeps them)."""
     agent = await get_agent(conn, org_id, agent_id)
     if not any(t.id == tool_id for t in agent.tools):
         raise NotFound(f"tool {tool_id} is not attached to agent {agent_id}")
     updated = replace(agent, tools=tuple(t for t in agent.tools if t.id != tool_id))
     check_tool_rules(updated.tool_rules, [t.name for t in updated.tools])
-    return await save_agent(conn, agent, updated)
+    return await save_agent(conn, agent, updated, now=now)
 
 
-async def attach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str) -> Agent:
+async def attach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str, *, now: datetime) -> Agent:
     """Share an existing block with the agent."""
     agent = await get_agent(conn, org_id, agent_id)
     found = await block_store.get_blocks(conn, org_id, [block_id])
@@ -399,15 +401,17 @@ async def attach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_
         return agent
     blocks = (*agent.blocks, found[0])
     _check_unique_labels(blocks)
-    return await save_agent(conn, agent, replace(agent, blocks=blocks))
+    return await save_agent(conn, agent, replace(agent, blocks=blocks), now=now)
 
 
-async def detach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str) -> Agent:
+async def detach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str, *, now: datetime) -> Agent:
     """Remove a block from the agent's memory (the block itself is kept)."""
     agent = await get_agent(conn, org_id, agent_id)
     if not any(b.id == block_id for b in agent.blocks):
         raise NotFound(f"block {block_id} is not attached to agent {agent_id}")
-    return await save_agent(conn, agent, replace(agent, blocks=tuple(b for b in agent.blocks if b.id != block_id)))
+    return await save_agent(
+        conn, agent, replace(agent, blocks=tuple(b for b in agent.blocks if b.id != block_id)), now=now
+    )
 
 
 def agent_block(agent: Agent, label: str) -> Block:
@@ -425,7 +429,9 @@ async def list_messages(conn: AsyncConnection, org_id: str, agent_id: str, page:
     return await message_store.list_agent_messages(conn, agent_id, page)
 
 
-async def reset_messages(conn: AsyncConnection, org_id: str, agent_id: str, *, add_default_messages: bool) -> Agent:
+async def reset_messages(
+    conn: AsyncConnection, org_id: str, agent_id: str, *, add_default_messages: bool, now: datetime
+) -> Agent:
     """Delete the agent's messages but its system message, as Letta's reset does.
 
     With ``add_default_messages`` the agent gets the greeting and login it started with. Its
@@ -437,7 +443,6 @@ async def reset_messages(conn: AsyncConnection, org_id: str, agent_id: str, *, a
     """
     await agent_store.lock_agents(conn, [agent_id])
     agent = await get_agent(conn, org_id, agent_id)
-    now = datetime.now(UTC)
     if await agent_store.agents_stepping(conn, [agent_id], now) or await item_store.agents_in_open_steps(
         conn, [agent_id]
     ):
@@ -451,7 +456,7 @@ async def reset_messages(conn: AsyncConnection, org_id: str, agent_id: str, *, a
     window = (system_id, *(m.id for m in added))
     reset = replace(agent, message_ids=window, context_tokens=None, updated_at=now)  # counted at its next step
     await agent_store.set_windows(conn, [reset], now)
-    return await refresh_system_message(conn, reset)  # the memory metadata counts the messages
+    return await refresh_system_message(conn, reset, now=now)  # the memory metadata counts the messages
 
 
 async def generate(
@@ -461,6 +466,7 @@ async def generate(
     agent_id: str,
     prompt: str,
     *,
+    now: datetime,
     system: str | None = None,
     llm_config: LLMConfig | None = None,
 ) -> ModelResponse:
@@ -485,7 +491,7 @@ async def generate(
         agent_id=agent_id,
         role=Role.USER,
         text=prompt,
-        created_at=datetime.now(UTC),
+        created_at=now,
     )
     request = ModelRequest.from_config(config, system=system or "", messages=[message], require_tool_call=False)
     return await providers.get(config.provider).complete(request)

@@ -7,6 +7,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -81,6 +82,7 @@ async def start_batch_run(
     org_id: str,
     new: NewBatchRun,
     *,
+    now: datetime,
     default_max_steps: int,
     callbacks: CallbackRules,
     queued: asyncio.Event | None = None,
@@ -91,7 +93,7 @@ async def start_batch_run(
 
     Only the checks that need no agent loaded are made here, in the transaction that writes the
     run and its requests and reserves its agents; ``queued`` (the poller's event, when it runs on
-    this event loop) is set once it is committed.
+    this event loop) is set once it is committed. The run is made at ``now``.
 
     Raises:
         InvalidInput: bad requests, a callback URL on a private address, or an Idempotency-Key
@@ -113,6 +115,7 @@ async def start_batch_run(
                 conn,
                 org_id,
                 new.requests,
+                now=now,
                 callback_url=new.callback_url,
                 default_max_steps=default_max_steps,
                 metadata=new.metadata,
@@ -139,7 +142,7 @@ async def stop_batch_run(engine: AsyncEngine, worker: Worker, org_id: str, run_i
     # its release must not free them while this request cancels them (one cancel, not two).
     worker = worker.for_request()
     async with engine.begin() as conn:
-        await cancel_batch_run(conn, org_id, run_id, lease=worker.leases.lease())
+        await cancel_batch_run(conn, org_id, run_id, worker.parts.clock.now(), lease=worker.leases.lease())
         open_batches = [
             b
             for b in await batch_store.provider_batches_of_run(conn, run_id)

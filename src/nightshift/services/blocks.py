@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -33,9 +33,9 @@ class BlockChanges:
     metadata: Maybe[dict[str, Any]] = UNSET
 
 
-async def create_block(conn: AsyncConnection, org_id: str, spec: NewBlock) -> Block:
-    """A standalone block, to be shared with agents later; deleting them never deletes it."""
-    block = new_block(org_id, spec, datetime.now(UTC))
+async def create_block(conn: AsyncConnection, org_id: str, spec: NewBlock, *, now: datetime) -> Block:
+    """A standalone block, made at ``now``, to be shared with agents later; deleting them never deletes it."""
+    block = new_block(org_id, spec, now)
     await block_store.insert_blocks(conn, [block], standalone=True)
     return block
 
@@ -61,12 +61,12 @@ async def block_agents(conn: AsyncConnection, org_id: str, block_id: str, page: 
     return [loaded[i] for i in ids if i in loaded]
 
 
-async def update_block(conn: AsyncConnection, block: Block, changes: BlockChanges) -> Block:
+async def update_block(conn: AsyncConnection, block: Block, changes: BlockChanges, *, now: datetime) -> Block:
     """Apply ``changes``, keeping the value within the limit and the label free among the block's agents.
 
     Agents using the block see the change at their next step, when their system message is rebuilt.
     """
-    updated = replace(block, **set_fields(changes), updated_at=datetime.now(UTC))
+    updated = replace(block, **set_fields(changes), updated_at=now)
     check_block(updated.label, updated.value, updated.limit)
     if updated.label != block.label:
         await _check_label_free(conn, block, updated.label)

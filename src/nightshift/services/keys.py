@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -39,10 +39,12 @@ def check_manages_keys(caller: Caller) -> None:
     raise Forbidden("managing API keys needs an admin key or the server password (NIGHTSHIFT_SERVER_PASSWORD)")
 
 
-async def create_key(conn: AsyncConnection, org_id: str, name: str, *, is_admin: bool = False) -> tuple[ApiKey, str]:
-    """A new key of ``org_id``, and its secret: the only time the secret is known."""
+async def create_key(
+    conn: AsyncConnection, org_id: str, name: str, *, now: datetime, is_admin: bool = False
+) -> tuple[ApiKey, str]:
+    """A new key of ``org_id``, made at ``now``, and its secret: the only time the secret is known."""
     secret = new_secret()
-    key = await key_store.create_key(conn, org_id, name, secret, is_admin=is_admin)
+    key = await key_store.create_key(conn, org_id, name, secret, now=now, is_admin=is_admin)
     return key, secret
 
 
@@ -61,13 +63,16 @@ async def key_for_secret(engine: AsyncEngine, secret: str) -> ApiKey | None:
         return await key_store.key_for_secret(conn, secret)
 
 
-async def revoke_key(conn: AsyncConnection, key_id: str, *, org_id: str | None = None) -> tuple[ApiKey, bool]:
-    """Revoke a key (of ``org_id`` only, when given): the key as it is now, and whether this call revoked it.
+async def revoke_key(
+    conn: AsyncConnection, key_id: str, *, now: datetime, org_id: str | None = None
+) -> tuple[ApiKey, bool]:
+    """Revoke a key (of ``org_id`` only, when given) at ``now``: the key as it is then, and whether this call
+    revoked it.
 
     Revoking a revoked key changes nothing (it keeps the time it was first revoked). A key of
     another organization is NotFound, like one that does not exist.
     """
-    revoked = await key_store.revoke_key(conn, key_id, org_id=org_id, at=datetime.now(UTC))
+    revoked = await key_store.revoke_key(conn, key_id, org_id=org_id, at=now)
     key = await key_store.get_key(conn, key_id, org_id=org_id)
     if key is None:
         raise NotFound(f"API key {key_id} not found")

@@ -7,7 +7,7 @@ These are the passages the base tools write and search (``archival_memory_insert
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -30,12 +30,13 @@ async def insert_passage(
     agent_id: str,
     text: str,
     *,
+    now: datetime,
     tags: Sequence[str] = (),
     created_at: datetime | None = None,
 ) -> Passage:
     """Save one passage to the agent's archival memory, as ``archival_memory_insert`` does.
 
-    ``created_at`` (aware) backdates it; by default it is now. Repeated tags are kept once.
+    ``created_at`` (aware) backdates it; by default it is ``now``. Repeated tags are kept once.
 
     Raises:
         NotFound: no such agent in the organization.
@@ -50,7 +51,7 @@ async def insert_passage(
         agent_id=agent_id,
         text=text,
         tags=tuple(dict.fromkeys(tags)),
-        created_at=created_at or datetime.now(UTC),
+        created_at=created_at or now,
     )
     await passage_store.insert_passages(conn, [passage])
     return passage

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -53,12 +53,11 @@ def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
     )
 
 
-async def ensure_base_tools(conn: AsyncConnection, org_id: str) -> dict[str, Tool]:
-    """The organization's base tools by name, created on first use."""
+async def ensure_base_tools(conn: AsyncConnection, org_id: str, *, now: datetime) -> dict[str, Tool]:
+    """The organization's base tools by name, created (at ``now``) on first use."""
     existing = {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, BASE_TOOLS)}
     if len(existing) == len(BASE_TOOLS):
         return existing
-    now = datetime.now(UTC)
     # Another request may be creating them right now: insert what is missing, then read back.
     await tool_store.insert_tools_if_absent(
         conn, [_base_tool(org_id, name, now) for name in BASE_TOOLS if name not in existing]
@@ -70,6 +69,7 @@ async def create_tool(
     conn: AsyncConnection,
     org_id: str,
     *,
+    now: datetime,
     source_code: str,
     description: str | None = None,
     tags: Sequence[str] = (),
@@ -105,7 +105,6 @@ async def create_tool(
         )
     final_schema["description"] = final_description
     final_schema["name"] = name  # the model calls the tool by the function's name
-    now = datetime.now(UTC)
     existing = await tool_store.get_tools_by_name(conn, org_id, [name])
     if existing:
         if not upsert:
@@ -140,17 +139,26 @@ async def create_tool(
     return tool
 
 
-async def list_tools(conn: AsyncConnection, org_id: str, page: Page, *, name: str | None = None) -> list[Tool]:
-    """A page of the organization's tools; its base tools are created first, so that they are listed."""
-    await ensure_base_tools(conn, org_id)
+async def list_tools(
+    conn: AsyncConnection, org_id: str, page: Page, *, now: datetime, name: str | None = None
+) -> list[Tool]:
+    """A page of the organization's tools; its base tools are created first (at ``now``), so that they are listed."""
+    await ensure_base_tools(conn, org_id, now=now)
     return await tool_store.list_tools(conn, org_id, page, name=name)
 
 
 async def run_tool(
-    engine: AsyncEngine, sandbox: Sandbox, org_id: str, agent_id: str, tool_name: str, arguments: dict[str, Any]
+    engine: AsyncEngine,
+    sandbox: Sandbox,
+    org_id: str,
+    agent_id: str,
+    tool_name: str,
+    arguments: dict[str, Any],
+    *,
+    now: datetime,
 ) -> ToolRun:
     """Run one of the agent's tools now, outside any step: see :func:`nightshift.runtime.run_tool.run_agent_tool`."""
-    return await run_agent_tool(engine, sandbox, org_id, agent_id, tool_name, arguments)
+    return await run_agent_tool(engine, sandbox, org_id, agent_id, tool_name, arguments, now=now)
 
 
 async def get_tool(conn: AsyncConnection, org_id: str, tool_id: str) -> Tool:
@@ -167,6 +175,7 @@ async def update_tool(
     tool_id: str,
     changes: ToolChanges,
     *,
+    now: datetime,
     read_seconds: float = DEFAULT_READ_SECONDS,
 ) -> Tool:
     """Change a custom tool; new source code regenerates its schema (and may not rename it).
@@ -187,7 +196,7 @@ async def update_tool(
         updated = replace(updated, tags=tuple(changes.tags))
     if changes.return_char_limit is not UNSET:
         updated = replace(updated, return_char_limit=changes.return_char_limit)
-    updated = replace(updated, updated_at=datetime.now(UTC))
+    updated = replace(updated, updated_at=now)
     await tool_store.update_tool(conn, updated)
     return updated
 
@@ -204,9 +213,12 @@ async def _with_source(tool: Tool, source_code: str, read_seconds: float) -> Too
 
 
 async def resolve_tools(
-    conn: AsyncConnection, org_id: str, *, ids: Sequence[str] = (), names: Sequence[str] = ()
+    conn: AsyncConnection, org_id: str, *, now: datetime, ids: Sequence[str] = (), names: Sequence[str] = ()
 ) -> list[Tool]:
-    """Tools named by id or by name, in that order, without repeats; unknown ones are a 422."""
+    """Tools named by id or by name, in that order, without repeats; unknown ones are a 422.
+
+    A base tool named is created (at ``now``) if the organization has none yet.
+    """
     by_id = {t.id: t for t in await tool_store.get_tools(conn, org_id, ids)} if ids else {}
     missing_ids = [i for i in ids if i not in by_id]
     if missing_ids:
@@ -216,7 +228,7 @@ async def resolve_tools(
         {t.name: t for t in await tool_store.get_tools_by_name(conn, org_id, wanted_names)} if wanted_names else {}
     )
     if any(n in BASE_TOOLS for n in names):
-        by_name.update(await ensure_base_tools(conn, org_id))
+        by_name.update(await ensure_base_tools(conn, org_id, now=now))
     missing_names = [n for n in names if n not in by_name]
     if missing_names:
         raise InvalidInput(f"unknown tools: {', '.join(missing_names)}", field="tools")
@@ -266,6 +278,7 @@ async def search_tools(
     conn: AsyncConnection,
     org_id: str,
     *,
+    now: datetime,
     query: str | None,
     tags: Sequence[str] = (),
     tool_types: Sequence[str] = (),
@@ -286,7 +299,7 @@ async def search_tools(
         raise InvalidInput(
             f"unknown tool types: {', '.join(unknown)} (known: {', '.join(sorted(known_types))})", field="tool_types"
         )
-    await ensure_base_tools(conn, org_id)
+    await ensure_base_tools(conn, org_id, now=now)
     wanted = _words(query or "")
     found: list[tuple[float, str, Tool]] = []
     for tool in await tool_store.list_tools(conn, org_id, Page(limit=None)):

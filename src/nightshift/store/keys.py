@@ -7,7 +7,7 @@ The transitions of a key are :func:`revoke_key` (active -> revoked) and :func:`m
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -26,15 +26,17 @@ def hash_api_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-async def create_key(conn: AsyncConnection, org_id: str, name: str, secret: str, *, is_admin: bool = False) -> ApiKey:
-    """A key of ``org_id`` for ``secret`` (only its hash and prefix are stored)."""
+async def create_key(
+    conn: AsyncConnection, org_id: str, name: str, secret: str, *, now: datetime, is_admin: bool = False
+) -> ApiKey:
+    """A key of ``org_id`` for ``secret``, made at ``now`` (only its hash and prefix are stored)."""
     key = ApiKey(
         id=new_id("user"),
         organization_id=org_id,
         name=name,
         key_prefix=key_prefix(secret),
         is_admin=is_admin,
-        created_at=datetime.now(UTC),
+        created_at=now,
     )
     await conn.execute(insert(users).values(**to_values(key, users), api_key_hash=hash_api_key(secret)))
     return key

@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from nightshift.domain.blocks import Block
@@ -53,6 +53,7 @@ class AgentContext:
     agent_id: str
     blocks: dict[str, Block]
     search: MemorySearch
+    now: datetime  # what an edited block is stamped with: the step's time, from the caller's clock
     changed_labels: set[str] = field(default_factory=set)
     new_passages: list[str] = field(default_factory=list)
 
@@ -74,7 +75,7 @@ class AgentContext:
                 f"edit refused: block {label!r} would hold {len(value)} characters, over its limit of "
                 f"{block.limit}. Shorten or summarise the content (the block now holds {len(block.value)})."
             )
-        self.blocks[label] = replace(block, value=value, updated_at=datetime.now(UTC))
+        self.blocks[label] = replace(block, value=value, updated_at=self.now)
         self.changed_labels.add(label)
 
     def relabel(self, label: str, new_label: str | None, description: str | None) -> None:
@@ -89,7 +90,7 @@ class AgentContext:
             block,
             label=target,
             description=block.description if description is None else description,
-            updated_at=datetime.now(UTC),
+            updated_at=self.now,
         )
         del self.blocks[label]
         self.changed_labels.discard(label)

@@ -163,7 +163,7 @@ async def test_parts_not_sent_when_they_were_cut_are_sent_later_and_once(
         if len(batches) == IMAGE_PARTS and all(b["error"] for b in batches):
             break
         assert asyncio.get_running_loop().time() < deadline, batches
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # waits for the app's poller to try every part, not for time to pass
     assert all(b["status"] == "created" and b["provider_batch_id"] is None for b in batches), batches
     assert await _sent_per_agent(admin, agents) == {a["name"]: 1 for a in agents}  # the first run's only
     # Each part's summary counts its own items: those the cut moved out of the first are in theirs.

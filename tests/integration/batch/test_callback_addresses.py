@@ -99,7 +99,7 @@ async def _ended_run(engine: AsyncEngine, url: str) -> BatchRun:
         updated_at=now,
     )
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
+        await ensure_default_org(conn, datetime.now(UTC))
         await batch_run_store.insert_run(conn, run)
     return run
 
@@ -212,7 +212,7 @@ def _tls_server(app: Receiver, cert: Path, key: Path) -> Iterator[int]:
     deadline = time.monotonic() + 30
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the TLS receiver did not start"
-        time.sleep(0.01)
+        time.sleep(0.01)  # waits for the server's thread to listen, not for time to pass
     try:
         yield port
     finally:

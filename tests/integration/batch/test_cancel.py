@@ -134,7 +134,9 @@ async def test_a_cancel_racing_the_poller_is_sent_once(runs: Runs, admin: Emulat
         await conn.execute(update(provider_batches).values(lease_owner=worker.owner))  # the poller holds it
 
         request = worker.for_request()
-        cancelled = await cancel_batch_run(conn, DEFAULT_ORG_ID, run["id"], lease=request.leases.lease())
+        cancelled = await cancel_batch_run(
+            conn, DEFAULT_ORG_ID, run["id"], clock_of(app).now(), lease=request.leases.lease()
+        )
         await batch_store.release(conn, batch["id"], worker.owner, next_poll_at=datetime.now(UTC))
         held_by = await conn.scalar(select(provider_batches.c.lease_owner))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -77,8 +78,8 @@ async def test_another_organizations_agent_is_not_found(runs: Runs, app: FastAPI
     mine = await runs.agent("mine")
     before = [await runs.context(mine["id"])]
     async with app.state.nightshift.engine.begin() as conn:
-        other = await get_or_create_org(conn, "other-org")
-        await create_key(conn, other.id, "mallory", "key-of-other-org")
+        other = await get_or_create_org(conn, "other-org", datetime.now(UTC))
+        await create_key(conn, other.id, "mallory", "key-of-other-org", now=datetime.now(UTC))
     headers = {"Authorization": "Bearer key-of-other-org"}
     response = await runs.client.post(
         "/v1/messages/batches", json={"requests": [{"agent_id": mine["id"], "input": "hi"}]}, headers=headers

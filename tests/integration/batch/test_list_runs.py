@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI
@@ -88,8 +89,8 @@ async def test_list_filter_and_page_runs(stepped: SteppedRuns) -> None:
 async def test_runs_are_listed_per_organization(stepped: SteppedRuns, stepped_app: FastAPI) -> None:
     assert await _list(stepped) == []
     async with stepped_app.state.nightshift.engine.begin() as conn:
-        other = await get_or_create_org(conn, "other-org")
-        await create_key(conn, other.id, "eve", "key-of-other-org")
+        other = await get_or_create_org(conn, "other-org", datetime.now(UTC))
+        await create_key(conn, other.id, "eve", "key-of-other-org", now=datetime.now(UTC))
     theirs = {"Authorization": "Bearer key-of-other-org"}
     agent = await stepped.agent("ours")
     run = await stepped.start([{"agent_id": agent["id"], "input": "hi"}])

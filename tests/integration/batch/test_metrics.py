@@ -6,7 +6,6 @@ that it can scrape between the stages. The text is read with prometheus-client's
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -132,7 +131,7 @@ async def test_metrics_move_as_a_run_steps(app: FastAPI, runs: Runs, admin: Emul
     assert submitted.stages() == {"submit": 1, "poll": 0, "apply": 0, "cancel": 0}
     assert submitted("nightshift_stage_duration_seconds_sum", stage="submit", provider=PROVIDER) > 0
     # The batch is due a poll interval (0.05 s) after its submission, and no poller runs: it waits.
-    await asyncio.sleep(0.25)
+    clock_of(app).advance(0.25)
     assert (await scrape(client))("nightshift_poller_lag_seconds") >= 0.2
 
     done = await drive(app, runs, run["id"])

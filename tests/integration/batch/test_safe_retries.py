@@ -127,7 +127,7 @@ async def test_the_address_is_checked_again_before_each_attempt(engine: AsyncEng
         updated_at=now,
     )
     async with engine.begin() as conn:
-        await ensure_default_org(conn)
+        await ensure_default_org(conn, datetime.now(UTC))
         await batch_run_store.insert_run(conn, run)
 
     attempted = await send_due_callbacks(engine, CallbackRules(allow_private=False))

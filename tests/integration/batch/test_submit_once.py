@@ -28,6 +28,14 @@ MODELS = {"anthropic": ANTHROPIC_MODEL, "openai": OPENAI_MODEL}
 CREATE = {"anthropic": "/v1/messages/batches", "openai": "/v1/batches"}
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    """The app's clock, from the machine's time: a batch is adopted when the provider created it
+    after the intent to submit, and the provider (the emulator) stamps its batches by the machine's
+    clock, as a real provider stamps them by its own."""
+    return ManualClock(start=datetime.now(UTC))
+
+
 async def _provider_batches(db_url: str) -> list[Any]:
     async with opened(db_url) as engine:
         async with engine.connect() as conn:

@@ -130,6 +130,8 @@ async def test_sync_step_provider_error(runs: Runs, admin: EmulatorAdmin) -> Non
     assert (await runs.context(agent["id"]))[-1]["content"] == "hello"
 
 
+# The tool runs in the sandbox, a real process: its sleep keeps the step open (no clock of the
+# server's can) while the test sends the requests that the hold must refuse.
 PAUSING_TOOL = '''
 def pause_a_moment(order_id: str) -> str:
     """Look up an order, taking a moment.
@@ -155,7 +157,7 @@ async def test_a_sync_step_holds_its_agent(runs: Runs, admin: EmulatorAdmin) -> 
     deadline = asyncio.get_running_loop().time() + 10
     while not any(m.get("content") == "how is A1 doing?" for m in await runs.context(agent["id"])):
         assert asyncio.get_running_loop().time() < deadline and not stepping.done()
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # waits for the request's task to write the input, not for time to pass
 
     batch = await runs.client.post(
         "/v1/messages/batches", json={"requests": [{"agent_id": agent["id"], "input": "hi"}]}

@@ -9,7 +9,7 @@ from fastapi import APIRouter, File, Form, Header, Query, UploadFile
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from nightshift.api.deps import Conn, Org, State
+from nightshift.api.deps import Conn, Now, Org, State
 from nightshift.api.schemas import llm_config_from
 from nightshift.errors import InvalidInput
 from nightshift.services import agent_files as service
@@ -50,6 +50,7 @@ async def import_agent(
     conn: Conn,
     org: Org,
     state: State,
+    now: Now,
     file: Annotated[UploadFile, File(description="The Agent File (.af), plain or double-encoded JSON")],
     append_copy_suffix: Annotated[bool, Form(description='Add "_copy" to the agents\' names')] = True,
     override_existing_tools: Annotated[
@@ -85,7 +86,7 @@ async def import_agent(
         read_seconds=state.settings.tool_read_seconds,
     )
     raw = await file.read()
-    agents = await service.import_agent_file(conn, org, raw, options)
+    agents = await service.import_agent_file(conn, org, raw, options, now=now)
     return ImportedAgentsPublic(agent_ids=[a.id for a in agents])
 
 
@@ -94,6 +95,7 @@ async def export_agent(
     agent_id: str,
     conn: Conn,
     org: Org,
+    now: Now,
     max_steps: Annotated[int | None, Query(description="Accepted and ignored (deprecated by Letta)")] = None,
     use_legacy_format: Annotated[bool, Query(description="Letta's old single-agent format: not supported")] = False,
 ) -> AgentFileResponse:
@@ -101,4 +103,4 @@ async def export_agent(
     and every message, with its in-context window. Secrets are named with empty values."""
     if use_legacy_format:
         raise InvalidInput("the legacy single-agent format is not supported", field="use_legacy_format")
-    return AgentFileResponse(await service.export_agent_file(conn, org, agent_id))
+    return AgentFileResponse(await service.export_agent_file(conn, org, agent_id, now=now))

@@ -9,7 +9,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field, HttpUrl, model_validator
 
 from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
-from nightshift.api.deps import Org, State
+from nightshift.api.deps import Now, Org, State
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import (
     MESSAGE_KWARG,
@@ -147,7 +147,9 @@ async def send_messages_later(agent_id: str, body: SendLater, state: State, org:
 
 
 @router.post("/v1/agents/{agent_id}/messages/cancel")
-async def cancel_runs(agent_id: str, state: State, org: Org, body: CancelRuns | None = None) -> dict[str, Any]:
+async def cancel_runs(
+    agent_id: str, state: State, org: Org, now: Now, body: CancelRuns | None = None
+) -> dict[str, Any]:
     """Cancel the agent's open runs (those of ``run_ids``, or all); a running one stops before its next step."""
-    ids = await agent_runs.cancel(state.engine, org, agent_id, body.run_ids if body is not None else None)
+    ids = await agent_runs.cancel(state.engine, org, agent_id, body.run_ids if body is not None else None, now=now)
     return dict.fromkeys(ids, "cancelled")

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from nightshift.api.agent_json import agent_response, agents_response
 from nightshift.api.context_schemas import ContextWindowOverview
-from nightshift.api.deps import Conn, Org, ReadConn, State
+from nightshift.api.deps import Conn, Now, Org, ReadConn, State
 from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import Body, Name, Text
 from nightshift.api.letta_messages import to_letta_messages
@@ -52,7 +52,7 @@ IncludeQuery = Annotated[
 
 @router.post("/v1/agents/")
 @router.post("/v1/agents", include_in_schema=False)
-async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
+async def create_agent(body: AgentCreate, conn: Conn, org: Org, now: Now) -> AgentPublic:
     """Create an agent with its memory blocks and tools.
 
     ``model`` is "provider/model-name" (anthropic/... or openai/...), or give ``llm_config``.
@@ -74,7 +74,7 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org) -> AgentPublic:
             None if body.initial_message_sequence is None else [m.to_spec() for m in body.initial_message_sequence]
         ),
     )
-    (agent,) = await service.create_agents(conn, org, [spec])
+    (agent,) = await service.create_agents(conn, org, [spec], now=now)
     return AgentPublic.of(agent)
 
 
@@ -111,7 +111,7 @@ async def get_agent(agent_id: str, conn: ReadConn, org: Org, include: IncludeQue
 
 
 @router.patch("/v1/agents/{agent_id}")
-async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -> AgentPublic:
+async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org, now: Now) -> AgentPublic:
     """Change an agent: name, system, blocks, tools, tool rules, model and the rest.
 
     A new system prompt or new blocks rewrite the agent's system message at once.
@@ -123,7 +123,7 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org) -
         llm_config=await _new_llm_config(body, conn, org, agent_id),
         secrets=given(secrets),
     )
-    return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes))
+    return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes, now=now))
 
 
 async def _new_llm_config(body: AgentUpdate, conn: Conn, org: str, agent_id: str) -> Maybe[LLMConfig]:
@@ -141,14 +141,14 @@ async def _new_llm_config(body: AgentUpdate, conn: Conn, org: str, agent_id: str
 
 
 @router.delete("/v1/agents/{agent_id}")
-async def delete_agent(agent_id: str, conn: Conn, org: Org) -> dict[str, str]:
+async def delete_agent(agent_id: str, conn: Conn, org: Org, now: Now) -> dict[str, str]:
     """Delete an agent with its messages and archival passages.
 
     Blocks created with it (``memory_blocks``) that no other agent uses are deleted with it; shared
     blocks and blocks created on their own (``POST /v1/blocks``) are kept. Its batch runs keep their
     record (counts, tokens, costs, failures), where it shows as deleted; a step it is in ends for it.
     """
-    await service.delete_agent(conn, org, agent_id)
+    await service.delete_agent(conn, org, agent_id, now=now)
     return {"message": f"agent {agent_id} deleted"}
 
 
@@ -160,14 +160,14 @@ async def list_agent_tools(agent_id: str, conn: ReadConn, org: Org, page: PageQu
 
 
 @router.patch("/v1/agents/{agent_id}/tools/attach/{tool_id}")
-async def attach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> AgentPublic:
-    return AgentPublic.of(await service.attach_tool(conn, org, agent_id, tool_id))
+async def attach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
+    return AgentPublic.of(await service.attach_tool(conn, org, agent_id, tool_id, now=now))
 
 
 @router.patch("/v1/agents/{agent_id}/tools/detach/{tool_id}")
-async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org) -> AgentPublic:
+async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
     """Detach a tool; tool rules that name it stay, and hold again if it comes back."""
-    return AgentPublic.of(await service.detach_tool(conn, org, agent_id, tool_id))
+    return AgentPublic.of(await service.detach_tool(conn, org, agent_id, tool_id, now=now))
 
 
 @router.get("/v1/agents/{agent_id}/core-memory/blocks")
@@ -184,33 +184,35 @@ async def get_agent_block(agent_id: str, label: str, conn: ReadConn, org: Org) -
 
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/{label}")
-async def update_agent_block(agent_id: str, label: str, body: BlockUpdate, conn: Conn, org: Org) -> BlockPublic:
+async def update_agent_block(
+    agent_id: str, label: str, body: BlockUpdate, conn: Conn, org: Org, now: Now
+) -> BlockPublic:
     """Change the agent's block with this label; the agent's system message is rewritten to match."""
     agent = await service.get_agent(conn, org, agent_id)
-    block = await block_service.update_block(conn, service.agent_block(agent, label), body.to_changes())
-    await service.refresh_system_message(conn, await service.get_agent(conn, org, agent_id))
+    block = await block_service.update_block(conn, service.agent_block(agent, label), body.to_changes(), now=now)
+    await service.refresh_system_message(conn, await service.get_agent(conn, org, agent_id), now=now)
     return BlockPublic.of(block)
 
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/attach/{block_id}")
-async def attach_block(agent_id: str, block_id: str, conn: Conn, org: Org) -> AgentPublic:
-    return AgentPublic.of(await service.attach_block(conn, org, agent_id, block_id))
+async def attach_block(agent_id: str, block_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
+    return AgentPublic.of(await service.attach_block(conn, org, agent_id, block_id, now=now))
 
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/detach/{block_id}")
-async def detach_block(agent_id: str, block_id: str, conn: Conn, org: Org) -> AgentPublic:
-    return AgentPublic.of(await service.detach_block(conn, org, agent_id, block_id))
+async def detach_block(agent_id: str, block_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
+    return AgentPublic.of(await service.detach_block(conn, org, agent_id, block_id, now=now))
 
 
 @router.get("/v1/agents/{agent_id}/context")
-async def get_context(agent_id: str, conn: ReadConn, org: Org) -> ContextWindowOverview:
+async def get_context(agent_id: str, conn: ReadConn, org: Org, now: Now) -> ContextWindowOverview:
     """Letta's context-window overview: what the agent's next request holds, part by part, in tokens.
 
     ``context_window_size_current`` is the size nightshift keeps the window by (the provider's
     count of the last request plus an estimate of what was added since); the parts are counted
     now, the way the agent's provider counts (tiktoken for OpenAI, an estimate for Anthropic).
     """
-    return ContextWindowOverview.of(await service.context_overview(conn, org, agent_id))
+    return ContextWindowOverview.of(await service.context_overview(conn, org, agent_id, now=now))
 
 
 @router.get("/v1/agents/{agent_id}/messages")
@@ -243,14 +245,16 @@ class ResetMessages(Body):
 
 
 @router.patch("/v1/agents/{agent_id}/reset-messages")
-async def reset_messages(agent_id: str, conn: Conn, org: Org, body: ResetMessages | None = None) -> AgentPublic:
+async def reset_messages(
+    agent_id: str, conn: Conn, org: Org, now: Now, body: ResetMessages | None = None
+) -> AgentPublic:
     """Delete the agent's messages but its system message; its memory, tools and passages stay.
 
     With ``add_default_initial_messages`` it gets the greeting and login it started with. A 409
     while the agent is stepping.
     """
     add = body.add_default_initial_messages if body is not None else False
-    return AgentPublic.of(await service.reset_messages(conn, org, agent_id, add_default_messages=add))
+    return AgentPublic.of(await service.reset_messages(conn, org, agent_id, add_default_messages=add, now=now))
 
 
 class GenerateBody(Body):
@@ -262,7 +266,7 @@ class GenerateBody(Body):
 
 
 @router.post("/v1/agents/{agent_id}/generate", responses=PROVIDER_ERROR_RESPONSES)
-async def generate(agent_id: str, body: GenerateBody, state: State, org: Org) -> dict[str, Any]:
+async def generate(agent_id: str, body: GenerateBody, state: State, org: Org, now: Now) -> dict[str, Any]:
     """One call of the provider's normal API with the prompt, on the agent's model; the agent is not changed.
 
     No memory, tools or messages of the agent are used or written. Returns the answer's text,
@@ -277,6 +281,7 @@ async def generate(agent_id: str, body: GenerateBody, state: State, org: Org) ->
         org,
         agent_id,
         body.prompt,
+        now=now,
         system=body.system_prompt,
         llm_config=llm_config,
     )

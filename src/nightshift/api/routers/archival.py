@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from nightshift.api.deps import Conn, Org
+from nightshift.api.deps import Conn, Now, Org
 from nightshift.api.passage_schemas import (
     PassageCreate,
     PassagePublic,
@@ -56,13 +56,13 @@ async def list_passages(
 
 
 @router.post("/v1/agents/{agent_id}/archival-memory")
-async def create_passage(agent_id: str, body: PassageCreate, conn: Conn, org: Org) -> list[PassagePublic]:
+async def create_passage(agent_id: str, body: PassageCreate, conn: Conn, org: Org, now: Now) -> list[PassagePublic]:
     """Save a passage to the agent's archival memory; Letta's answer, a list of the passages made (one).
 
     Empty text (or only whitespace) is a 422; ``created_at`` backdates the passage.
     """
     passage = await service.insert_passage(
-        conn, org, agent_id, body.text, tags=body.tags or (), created_at=body.created_at
+        conn, org, agent_id, body.text, now=now, tags=body.tags or (), created_at=body.created_at
     )
     return [PassagePublic.of(passage)]
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query
 
 from nightshift.api.batch_schemas import BatchCreate, BatchRunPublic, agent_in_run_json
-from nightshift.api.deps import Org, ReadConn, State
+from nightshift.api.deps import Now, Org, ReadConn, State
 from nightshift.api.letta_messages import run_message_json
 from nightshift.api.routers.params import PageQuery
 from nightshift.batch.steps import BatchRunRequest
@@ -30,7 +30,7 @@ IdempotencyKey = Annotated[
 
 @router.post("/v1/messages/batches")
 async def create_batch(
-    body: BatchCreate, state: State, org: Org, idempotency_key: IdempotencyKey = None
+    body: BatchCreate, state: State, org: Org, now: Now, idempotency_key: IdempotencyKey = None
 ) -> BatchRunPublic:
     """Start a batch run: each agent gets its messages and is stepped until it stops.
 
@@ -53,6 +53,7 @@ async def create_batch(
         state.engine,
         org,
         new,
+        now=now,
         default_max_steps=state.settings.default_max_steps,
         callbacks=state.callbacks,
         queued=state.runs_queued,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from nightshift.api.deps import Conn, Org, ReadConn
+from nightshift.api.deps import Conn, Now, Org, ReadConn
 from nightshift.api.routers.params import PageQuery
 from nightshift.api.schemas import AgentPublic, BlockCreate, BlockPublic, BlockUpdate
 from nightshift.services import blocks as service
@@ -16,9 +16,9 @@ router = APIRouter(tags=["blocks"])
 
 @router.post("/v1/blocks/")
 @router.post("/v1/blocks", include_in_schema=False)
-async def create_block(body: BlockCreate, conn: Conn, org: Org) -> BlockPublic:
+async def create_block(body: BlockCreate, conn: Conn, org: Org, now: Now) -> BlockPublic:
     """Create a block; a value longer than its limit is a 422."""
-    return BlockPublic.of(await service.create_block(conn, org, body.to_spec()))
+    return BlockPublic.of(await service.create_block(conn, org, body.to_spec(), now=now))
 
 
 @router.get("/v1/blocks/")
@@ -35,10 +35,10 @@ async def get_block(block_id: str, conn: ReadConn, org: Org) -> BlockPublic:
 
 
 @router.patch("/v1/blocks/{block_id}")
-async def update_block(block_id: str, body: BlockUpdate, conn: Conn, org: Org) -> BlockPublic:
+async def update_block(block_id: str, body: BlockUpdate, conn: Conn, org: Org, now: Now) -> BlockPublic:
     """Change a block. Agents sharing it see the change in their system message at their next step."""
     block = await service.get_block(conn, org, block_id)
-    return BlockPublic.of(await service.update_block(conn, block, body.to_changes()))
+    return BlockPublic.of(await service.update_block(conn, block, body.to_changes(), now=now))
 
 
 @router.delete("/v1/blocks/{block_id}")

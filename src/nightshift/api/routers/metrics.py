@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
-from nightshift.api.deps import State, operator
+from nightshift.api.deps import Now, State, operator
 from nightshift.api.errors import OPERATOR_ERROR_RESPONSES
 from nightshift.services.metrics import exposition
 
@@ -22,9 +22,9 @@ router = APIRouter(tags=["metrics"])
         **OPERATOR_ERROR_RESPONSES,
     },
 )
-async def metrics(state: State) -> Response:
+async def metrics(state: State, now: Now) -> Response:
     """This process's figures (stage durations, provider errors, tokens and cost, sandbox calls; its
     child poller's added in) and the cluster's (runs and provider batches by status, agents stepping, poller lag)."""
     child = state.poller_process.figures() if state.poller_process is not None else []
-    figures = await exposition(state.engine, state.metrics, others=child)
+    figures = await exposition(state.engine, state.metrics, now=now, others=child)
     return Response(figures, media_type=CONTENT_TYPE_PLAIN_0_0_4)
