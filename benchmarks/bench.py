@@ -35,11 +35,11 @@ from rich.table import Table
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch.steps import BatchRunRequest, queue_batch_run
+from nightshift.batch.steps import queue_batch_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
-from nightshift.domain.batches import BatchRun
+from nightshift.domain.batches import BatchRun, BatchRunRequest
 from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.parts import running_parts

@@ -22,11 +22,11 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.bench import emulator_process
-from nightshift.batch.steps import BatchRunRequest, queue_batch_run
+from nightshift.batch.steps import queue_batch_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
 from nightshift.domain.agents import LLMConfig
-from nightshift.domain.batches import BatchRunStatus
+from nightshift.domain.batches import BatchRunRequest, BatchRunStatus
 from nightshift.domain.messages import Role, UserInput, said_text
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.domain.tool_rules import ChildToolRule, InitToolRule, TerminalToolRule, ToolRule

@@ -22,7 +22,8 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from nightshift.batch.steps import BatchRunRequest, write_first_step
+from nightshift.batch.steps import write_first_step
+from nightshift.domain.batches import BatchRunRequest
 from nightshift.emulator import EmulatorAdmin
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store.db import opened

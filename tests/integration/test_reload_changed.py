@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.decisions import StepEntry
-from nightshift.batch.steps import BatchRunRequest, queue_batch_run, write_step
+from nightshift.batch.steps import queue_batch_run, write_step
 from nightshift.domain.agents import LLMConfig
+from nightshift.domain.batches import BatchRunRequest
 from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.runtime.step import first_state

@@ -65,8 +65,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("api/deps.py", "nightshift.tools.sandbox"): "AppState holds the tool sandbox",
     ("api/app.py", "nightshift.providers.base"): "create_app takes providers in place of the real ones (tests)",
     ("api/deps.py", "nightshift.batch.worker"): "AppState holds the worker",
-    ("api/batch_schemas.py", "nightshift.batch.steps"): "the batch body's one-request-per-agent check",
-    ("api/routers/batches.py", "nightshift.batch.steps"): "BatchRunRequest, what start_batch_run takes",
     ("api/routers/runs.py", "nightshift.store.run_listing"): "Listed and RunFilter, the run listing's types",
     ("api/context_schemas.py", "nightshift.runtime.window"): "ContextOverview, what the service returns",
     ("api/letta_messages.py", "nightshift.runtime.sync"): "SyncResult, what a synchronous send returns",

@@ -10,8 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 from nightshift.api.input import Body
-from nightshift.batch.steps import refuse_repeated_agents
-from nightshift.domain.batches import Costs, ItemOutcome
+from nightshift.domain.batches import Costs, ItemOutcome, refuse_repeated_agents
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.domain.usage import Usage
 from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView

@@ -28,8 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.leases import Leases
 from nightshift.batch.stages import StageParts
-from nightshift.batch.steps import BatchRunRequest, write_first_step
-from nightshift.domain.batches import BatchRunStatus, ProviderBatch
+from nightshift.batch.steps import write_first_step
+from nightshift.domain.batches import BatchRunRequest, BatchRunStatus, ProviderBatch
 from nightshift.store import batch_runs as batch_run_store
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ written here, so that a crash in between only delays the submission.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -25,14 +25,16 @@ from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
+    BatchRunRequest,
     BatchRunStatus,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
     StepState,
     StepStatus,
+    refuse_repeated_agents,
 )
-from nightshift.domain.messages import Image, Message, UserInput
+from nightshift.domain.messages import Message
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.providers.registry import provider_info
@@ -67,48 +69,6 @@ class WrittenBatch:
     batch: ProviderBatch
     items: list[BatchItem]
     agents: dict[str, Agent]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchRunRequest:
-    """One agent of a new run: its id, the user's messages and an optional step limit."""
-
-    agent_id: str
-    messages: tuple[UserInput, ...]
-    max_steps: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The request as JSON (a message without images as its text), as ``from_json`` reads it back."""
-        return {
-            "agent_id": self.agent_id,
-            "messages": [
-                {"text": m.text, "images": [asdict(i) for i in m.images]} if m.images else m.text for m in self.messages
-            ],
-            "max_steps": self.max_steps,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BatchRunRequest:
-        return cls(
-            agent_id=data["agent_id"],
-            messages=tuple(
-                UserInput(text=m)
-                if isinstance(m, str)
-                else UserInput(text=m["text"], images=tuple(Image(**i) for i in m["images"]))
-                for m in data["messages"]
-            ),
-            max_steps=data["max_steps"],
-        )
-
-
-def refuse_repeated_agents(agent_ids: Iterable[str]) -> None:
-    """Raise ``InvalidInput`` naming the agents (ten at most) that ``agent_ids`` holds more than once.
-
-    Also checked as a run's body arrives (``api.batch_schemas``), before its requests are read.
-    """
-    repeated = sorted(i for i, n in Counter(agent_ids).items() if n > 1)
-    if repeated:
-        raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")
 
 
 async def queue_batch_run(

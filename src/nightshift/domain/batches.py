@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -24,9 +24,11 @@ from typing import Any
 from nightshift.domain.answers import StoredResult
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.fast_init import fast_init
+from nightshift.domain.messages import Image, UserInput
 from nightshift.domain.solver import SolverState
 from nightshift.domain.usage import Usage
 from nightshift.domain.versions import Upgrade, upgrade_state
+from nightshift.errors import InvalidInput
 
 
 class BatchRunStatus(StrEnum):
@@ -421,3 +423,46 @@ class PollSnapshot:
     provider_status: str
     request_counts: dict[str, int]
     polled_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchRunRequest:
+    """One agent of a new run: its id, the user's messages and an optional step limit."""
+
+    agent_id: str
+    messages: tuple[UserInput, ...]
+    max_steps: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON (a message without images as its text), as ``from_json`` reads it back."""
+        return {
+            "agent_id": self.agent_id,
+            "messages": [
+                {"text": m.text, "images": [asdict(i) for i in m.images]} if m.images else m.text for m in self.messages
+            ],
+            "max_steps": self.max_steps,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BatchRunRequest:
+        return cls(
+            agent_id=data["agent_id"],
+            messages=tuple(
+                UserInput(text=m)
+                if isinstance(m, str)
+                else UserInput(text=m["text"], images=tuple(Image(**i) for i in m["images"]))
+                for m in data["messages"]
+            ),
+            max_steps=data["max_steps"],
+        )
+
+
+def refuse_repeated_agents(agent_ids: Iterable[str]) -> None:
+    """Raise ``InvalidInput`` naming the agents (ten at most) that ``agent_ids`` holds more than once.
+
+    Checked as a run's body arrives (``api.batch_schemas``), before its requests are read, and
+    again when the run is queued (``batch.steps.queue_batch_run``).
+    """
+    repeated = sorted(i for i, n in Counter(agent_ids).items() if n > 1)
+    if repeated:
+        raise InvalidInput(f"an agent may appear once per run; repeated: {', '.join(repeated[:10])}", field="requests")

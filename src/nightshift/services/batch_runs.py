@@ -15,12 +15,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.callbacks import CallbackRules, check_callback_url
-from nightshift.batch.steps import BatchRunRequest, cancel_batch_run, queue_batch_run
+from nightshift.batch.steps import cancel_batch_run, queue_batch_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import (
     BatchRun,
     BatchRunFailure,
     BatchRunProgress,
+    BatchRunRequest,
     BatchRunStatus,
     Costs,
     ItemOutcome,

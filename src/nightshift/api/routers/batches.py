@@ -11,8 +11,7 @@ from nightshift.api.batch_schemas import BatchCreate, BatchRunPublic, agent_in_r
 from nightshift.api.deps import Now, Org, ReadConn, State
 from nightshift.api.letta_messages import run_message_json
 from nightshift.api.routers.params import PageQuery
-from nightshift.batch.steps import BatchRunRequest
-from nightshift.domain.batches import BatchRunStatus
+from nightshift.domain.batches import BatchRunRequest, BatchRunStatus
 from nightshift.domain.pagination import Page
 from nightshift.services import batch_runs
 
