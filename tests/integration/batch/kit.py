@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
-from support.runs import Runs
 
 RAISING_TOOL = '''
 def flaky_lookup(order_id: str) -> str:
@@ -120,27 +118,3 @@ def by_agent(messages: list[dict[str, Any]]) -> dict[str, list[str]]:
 def text_of(message: dict[str, Any]) -> str:
     """The text parts of a run message (GET /v1/messages/batches/{id}/messages)."""
     return "\n".join(p["text"] for p in message["content"] if p["type"] == "text")
-
-
-@dataclass(frozen=True, slots=True)
-class MixedRun:
-    """A run of three agents, ended: one failed at its request, one took two steps, one took one."""
-
-    run: dict[str, Any]
-    bad: dict[str, Any]
-    two_steps: dict[str, Any]
-    one_step: dict[str, Any]
-
-
-async def mixed_run(runs: Runs, admin: EmulatorAdmin) -> MixedRun:
-    """Start a :class:`MixedRun` and wait until it has completed."""
-    bad = await runs.agent("bad")
-    two_steps = await runs.agent("two-steps")
-    one_step = await runs.agent("one-step")
-    await admin.configure(errors={bad["id"]: "invalid_request_error"})
-    await admin.script(two_steps["id"], call("conversation_search", heartbeat=True, query="hi"), say("done"))
-    await admin.script(one_step["id"], say("hello"))
-    run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (bad, two_steps, one_step)])
-    done = await runs.wait(run["id"])
-    assert done["status"] == "completed", done
-    return MixedRun(run=done, bad=bad, two_steps=two_steps, one_step=one_step)
