@@ -9,14 +9,14 @@ sandbox, the batch worker gets what a stage needs), never this object to reach i
 from __future__ import annotations
 
 import asyncio
-import gc
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.clock import SYSTEM_CLOCK, Clock
+from nightshift.collector import rare_full_collections
 from nightshift.config import Settings
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
@@ -51,31 +51,6 @@ def checked_summary_model(handle: str | None) -> str | None:
     if handle is not None:
         parse_model(handle)
     return handle
-
-
-# How many collections of the middle generation CPython's cycle collector makes before a full one
-# while a worker runs (its default is 10; see ``rare_full_collections``).
-FULL_COLLECTION_AFTER = 1_000
-
-
-@contextmanager
-def rare_full_collections() -> Iterator[None]:
-    """Let CPython's cycle collector scan every object a hundred times less often.
-
-    A stage builds a working set of hundreds of thousands of objects (a batch's agents, their
-    messages, requests and results) that all survive the young generations, and a full collection
-    scans all of them: by default one came every ten young collections, about forty in a two-step
-    run of 10,000 agents, for 15% of the CPU of applying a step (``make bench``). Nearly nothing
-    the worker makes is cyclic garbage (reference counting frees it) and young cycles are still
-    collected as before, so this costs no memory there. The thresholds are the process's: they are
-    put back as they were when the block ends.
-    """
-    young, middle, full = gc.get_threshold()
-    gc.set_threshold(young, middle, max(full, FULL_COLLECTION_AFTER))
-    try:
-        yield
-    finally:
-        gc.set_threshold(young, middle, full)
 
 
 @asynccontextmanager

@@ -14,14 +14,14 @@ import nightshift
 
 ROOT = Path(nightshift.__file__).parent
 
-# Every layer may use the types, the errors and the ids.
-_BASE = frozenset({"domain", "errors", "ids", "clock"})
+# Every layer may use the types, the errors, the ids, the clock and the cycle collector's pauses.
+_BASE = frozenset({"domain", "errors", "ids", "clock", "collector"})
 # The entry points compose the whole server (and run the emulator next to it).
 _EDGE = frozenset(
     {
         "domain", "errors", "ids", "config", "logs", "tracing", "metrics", "store", "providers",
         "tools", "pricing", "runtime", "batch", "services", "api", "serving", "cli", "cli_commands",
-        "demo", "emulator", "clock", "parts",
+        "demo", "emulator", "clock", "collector", "parts",
     }
 )  # fmt: skip
 
@@ -29,6 +29,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "ids": frozenset(),
     "clock": frozenset(),
+    "collector": frozenset(),
     "domain": frozenset({"errors"}),
     "config": _BASE,
     "logs": _BASE | {"config"},

@@ -34,6 +34,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.collector import collector_paused
 from nightshift.domain.agent_file_export import export_agent_file as agent_file_document
 from nightshift.domain.agent_files import AgentFile, FileAgent, FileMessage, FileTool, parse_agent_file
 from nightshift.domain.agents import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Agent, LLMConfig, check_secrets
@@ -370,17 +371,18 @@ async def import_agent_file(
         InvalidInput: what is wrong with the file (or what nightshift cannot import of it);
             nothing is written then, as the caller's transaction is rolled back.
     """
-    document = await asyncio.to_thread(parse_agent_file, raw)
-    tools = await _import_tools(conn, org_id, document, options=options, now=now)
-    base = await ensure_base_tools(conn, org_id, now=now) if any(a.include_base_tools for a in document.agents) else {}
-    built = await asyncio.to_thread(_build, org_id, document, options, tools=tools, base=base, now=now)
-    try:
-        await block_store.insert_blocks(conn, built.blocks)
-        await agent_store.insert_agents(conn, built.agents)
-        for start in range(0, len(built.messages), INSERT_CHUNK):
-            await message_store.insert_messages(conn, built.messages[start : start + INSERT_CHUNK])
-    finally:
-        await asyncio.to_thread(_release, [built.messages, *(a.messages for a in document.agents)])
+    with collector_paused():
+        document = await asyncio.to_thread(parse_agent_file, raw)
+        tools = await _import_tools(conn, org_id, document, options=options, now=now)
+        base = await ensure_base_tools(conn, org_id, now=now) if any(a.include_base_tools for a in document.agents) else {}
+        built = await asyncio.to_thread(_build, org_id, document, options, tools=tools, base=base, now=now)
+        try:
+            await block_store.insert_blocks(conn, built.blocks)
+            await agent_store.insert_agents(conn, built.agents)
+            for start in range(0, len(built.messages), INSERT_CHUNK):
+                await message_store.insert_messages(conn, built.messages[start : start + INSERT_CHUNK])
+        finally:
+            await asyncio.to_thread(_release, [built.messages, *(a.messages for a in document.agents)])
     return built.agents
 
 
