@@ -374,7 +374,8 @@ async def import_agent_file(
     with collector_paused():
         document = await asyncio.to_thread(parse_agent_file, raw)
         tools = await _import_tools(conn, org_id, document, options=options, now=now)
-        base = await ensure_base_tools(conn, org_id, now=now) if any(a.include_base_tools for a in document.agents) else {}
+        wants_base = any(a.include_base_tools for a in document.agents)
+        base = await ensure_base_tools(conn, org_id, now=now) if wants_base else {}
         built = await asyncio.to_thread(_build, org_id, document, options, tools=tools, base=base, now=now)
         try:
             await block_store.insert_blocks(conn, built.blocks)
