@@ -3,6 +3,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := requirements.lock
+# The tests drive the server with letta-client 1.7.0 (the lock file's) and 1.12.1 (this one's).
+LETTA_CLIENT_1_12 := tests/letta-client-1.12.lock
 # The tool that writes the lock file, pinned so that a regenerated file differs only by what changed.
 UV := uv==0.13.8
 PY_VERSION := 3.11
@@ -18,12 +20,13 @@ TEST_PACKAGES := bwrap=bubblewrap chromium=chromium
 # nightshift itself without dependencies: every machine and CI test the same set, while
 # pyproject.toml keeps the ranges users install nightshift with. pip check fails when the lock no
 # longer satisfies pyproject.toml (run make lock).
-$(STAMP): $(LOCK) pyproject.toml
+$(STAMP): $(LOCK) pyproject.toml $(LETTA_CLIENT_1_12)
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK)
 	$(BIN)/pip install --quiet --no-deps -e .
 	$(BIN)/pip check
+	$(BIN)/pip install --quiet --require-hashes --no-deps --upgrade --target $(VENV)/letta-client-1.12 -r $(LETTA_CLIENT_1_12)
 	touch $(STAMP)
 
 # The lock file again, after a change to pyproject.toml's dependencies: the pins it already has

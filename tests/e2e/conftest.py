@@ -19,6 +19,7 @@ from letta_client import Letta
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.serving import running_server
+from support.letta_client_1_12 import letta_client_1_12
 from support.orgs import SERVER_PASSWORD, new_organization_key
 from support.processes import ToolCallLog
 
@@ -64,6 +65,15 @@ def letta(base_url: str, api_key: str, emulator: str) -> Iterator[Letta]:
     """letta-client in the test's organization, the emulator reset."""
     # No retries: a failing call must fail the test at once, not be retried into a pass.
     with Letta(base_url=base_url, api_key=api_key, max_retries=0, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture
+def letta_1_12(base_url: str, api_key: str, emulator: str) -> Iterator[Any]:
+    """letta-client 1.12.1 (what ``pip install letta-client`` gives today: no batches) in the
+    test's organization, the emulator reset."""
+    sdk = letta_client_1_12()
+    with sdk.Letta(base_url=base_url, api_key=api_key, max_retries=0, timeout=60) as client:
         yield client
 
 
