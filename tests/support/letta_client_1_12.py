@@ -23,7 +23,7 @@ def letta_client_1_12() -> ModuleType:
         return sys.modules[NAME]
     init = FOLDER / "__init__.py"
     if not init.exists():
-        raise RuntimeError(f"letta-client 1.12.1 is not installed at {FOLDER}: run make test (or make .venv/.installed)")
+        raise RuntimeError(f"letta-client 1.12.1 is not installed at {FOLDER}: run make .venv/.installed")
     spec = importlib.util.spec_from_file_location(NAME, init, submodule_search_locations=[str(FOLDER)])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
