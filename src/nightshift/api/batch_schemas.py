@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 from nightshift.api.input import Body
+from nightshift.api.letta_options import BatchRefusals
 from nightshift.domain.batches import Costs, ItemOutcome, refuse_repeated_agents
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.domain.usage import Usage
@@ -101,10 +102,12 @@ def input_turns(messages: list[InputMessage] | None, shorthand: str | list[TextP
     return tuple(found)
 
 
-class BatchRequestBody(BaseModel):
-    """One agent of a run: its id and its messages (or Letta's ``input`` shorthand)."""
+class BatchRequestBody(BatchRefusals):
+    """One agent of a run: its id and its messages (or Letta's ``input`` shorthand).
 
-    model_config = ConfigDict(extra="ignore")
+    Letta's send options that a batch run does not carry out are refused when set (``BatchRefusals``).
+    """
+
     agent_id: str = Field(min_length=1)
     messages: list[InputMessage] | None = None
     input: str | list[TextPart] | None = None

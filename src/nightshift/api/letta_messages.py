@@ -27,6 +27,9 @@ LettaMessageType = Literal[
     "tool_return_message",
     "approval_request_message",
     "approval_response_message",
+    # letta-client 1.12's: nightshift shows none of these (a filter naming only them shows nothing).
+    "summary_message",
+    "event_message",
 ]
 MESSAGE_TYPES: tuple[str, ...] = get_args(LettaMessageType)
 

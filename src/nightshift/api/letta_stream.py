@@ -10,7 +10,9 @@ answer), ``tool_call_message`` pieces of another call's arguments (the first one
 name and call id); the rest of the step's messages (tool returns, heartbeats) follow whole. Joined
 in order, the pieces of a part are exactly that part of the stored message: what the model's
 pieces did not show (a number still being written, the reasoning of a turn's later calls) is
-sent once the step is written.
+sent once the step is written. The pieces follow the send's view as whole messages do: the
+assistant tool and argument it names (or none, without ``use_assistant_message``), and only the
+message types of ``include_return_message_types``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from fastapi.responses import StreamingResponse
 
 from nightshift.api.deps import AppState
 from nightshift.api.input import Body
-from nightshift.api.letta_messages import DEFAULT_VIEW, SEND_MESSAGE, LettaView, to_letta_messages, usage_statistics
+from nightshift.api.letta_messages import DEFAULT_VIEW, LettaView, to_letta_messages, usage_statistics
 from nightshift.api.partial_json import partial_object
 from nightshift.clock import Clock
 from nightshift.domain.messages import Message, Role
@@ -39,7 +41,6 @@ from nightshift.services.agent_runs import Send, letta_stop_reason, send_now
 log = logging.getLogger(__name__)
 
 Chunk = dict[str, Any]
-MESSAGE_ARGUMENT: Final = "message"  # send_message's argument that is the assistant's text
 PING_SECONDS: Final = 30.0  # Letta's keep-alive interval
 DONE: Final = "data: [DONE]\n\n"
 PING: Final[Chunk] = {"message_type": "ping"}
@@ -162,13 +163,22 @@ class LettaStream:
                     self.chunks.put_nowait(part)
             else:
                 for chunk in self._rest(message, answer):
-                    self.chunks.put_nowait(chunk)
+                    self._put(chunk)
 
     async def delta(self, message_id: str, delta: TextDelta | ToolCallDelta) -> None:
         """Queue the chunks one piece of an answer makes."""
         answer = self._answers.setdefault(message_id, _Answer())
         for chunk in self._pieces(message_id, answer, delta):
+            self._put(chunk)
+
+    def _put(self, chunk: Chunk) -> None:
+        """Queue a piece, unless the send asked for other message types only."""
+        if self._view.types is None or chunk["message_type"] in self._view.types:
             self.chunks.put_nowait(chunk)
+
+    def _says(self, tool: str) -> bool:
+        """Whether a call of ``tool`` is shown as the assistant's message, in the send's view."""
+        return self._view.use_assistant_message and tool == self._view.assistant_tool
 
     def _chunk(self, message_id: str, message_type: str, **fields: Any) -> Chunk:
         return {
@@ -199,8 +209,8 @@ class LettaStream:
             call.reasoning = thoughts
             answer.reasoning += new
             out.append(self._chunk(message_id, "reasoning_message", reasoning=new))
-        if call.name == SEND_MESSAGE:
-            said = _string_so_far(members, open_member, MESSAGE_ARGUMENT)
+        if self._says(call.name):
+            said = _string_so_far(members, open_member, self._view.assistant_kwarg)
             if said.startswith(call.said) and len(said) > len(call.said):
                 out.append(self._chunk(message_id, "assistant_message", content=said[len(call.said) :]))
                 call.said = said
@@ -228,8 +238,8 @@ class LettaStream:
             out.append(self._chunk(message.id, "assistant_message", content=message.text[len(answer.text) :]))
         for index, stored in enumerate(message.tool_calls):
             call = answer.calls.get(index, _Call(id=stored.id, name=stored.name))
-            if stored.name == SEND_MESSAGE:
-                said = _said(stored.arguments)
+            if self._says(stored.name):
+                said = _said(stored.arguments, self._view.assistant_kwarg)
                 if said is not None:
                     if said.startswith(call.said) and len(said) > len(call.said):
                         out.append(self._chunk(message.id, "assistant_message", content=said[len(call.said) :]))
@@ -320,12 +330,12 @@ def _data(chunk: Chunk) -> str:
     return f"data: {json.dumps(chunk)}\n\n"
 
 
-def _said(arguments: str) -> str | None:
+def _said(arguments: str, kwarg: str) -> str | None:
     try:
         value = json.loads(arguments)
     except ValueError:
         return None
-    said = value.get(MESSAGE_ARGUMENT) if isinstance(value, dict) else None
+    said = value.get(kwarg) if isinstance(value, dict) else None
     return said if isinstance(said, str) else None
 
 

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRunStep
-from nightshift.domain.agents import Agent
+from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Message, UserInput
@@ -79,6 +79,38 @@ class SyncResult:
     cancelled: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Overrides:
+    """What one send asks of its model calls instead of the agent's own settings; the agent is unchanged.
+
+    ``model`` (``provider/model-name``, checked where it entered) takes each step's call, with the
+    agent's limits and temperature, and a context window no larger than ``model_window`` (that
+    model's, when the price data knows it): a window the agent filled for a larger model is then
+    refused as too big rather than cut short by the provider. ``system`` replaces the agent's
+    system message (its memory included) in each step's call; the stored one stays. Summarizing
+    calls keep the agent's own settings: they rewrite its window, which outlives the send.
+    """
+
+    model: str | None = None
+    model_window: int | None = None
+    system: str | None = None
+
+    def config(self, config: LLMConfig) -> LLMConfig:
+        """``config`` on the model asked for, if any."""
+        if self.model is None:
+            return config
+        provider, _, name = self.model.partition("/")
+        window = min(config.context_window, self.model_window or config.context_window)
+        return replace(config, provider=provider, model=name, context_window=window)
+
+    def request(self, request: ModelRequest) -> ModelRequest:
+        """A step's request with the system prompt asked for, if any."""
+        return request if self.system is None else replace(request, system=self.system)
+
+
+NO_OVERRIDES = Overrides()
+
+
 def _tie(message: Message, run_id: str, step_id: str) -> Message:
     return replace(message, run_id=run_id, step_id=step_id)
 
@@ -96,6 +128,7 @@ async def step_agent(
     clock: Clock,
     listener: SyncListener | None = None,
     summary_model: str | None = None,
+    overrides: Overrides = NO_OVERRIDES,
 ) -> SyncResult:
     """Send ``inputs`` to the agent and step it until it stops, reaches ``max_steps`` or is cancelled.
 
@@ -106,6 +139,7 @@ async def step_agent(
     ``listener``, if given, hears the messages as they are written and the streamed answers.
     Before a request that would overflow the agent's context window, its oldest messages are
     summarized (by ``summary_model``, or the agent's own model) through the normal API.
+    ``overrides`` change the step's calls for this send only (see :class:`Overrides`).
 
     Raises:
         InvalidInput: no message text.
@@ -150,7 +184,8 @@ async def step_agent(
         if listener is not None:
             await listener.messages(messages)
         state = first_state(agent, max_steps)
-        provider = providers.get(agent.llm_config.provider)
+        asked = overrides.config(agent.llm_config)
+        provider = providers.get(asked.provider)
         plan = step_inputs.summaries.get(agent.id)
         while True:
             while plan is not None:  # the window is summarized before the request that would overflow it
@@ -161,10 +196,10 @@ async def step_agent(
                 if out.steps and await agent_run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
                     return out
-                requests, problems = await build_requests(conn, [agent], {agent.id: state})
+                requests, problems = await build_requests(conn, [replace(agent, llm_config=asked)], {agent.id: state})
             if agent.id in problems:
                 raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
-            request = requests[agent.id]
+            request = overrides.request(requests[agent.id])
             message_id = new_id("message")
             if listener is not None and listener.tokens:
                 response = await _streamed(provider, request, message_id, listener)
@@ -183,7 +218,7 @@ async def step_agent(
             now = clock.now()
             step = AgentRunStep(
                 id=step_id,
-                model=agent.llm_config.model,
+                model=asked.model,
                 created_at=now,
                 prompt_tokens=response.usage.prompt_tokens,
                 completion_tokens=response.usage.output_tokens,

@@ -30,7 +30,8 @@ from nightshift.errors import InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.step import TurnReason, Why
-from nightshift.runtime.sync import SyncListener, SyncResult, step_agent
+from nightshift.runtime.sync import Overrides, SyncListener, SyncResult, step_agent
+from nightshift.services.catalog import model_context_window
 from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import batch_run_views, run_listing
@@ -62,6 +63,18 @@ class Send:
     max_steps: int
     request_config: dict[str, Any]
     callback_url: str | None = None
+    # The model (provider/model-name, checked) and system prompt of this send's calls instead of
+    # the agent's own; the agent is not changed.
+    override_model: str | None = None
+    override_system: str | None = None
+
+    def overrides(self) -> Overrides:
+        """What the send changes of its steps' calls."""
+        window = None
+        if self.override_model is not None:
+            provider, _, name = self.override_model.partition("/")
+            window = model_context_window(provider, name)
+        return Overrides(model=self.override_model, model_window=window, system=self.override_system)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +172,7 @@ async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: Sync
             listener=listener,
             clock=stepping.clock,
             summary_model=stepping.summary_model,
+            overrides=send.overrides(),
         )
     except Exception as exc:
         # A bug is a failed run too (its message stays in the log, not on the run).

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
-from pydantic import Field, HttpUrl, model_validator
+from pydantic import Field, HttpUrl, field_validator, model_validator
 
 from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
 from nightshift.api.deps import Now, Org, State
-from nightshift.api.input import Body
+from nightshift.api.input import Body, Name, Text
 from nightshift.api.letta_messages import (
     MESSAGE_KWARG,
     SEND_MESSAGE,
@@ -19,8 +19,10 @@ from nightshift.api.letta_messages import (
     to_letta_messages,
     usage_statistics,
 )
+from nightshift.api.letta_options import SendRefusals
 from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
 from nightshift.api.run_schemas import run_json
+from nightshift.api.schemas import llm_config_from
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
 from nightshift.domain.messages import Role, UserInput
 from nightshift.errors import InvalidInput
@@ -36,9 +38,12 @@ class OwnMessage(InputMessage):
     otid: str | None = Field(default=None, max_length=255)
 
 
-class SendMessages(StreamOptions):
+class SendMessages(StreamOptions, SendRefusals):
     """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, a step limit, how to show the
-    messages and whether to stream them."""
+    messages, whether to stream them, and the model and system prompt of this send only.
+
+    The options nightshift does not carry out are refused when set (``SendRefusals``).
+    """
 
     messages: list[OwnMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     input: str | list[TextPart] | None = None
@@ -47,6 +52,23 @@ class SendMessages(StreamOptions):
     assistant_message_tool_name: str = Field(default=SEND_MESSAGE, min_length=1, max_length=255)
     assistant_message_tool_kwarg: str = Field(default=MESSAGE_KWARG, min_length=1, max_length=255)
     include_return_message_types: list[LettaMessageType] | None = None
+    override_model: Name | None = Field(
+        default=None, description="provider/model-name for this send's steps instead of the agent's model"
+    )
+    override_system: Text | None = Field(
+        default=None, description="The system prompt of this send's model calls instead of the agent's"
+    )
+
+    @field_validator("override_model")
+    @classmethod
+    def _known_model(cls, value: str | None) -> str | None:
+        """Checked as an agent's model is: ``provider/model-name`` of a registered provider."""
+        if value is not None:
+            try:
+                llm_config_from(value, None)
+            except InvalidInput as exc:
+                raise ValueError(exc.message) from None
+        return value
 
     @model_validator(mode="after")
     def _one_way_in(self) -> Self:
@@ -98,6 +120,44 @@ def view_of(config: dict[str, Any]) -> LettaView:
     )
 
 
+async def listed_view(
+    use_assistant_message: Annotated[
+        bool, Query(description="Show a call of the assistant tool as an assistant_message")
+    ] = True,
+    assistant_message_tool_name: Annotated[str, Query(min_length=1, max_length=255)] = SEND_MESSAGE,
+    assistant_message_tool_kwarg: Annotated[str, Query(min_length=1, max_length=255)] = MESSAGE_KWARG,
+    include_return_message_types: Annotated[
+        list[LettaMessageType] | None, Query(description="Only these message types (default: all)")
+    ] = None,
+    group_id: Annotated[str | None, Query(description="Refused: nightshift has no groups")] = None,
+    conversation_id: Annotated[str | None, Query(description="Refused: nightshift has no conversations")] = None,
+) -> LettaView:
+    """How a listing of messages asks to show them: Letta's query parameters of the same names.
+
+    ``group_id`` and ``conversation_id`` would narrow the listing to a group's or a conversation's
+    messages; nightshift has neither, so they are refused rather than ignored.
+    """
+    # async: FastAPI would run a plain function in its thread pool (a thread hop per request).
+    for name, value in (("group_id", group_id), ("conversation_id", conversation_id)):
+        if value is not None:
+            raise InvalidInput(
+                f"{name} is not supported: nightshift agents have one message history, with no groups"
+                " or conversations; leave it unset",
+                field=f"query.{name}",
+            )
+    return view_of(
+        {
+            "use_assistant_message": use_assistant_message,
+            "assistant_message_tool_name": assistant_message_tool_name,
+            "assistant_message_tool_kwarg": assistant_message_tool_kwarg,
+            "include_return_message_types": include_return_message_types,
+        }
+    )
+
+
+ListedView = Annotated[LettaView, Depends(listed_view)]
+
+
 @router.post("/v1/agents/{agent_id}/messages", response_model=None, responses=STREAMED)
 async def send_messages(
     agent_id: str, body: SendMessages, state: State, org: Org
@@ -115,6 +175,8 @@ async def send_messages(
         inputs=body.inputs(),
         max_steps=body.max_steps or state.settings.default_max_steps,
         request_config=body.request_config(),
+        override_model=body.override_model,
+        override_system=body.override_system,
     )
     view = view_of(send.request_config)
     if body.streaming:
@@ -141,6 +203,8 @@ async def send_messages_later(agent_id: str, body: SendLater, state: State, org:
         max_steps=body.max_steps or state.settings.default_max_steps,
         request_config=body.request_config(),
         callback_url=str(body.callback_url) if body.callback_url is not None else None,
+        override_model=body.override_model,
+        override_system=body.override_system,
     )
     run = await agent_runs.send_later(state.background, org, send)
     return run_json(run)

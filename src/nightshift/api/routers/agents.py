@@ -13,6 +13,7 @@ from nightshift.api.deps import Conn, Now, Org, ReadConn, State
 from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import Body, Name, Text
 from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.routers.agent_messages import ListedView
 from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.schemas import (
     AgentCreate,
@@ -220,6 +221,7 @@ async def list_agent_messages(
     agent_id: str,
     conn: ReadConn,
     org: Org,
+    view: ListedView,
     before: Annotated[str | None, Query(description="A message id: the messages before it in the sort order")] = None,
     after: Annotated[str | None, Query(description="A message id: the messages after it in the sort order")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -231,11 +233,14 @@ async def list_agent_messages(
     (with the default ``desc``, ``after`` gives older messages), so that its clients' iterators,
     which ask for ``after`` the last id they saw, walk the whole history once. ``limit`` counts
     stored messages: an assistant turn is shown as a reasoning message plus an assistant message
-    (send_message) or a tool-call message, all with the stored message's id.
+    (send_message) or a tool-call message, all with the stored message's id. As a send's,
+    ``use_assistant_message``, ``assistant_message_tool_name`` / ``_kwarg`` and
+    ``include_return_message_types`` say how to show them (the type filter applies to the page
+    ``limit`` gave, as Letta's does).
     """
     page = Page(before=before, after=after, limit=limit, order="asc" if order == "asc" else "desc")
     messages = await service.list_messages(conn, org, agent_id, page)
-    return [part for message in messages for part in to_letta_messages(message)]
+    return [part for message in messages for part in to_letta_messages(message, view)]
 
 
 class ResetMessages(Body):
