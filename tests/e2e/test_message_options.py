@@ -324,3 +324,53 @@ def test_a_batch_request_with_the_defaults_runs(letta: Letta, clerk: str) -> Non
     while (current := letta.batches.retrieve(run.id)).status in ("created", "running"):
         time.sleep(0.05)  # pytest-timeout ends a run that never finishes
     assert current.status == "completed"
+
+
+# --- fields of the messages themselves ---------------------------------------------------------
+
+
+def test_a_message_keeps_its_name_and_otid_in_a_send_and_in_a_batch_run(
+    letta: Letta, letta_1_12: Any, http: httpx.Client
+) -> None:
+    agent = letta_1_12.agents.create(name="host", model=MODEL)
+    letta_1_12.agents.messages.create(
+        agent.id, messages=[{"role": "user", "content": "hello", "name": "ada", "otid": "otid-send-1"}]
+    )
+    run = letta.batches.create(
+        requests=[
+            {
+                "agent_id": agent.id,
+                "messages": [
+                    {"role": "user", "content": "plain"},
+                    {"role": "user", "content": "named", "name": "grace", "otid": "otid-batch-1"},
+                ],
+            }
+        ]
+    )
+    while letta.batches.retrieve(run.id).status in ("created", "running"):
+        time.sleep(0.05)  # pytest-timeout ends a run that never finishes
+    users = [
+        (m["content"], m["name"], m["otid"]) for m in listed(http, agent.id) if m["message_type"] == "user_message"
+    ]
+    sent = [(content, name, otid) for content, name, otid in users if content in ("hello", "plain", "named")]
+    assert [(c, n) for c, n, _ in sent] == [("hello", "ada"), ("plain", None), ("named", "grace")]
+    assert sent[0][2] == "otid-send-1" and sent[2][2] == "otid-batch-1"
+
+
+@pytest.mark.parametrize("field", ["group_id", "sender_id", "batch_item_id"])
+def test_a_message_naming_a_group_an_identity_or_a_batch_item_is_refused(
+    http: httpx.Client, clerk: str, field: str
+) -> None:
+    message = {"role": "user", "content": "hello", field: "x-1"}
+    before = stored_ids(http, clerk)
+    answer = http.post(f"/v1/agents/{clerk}/messages", json={"messages": [message]})
+    assert answer.status_code == 422, answer.text
+    assert f"{field} is not supported" in answer.json()["detail"]
+    assert answer.json()["field"] == "messages.0"
+    in_batch = http.post("/v1/messages/batches", json={"requests": [{"agent_id": clerk, "messages": [message]}]})
+    assert in_batch.status_code == 422, in_batch.text
+    assert f"{field} is not supported" in in_batch.json()["detail"]
+    assert stored_ids(http, clerk) == before
+    # Unset (null) is Letta's default, and taken.
+    taken = http.post(f"/v1/agents/{clerk}/messages", json={"messages": [{**message, field: None}]})
+    assert taken.status_code == 200, taken.text

@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
 
 from nightshift.api.input import Body
-from nightshift.api.letta_options import BatchRefusals
+from nightshift.api.letta_options import refuse_batch_options
 from nightshift.domain.batches import Costs, ItemOutcome, refuse_repeated_agents
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.domain.usage import Usage
@@ -64,12 +64,37 @@ class ImagePart(BaseModel):
     source: ImageSource
 
 
+# Letta's message fields naming what nightshift does not have (see InputMessage).
+NOT_OURS: Final = ("group_id", "sender_id", "batch_item_id")
+
+
 class InputMessage(BaseModel):
-    """A message to the agent. System messages reach the model as user turns marked [system]."""
+    """A message to the agent. System messages reach the model as user turns marked [system].
+
+    ``otid`` (the sender's own id for it) and ``name`` (the participant's) are kept on the stored
+    message and shown with it. Letta's ``group_id``, ``sender_id`` and ``batch_item_id`` name a
+    multi-agent group, an identity or a batch item that nightshift does not have: refused when set.
+    """
 
     model_config = ConfigDict(extra="ignore")
     role: Literal["user", "system"] = "user"
     content: str | list[TextPart | ImagePart]
+    otid: str | None = Field(default=None, max_length=255)
+    name: str | None = Field(default=None, max_length=255)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_ours(cls, data: Any) -> Any:
+        # On the parsed message rather than as fields: each field costs every message of a large
+        # batch run its validation and storage check, and these are seldom set.
+        if isinstance(data, dict):
+            for name in NOT_OURS:
+                if data.get(name) is not None:
+                    raise ValueError(
+                        f"{name} is not supported: nightshift has no multi-agent groups, identities or"
+                        " client-made batch items; leave it unset"
+                    )
+        return data
 
     def as_text(self) -> str:
         text = (
@@ -84,9 +109,9 @@ class InputMessage(BaseModel):
             return ()
         return tuple(p.source.to_image() for p in self.content if isinstance(p, ImagePart))
 
-    def as_input(self, *, otid: str | None = None) -> UserInput:
-        """The message's text with its images (and the sender's ``otid`` for it, if given)."""
-        return UserInput(text=self.as_text(), images=self.images(), otid=otid)
+    def as_input(self) -> UserInput:
+        """The message's text with its images, the sender's ``otid`` for it and its ``name``."""
+        return UserInput(text=self.as_text(), images=self.images(), otid=self.otid, name=self.name)
 
 
 def shorthand_input(shorthand: str | list[TextPart]) -> UserInput:
@@ -102,12 +127,14 @@ def input_turns(messages: list[InputMessage] | None, shorthand: str | list[TextP
     return tuple(found)
 
 
-class BatchRequestBody(BatchRefusals):
+class BatchRequestBody(BaseModel):
     """One agent of a run: its id and its messages (or Letta's ``input`` shorthand).
 
-    Letta's send options that a batch run does not carry out are refused when set (``BatchRefusals``).
+    Letta's send options that a batch run does not carry out are refused when set, as the body
+    arrives (``BatchCreate``).
     """
 
+    model_config = ConfigDict(extra="ignore")
     agent_id: str = Field(min_length=1)
     messages: list[InputMessage] | None = None
     input: str | list[TextPart] | None = None
@@ -140,6 +167,7 @@ class BatchCreate(Body):
             refuse_repeated_agents(
                 r["agent_id"] for r in requests if isinstance(r, dict) and isinstance(r.get("agent_id"), str)
             )
+            refuse_batch_options(requests)
         return data
 
 

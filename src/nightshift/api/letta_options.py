@@ -3,8 +3,8 @@
 Letta's clients send only the options a caller sets, so a request that leaves these alone (or
 gives the default value) is taken; one that asks for what nightshift cannot do is a 422 naming
 the option, rather than a 200 that did something else than asked. ``SendRefusals`` holds the
-options of every send (``/messages``, ``/stream``, ``/async``, and each request of a batch run);
-``BatchRefusals`` adds those a batch run cannot honour although a single send can.
+options of a send (``/messages``, ``/stream``, ``/async``); :func:`refuse_batch_options` checks
+each request of a batch run, which cannot honour a few more (``BATCH_OPTIONS``).
 
 Unknown fields stay ignored (``extra="ignore"``, as every body): Letta's clients send fields of
 newer servers, and refusing each would break them for nothing.
@@ -12,18 +12,70 @@ newer servers, and refusing each would break them for nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from nightshift.api.letta_messages import MESSAGE_KWARG, SEND_MESSAGE
+from nightshift.errors import InvalidInput
 
 # The values of enable_thinking that do not ask for thinking (Letta types it as a string).
 NO_THINKING: Final = frozenset({"false", "0", "no", "off"})
+_NO_LOGPROBS: Final = "nightshift does not ask the providers for tokens' log probabilities"
+_ONE_SHAPE: Final = "a batch run's messages are listed in one shape, whatever its requests ask; leave it unset"
+_OWN_SETTINGS: Final = (
+    "a batch run steps each agent with its own model and system message; send to the agent"
+    " (POST /v1/agents/{agent_id}/messages) for a one-off change"
+)
 
 
-def _refused(option: str, why: str) -> ValueError:
-    return ValueError(f"{option} is not supported: {why}")
+def _no_thinking(value: Any) -> bool:
+    return value is None or value is False or (isinstance(value, str) and value.strip().lower() in NO_THINKING)
+
+
+def _unset_or(default: Any) -> Callable[[Any], bool]:
+    return lambda value: value is None or value == default
+
+
+def _falsy(value: Any) -> bool:
+    return not value
+
+
+# Each option: whether a value is one nightshift carries out (the default, or asking for nothing),
+# and why any other is refused.
+Options = Mapping[str, tuple[Callable[[Any], bool], str]]
+SEND_OPTIONS: Final[Options] = {
+    "enable_thinking": (
+        _no_thinking,
+        "nightshift does not turn on a model's extended thinking; agents reason in their tool calls"
+        " (shown as reasoning_message). Leave it unset or 'false'",
+    ),
+    "include_compaction_messages": (
+        _falsy,
+        "a send's response never shows summary or event messages; the summary is in the agent's"
+        " messages (GET /v1/agents/{agent_id}/messages). Leave it unset or false",
+    ),
+    "return_logprobs": (_falsy, _NO_LOGPROBS),
+    "top_logprobs": (_unset_or(None), _NO_LOGPROBS),
+    "return_token_ids": (_falsy, _NO_LOGPROBS),
+    "client_skills": (_falsy, "nightshift agents have no skills section in their system prompt"),
+}
+BATCH_OPTIONS: Final[Options] = {
+    **SEND_OPTIONS,
+    "override_model": (_unset_or(None), _OWN_SETTINGS),
+    "override_system": (_unset_or(None), _OWN_SETTINGS),
+    "use_assistant_message": (_unset_or(True), _ONE_SHAPE),
+    "assistant_message_tool_name": (_unset_or(SEND_MESSAGE), _ONE_SHAPE),
+    "assistant_message_tool_kwarg": (_unset_or(MESSAGE_KWARG), _ONE_SHAPE),
+    "include_return_message_types": (_unset_or(None), _ONE_SHAPE),
+}
+
+
+def refusal(option: str, value: Any, options: Options = SEND_OPTIONS) -> str | None:
+    """Why ``value`` of ``option`` is refused, or None when nightshift carries it out."""
+    accepts, why = options[option]
+    return None if accepts(value) else f"{option} is not supported: {why}"
 
 
 class SendRefusals(BaseModel):
@@ -38,89 +90,27 @@ class SendRefusals(BaseModel):
     return_token_ids: bool = False
     client_skills: list[Any] | None = None
 
-    @field_validator("enable_thinking")
+    @field_validator(*SEND_OPTIONS)
     @classmethod
-    def _no_thinking(cls, value: str | bool | None) -> str | bool | None:
-        if value is None or value is False or (isinstance(value, str) and value.strip().lower() in NO_THINKING):
-            return value
-        raise _refused(
-            "enable_thinking",
-            "nightshift does not turn on a model's extended thinking; agents reason in their tool calls"
-            " (shown as reasoning_message). Leave it unset or 'false'",
-        )
-
-    @field_validator("include_compaction_messages")
-    @classmethod
-    def _no_compaction_messages(cls, value: bool) -> bool:
-        if value:
-            raise _refused(
-                "include_compaction_messages",
-                "a send's response never shows summary or event messages; the summary is in the agent's"
-                " messages (GET /v1/agents/{agent_id}/messages). Leave it unset or false",
-            )
-        return value
-
-    @field_validator("return_logprobs", "return_token_ids")
-    @classmethod
-    def _no_token_data(cls, value: bool, info: ValidationInfo) -> bool:
-        if value:
-            raise _refused(str(info.field_name), "nightshift does not ask the providers for tokens' log probabilities")
-        return value
-
-    @field_validator("top_logprobs")
-    @classmethod
-    def _no_top_logprobs(cls, value: int | None) -> int | None:
-        if value is not None:
-            raise _refused("top_logprobs", "nightshift does not ask the providers for tokens' log probabilities")
-        return value
-
-    @field_validator("client_skills")
-    @classmethod
-    def _no_client_skills(cls, value: list[Any] | None) -> list[Any] | None:
-        if value:
-            raise _refused("client_skills", "nightshift agents have no skills section in their system prompt")
+    def _carried_out(cls, value: Any, info: ValidationInfo) -> Any:
+        problem = refusal(str(info.field_name), value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
 
-class BatchRefusals(SendRefusals):
-    """A batch request's options beyond :class:`SendRefusals` that only a single send carries out.
+def refuse_batch_options(requests: list[Any]) -> None:
+    """Raise ``InvalidInput`` naming the first option of a batch run's requests (as parsed JSON)
+    that the run would not carry out.
 
-    A batch run's messages are listed in one shape (``GET /v1/messages/batches/{id}/messages``),
-    and its steps go to each agent's own model with its own system message.
+    Checked on the parsed body, in one pass over the requests' keys, rather than as fields of
+    each request's model: a run of tens of thousands of requests seldom sets any, and each
+    field a request's model declares costs its validation and storage check for every request.
     """
-
-    override_model: str | None = None
-    override_system: str | None = None
-    use_assistant_message: bool = True
-    assistant_message_tool_name: str | None = None
-    assistant_message_tool_kwarg: str | None = None
-    include_return_message_types: list[str] | None = None
-
-    @field_validator("override_model", "override_system")
-    @classmethod
-    def _no_override(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is not None:
-            raise _refused(
-                str(info.field_name),
-                "a batch run steps each agent with its own model and system message; send to the agent"
-                " (POST /v1/agents/{agent_id}/messages) for a one-off change",
-            )
-        return value
-
-    @field_validator("use_assistant_message")
-    @classmethod
-    def _assistant_messages(cls, value: bool) -> bool:
-        if not value:
-            raise _refused("use_assistant_message", _ONE_SHAPE)
-        return value
-
-    @field_validator("assistant_message_tool_name", "assistant_message_tool_kwarg", "include_return_message_types")
-    @classmethod
-    def _one_shape(cls, value: Any, info: ValidationInfo) -> Any:
-        defaults = {"assistant_message_tool_name": SEND_MESSAGE, "assistant_message_tool_kwarg": MESSAGE_KWARG}
-        if value is not None and value != defaults.get(str(info.field_name)):
-            raise _refused(str(info.field_name), _ONE_SHAPE)
-        return value
-
-
-_ONE_SHAPE: Final = "a batch run's messages are listed in one shape, whatever its requests ask; leave it unset"
+    for index, request in enumerate(requests):
+        if not isinstance(request, dict):
+            continue
+        for option in request.keys() & BATCH_OPTIONS.keys():
+            problem = refusal(option, request[option], BATCH_OPTIONS)
+            if problem is not None:
+                raise InvalidInput(problem, field=f"requests.{index}.{option}")

@@ -234,7 +234,7 @@ async def write_step(
     for entry in entries:
         item_ids[entry.agent.id] = item_id = new_id("batch_item")
         messages: list[Message] = [
-            user_message(entry.agent, t.text, now, batch_item_id=item_id, images=t.images)
+            user_message(entry.agent, t.text, now, batch_item_id=item_id, images=t.images, otid=t.otid, name=t.name)
             for t in entry.inputs
             if t.text.strip() or t.images
         ]

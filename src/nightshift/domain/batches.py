@@ -434,12 +434,10 @@ class BatchRunRequest:
     max_steps: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The request as JSON (a message without images as its text), as ``from_json`` reads it back."""
+        """The request as JSON (a message of text alone as its text), as ``from_json`` reads it back."""
         return {
             "agent_id": self.agent_id,
-            "messages": [
-                {"text": m.text, "images": [asdict(i) for i in m.images]} if m.images else m.text for m in self.messages
-            ],
+            "messages": [_input_json(m) for m in self.messages],
             "max_steps": self.max_steps,
         }
 
@@ -450,11 +448,29 @@ class BatchRunRequest:
             messages=tuple(
                 UserInput(text=m)
                 if isinstance(m, str)
-                else UserInput(text=m["text"], images=tuple(Image(**i) for i in m["images"]))
+                else UserInput(
+                    text=m["text"],
+                    images=tuple(Image(**i) for i in m["images"]),
+                    otid=m.get("otid"),
+                    name=m.get("name"),
+                )
                 for m in data["messages"]
             ),
             max_steps=data["max_steps"],
         )
+
+
+def _input_json(message: UserInput) -> str | dict[str, Any]:
+    # Most messages are a text alone: stored as the string (and read back so from runs written
+    # before a message could carry more).
+    if not message.images and message.otid is None and message.name is None:
+        return message.text
+    found: dict[str, Any] = {"text": message.text, "images": [asdict(i) for i in message.images]}
+    if message.otid is not None:
+        found["otid"] = message.otid
+    if message.name is not None:
+        found["name"] = message.name
+    return found
 
 
 def refuse_repeated_agents(agent_ids: Iterable[str]) -> None:

@@ -63,12 +63,13 @@ class Image:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserInput:
     """What a user sends in one message: its text, the images that come with it, and the sender's
-    own id for it (Letta's ``otid``, kept on the stored message), if any. A text alone is a
-    ``UserInput`` without images."""
+    own id for it (Letta's ``otid``) and name (Letta's ``name``, the participant's), kept on the
+    stored message, if any. A text alone is a ``UserInput`` without images."""
 
     text: str
     images: tuple[Image, ...] = ()
     otid: str | None = None
+    name: str | None = None
 
 
 class MessageKind(StrEnum):

@@ -46,6 +46,7 @@ def user_message(
     kind: MessageKind = MessageKind.PLAIN,
     otid: str | None = None,
     images: Sequence[Image] = (),
+    name: str | None = None,
 ) -> Message:
     """A message from the user to ``agent`` (or, of another ``kind``, from the system in the user's turn)."""
     return Message(
@@ -59,6 +60,7 @@ def user_message(
         kind=kind,
         otid=otid,
         images=tuple(images),
+        name=name,
     )
 
 

@@ -174,7 +174,9 @@ async def step_agent(
         assert run is not None
         step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
         messages = [
-            user_message(agent, i.text, now, otid=i.otid, images=i.images) for i in inputs if i.text.strip() or i.images
+            user_message(agent, i.text, now, otid=i.otid, images=i.images, name=i.name)
+            for i in inputs
+            if i.text.strip() or i.images
         ]
         messages = [_tie(m, run_id, step_id) for m in messages]
         agent = await _add(conn, step_inputs, agent, messages, now)

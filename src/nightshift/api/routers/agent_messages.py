@@ -33,9 +33,7 @@ router = APIRouter(tags=["agents"])
 
 
 class OwnMessage(InputMessage):
-    """A message to the agent, with the sender's own id for it (``otid``), kept on the stored message."""
-
-    otid: str | None = Field(default=None, max_length=255)
+    """A message to the agent in a send: as in a batch request, its ``otid`` and ``name`` are kept."""
 
 
 class SendMessages(StreamOptions, SendRefusals):
@@ -78,7 +76,7 @@ class SendMessages(StreamOptions, SendRefusals):
 
     def inputs(self) -> list[UserInput]:
         """The input messages, checked against the size a request may carry."""
-        found = [m.as_input(otid=m.otid) for m in self.messages or ()]
+        found = [m.as_input() for m in self.messages or ()]
         if self.input is not None:
             found.append(shorthand_input(self.input))
         size = sum(len(i.text) for i in found)
