@@ -126,7 +126,7 @@ async def step_agent(
         # Hold the agent so that no batch run (or other synchronous step) writes its window meanwhile.
         # The hold is taken first (it locks the agent's row, as creating a run does), then the
         # batch steps are checked, so a run created at the same moment is seen either way.
-        if not await agent_store.hold_for_sync_step(conn, agent_id, now, now + SYNC_HOLD):
+        if not await agent_store.hold_for_sync_step(conn, agent_id, now, now + SYNC_HOLD, run_id=run_id):
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
@@ -134,7 +134,7 @@ async def step_agent(
         await agent_run_store.fail_interrupted(conn, now, agent_id=agent_id)
         if not await agent_run_store.start_run(conn, run_id, now):
             out.cancelled = True
-            await agent_store.release_sync_step(conn, agent_id)
+            await agent_store.release_sync_step(conn, agent_id, run_id)
             return out
         run = await agent_run_store.get_run(conn, org_id, run_id)
         assert run is not None
@@ -154,14 +154,22 @@ async def step_agent(
         plan = step_inputs.summaries.get(agent.id)
         while True:
             while plan is not None:  # the window is summarized before the request that would overflow it
-                agent, plan = await _summarize(
+                summarized = await _summarize(
                     engine, providers, agent, plan, out, run_id=run_id, step_id=step_id, clock=clock
                 )
+                if summarized is None:
+                    out.cancelled = True
+                    return out
+                agent, plan = summarized
             async with engine.connect() as conn:
                 if out.steps and await agent_run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
                     return out
                 requests, problems = await build_requests(conn, [agent], {agent.id: state})
+                # A window read after its agent was deleted is empty: the run was cancelled with it.
+                if agent.id in problems and await agent_run_store.is_cancelled(conn, run_id):
+                    out.cancelled = True
+                    return out
             if agent.id in problems:
                 raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
             request = requests[agent.id]
@@ -192,8 +200,15 @@ async def step_agent(
             )
             written = list(result.messages)
             async with engine.begin() as conn:
-                run = await agent_run_store.add_step(conn, run, step, now)
+                # The agent's row, then the run's (the order a cancel or a deletion takes them in):
+                # a run cancelled meanwhile (its agent deleted, say) writes nothing of this step.
+                await agent_store.lock_agents(conn, [agent.id])
+                added = await agent_run_store.add_step(conn, run, step, now)
                 fresh = await agent_store.load_agents(conn, org_id, [agent.id])
+                if added is None or agent.id not in fresh:
+                    out.cancelled = True
+                    return out
+                run = added
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
                 if result.continues:
                     step_id = new_id("step")
@@ -211,7 +226,7 @@ async def step_agent(
             state = result.state
     finally:
         async with engine.begin() as conn:
-            await agent_store.release_sync_step(conn, agent_id)
+            await agent_store.release_sync_step(conn, agent_id, run_id)
 
 
 async def _add(
@@ -240,10 +255,11 @@ async def _summarize(
     run_id: str,
     step_id: str,
     clock: Clock,
-) -> tuple[Agent, SummaryPlan | None]:
+) -> tuple[Agent, SummaryPlan | None] | None:
     """Summarize what ``plan`` evicts through the normal API and put the summary in the window.
 
-    Returns the agent as it is then, and the next plan should the window still be too big.
+    Returns the agent as it is then, and the next plan should the window still be too big; None
+    when the run was cancelled meanwhile (nothing is written then).
     """
     async with engine.connect() as conn:
         requests, _ = await build_requests(conn, [agent], {agent.id: StepState(summary=plan)})
@@ -252,7 +268,12 @@ async def _summarize(
     now = clock.now()
     summary = Summary(agent_id=agent.id, plan=plan, text=response.text or "", run_id=run_id, step_id=step_id)
     async with engine.begin() as conn:
+        await agent_store.lock_agents(conn, [agent.id])
+        if not await agent_run_store.still_running(conn, run_id, now):
+            return None
         fresh = await agent_store.load_agents(conn, agent.organization_id, [agent.id])
+        if agent.id not in fresh:
+            return None
         agent = (await write_summaries(conn, fresh, [summary], now))[agent.id]
         again = StepInputs(summary_model=plan.model, run_id=run_id, step_id=step_id)
         agent = await _add(conn, again, agent, [], now)
