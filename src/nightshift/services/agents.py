@@ -28,7 +28,6 @@ from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_ME
 from nightshift.runtime.window import ContextOverview, request_tokens, system_change_tokens
 from nightshift.runtime.window import context_overview as window_overview
 from nightshift.services.tools import ensure_base_tools, resolve_tools
-from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import items as item_store
@@ -363,17 +362,16 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now
 
     The record of its batch runs stays: its items (counts, tokens, costs, failures), shown as a
     deleted agent's. A step it is in is over for it: its item is cancelled, and what the provider
-    answers for it later is ignored; its open agent runs are cancelled, saying why, and a run
-    stepping it in a request or the background ends without writing more.
+    answers for it later is ignored. Its agent runs go with it (as Letta's do): one stepping it
+    in a request or the background ends without writing more, as a cancelled run does.
     """
     if not await agent_store.agent_exists(conn, org_id, agent_id):
         raise NotFound(f"agent {agent_id} not found")
-    # Its runs' rows first, then its own, then its agent runs' (the order every step takes them in):
-    # a step in flight then either wrote all of itself before, or finds its run cancelled and
-    # writes nothing.
+    # Its batch runs' rows first, then its own, then (deleted with it) its agent runs': the order
+    # every step takes them in. A step in flight then either wrote all of itself before, or finds
+    # its run gone and writes nothing.
     await leave_runs(conn, agent_id, AGENT_DELETED, now, queued=False)
     await agent_store.lock_agents(conn, [agent_id])
-    await agent_run_store.cancel_runs(conn, org_id, agent_id, None, now, error=AGENT_DELETED)
     if not await agent_store.delete_agent(conn, org_id, agent_id, now):
         raise NotFound(f"agent {agent_id} not found")
 
