@@ -76,7 +76,7 @@ def _model_calls(emulator: str) -> int:
     return len(httpx.get(f"{emulator}/_emulator/model_calls").json()["data"])
 
 
-def _kinds(letta: Letta, agent_id: str) -> list[str]:
+def _kinds(letta: Letta, agent_id: str) -> list[str | None]:
     return [m.message_type for m in islice(letta.agents.messages.list(agent_id, order="asc", limit=100), 1000)]
 
 
@@ -160,7 +160,7 @@ def test_deleting_an_agent_during_a_streamed_step_ends_the_stream_cleanly(
     assert rest[0].stop_reason == "cancelled"  # type: ignore[union-attr]
     # The agent's runs went with it (as Letta's do); nothing of the step was written after.
     with pytest.raises(letta_client.NotFoundError):
-        letta.runs.retrieve(first.run_id)  # type: ignore[union-attr, arg-type]
+        letta.runs.retrieve(first.run_id)  # type: ignore[arg-type]
     with pytest.raises(letta_client.NotFoundError):
         letta.agents.retrieve(agent_id)
     assert _model_calls(emulator) == 1

@@ -215,3 +215,29 @@ async def test_cancel_names_the_runs_it_was_asked_about(stepped: SteppedRuns) ->
     assert (await stepped.finish(theirs["id"]))["progress"]["agents"]["finished"] == 1
     missing = await stepped.client.post("/v1/agents/agent-00000000-0000-0000-0000-000000000000/messages/cancel")
     assert missing.status_code == 404, missing.text
+
+
+async def test_a_run_whose_last_agents_leave_ends_without_waiting_for_the_provider(stepped: SteppedRuns) -> None:
+    finishes, leaves, alone = [await stepped.agent(name) for name in ("finishes", "leaves", "alone")]
+    stepped.model.script(finishes["id"], say("done"))
+    for agent in (leaves, alone):
+        stepped.model.script(agent["id"], call("conversation_search", heartbeat=True, query="x"), say("never"))
+    pair = await stepped.start([{"agent_id": a["id"], "input": "hi"} for a in (finishes, leaves)])
+    single = await stepped.start([{"agent_id": alone["id"], "input": "hi"}])
+    with stepped.model.holding():
+        await stepped.step()  # step 0 applied; the step-1 batches stay open at the provider
+    assert len(stepped.model.held()) == 2
+
+    for agent in (leaves, alone):
+        assert len(await _cancel(stepped, agent["id"])) == 1
+    # Their step-1 batches hold no open item: cancelled at the provider by the next pass, and
+    # their runs end then, each as its agents ended.
+    await stepped.step()
+    ended_pair, ended_single = await stepped.run(pair["id"]), await stepped.run(single["id"])
+    assert ended_pair["status"] == "completed"
+    assert ended_pair["progress"]["agents"] == {"running": 0, "finished": 1, "failed": 0, "cancelled": 1}
+    assert ended_single["status"] == "cancelled"
+    assert ended_single["progress"]["agents"] == {"running": 0, "finished": 0, "failed": 0, "cancelled": 1}
+    assert ended_single["completed_at"] is not None
+    for run in (ended_pair, ended_single):
+        assert [b["status"] for b in run["progress"]["provider_batches"]] == ["applied", "cancelled"]
