@@ -4,7 +4,7 @@ A real server (SQLite and PostgreSQL) with the emulator as provider; the agent's
 in the server's sandbox, a real process, whose sleep keeps a step in flight while the test acts.
 A cancelled run lets go of its agent at once (a new send goes through while the old step's tool
 still runs) and its step in flight writes nothing; deleting the agent ends its step the same way
-(its runs go with it, as Letta's do), a streamed step with Letta's ``cancelled`` stop reason.
+(its runs go with it), a streamed step with Letta's ``cancelled`` stop reason.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def test_deleting_an_agent_during_a_streamed_step_ends_the_stream_cleanly(
     # Letta's end of a cancelled run, no error event: the stop reason, then the usage.
     assert [c.message_type for c in rest] == ["stop_reason", "usage_statistics"]
     assert rest[0].stop_reason == "cancelled"  # type: ignore[union-attr]
-    # The agent's runs went with it (as Letta's do); nothing of the step was written after.
+    # The agent's runs went with it; nothing of the step was written after.
     with pytest.raises(letta_client.NotFoundError):
         letta.runs.retrieve(first.run_id)  # type: ignore[arg-type]
     with pytest.raises(letta_client.NotFoundError):

@@ -362,7 +362,7 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now
 
     The record of its batch runs stays: its items (counts, tokens, costs, failures), shown as a
     deleted agent's. A step it is in is over for it: its item is cancelled, and what the provider
-    answers for it later is ignored. Its agent runs go with it (as Letta's do): one stepping it
+    answers for it later is ignored. Its agent runs go with it (the table cascades): one stepping it
     in a request or the background ends without writing more, as a cancelled run does.
     """
     if not await agent_store.agent_exists(conn, org_id, agent_id):
