@@ -69,7 +69,8 @@ class SyncListener(Protocol):
 class SyncResult:
     """Everything the agent's run wrote, in order, with why it stopped and what it used.
 
-    ``cancelled``: the run was cancelled, before it started or between two steps.
+    ``cancelled``: the run was cancelled (or its agent deleted): before it started, between two
+    steps, or while a step waited for its answer or ran its tools (that step is not written).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -101,7 +102,10 @@ async def step_agent(
 
     The agent run ``run_id`` (created, not started) is started here; each model call is recorded
     on it as a step, and every message written carries the run's id and its step's id. Ending
-    the run is the caller's business.
+    the run is the caller's business. A step is written only if the run is still running then
+    (checked on the run's row, in the write's transaction): a cancel, or the agent's deletion,
+    ends it at once for the database, and the step in flight ends without writing when it gets
+    there.
 
     ``listener``, if given, hears the messages as they are written and the streamed answers.
     Before a request that would overflow the agent's context window, its oldest messages are
