@@ -172,8 +172,8 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
         assert run is not None
         # Under the run's lock, what decides is the items as stored now: an agent that left the
         # run since the read (``cancel_agent.leave_runs`` takes the same lock) gets nothing of it.
-        still_open = await item_store.open_item_ids(conn, batch.id)
-        if len(still_open) < len(items):
+        if await item_store.count_open_items(conn, batch.id) < len(items):  # (an index count: cheap)
+            still_open = await item_store.open_item_ids(conn, batch.id)
             items = [i for i in items if i.id in still_open]
             kept = {i.agent_id for i in items}
             results = [r for r in results if r.agent_id in kept]

@@ -88,7 +88,7 @@ async def _close_emptied(conn: AsyncConnection, batch_ids: Sequence[str], now: d
     cancel stage, due at once), one not yet submitted is cancelled here (a submission in flight
     finds it so, as when its run is cancelled), one ended is applied with nothing to apply."""
     for batch_id in batch_ids:
-        if await item_store.open_item_ids(conn, batch_id):
+        if await item_store.count_open_items(conn, batch_id):
             continue
         batch = await batch_store.get_provider_batch(conn, batch_id)
         assert batch is not None

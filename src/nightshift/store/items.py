@@ -195,6 +195,19 @@ async def runs_with_agent(conn: AsyncConnection, agent_id: str, run_ids: Sequenc
     return {str(run_id) for run_id in await conn.scalars(union_all(stepped, queued))}
 
 
+async def count_open_items(conn: AsyncConnection, provider_batch_id: str) -> int:
+    """How many items of a provider batch have their step still open: not applied, nor closed
+    early (from an index, reading no item)."""
+    query = (
+        select(func.count())
+        .select_from(batch_items)
+        .where(
+            batch_items.c.provider_batch_id == provider_batch_id, batch_items.c.step_status == StepStatus.PAUSED.value
+        )
+    )
+    return int(await conn.scalar(query) or 0)
+
+
 async def open_item_ids(conn: AsyncConnection, provider_batch_id: str) -> set[str]:
     """The items of a provider batch whose step is still open: not applied, nor closed early."""
     query = select(batch_items.c.id).where(
