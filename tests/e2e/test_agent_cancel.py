@@ -205,3 +205,45 @@ def test_deleting_an_agent_during_a_background_run_ends_the_run(
         letta.agents.retrieve(agent_id)
     assert all(r.id != run.id for r in islice(letta.runs.list(), 50))
     assert _troubles(caplog) == []
+
+
+def _run_json(http: httpx.Client, run_id: str) -> dict[str, Any]:
+    found = http.get(f"/v1/messages/batches/{run_id}")
+    found.raise_for_status()
+    body: dict[str, Any] = found.json()
+    return body
+
+
+def test_cancel_one_agent_of_a_batch_run_on_a_live_server(letta: Letta, http: httpx.Client, emulator: str) -> None:
+    members = [
+        letta.agents.create(name=f"member-{i}", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}]).id
+        for i in range(3)
+    ]
+    leaving = members[1]
+    # The provider takes a while over the batch: the cancel and a send land while it runs.
+    httpx.post(f"{emulator}/_emulator/config", json={"seconds_to_end": 8}).raise_for_status()
+    run = letta.batches.create(
+        requests=[{"agent_id": a, "messages": [{"role": "user", "content": "hello"}]} for a in members]
+    )
+
+    def submitted() -> bool:
+        batches = _run_json(http, run.id)["progress"]["provider_batches"]
+        return bool(batches) and batches[0]["status"] == "running"
+
+    _wait_for(submitted, "the run's first step was never submitted")
+    assert letta.agents.messages.cancel(agent_id=leaving, run_ids=[run.id]) == {run.id: "cancelled"}
+    during = _run_json(http, run.id)
+    assert during["progress"]["provider_batches"][0]["status"] == "running"  # (the cancel came first)
+    assert during["progress"]["agents"] == {"running": 2, "finished": 0, "failed": 0, "cancelled": 1}
+    # The agent takes a send at once, while the provider still works on its old request.
+    answer = letta.agents.messages.create(agent_id=leaving, input="still there?")
+    assert answer.stop_reason.stop_reason == "end_turn"
+    after_send = _kinds(letta, leaving)
+
+    _wait_for(lambda: _run_json(http, run.id)["status"] not in ("created", "running"), "the run never ended")
+    ended = _run_json(http, run.id)
+    assert ended["status"] == "completed"
+    assert ended["progress"]["agents"] == {"running": 0, "finished": 2, "failed": 0, "cancelled": 1}
+    assert _kinds(letta, leaving) == after_send  # the provider's answer to its batch request: never applied
+    for member in (members[0], members[2]):
+        assert "assistant_message" in _kinds(letta, member)
