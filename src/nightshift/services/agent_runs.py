@@ -270,8 +270,9 @@ async def cancel(
 
     Raises:
         NotFound: no such agent.
-        Conflict: no ``run_ids`` given, and nothing of the agent is running (Letta's 409).
+        Conflict: no ``run_ids`` given (or none), and nothing of the agent is running (Letta's 409).
     """
+    run_ids = run_ids or None  # an empty list asks for all, as Letta reads it
     async with engine.begin() as conn:
         if not await agent_store.agent_exists(conn, org_id, agent_id):
             raise NotFound(f"agent {agent_id} not found")
