@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch import application
-from nightshift.batch.cancel_agent import AGENT_CANCELLED
+from nightshift.batch.cancel_agent import AGENT_CANCELLED, AGENT_DELETED
 from nightshift.batch.worker import Worker
 from nightshift.domain.batches import ProviderBatchStatus
 from nightshift.store import provider_batches as batch_store
@@ -243,3 +243,40 @@ async def test_a_run_whose_last_agents_leave_ends_without_waiting_for_the_provid
     assert ended_single["completed_at"] is not None
     for run in (ended_pair, ended_single):
         assert [b["status"] for b in run["progress"]["provider_batches"]] == ["applied", "cancelled"]
+
+
+async def test_an_agent_deleted_while_the_step_runs_its_tools_gets_nothing_of_it(
+    stepped: SteppedRuns, stepped_app: FastAPI
+) -> None:
+    """As a cancel: the deletion commits while the poller runs the step's tools; the step's write,
+    under the run's lock, leaves the deleted agent out and the run goes on for the other."""
+    worker: Worker = stepped_app.state.nightshift.worker
+    engine: AsyncEngine = stepped_app.state.nightshift.engine
+    await create_tool(stepped.client, PAUSE_TOOL)
+    agents = [await stepped.agent(f"agent-{i}", tools=["pause"]) for i in range(2)]
+    for agent in agents:
+        stepped.model.script(agent["id"], call("pause", heartbeat=True, seconds=2), say("done"))
+    goes, stays = agents[0]["id"], agents[1]["id"]
+    run = await stepped.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
+    async with engine.connect() as conn:
+        (batch,) = await batch_store.provider_batches_of_run(conn, run["id"])
+    ended = (await application.poll(worker.parts, worker.leases, batch)).batch
+
+    applying = asyncio.create_task(application.resume(worker.parts, worker.leases, ended))
+    await asyncio.sleep(0.5)  # lets the step read its items and start its tools (2 s in the sandbox)
+    assert not applying.done()
+    assert (await stepped.client.delete(f"/v1/agents/{goes}")).status_code == 200
+    applied = await applying
+    await worker.submit_new(applied.next_batches)
+
+    done = await stepped.finish(run["id"])
+    assert done["status"] == "completed", done
+    assert done["progress"]["agents"] == {"running": 0, "finished": 1, "failed": 0, "cancelled": 1}
+    listed = await _agents(stepped, run["id"])
+    assert (listed[goes]["state"], listed[goes]["error"], listed[goes]["agent_deleted"]) == (
+        "cancelled",
+        AGENT_DELETED,
+        True,
+    )
+    assert [m for m in await stepped.messages(run["id"]) if m["agent_id"] == goes] == []
+    assert (len(stepped.model.calls(stays)), len(stepped.model.calls(goes))) == (2, 1)
