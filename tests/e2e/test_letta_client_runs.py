@@ -304,8 +304,9 @@ def test_cancel_stops_a_background_run(letta: Letta, emulator: str) -> None:
     assert [m.message_type for m in answer.messages][-2] == "assistant_message"
     assert len(list(islice(letta.runs.steps.list(run.id), 10))) <= 1
     assert letta.runs.retrieve(run.id).status == "cancelled"
-    # Cancelling again finds nothing open.
-    assert letta.agents.messages.cancel(agent_id=agent_id) == {}
+    # Cancelling again finds nothing open: Letta's 409.
+    with pytest.raises(letta_client.ConflictError):
+        letta.agents.messages.cancel(agent_id=agent_id)
 
 
 def test_a_batch_run_is_a_run(letta: Letta) -> None:

@@ -133,6 +133,14 @@ def test_a_run_ends_completed_when_any_agent_finished() -> None:
     )
 
 
+def test_a_run_whose_every_agent_left_it_ends_cancelled() -> None:
+    assert (
+        final_status(BatchRunProgress(outcomes={ItemOutcome.CONTINUED: 2, ItemOutcome.CANCELLED: 2}))
+        is BatchRunStatus.CANCELLED
+    )
+    assert final_status(BatchRunProgress(outcomes={ItemOutcome.CONTINUED: 1})) is BatchRunStatus.FAILED
+
+
 def test_a_summarized_agent_goes_on_with_its_state_as_it_was_unless_the_run_was_cancelled() -> None:
     plan = SummaryPlan(evicted=("message-1",), evicted_tokens=500, model="anthropic/m", max_tokens=256)
     waiting = replace(item("a"), step_state=StepState(step_number=3, retries=1, summary=plan))

@@ -34,6 +34,7 @@ from nightshift.domain.batches import (
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
+    StepStatus,
 )
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError
@@ -140,7 +141,8 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
     leased, to submit (``LEFT`` when another worker applied it, or the run was cancelled, meanwhile)."""
     started = time.monotonic()
     async with parts.engine.connect() as conn:
-        items = await item_store.items_of(conn, batch.id)
+        # Items closed early (their agent left the run: cancelled, or deleted) are never applied.
+        items = [i for i in await item_store.items_of(conn, batch.id) if i.step_status is StepStatus.PAUSED]
         agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
         answered = [
             (item, response)
@@ -168,6 +170,15 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
             return StageOutcome(outcome=Outcome.LEFT, batch=batch)  # applied (or cancelled) by someone else meanwhile
         run = await batch_run_store.get_run(conn, batch.organization_id, batch.batch_run_id)
         assert run is not None
+        # Under the run's lock, what decides is the items as stored now: an agent that left the
+        # run since the read (``cancel_agent.leave_runs`` takes the same lock) gets nothing of it.
+        if await item_store.count_open_items(conn, batch.id) < len(items):  # (an index count: cheap)
+            still_open = await item_store.open_item_ids(conn, batch.id)
+            items = [i for i in items if i.id in still_open]
+            kept = {i.agent_id for i in items}
+            results = [r for r in results if r.agent_id in kept]
+            summaries = [s for s in summaries if s.agent_id in kept]
+            agents = {agent_id: agent for agent_id, agent in agents.items() if agent_id in kept}
         # Agents may have changed since the read (another run's step, an API edit).
         fresh = await agent_store.reload_changed(conn, batch.organization_id, agents)
         updated = await write_turns(conn, fresh, results, now)

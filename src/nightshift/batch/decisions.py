@@ -109,5 +109,10 @@ def next_step(
 
 
 def final_status(progress: BatchRunProgress) -> BatchRunStatus:
-    """How a run with nothing left open ends: completed if any agent finished, else failed."""
-    return BatchRunStatus.COMPLETED if progress.count(ItemOutcome.FINISHED) else BatchRunStatus.FAILED
+    """How a run with nothing left open ends: completed if any agent finished; cancelled if none
+    failed either and some were cancelled alone (their part of it cancelled, or deleted); else failed."""
+    if progress.count(ItemOutcome.FINISHED):
+        return BatchRunStatus.COMPLETED
+    if progress.count(ItemOutcome.CANCELLED) and not progress.count(ItemOutcome.FAILED):
+        return BatchRunStatus.CANCELLED
+    return BatchRunStatus.FAILED

@@ -202,12 +202,14 @@ class Worker:
                 log.exception("submitting %s failed; the poller will retry", batch.id)
 
     async def cancel(self, batch: ProviderBatch) -> None:
-        """Tell the provider to cancel a batch of a cancelled run; its results are never applied."""
+        """Tell the provider to cancel a batch of a cancelled run (or whose every agent left the run);
+        its results are never applied."""
         await self._act(await cancel(self.parts, self.leases, batch))
 
 
 async def cancel(parts: StageParts, leases: Leases, batch: ProviderBatch) -> StageOutcome:
-    """The cancel stage: tell the provider, then cancelling -> cancelled (the lease given back)."""
+    """The cancel stage: tell the provider, then cancelling -> cancelled (the lease given back); a
+    run still open ends if that was its last open batch (see ``cancel_agent``)."""
     started = time.monotonic()
     if batch.provider_batch_id is not None:
         try:
@@ -218,9 +220,12 @@ async def cancel(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
             log.warning("cancelling %s at the provider failed: %s", batch.id, exc.message)
     now = parts.clock.now()
     async with parts.engine.begin() as conn:
+        await batch_run_store.lock_run(conn, batch.batch_run_id)
         cancelled = await batch_store.mark_cancelled(conn, batch.id, now, only_from=(ProviderBatchStatus.CANCELLING,))
         await batch_store.release(conn, batch.id, leases.owner, next_poll_at=None)
         agents = await item_store.count_items(conn, batch.id) if cancelled else 0
+        if cancelled:  # a batch every agent of which left its run: the run may be done now
+            await application.end_run_if_done(conn, batch.batch_run_id, now)
     if not cancelled:
         return StageOutcome(outcome=Outcome.LEFT, batch=batch)
     stage_done(Stage.CANCEL, batch, agents=agents, started=started, metrics=parts.metrics)

@@ -69,7 +69,8 @@ class SyncListener(Protocol):
 class SyncResult:
     """Everything the agent's run wrote, in order, with why it stopped and what it used.
 
-    ``cancelled``: the run was cancelled, before it started or between two steps.
+    ``cancelled``: the run was cancelled (or its agent deleted): before it started, between two
+    steps, or while a step waited for its answer or ran its tools (that step is not written).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -134,7 +135,10 @@ async def step_agent(
 
     The agent run ``run_id`` (created, not started) is started here; each model call is recorded
     on it as a step, and every message written carries the run's id and its step's id. Ending
-    the run is the caller's business.
+    the run is the caller's business. A step is written only if the run is still running then
+    (checked on the run's row, in the write's transaction): a cancel, or the agent's deletion,
+    ends it at once for the database, and the step in flight ends without writing when it gets
+    there.
 
     ``listener``, if given, hears the messages as they are written and the streamed answers.
     Before a request that would overflow the agent's context window, its oldest messages are
@@ -160,7 +164,7 @@ async def step_agent(
         # Hold the agent so that no batch run (or other synchronous step) writes its window meanwhile.
         # The hold is taken first (it locks the agent's row, as creating a run does), then the
         # batch steps are checked, so a run created at the same moment is seen either way.
-        if not await agent_store.hold_for_sync_step(conn, agent_id, now, now + SYNC_HOLD):
+        if not await agent_store.hold_for_sync_step(conn, agent_id, now, now + SYNC_HOLD, run_id=run_id):
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
@@ -168,7 +172,7 @@ async def step_agent(
         await agent_run_store.fail_interrupted(conn, now, agent_id=agent_id)
         if not await agent_run_store.start_run(conn, run_id, now):
             out.cancelled = True
-            await agent_store.release_sync_step(conn, agent_id)
+            await agent_store.release_sync_step(conn, agent_id, run_id)
             return out
         run = await agent_run_store.get_run(conn, org_id, run_id)
         assert run is not None
@@ -191,14 +195,22 @@ async def step_agent(
         plan = step_inputs.summaries.get(agent.id)
         while True:
             while plan is not None:  # the window is summarized before the request that would overflow it
-                agent, plan = await _summarize(
+                summarized = await _summarize(
                     engine, providers, agent, plan, out, run_id=run_id, step_id=step_id, clock=clock
                 )
+                if summarized is None:
+                    out.cancelled = True
+                    return out
+                agent, plan = summarized
             async with engine.connect() as conn:
                 if out.steps and await agent_run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
                     return out
                 requests, problems = await build_requests(conn, [replace(agent, llm_config=asked)], {agent.id: state})
+                # A window read after its agent was deleted is empty: the run was cancelled with it.
+                if agent.id in problems and await agent_run_store.is_cancelled(conn, run_id):
+                    out.cancelled = True
+                    return out
             if agent.id in problems:
                 raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
             request = overrides.request(requests[agent.id])
@@ -229,8 +241,15 @@ async def step_agent(
             )
             written = list(result.messages)
             async with engine.begin() as conn:
-                run = await agent_run_store.add_step(conn, run, step, now)
+                # The agent's row, then the run's (the order a cancel or a deletion takes them in):
+                # a run cancelled meanwhile (its agent deleted, say) writes nothing of this step.
+                await agent_store.lock_agents(conn, [agent.id])
+                added = await agent_run_store.add_step(conn, run, step, now)
                 fresh = await agent_store.load_agents(conn, org_id, [agent.id])
+                if added is None or agent.id not in fresh:
+                    out.cancelled = True
+                    return out
+                run = added
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
                 if result.continues:
                     step_id = new_id("step")
@@ -248,7 +267,7 @@ async def step_agent(
             state = result.state
     finally:
         async with engine.begin() as conn:
-            await agent_store.release_sync_step(conn, agent_id)
+            await agent_store.release_sync_step(conn, agent_id, run_id)
 
 
 async def _add(
@@ -277,10 +296,11 @@ async def _summarize(
     run_id: str,
     step_id: str,
     clock: Clock,
-) -> tuple[Agent, SummaryPlan | None]:
+) -> tuple[Agent, SummaryPlan | None] | None:
     """Summarize what ``plan`` evicts through the normal API and put the summary in the window.
 
-    Returns the agent as it is then, and the next plan should the window still be too big.
+    Returns the agent as it is then, and the next plan should the window still be too big; None
+    when the run was cancelled meanwhile (nothing is written then).
     """
     async with engine.connect() as conn:
         requests, _ = await build_requests(conn, [agent], {agent.id: StepState(summary=plan)})
@@ -289,7 +309,12 @@ async def _summarize(
     now = clock.now()
     summary = Summary(agent_id=agent.id, plan=plan, text=response.text or "", run_id=run_id, step_id=step_id)
     async with engine.begin() as conn:
+        await agent_store.lock_agents(conn, [agent.id])
+        if not await agent_run_store.still_running(conn, run_id, now):
+            return None
         fresh = await agent_store.load_agents(conn, agent.organization_id, [agent.id])
+        if agent.id not in fresh:
+            return None
         agent = (await write_summaries(conn, fresh, [summary], now))[agent.id]
         again = StepInputs(summary_model=plan.model, run_id=run_id, step_id=step_id)
         agent = await _add(conn, again, agent, [], now)

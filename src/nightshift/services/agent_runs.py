@@ -22,11 +22,12 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.callbacks import CallbackRules, check_callback_url, post_callback
+from nightshift.batch.cancel_agent import AGENT_CANCELLED, leave_runs
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.messages import Message, UserInput
 from nightshift.domain.usage import Usage
-from nightshift.errors import InvalidInput, NightshiftError, NotFound
+from nightshift.errors import Conflict, InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.step import TurnReason, Why
@@ -36,6 +37,7 @@ from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import batch_run_views, run_listing
 from nightshift.store import batch_runs as batch_run_store
+from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
 from nightshift.store.pagination import Page
 from nightshift.store.run_listing import Listed, ListedBatchRun, RunFilter
@@ -122,7 +124,7 @@ class BackgroundRuns:
                     conn, run.id, AgentRunStatus.FAILED, now, stop_reason="error", error=STOPPED
                 )
                 if current.status is AgentRunStatus.RUNNING:  # it holds its agent (a created one does not yet)
-                    await agent_store.release_sync_step(conn, run.agent_id)
+                    await agent_store.release_sync_step(conn, run.agent_id, run.id)
 
 
 async def fail_stopped_runs(conn: AsyncConnection, now: datetime) -> int:
@@ -270,17 +272,37 @@ async def _callback(background: BackgroundRuns, run_id: str, org_id: str) -> Non
 
 async def cancel(
     engine: AsyncEngine, org_id: str, agent_id: str, run_ids: Sequence[str] | None, *, now: datetime
-) -> list[str]:
-    """Cancel the agent's open runs (those of ``run_ids``, or all) at ``now``; a running one stops before its next
-    step.
+) -> dict[str, str]:
+    """Cancel the agent's open runs (those of ``run_ids``, or all) at ``now``, as Letta answers it:
+    each run id with ``cancelled``, or ``failed`` for an id that is no run of the agent.
+
+    An agent run stops at once: its agent is free for a new send, and the step in flight (in a
+    request or the background, in any server process) ends without writing more. In a batch run
+    (a run too, by its id) only the agent's part ends: its step's item is cancelled and the
+    provider's answer for it never applied, the other agents go on. A run that had ended already
+    is ``cancelled`` and unchanged (Letta's no-op).
 
     Raises:
         NotFound: no such agent.
+        Conflict: no ``run_ids`` given (or none), and nothing of the agent is running (Letta's 409).
     """
+    run_ids = run_ids or None  # an empty list asks for all, as Letta reads it
     async with engine.begin() as conn:
-        if not await agent_store.load_agents(conn, org_id, [agent_id]):
+        if not await agent_store.agent_exists(conn, org_id, agent_id):
             raise NotFound(f"agent {agent_id} not found")
-        return await agent_run_store.cancel_runs(conn, org_id, agent_id, run_ids, now)
+        # The batch runs' rows, then the agent's, then its agent runs': every step's lock order.
+        left = await leave_runs(conn, agent_id, AGENT_CANCELLED, now, run_ids=run_ids)
+        await agent_store.lock_agents(conn, [agent_id])
+        cancelled = await agent_run_store.cancel_runs(conn, org_id, agent_id, run_ids, now)
+        await agent_store.release_holds_of_runs(conn, agent_id, cancelled)
+        if run_ids is None:
+            if not cancelled and not left:
+                raise Conflict(f"no active runs to cancel for agent {agent_id}")
+            return dict.fromkeys([*cancelled, *sorted(left)], "cancelled")
+        wanted = list(dict.fromkeys(run_ids))
+        known = await agent_run_store.runs_of_agent(conn, org_id, agent_id, wanted)
+        known |= await item_store.runs_with_agent(conn, agent_id, wanted)
+    return {run_id: "cancelled" if run_id in known or run_id in left else "failed" for run_id in wanted}
 
 
 async def get_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> Listed:

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from nightshift.batch.cancel_agent import AGENT_DELETED, leave_runs
 from nightshift.domain.agents import Agent, LLMConfig, check_secrets
 from nightshift.domain.blocks import Block, check_block
 from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
@@ -28,7 +29,6 @@ from nightshift.runtime.window import ContextOverview, request_tokens, system_ch
 from nightshift.runtime.window import context_overview as window_overview
 from nightshift.services.tools import ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
-from nightshift.store import batch_summaries
 from nightshift.store import blocks as block_store
 from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
@@ -362,12 +362,18 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now
 
     The record of its batch runs stays: its items (counts, tokens, costs, failures), shown as a
     deleted agent's. A step it is in is over for it: its item is cancelled, and what the provider
-    answers for it later is ignored.
+    answers for it later is ignored. Its agent runs go with it (the table cascades): one stepping it
+    in a request or the background ends without writing more, as a cancelled run does.
     """
+    if not await agent_store.agent_exists(conn, org_id, agent_id):
+        raise NotFound(f"agent {agent_id} not found")
+    # Its batch runs' rows first, then its own, then (deleted with it) its agent runs': the order
+    # every step takes them in. A step in flight then either wrote all of itself before, or finds
+    # its run gone and writes nothing.
+    await leave_runs(conn, agent_id, AGENT_DELETED, now, queued=False)
+    await agent_store.lock_agents(conn, [agent_id])
     if not await agent_store.delete_agent(conn, org_id, agent_id, now):
         raise NotFound(f"agent {agent_id} not found")
-    open_batches = await item_store.close_items_of_agent(conn, agent_id, "the agent was deleted", now)
-    await batch_summaries.forget_summaries(conn, open_batches)
 
 
 async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str, *, now: datetime) -> Agent:

@@ -197,7 +197,6 @@ async def agents_of_batch_run(
         last = items[-1]
         used = [item.usage for item in items if item.usage is not None]
         state = "running" if last.step_status is StepStatus.PAUSED else (last.outcome or ItemOutcome.FINISHED).value
-        stopped_by_deletion = agent.agent_deleted and last.outcome is ItemOutcome.CANCELLED
         out.append(
             AgentInBatchRun(
                 agent_id=agent.agent_id,
@@ -208,8 +207,9 @@ async def agents_of_batch_run(
                 step_number=last.step_state.step_number,
                 usage=sum(used[1:], used[0]) if used else None,
                 cost=sum((item.cost for item in items), Costs()),
-                # A step cancelled by the agent's deletion holds the reason: it tells why it stopped.
-                error=last.error if last.outcome is ItemOutcome.FAILED or stopped_by_deletion else None,
+                # A step closed early for the agent alone (deleted, or its part cancelled) holds
+                # the reason: it tells why it stopped (a cancelled run's steps hold none).
+                error=last.error if last.outcome in (ItemOutcome.FAILED, ItemOutcome.CANCELLED) else None,
                 agent_deleted=agent.agent_deleted,
             )
         )

@@ -71,13 +71,31 @@ async def start_run(conn: AsyncConnection, run_id: str, now: datetime) -> bool:
     return result.rowcount > 0
 
 
-async def add_step(conn: AsyncConnection, run: AgentRun, step: AgentRunStep, now: datetime) -> AgentRun:
-    """Record a model call of the run (only the process stepping the run writes its steps)."""
+async def add_step(conn: AsyncConnection, run: AgentRun, step: AgentRunStep, now: datetime) -> AgentRun | None:
+    """Record a model call of the run (only the process stepping the run writes its steps); None
+    when the run is no longer running (cancelled, or its agent deleted): then its step is not
+    written. A compare-and-set that locks the run's row, so a cancel is either before the step's
+    write (which then writes nothing) or after it."""
     steps = (*run.steps, step)
-    await conn.execute(
-        update(agent_runs).where(agent_runs.c.id == run.id).values(steps=[s.to_json() for s in steps], updated_at=now)
+    result = await conn.execute(
+        update(agent_runs)
+        .where(agent_runs.c.id == run.id, agent_runs.c.status == AgentRunStatus.RUNNING.value)
+        .values(steps=[s.to_json() for s in steps], updated_at=now)
     )
+    if result.rowcount == 0:
+        return None
     return replace(run, steps=steps, updated_at=now)
+
+
+async def still_running(conn: AsyncConnection, run_id: str, now: datetime) -> bool:
+    """Whether the run is still running, its row locked until the transaction ends (as ``add_step``):
+    a write of the run that checks this first is never half done by a cancel."""
+    result = await conn.execute(
+        update(agent_runs)
+        .where(agent_runs.c.id == run_id, agent_runs.c.status == AgentRunStatus.RUNNING.value)
+        .values(updated_at=now)
+    )
+    return result.rowcount > 0
 
 
 async def is_cancelled(conn: AsyncConnection, run_id: str) -> bool:
@@ -105,9 +123,16 @@ async def finish_run(
 
 
 async def cancel_runs(
-    conn: AsyncConnection, org_id: str, agent_id: str, run_ids: Sequence[str] | None, now: datetime
+    conn: AsyncConnection,
+    org_id: str,
+    agent_id: str,
+    run_ids: Sequence[str] | None,
+    now: datetime,
+    *,
+    error: str | None = None,
 ) -> list[str]:
-    """Cancel the agent's open runs (all, or those of ``run_ids``); returns the ids cancelled."""
+    """Cancel the agent's open runs (all, or those of ``run_ids``), saying why with ``error`` if
+    given; returns the ids cancelled."""
     where = [
         agent_runs.c.organization_id == org_id,
         agent_runs.c.agent_id == agent_id,
@@ -120,9 +145,23 @@ async def cancel_runs(
         await conn.execute(
             update(agent_runs)
             .where(agent_runs.c.id.in_(ids), agent_runs.c.status.in_(OPEN))
-            .values(status=AgentRunStatus.CANCELLED.value, stop_reason="cancelled", completed_at=now, updated_at=now)
+            .values(
+                status=AgentRunStatus.CANCELLED.value,
+                stop_reason="cancelled",
+                error=error,
+                completed_at=now,
+                updated_at=now,
+            )
         )
     return ids
+
+
+async def runs_of_agent(conn: AsyncConnection, org_id: str, agent_id: str, run_ids: Sequence[str]) -> set[str]:
+    """Which of ``run_ids`` are runs of the agent, open or ended."""
+    query = select(agent_runs.c.id).where(
+        agent_runs.c.organization_id == org_id, agent_runs.c.agent_id == agent_id, agent_runs.c.id.in_(list(run_ids))
+    )
+    return {str(i) for i in await conn.scalars(query)}
 
 
 async def fail_interrupted(conn: AsyncConnection, now: datetime, *, agent_id: str | None = None) -> int:

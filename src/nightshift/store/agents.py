@@ -310,19 +310,37 @@ async def set_windows(conn: AsyncConnection, changed: Sequence[Agent], now: date
     )
 
 
-async def hold_for_sync_step(conn: AsyncConnection, agent_id: str, now: datetime, until: datetime) -> bool:
-    """Mark the agent as stepping synchronously until ``until``; False when another step holds it."""
+async def hold_for_sync_step(
+    conn: AsyncConnection, agent_id: str, now: datetime, until: datetime, *, run_id: str | None = None
+) -> bool:
+    """Mark the agent as stepping synchronously (for the agent run ``run_id``) until ``until``;
+    False when another step holds it."""
     result = await conn.execute(
         update(agents)
         .where(agents.c.id == agent_id, or_(agents.c.stepping_until.is_(None), agents.c.stepping_until < now))
-        .values(stepping_until=until)
+        .values(stepping_until=until, stepping_run_id=run_id)
     )
     return result.rowcount > 0
 
 
-async def release_sync_step(conn: AsyncConnection, agent_id: str) -> None:
-    """The agent's synchronous step is over."""
-    await conn.execute(update(agents).where(agents.c.id == agent_id).values(stepping_until=None))
+async def release_sync_step(conn: AsyncConnection, agent_id: str, run_id: str) -> None:
+    """The synchronous step of the agent run ``run_id`` is over: its hold goes, if it still holds
+    the agent (a cancel lets go of it at once, and a later run may hold the agent since)."""
+    await conn.execute(
+        update(agents)
+        .where(agents.c.id == agent_id, or_(agents.c.stepping_run_id == run_id, agents.c.stepping_run_id.is_(None)))
+        .values(stepping_until=None, stepping_run_id=None)
+    )
+
+
+async def release_holds_of_runs(conn: AsyncConnection, agent_id: str, run_ids: Sequence[str]) -> None:
+    """Let go of the agent if one of these agent runs (just cancelled) holds it."""
+    if run_ids:
+        await conn.execute(
+            update(agents)
+            .where(agents.c.id == agent_id, agents.c.stepping_run_id.in_(list(run_ids)))
+            .values(stepping_until=None, stepping_run_id=None)
+        )
 
 
 async def lock_agents(conn: AsyncConnection, agent_ids: Sequence[str]) -> None:

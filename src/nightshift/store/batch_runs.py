@@ -215,3 +215,26 @@ async def forget_queued_requests(conn: AsyncConnection, run_id: str) -> int:
     many there were."""
     result = await conn.execute(delete(batch_run_requests).where(batch_run_requests.c.batch_run_id == run_id))
     return result.rowcount
+
+
+async def runs_queuing_agent(conn: AsyncConnection, agent_id: str) -> set[str]:
+    """The runs whose first step is not yet written that hold a request of the agent."""
+    query = select(batch_run_requests.c.batch_run_id).where(batch_run_requests.c.agent_id == agent_id)
+    return {str(run_id) for run_id in await conn.scalars(query.distinct())}
+
+
+async def forget_queued_request(conn: AsyncConnection, run_id: str, agent_id: str) -> bool:
+    """Delete the agent's request of a queued run (its part of the run was cancelled), which frees
+    it; False when there was none (the run's first step was written meanwhile, or it ended)."""
+    result = await conn.execute(
+        delete(batch_run_requests).where(
+            batch_run_requests.c.batch_run_id == run_id, batch_run_requests.c.agent_id == agent_id
+        )
+    )
+    return result.rowcount > 0
+
+
+async def is_queued(conn: AsyncConnection, run_id: str) -> bool:
+    """Whether the run still holds queued requests (its first step is not written yet)."""
+    query = select(batch_run_requests.c.batch_run_id).where(batch_run_requests.c.batch_run_id == run_id).limit(1)
+    return (await conn.scalar(query)) is not None

@@ -176,13 +176,59 @@ async def cancel_items(conn: AsyncConnection, provider_batch_id: str, now: datet
     )
 
 
-async def close_items_of_agent(conn: AsyncConnection, agent_id: str, reason: str, now: datetime) -> list[str]:
-    """Close the agent's open items (it is being deleted): cancelled with ``reason``, its late
-    results never stored nor applied. Returns the provider batches they are in, whose stored
-    summaries no longer add up."""
+async def runs_with_open_items(conn: AsyncConnection, agent_id: str) -> set[str]:
+    """The batch runs in which the agent has a step not yet applied."""
+    query = select(batch_items.c.batch_run_id).where(
+        batch_items.c.agent_id == agent_id, batch_items.c.step_status == StepStatus.PAUSED.value
+    )
+    return {str(run_id) for run_id in await conn.scalars(query.distinct())}
+
+
+async def runs_with_agent(conn: AsyncConnection, agent_id: str, run_ids: Sequence[str]) -> set[str]:
+    """Which of ``run_ids`` are batch runs that the agent has stepped in (or is queued in)."""
+    stepped = select(batch_items.c.batch_run_id).where(
+        batch_items.c.agent_id == agent_id, in_ids(conn, batch_items.c.batch_run_id, run_ids)
+    )
+    queued = select(batch_run_requests.c.batch_run_id).where(
+        batch_run_requests.c.agent_id == agent_id, in_ids(conn, batch_run_requests.c.batch_run_id, run_ids)
+    )
+    return {str(run_id) for run_id in await conn.scalars(union_all(stepped, queued))}
+
+
+async def count_open_items(conn: AsyncConnection, provider_batch_id: str) -> int:
+    """How many items of a provider batch have their step still open: not applied, nor closed
+    early (from an index, reading no item)."""
+    query = (
+        select(func.count())
+        .select_from(batch_items)
+        .where(
+            batch_items.c.provider_batch_id == provider_batch_id, batch_items.c.step_status == StepStatus.PAUSED.value
+        )
+    )
+    return int(await conn.scalar(query) or 0)
+
+
+async def open_item_ids(conn: AsyncConnection, provider_batch_id: str) -> set[str]:
+    """The items of a provider batch whose step is still open: not applied, nor closed early."""
+    query = select(batch_items.c.id).where(
+        batch_items.c.provider_batch_id == provider_batch_id, batch_items.c.step_status == StepStatus.PAUSED.value
+    )
+    return {str(item_id) for item_id in await conn.scalars(query)}
+
+
+async def close_items_of_agent(
+    conn: AsyncConnection, agent_id: str, reason: str, now: datetime, *, run_ids: Sequence[str] | None = None
+) -> dict[str, str]:
+    """Close the agent's open items (in these runs, or all: it is being deleted, or its part of the
+    runs is cancelled): cancelled with ``reason``, its late results never stored nor applied.
+    Returns the provider batches they are in (whose stored summaries no longer add up), with
+    the run of each."""
+    where = [batch_items.c.agent_id == agent_id, batch_items.c.step_status == StepStatus.PAUSED.value]
+    if run_ids is not None:
+        where.append(in_ids(conn, batch_items.c.batch_run_id, run_ids))
     closed = await conn.execute(
         update(batch_items)
-        .where(batch_items.c.agent_id == agent_id, batch_items.c.step_status == StepStatus.PAUSED.value)
+        .where(*where)
         .values(
             request_status=RequestStatus.CANCELLED.value,
             step_status=StepStatus.COMPLETED.value,
@@ -190,6 +236,6 @@ async def close_items_of_agent(conn: AsyncConnection, agent_id: str, reason: str
             error=reason,
             updated_at=now,
         )
-        .returning(batch_items.c.provider_batch_id)
+        .returning(batch_items.c.provider_batch_id, batch_items.c.batch_run_id)
     )
-    return sorted({str(batch_id) for batch_id in closed.scalars()})
+    return {str(batch_id): str(run_id) for batch_id, run_id in closed}

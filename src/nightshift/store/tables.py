@@ -138,6 +138,7 @@ agents = Table(
         comment="environment variables of the agent's tool calls; never returned by the API",
     ),
     Column("stepping_until", UTCDateTime(), comment="a synchronous step holds the agent until then"),
+    Column("stepping_run_id", String(64), comment="the agent run whose synchronous step holds the agent"),
     Column(
         "context_tokens",
         Integer,

@@ -212,6 +212,7 @@ async def send_messages_later(agent_id: str, body: SendLater, state: State, org:
 async def cancel_runs(
     agent_id: str, state: State, org: Org, now: Now, body: CancelRuns | None = None
 ) -> dict[str, Any]:
-    """Cancel the agent's open runs (those of ``run_ids``, or all); a running one stops before its next step."""
-    ids = await agent_runs.cancel(state.engine, org, agent_id, body.run_ids if body is not None else None, now=now)
-    return dict.fromkeys(ids, "cancelled")
+    """Cancel the agent's open runs (those of ``run_ids``, or all), its part of a batch run included:
+    each stops at once and the agent takes a new send. Letta's answer: each run id with
+    ``cancelled`` (or ``failed``: no run of this agent); a 409 when nothing of it runs."""
+    return await agent_runs.cancel(state.engine, org, agent_id, body.run_ids if body is not None else None, now=now)
