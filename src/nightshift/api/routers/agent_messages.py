@@ -21,6 +21,7 @@ from nightshift.api.letta_messages import (
 )
 from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
 from nightshift.api.run_schemas import run_json
+from nightshift.api.run_stream import background_stream, recorder
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
 from nightshift.domain.messages import Role, UserInput
 from nightshift.errors import InvalidInput
@@ -117,6 +118,8 @@ async def send_messages(
         request_config=body.request_config(),
     )
     view = view_of(send.request_config)
+    if body.streaming and body.background:
+        return await background_stream(state, org, send, options=body, view=view)
     if body.streaming:
         return await streamed_run(state, org, send, options=body, view=view)
     _, result = await agent_runs.send_now(state.stepping, org, send)
@@ -132,8 +135,9 @@ async def send_messages(
 async def send_messages_later(agent_id: str, body: SendLater, state: State, org: Org) -> dict[str, Any]:
     """Send messages to an agent and step it in the background; returns the run, still ``created``.
 
-    The run is stepped by this server process; follow it with ``GET /v1/runs/{run_id}``. Its
-    ``callback_url``, if any, gets a POST when it ends.
+    The run is stepped by this server process; follow it with ``GET /v1/runs/{run_id}``, or read
+    its stream with ``POST /v1/runs/{run_id}/stream``. Its ``callback_url``, if any, gets a POST
+    when it ends.
     """
     send = Send(
         agent_id=agent_id,
@@ -142,7 +146,8 @@ async def send_messages_later(agent_id: str, body: SendLater, state: State, org:
         request_config=body.request_config(),
         callback_url=str(body.callback_url) if body.callback_url is not None else None,
     )
-    run = await agent_runs.send_later(state.background, org, send)
+    view = view_of(send.request_config)
+    run = await agent_runs.send_later(state.background, org, send, recorder(state, tokens=False, view=view))
     return run_json(run)
 
 
