@@ -68,10 +68,10 @@ def dumped(chunks: list[Any]) -> list[dict[str, Any]]:
     return [c.model_dump(mode="json", exclude_none=True) for c in chunks]
 
 
-def seq_of(chunk: Any) -> int | None:
+def seq_of(chunk: Any) -> int:
     """A chunk's seq_id: a field of the messages, an extra of the stop reason and the usage."""
     extra = chunk.model_extra or {}
-    return extra["seq_id"] if "seq_id" in extra else getattr(chunk, "seq_id", None)
+    return int(extra["seq_id"] if "seq_id" in extra else chunk.seq_id)
 
 
 def no_pings(chunks: list[Any]) -> list[Any]:
@@ -130,7 +130,8 @@ def test_resume_from_any_chunk(letta_1_12: Any, agent_id: str) -> None:
         everything = no_pings(list(stream))
     run_id = everything[0].run_id
     last = seq_of(everything[-1])
-    for after in (0, 1, len(everything) // 2, last - 1, last):
+    assert last == len(everything)
+    for after in (0, 1, len(everything) // 2, last - 1, last, last + 1, last + 5):  # last + 1: [DONE]
         with letta_1_12.runs.messages.stream(run_id, starting_after=after, include_pings=False) as stream:
             assert dumped(list(stream)) == dumped(everything[after:])
 

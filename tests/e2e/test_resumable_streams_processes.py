@@ -141,3 +141,25 @@ async def test_a_run_whose_process_died_ends_its_stream_failed(servers: Servers,
         script(emulator)
         reply = letta.agents.messages.create(agent_id, input="Anything new?")
         assert reply.stop_reason.stop_reason == "end_turn"
+
+
+async def test_a_run_stopped_with_its_server_ends_its_stream_failed(servers: Servers, emulator: str) -> None:
+    stopping = await servers.start("A")
+    with client(stopping) as letta:
+        agent_id = new_agent(letta)
+        script(emulator, "B-2", "C-3", "D-4")
+        received = begin(letta, agent_id, 1)
+    stopping.stop()  # SIGINT: the process fails the runs it will not finish, as it shuts down
+
+    sdk = letta_client_1_12()
+    with client(await servers.start("B")) as letta:
+        resumed: list[Any] = []
+        with (
+            pytest.raises(sdk.APIStatusError) as caught,
+            letta.runs.messages.stream(received[0].run_id, starting_after=1, include_pings=False) as stream,
+        ):
+            resumed.extend(stream)
+        assert resumed[-1].message_type == "stop_reason" and resumed[-1].stop_reason == "error"
+        error = caught.value.body
+        assert isinstance(error, dict) and "the server stopped while the run was stepping" in error["message"]
+        assert letta.runs.retrieve(received[0].run_id).status == "failed"

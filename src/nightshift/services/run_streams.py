@@ -194,7 +194,7 @@ async def follow(
                 if run is None:
                     return  # deleted meanwhile
                 chunks = await run_chunks.read(conn, run_id, after=cursor, limit=page)
-                last = await run_chunks.last_seq_id(conn, run_id) if run.status.ended and len(chunks) < page else 0
+                last = await run_chunks.last_chunk(conn, run_id) if run.status.ended and len(chunks) < page else None
             for chunk in chunks:
                 yield chunk
                 cursor = chunk.seq_id
@@ -203,7 +203,9 @@ async def follow(
             if len(chunks) == page:
                 continue
             if run.status.ended:
-                for chunk in ended_stream(run, last_seq_id=last):
+                if last is not None and last[1] is ChunkKind.DONE:
+                    return  # the stream's end is stored, and the reader is past it
+                for chunk in ended_stream(run, last_seq_id=last[0] if last is not None else 0):
                     if chunk.seq_id > cursor:
                         yield chunk
                 return

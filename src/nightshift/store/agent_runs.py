@@ -135,7 +135,14 @@ async def fail_interrupted(conn: AsyncConnection, now: datetime, *, agent_id: st
         where = [agent_runs.c.agent_id == agent_id, agent_runs.c.status == AgentRunStatus.RUNNING.value]
     else:
         unheld = select(agents.c.id).where(or_(agents.c.stepping_until.is_(None), agents.c.stepping_until < now))
-        where = [agent_runs.c.status.in_(OPEN), agent_runs.c.agent_id.in_(unheld), agent_runs.c.updated_at < now]
+        # A background run under a live lease is another process's, still to start its step.
+        unleased = or_(agent_runs.c.lease_until.is_(None), agent_runs.c.lease_until < now)
+        where = [
+            agent_runs.c.status.in_(OPEN),
+            agent_runs.c.agent_id.in_(unheld),
+            agent_runs.c.updated_at < now,
+            unleased,
+        ]
     result = await conn.execute(
         update(agent_runs)
         .where(*where)

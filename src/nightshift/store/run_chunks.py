@@ -46,12 +46,13 @@ async def read(conn: AsyncConnection, run_id: str, *, after: int, limit: int) ->
     return [RunChunk(seq_id=s, kind=ChunkKind(k), data=d) for s, k, d in await conn.execute(query)]
 
 
-async def last_seq_id(conn: AsyncConnection, run_id: str) -> int:
-    """The number of the run's last stored chunk (0: none)."""
-    last = await conn.scalar(
-        select(agent_run_chunks.c.seq_id)
+async def last_chunk(conn: AsyncConnection, run_id: str) -> tuple[int, ChunkKind] | None:
+    """The number and kind of the run's last stored chunk (None: none stored)."""
+    query = (
+        select(agent_run_chunks.c.seq_id, agent_run_chunks.c.kind)
         .where(agent_run_chunks.c.run_id == run_id)
         .order_by(agent_run_chunks.c.seq_id.desc())
         .limit(1)
     )
-    return int(last or 0)
+    row = (await conn.execute(query)).first()
+    return (int(row.seq_id), ChunkKind(row.kind)) if row is not None else None
