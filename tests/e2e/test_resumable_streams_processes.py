@@ -8,6 +8,7 @@ resuming client sees end, failed with the reason, once the dead process's lease 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,20 @@ async def test_a_run_stopped_with_its_server_ends_its_stream_failed(servers: Ser
         error = caught.value.body
         assert isinstance(error, dict) and "the server stopped while the run was stepping" in error["message"]
         assert letta.runs.retrieve(received[0].run_id).status == "failed"
+
+
+async def test_a_live_server_fails_the_run_of_a_dead_one_unasked(servers: Servers, emulator: str) -> None:
+    doomed, survivor = await servers.start("A"), await servers.start("B")
+    with client(doomed) as letta:
+        agent_id = new_agent(letta)
+        script(emulator, "B-2", "C-3", "D-4", "E-5")
+        run_id = begin(letta, agent_id, 1)[0].run_id
+    doomed.kill()
+
+    with client(survivor) as letta:
+        # Nobody reads the stream and no server starts: B finds the lease expired by itself.
+        deadline = time.monotonic() + LEASE_SECONDS * 5 + 10
+        while (run := letta.runs.retrieve(run_id)).status == "running":
+            assert time.monotonic() < deadline, "the dead process's run is still running"
+            time.sleep(0.2)
+        assert run.status == "failed" and "stopped" in run.metadata["error"]

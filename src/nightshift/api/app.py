@@ -106,6 +106,7 @@ def create_app(
                 key_usage = KeyUsage(engine, clock=clock)
                 lease = timedelta(seconds=lease_seconds(settings.poll_interval_seconds, settings.lease_seconds))
                 background = BackgroundRuns(stepping, callbacks, lease=lease)
+                background.watch()
                 child = (
                     PollerProcess(grace=settings.shutdown_grace_seconds) if settings.poller and poller_process else None
                 )

@@ -115,21 +115,26 @@ class BackgroundRuns:
         task = asyncio.create_task(work, name=f"run {run.id}")
         self._tasks[task] = run
         task.add_done_callback(lambda done: self._tasks.pop(done, None))
+        self.watch()
+
+    def watch(self) -> None:
+        """Start renewing this process's leases and failing the runs of dead processes (once)."""
         if self._renewer is None:
             self._renewer = asyncio.create_task(self._renew(), name="background run leases")
 
     async def _renew(self) -> None:
-        """Renew the leases of this process's background runs (one statement), every third of a lease."""
+        """Every third of a lease: renew the leases of this process's background runs (one
+        statement), then fail the open runs whose lease expired (their process died), so that no
+        run stays running for ever even when nobody reads its stream and no server starts."""
         while True:
             await asyncio.sleep(self.lease.total_seconds() / 3)
             ids = [run.id for run in self._tasks.values()]
-            if not ids:
-                continue
             try:
                 async with self.engine.begin() as conn:
                     await agent_run_store.renew_leases(conn, ids, self.clock.now() + self.lease)
+                    await fail_lost_in(conn, self.clock.now())
             except Exception:
-                log.exception("the leases of %d background runs could not be renewed", len(ids))
+                log.exception("the leases of background runs could not be renewed or checked")
 
     async def close(self) -> None:
         """Stop the runs in flight and fail them, letting go of their agents: this process will
