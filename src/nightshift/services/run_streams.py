@@ -113,7 +113,7 @@ class ChunkLog:
         """Store the chunks gathered so far (one transaction, which renews the run's lease)."""
         async with self._lock:
             batch, self._buffer = self._buffer, []
-            if not self._open:
+            if not batch or not self._open:
                 return
             until = self._clock.now() + self._lease
             try:
@@ -122,7 +122,7 @@ class ChunkLog:
             except BaseException:
                 self._buffer[:0] = batch  # kept for the next write, in order
                 raise
-        if batch and self._open:
+        if self._open:
             self.written.set()
         self._wakeups.wake(self.run_id)
 
