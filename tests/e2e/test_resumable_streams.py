@@ -215,3 +215,14 @@ def test_a_cancelled_run_ends_its_stream(letta_1_12: Any, agent_id: str) -> None
     assert chunks[-1].message_type == "stop_reason" and chunks[-1].stop_reason == "cancelled"
     assert [seq_of(c) for c in chunks] == list(range(1, len(chunks) + 1))
     assert wait_ended(letta_1_12, first.run_id).status == "cancelled"
+
+
+def test_letta_client_1_7_resumes_too(letta: Any, letta_1_12: Any, agent_id: str) -> None:
+    with letta.agents.messages.create(agent_id, input=ASK, streaming=True, background=True) as stream:
+        first = next(iter(stream))
+    with letta.runs.messages.stream(first.run_id, starting_after=first.seq_id, include_pings=False) as stream:
+        rest = list(stream)
+    with letta_1_12.runs.messages.stream(first.run_id, include_pings=False) as stream:
+        everything = list(stream)
+    assert dumped([first, *rest]) == dumped(everything)
+    assert everything[-2].stop_reason == "end_turn"
