@@ -68,7 +68,7 @@ Settle = Callable[["SyncResult | Exception"], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Recorder:
-    """How the API turns a background run into its stream's chunks (``api.letta_stream``)."""
+    """How the API turns a background run into its stream's chunks (``api.run_stream``)."""
 
     listen: Listen
     ending: Ending
