@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
+from nightshift.emulator.config import ScriptedError, ScriptedReply, ScriptedToolCall
 from support.letta_client_1_12 import letta_client_1_12
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -226,3 +226,34 @@ def test_letta_client_1_7_resumes_too(letta: Any, letta_1_12: Any, agent_id: str
         everything = list(stream)
     assert dumped([first, *rest]) == dumped(everything)
     assert everything[-2].stop_reason == "end_turn"
+
+
+def test_a_provider_error_ends_the_stored_stream_as_it_ends_a_live_one(letta_1_12: Any, emulator: str) -> None:
+    errors = letta_client_1_12()
+    tool = letta_1_12.tools.create(source_code=SLOW_TOOL)
+    agent = letta_1_12.agents.create(
+        name="failing", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]
+    )
+    lookup = ScriptedToolCall(name="slow_lookup", arguments={"order_id": "B-2"}, request_heartbeat=True)
+    refused = ScriptedReply(error=ScriptedError(type="invalid_request_error", message="prompt is too long"))
+    body = {
+        "custom_id": "*",
+        "replies": [r.model_dump(mode="json") for r in (ScriptedReply(tool_call=lookup), refused)],
+    }
+    httpx.post(f"{emulator}/_emulator/script", json=body).raise_for_status()
+
+    def read(opened: Any) -> tuple[list[Any], Any]:
+        received: list[Any] = []
+        with pytest.raises(errors.APIStatusError) as caught, opened as stream:
+            received.extend(stream)
+        return received, caught.value.body
+
+    live, live_error = read(letta_1_12.agents.messages.create(agent.id, input=ASK, streaming=True, background=True))
+    run_id = live[0].run_id
+    replayed, replayed_error = read(letta_1_12.runs.messages.stream(run_id, include_pings=False))
+
+    assert dumped(replayed) == dumped(no_pings(live)) and replayed_error == live_error
+    assert replayed[-1].stop_reason == "llm_api_error"
+    assert live_error["error_type"] == "llm_api_error" and "prompt is too long" in live_error["message"]
+    assert (live_error["run_id"], live_error["seq_id"]) == (run_id, seq_of(replayed[-1]) + 1)
+    assert wait_ended(letta_1_12, run_id).status == "failed"
