@@ -99,6 +99,8 @@ class Settings(BaseSettings):
     # before this process gives its leases back anyway (a half-done stage is safe to redo).
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     default_max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
+    # A stream with include_pings gets a ping after this long without a chunk (Letta's keep-alive).
+    stream_ping_seconds: float = Field(default=30.0, gt=0)
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
     callback_allow_private: bool = False  # callbacks may go to loopback and private addresses
     # First wait before a failed batch stage (provider unreachable, say) is tried again; doubles.

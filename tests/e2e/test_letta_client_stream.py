@@ -77,8 +77,15 @@ def test_stream_sends_each_message_as_its_step_completes(letta: Letta, agent_id:
     assert usage.prompt_tokens and usage.completion_tokens
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
-    # The same messages, ids and all, as the agent's listing shows them once stored.
-    sent = [m.model_dump(mode="json", exclude_none=True) for m in messages]
+    # Each chunk is numbered in the run's stream, from 1, the stop reason and the usage too.
+    assert [getattr(m, "seq_id", None) for m in messages] == list(range(1, len(messages) + 1))
+    assert [stop.model_extra, usage.model_extra] == [
+        {"run_id": messages[0].run_id, "seq_id": len(messages) + 1},
+        {"run_id": messages[0].run_id, "seq_id": len(messages) + 2},
+    ]
+    # The same messages, ids and all, as the agent's listing shows them once stored (where a
+    # message has no place in a stream).
+    sent = [m.model_dump(mode="json", exclude_none=True, exclude={"seq_id"}) for m in messages]
     listed = stored(letta, agent_id, len(sent))
     assert [(m["id"], m["message_type"]) for m in sent] == [(m["id"], m["message_type"]) for m in listed]
     assert sent == listed
@@ -91,6 +98,8 @@ def test_stream_tokens_sends_the_answer_in_pieces(letta: Letta, agent_id: str) -
     *messages, stop, usage = chunks
     assert isinstance(stop, LettaStopReason) and stop.stop_reason == "end_turn"
     assert isinstance(usage, LettaUsageStatistics) and usage.step_count == 2
+    numbers = [getattr(m, "seq_id", None) for m in messages]
+    assert numbers == list(range(1, len(messages) + 1)), "each piece numbered in order"
 
     listed = stored(letta, agent_id, len(STEP_KINDS))
     # Pieces of one part share the stored message's id; joined, they are that part as stored.
@@ -118,7 +127,7 @@ def test_stream_tokens_sends_the_answer_in_pieces(letta: Letta, agent_id: str) -
             assert arguments == part["tool_call"]["arguments"]
             assert json.loads(arguments) == {"order_id": "B-2"}
         else:  # the input, the returns and the heartbeat come whole
-            assert [p.model_dump(mode="json", exclude_none=True) for p in pieces] == [part]
+            assert [p.model_dump(mode="json", exclude_none=True, exclude={"seq_id"}) for p in pieces] == [part]
 
 
 def test_provider_error_mid_stream(letta: Letta, agent_id: str, emulator: str) -> None:

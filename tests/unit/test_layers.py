@@ -72,6 +72,8 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("api/letta_stream.py", "nightshift.runtime.sync"): "SyncResult, what a synchronous send returns",
     ("api/letta_stream.py", "nightshift.providers.base"): "the streamed deltas' types",
     ("api/letta_stream.py", "nightshift.providers.agent_arguments"): "the argument names a stream leaves out",
+    ("api/run_stream.py", "nightshift.runtime.sync"): "SyncResult, how a background run's stepping ended",
+    ("api/run_stream.py", "nightshift.providers.base"): "the streamed deltas' types, passed on to LettaStream",
     ("api/schemas.py", "nightshift.providers.registry"): "a model name is checked when the body is read",
     ("api/routers/archival.py", "nightshift.tools.base"): "the search's page size, shared with the base tool",
 }

@@ -153,10 +153,14 @@ async def test_events_ping_while_the_run_is_quiet_then_end() -> None:
         return SyncResult(stop=TurnReason.MAX_STEPS, usage=Usage(input_tokens=5, output_tokens=2), steps=3)
 
     task = asyncio.create_task(run())
-    events = sse_events(stream, task, {"message_type": "user_message"}, ping_every=0.001)
+    events = sse_events(
+        stream, task, {"message_type": "user_message"}, ping_every=0.001, run_id="run-1", clock=SYSTEM_CLOCK
+    )
     first, second = await anext(events), await anext(events)
-    assert json.loads(first.removeprefix("data: "))["message_type"] == "user_message"
-    assert second == 'data: {"message_type": "ping"}\n\n'
+    assert json.loads(first.removeprefix("data: ")) == {"message_type": "user_message", "run_id": "run-1", "seq_id": 1}
+    pinged = json.loads(second.removeprefix("data: "))
+    assert pinged["message_type"] == "ping" and pinged["id"] and pinged["date"]
+    assert "seq_id" not in pinged, "a ping is not part of the run's stream"
     go_on.set()
     rest = [e for e in await collect(events) if "ping" not in e]
 
@@ -166,6 +170,9 @@ async def test_events_ping_while_the_run_is_quiet_then_end() -> None:
         "usage_statistics",
     ]
     assert json.loads(rest[1].removeprefix("data: "))["stop_reason"] == "max_steps"
+    # Every chunk but the pings is numbered on from the first, the end too.
+    assert [json.loads(e.removeprefix("data: "))["seq_id"] for e in rest[:-1]] == [2, 3, 4]
+    assert {json.loads(e.removeprefix("data: "))["run_id"] for e in rest[:-1]} == {"run-1"}
     usage = json.loads(rest[2].removeprefix("data: "))
     assert (usage["prompt_tokens"], usage["completion_tokens"], usage["step_count"]) == (5, 2, 3)
     assert rest[-1] == "data: [DONE]\n\n"
@@ -188,13 +195,16 @@ async def test_events_after_an_error(error: Exception, stop: str, kind: str, tex
         raise error
 
     task = asyncio.create_task(run())
-    events = await collect(sse_events(LettaStream("a", tokens=False, clock=SYSTEM_CLOCK), task, None, ping_every=None))
+    stream = LettaStream("a", tokens=False, clock=SYSTEM_CLOCK)
+    events = await collect(sse_events(stream, task, None, ping_every=None, run_id="run-1", clock=SYSTEM_CLOCK))
 
-    assert json.loads(events[0].removeprefix("data: ")) == {"message_type": "stop_reason", "stop_reason": stop}
+    stopped = json.loads(events[0].removeprefix("data: "))
+    assert stopped == {"message_type": "stop_reason", "stop_reason": stop, "run_id": "run-1", "seq_id": 1}
     name, data = events[1].split("\n", 1)
     assert name == "event: error"
     payload = json.loads(data.removeprefix("data: "))
     assert payload["message_type"] == "error_message" and payload["error_type"] == kind
+    assert (payload["run_id"], payload["seq_id"]) == ("run-1", 2)
     assert text in payload["message"] and "secret" not in events[1]
     assert events[2] == "data: [DONE]\n\n"
 

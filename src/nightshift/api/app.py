@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import Depends, FastAPI
 from starlette.routing import NoMatchFound
@@ -37,7 +38,7 @@ from nightshift.api.routers.health import Readiness, set_readiness
 from nightshift.batch.callbacks import CallbackRules
 from nightshift.batch.poller import drain, poll_forever
 from nightshift.batch.poller_process import PollerProcess
-from nightshift.batch.worker import worker_of
+from nightshift.batch.worker import lease_seconds, worker_of
 from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.config import Settings
 from nightshift.domain.limits import MAX_BATCH_REQUEST_MB, MAX_BATCH_REQUEST_VALUES
@@ -103,7 +104,9 @@ def create_app(
                     summary_model=settings.summary_model,
                 )
                 key_usage = KeyUsage(engine, clock=clock)
-                background = BackgroundRuns(stepping, callbacks)
+                lease = timedelta(seconds=lease_seconds(settings.poll_interval_seconds, settings.lease_seconds))
+                background = BackgroundRuns(stepping, callbacks, lease=lease)
+                background.watch()
                 child = (
                     PollerProcess(grace=settings.shutdown_grace_seconds) if settings.poller and poller_process else None
                 )

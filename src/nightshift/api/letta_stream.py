@@ -32,7 +32,9 @@ from nightshift.api.letta_messages import DEFAULT_VIEW, LettaView, to_letta_mess
 from nightshift.api.partial_json import partial_object
 from nightshift.clock import Clock
 from nightshift.domain.messages import Message, Role
+from nightshift.domain.run_chunks import ChunkKind
 from nightshift.errors import NightshiftError, ProviderError
+from nightshift.ids import new_id
 from nightshift.providers.agent_arguments import INNER_THOUGHTS, REQUEST_HEARTBEAT
 from nightshift.providers.base import TextDelta, ToolCallDelta
 from nightshift.runtime.sync import SyncResult
@@ -41,9 +43,8 @@ from nightshift.services.agent_runs import Send, letta_stop_reason, send_now
 log = logging.getLogger(__name__)
 
 Chunk = dict[str, Any]
-PING_SECONDS: Final = 30.0  # Letta's keep-alive interval
 DONE: Final = "data: [DONE]\n\n"
-PING: Final[Chunk] = {"message_type": "ping"}
+PING: Final[Chunk] = {"message_type": "ping"}  # what _next returns when it is time for a ping
 
 # The OpenAPI description of a streamed 200.
 STREAMED: Final[dict[int | str, dict[str, Any]]] = {
@@ -60,8 +61,9 @@ _DETACHED: set[asyncio.Task[SyncResult]] = set()
 class StreamOptions(Body):
     """How to answer a send: Letta's ``streaming``, ``stream_tokens``, ``include_pings``, ``background``.
 
-    ``background`` is accepted and the run streams in the foreground (a stream cannot be resumed
-    from another connection).
+    ``background`` (with ``streaming``) steps the run in the background, its stream stored: the
+    client that goes away does not stop it, and any client reads it again from any chunk
+    (``POST /v1/runs/{id}/stream``). See ``api.run_stream``.
     """
 
     streaming: bool = False
@@ -85,9 +87,10 @@ async def streamed_run(
         NightshiftError: the run was refused before it wrote anything (as ``send_now`` raises).
     """
     listener = LettaStream(send.agent_id, tokens=options.stream_tokens, clock=state.clock, view=view)
+    run_id = new_id("run")
 
     async def stepped() -> SyncResult:
-        _, result = await send_now(state.stepping, org, send, listener=listener)
+        _, result = await send_now(state.stepping, org, send, listener=listener, run_id=run_id)
         return result
 
     run = asyncio.create_task(stepped())
@@ -105,7 +108,9 @@ async def streamed_run(
             listener,
             run,
             first,
-            ping_every=PING_SECONDS if options.include_pings else None,
+            ping_every=state.settings.stream_ping_seconds if options.include_pings else None,
+            run_id=run_id,
+            clock=state.clock,
         ),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
@@ -276,24 +281,52 @@ async def sse_events(
     first: Chunk | None,
     *,
     ping_every: float | None,
+    run_id: str,
+    clock: Clock,
 ) -> AsyncIterator[str]:
-    """The server-sent events of ``run``: its chunks from ``first`` on, then its end (see the module)."""
+    """The server-sent events of the run ``run_id``: its chunks from ``first`` on, numbered, then
+    its end (see the module)."""
+    seq_id = 0
     try:
         chunk = first if first is not None else await _next(listener, run, ping_after=ping_every)
         while chunk is not None:
-            yield _data(chunk)
+            if chunk is PING:
+                yield _data(ping(clock))
+            else:
+                seq_id += 1
+                yield _data({**chunk, "run_id": run_id, "seq_id": seq_id})
             chunk = await _next(listener, run, ping_after=ping_every)
         error = run.exception()
-        if error is None:
-            result = run.result()
-            yield _data({"message_type": "stop_reason", "stop_reason": letta_stop_reason(result)})
-            yield _data(usage_statistics(result))
-        else:
-            for event in _error_events(error):
-                yield event
-        yield DONE
+        outcome: SyncResult | BaseException = run.result() if error is None else error
+        for kind, data in ending(run_id, outcome):
+            seq_id += 1
+            yield sse(kind, None if data is None else {**data, "run_id": run_id, "seq_id": seq_id})
     finally:
         _detach(run)
+
+
+def ping(clock: Clock) -> Chunk:
+    """Letta's keep-alive chunk (not numbered: it is not part of the run's stream)."""
+    return {"message_type": "ping", "id": new_id("ping"), "date": clock.now().isoformat()}
+
+
+def ending(run_id: str, outcome: SyncResult | BaseException) -> list[tuple[ChunkKind, Chunk | None]]:
+    """The last chunks of a run's stream: the stop reason and the usage, or the error; then DONE."""
+    if isinstance(outcome, SyncResult):
+        stop = {"message_type": "stop_reason", "stop_reason": letta_stop_reason(outcome)}
+        return [(ChunkKind.DATA, stop), (ChunkKind.DATA, usage_statistics(outcome)), (ChunkKind.DONE, None)]
+    stop_reason, error = _error_of(outcome, run_id)
+    stop = {"message_type": "stop_reason", "stop_reason": stop_reason}
+    return [(ChunkKind.DATA, stop), (ChunkKind.ERROR, error), (ChunkKind.DONE, None)]
+
+
+def sse(kind: ChunkKind, data: Chunk | None) -> str:
+    """One chunk of a stream as its server-sent event."""
+    if kind is ChunkKind.DONE:
+        return DONE
+    if kind is ChunkKind.ERROR:
+        return f"event: error\ndata: {json.dumps(data)}\n\n"
+    return _data(data or {})
 
 
 def _detach(run: asyncio.Task[SyncResult]) -> None:
@@ -309,8 +342,9 @@ def _forget(run: asyncio.Task[SyncResult]) -> None:
         log.error("a streamed run failed after its client left", exc_info=error)
 
 
-def _error_events(error: BaseException) -> list[str]:
-    """Letta's end of a stream that failed: the stop reason, then an ``event: error``."""
+def _error_of(error: BaseException, run_id: str) -> tuple[str, Chunk]:
+    """Letta's stop reason and error message of a stream that failed (the message is the
+    payload of its ``event: error``)."""
     if isinstance(error, ProviderError):
         stop, kind, message = "llm_api_error", "llm_api_error", str(error)
     elif isinstance(error, NightshiftError):
@@ -319,11 +353,14 @@ def _error_events(error: BaseException) -> list[str]:
         log.error("a streamed run failed", exc_info=error)
         stop, kind, message = "error", "internal_error", "An error occurred during agent execution."
     detail = error.kind if isinstance(error, ProviderError) else None
-    payload = {"message_type": "error_message", "run_id": "", "error_type": kind, "message": message, "detail": detail}
-    return [
-        _data({"message_type": "stop_reason", "stop_reason": stop}),
-        f"event: error\ndata: {json.dumps(payload)}\n\n",
-    ]
+    payload = {
+        "message_type": "error_message",
+        "run_id": run_id,
+        "error_type": kind,
+        "message": message,
+        "detail": detail,
+    }
+    return stop, payload
 
 
 def _data(chunk: Chunk) -> str:

@@ -10,8 +10,11 @@ States::
         \\                 \\
          `--cancel-------`--cancel--> cancelled
 
-A run still created or running when its server process stops is failed at the next start
-(``fail_interrupted``): nothing resumes it, the messages it wrote stay written.
+A run still created or running when its server process stops is failed: at the process's
+shutdown, at the next start of a server (``fail_interrupted``), or, for a background run whose
+process stopped renewing its ``lease_until``, by the first reader of its stream or starting
+server that sees the lease expired (``fail_expired``). Nothing resumes it; the messages it wrote
+stay written, and a reader of its stream gets the failure as the stream's end.
 """
 
 from __future__ import annotations
@@ -98,3 +101,5 @@ class AgentRun:
     callback_status_code: int | None = None
     callback_error: str | None = None
     completed_at: datetime | None = None
+    # A background run's: its process renews it while it steps the run (an open run past it is dead).
+    lease_until: datetime | None = None

@@ -174,7 +174,14 @@ async def fail_interrupted(conn: AsyncConnection, now: datetime, *, agent_id: st
         where = [agent_runs.c.agent_id == agent_id, agent_runs.c.status == AgentRunStatus.RUNNING.value]
     else:
         unheld = select(agents.c.id).where(or_(agents.c.stepping_until.is_(None), agents.c.stepping_until < now))
-        where = [agent_runs.c.status.in_(OPEN), agent_runs.c.agent_id.in_(unheld), agent_runs.c.updated_at < now]
+        # A background run under a live lease is another process's, still to start its step.
+        unleased = or_(agent_runs.c.lease_until.is_(None), agent_runs.c.lease_until < now)
+        where = [
+            agent_runs.c.status.in_(OPEN),
+            agent_runs.c.agent_id.in_(unheld),
+            agent_runs.c.updated_at < now,
+            unleased,
+        ]
     result = await conn.execute(
         update(agent_runs)
         .where(*where)
@@ -187,6 +194,40 @@ async def fail_interrupted(conn: AsyncConnection, now: datetime, *, agent_id: st
         )
     )
     return result.rowcount
+
+
+LOST = "the server process stepping the run stopped (its lease expired)"
+
+
+async def renew_leases(conn: AsyncConnection, run_ids: Sequence[str], until: datetime) -> None:
+    """The process stepping these background runs is alive: their leases last until ``until``."""
+    if run_ids:
+        await conn.execute(
+            update(agent_runs)
+            .where(agent_runs.c.id.in_(list(run_ids)), agent_runs.c.status.in_(OPEN))
+            .values(lease_until=until)
+        )
+
+
+async def fail_expired(conn: AsyncConnection, now: datetime, *, run_id: str | None = None) -> list[AgentRun]:
+    """Fail the open background runs whose lease expired before ``now`` (all, or ``run_id``);
+    returns them as they were, so that the caller lets go of the agents of those that were running."""
+    where = [agent_runs.c.status.in_(OPEN), agent_runs.c.lease_until < now]
+    if run_id is not None:
+        where.append(agent_runs.c.id == run_id)
+    failed: list[AgentRun] = []
+    for run in [to_run(r) for r in await conn.execute(select(agent_runs).where(*where))]:
+        # One compare-and-set each (they are few): a run another process failed meanwhile is not ours to tell.
+        result = await conn.execute(
+            update(agent_runs)
+            .where(agent_runs.c.id == run.id, *where)
+            .values(
+                status=AgentRunStatus.FAILED.value, stop_reason="error", error=LOST, completed_at=now, updated_at=now
+            )
+        )
+        if result.rowcount:
+            failed.append(run)
+    return failed
 
 
 async def record_callback(

@@ -284,10 +284,23 @@ agent_runs = Table(
     Column("callback_status_code", Integer),
     Column("callback_error", CleanText),
     Column("completed_at", UTCDateTime()),
+    # A background run's process renews this while it steps the run: a run still open past it
+    # lost its process and is failed by whoever sees it (a reader of its stream, a starting server).
+    Column("lease_until", UTCDateTime()),
     *_times(),
     Index("ix_agent_runs_org_id", "organization_id", "id"),
     Index("ix_agent_runs_agent_id", "agent_id"),
     Index("ix_agent_runs_status", "status"),
+)
+
+agent_run_chunks = Table(
+    "agent_run_chunks",
+    metadata,
+    # A background run's stream, chunk by chunk, for clients that read it again (domain.run_chunks).
+    Column("run_id", String(64), ForeignKey("agent_runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq_id", Integer, primary_key=True, comment="the chunk's number in its stream, from 1"),
+    Column("kind", String(8), nullable=False, comment="data, error or done"),
+    Column("data", NullableJSONType, comment="the chunk's JSON object; NULL for done"),
 )
 
 batch_runs = Table(

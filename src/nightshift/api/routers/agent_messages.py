@@ -22,6 +22,7 @@ from nightshift.api.letta_messages import (
 from nightshift.api.letta_options import SendRefusals
 from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
 from nightshift.api.run_schemas import run_json
+from nightshift.api.run_stream import background_stream, recorder
 from nightshift.api.schemas import llm_config_from
 from nightshift.domain.limits import MAX_LIST_ITEMS, MAX_MESSAGE_CHARS, MAX_STEPS
 from nightshift.domain.messages import Role, UserInput
@@ -177,6 +178,8 @@ async def send_messages(
         override_system=body.override_system,
     )
     view = view_of(send.request_config)
+    if body.streaming and body.background:
+        return await background_stream(state, org, send, options=body, view=view)
     if body.streaming:
         return await streamed_run(state, org, send, options=body, view=view)
     _, result = await agent_runs.send_now(state.stepping, org, send)
@@ -192,8 +195,9 @@ async def send_messages(
 async def send_messages_later(agent_id: str, body: SendLater, state: State, org: Org) -> dict[str, Any]:
     """Send messages to an agent and step it in the background; returns the run, still ``created``.
 
-    The run is stepped by this server process; follow it with ``GET /v1/runs/{run_id}``. Its
-    ``callback_url``, if any, gets a POST when it ends.
+    The run is stepped by this server process; follow it with ``GET /v1/runs/{run_id}``, or read
+    its stream with ``POST /v1/runs/{run_id}/stream``. Its ``callback_url``, if any, gets a POST
+    when it ends.
     """
     send = Send(
         agent_id=agent_id,
@@ -204,7 +208,8 @@ async def send_messages_later(agent_id: str, body: SendLater, state: State, org:
         override_model=body.override_model,
         override_system=body.override_system,
     )
-    run = await agent_runs.send_later(state.background, org, send)
+    view = view_of(send.request_config)
+    run = await agent_runs.send_later(state.background, org, send, recorder(state, tokens=False, view=view))
     return run_json(run)
 
 

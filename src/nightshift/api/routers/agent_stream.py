@@ -12,7 +12,9 @@ A request refused before the run writes anything (unknown agent, agent busy, no 
 it ends the stream with a stop reason (``llm_api_error`` for the provider, else ``error``), an
 ``event: error`` whose data is Letta's error message, and ``[DONE]``, as Letta does; what the run
 wrote before stays written. A client that goes away does not stop the run: it finishes and is
-stored, as a non-streaming send would be.
+stored, as a non-streaming send would be. Every chunk but a ping carries ``run_id`` and
+``seq_id``; with ``background: true`` the stream is stored and read from the database, and
+``POST /v1/runs/{id}/stream`` reads it again (``api.run_stream``).
 """
 
 from __future__ import annotations

@@ -5,15 +5,21 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from pydantic import Field
 
-from nightshift.api.deps import Org, ReadConn
+from nightshift.api.deps import Org, ReadConn, State
+from nightshift.api.input import Body
 from nightshift.api.letta_messages import DEFAULT_VIEW, to_letta_messages
+from nightshift.api.letta_stream import STREAMED
 from nightshift.api.routers.agent_messages import view_of
 from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.run_schemas import batch_run_json, run_json, step_json, usage_json
+from nightshift.api.run_stream import check_background, stored_stream
 from nightshift.domain.agent_runs import AgentRun
 from nightshift.domain.pagination import MAX_PAGE, Page
 from nightshift.services import agent_runs
+from nightshift.services.run_streams import check_reading
 from nightshift.store.run_listing import Listed, RunFilter
 
 router = APIRouter(tags=["runs"])
@@ -90,3 +96,60 @@ async def run_usage(run_id: str, conn: ReadConn, org: Org) -> dict[str, Any]:
     """The tokens the run used, over all its steps (and agents, for a batch run)."""
     usage = await agent_runs.usage_of_any_run(conn, org, run_id)
     return usage_json(usage.prompt, usage.completion, usage.cache_read, usage.cache_write)
+
+
+class RetrieveStream(Body):
+    """Letta's RetrieveStreamRequest: where to start reading a run's stream, and how."""
+
+    starting_after: int = Field(default=0, description="the seq_id of the last chunk received (0: from the start)")
+    include_pings: bool | None = True
+    poll_interval: float | None = None
+    batch_size: int | None = None
+
+
+@router.post("/v1/runs/{run_id}/stream", response_class=StreamingResponse, responses=STREAMED)
+async def stream_run(
+    run_id: str, state: State, org: Org, conn: ReadConn, body: RetrieveStream | None = None
+) -> StreamingResponse:
+    """A background run's stream: its chunks after ``starting_after`` (their ``seq_id``), stored
+    or to come, until its stop reason, usage and ``[DONE]`` (Letta's ``runs.messages.stream``).
+
+    Resume a dropped stream with the ``seq_id`` of the last chunk received: nothing is lost or
+    repeated. A 400 for a run not sent in the background (its stream is not kept).
+    """
+    wanted = body or RetrieveStream()
+    return await _stream(run_id, state, org, conn, wanted)
+
+
+@router.get("/v1/runs/{run_id}/stream", response_class=StreamingResponse, responses=STREAMED)
+async def stream_run_get(
+    run_id: str,
+    state: State,
+    org: Org,
+    conn: ReadConn,
+    starting_after: int = 0,
+    include_pings: bool = True,
+    poll_interval: float | None = None,
+    batch_size: int | None = None,
+) -> StreamingResponse:
+    """The same as ``POST /v1/runs/{run_id}/stream``, its options in the query (for EventSource)."""
+    wanted = RetrieveStream(
+        starting_after=starting_after, include_pings=include_pings, poll_interval=poll_interval, batch_size=batch_size
+    )
+    return await _stream(run_id, state, org, conn, wanted)
+
+
+async def _stream(run_id: str, state: State, org: str, conn: ReadConn, wanted: RetrieveStream) -> StreamingResponse:
+    poll, page = check_reading(
+        starting_after=wanted.starting_after, poll_interval=wanted.poll_interval, batch_size=wanted.batch_size
+    )
+    check_background(await agent_runs.get_any_run(conn, org, run_id))
+    return stored_stream(
+        state,
+        org,
+        run_id,
+        after=wanted.starting_after,
+        pings=wanted.include_pings is not False,
+        poll_interval=poll,
+        page=page,
+    )
