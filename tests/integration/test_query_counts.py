@@ -41,6 +41,10 @@ PHASES = ("create+submit", "poll+resume step 1", "poll+resume step 2")
 # with send_message once it sees the tool's result (step 2).
 MESSAGE = "Please remember that my favourite colour is teal."
 RENEWAL = re.compile(r"\s*UPDATE provider_batches SET lease_expires_at=[^,]* WHERE", re.I)
+# Every server looks for background runs whose process died, every third of a lease, whatever steps.
+LOST_RUNS = re.compile(
+    r"\s*SELECT agent_runs\.id\b.*\bWHERE agent_runs\.status IN .* AND agent_runs\.lease_until <", re.I | re.S
+)
 
 
 @pytest.fixture
@@ -56,8 +60,9 @@ class StatementLog:
         self.statements: list[str] | None = None
 
     def _seen(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        # Lease renewals come with time (every third of a lease a stage runs), not with agents.
-        if self.statements is not None and not RENEWAL.match(statement):
+        # Lease renewals and the look for lost background runs come with time (every third of a
+        # lease), not with agents.
+        if self.statements is not None and not RENEWAL.match(statement) and not LOST_RUNS.match(statement):
             self.statements.append(statement)
 
     @contextmanager
