@@ -25,6 +25,11 @@ summaries of evicted messages) are not the user speaking.
 Without tools (or with tool choice "none") it answers with text: a reply, or, when the system
 prompt asks for a summary, a summary of the transcript it is given. ``inner_thoughts`` is always
 filled: as an argument when the tool's schema has it, as a text block otherwise.
+
+A letta_v1 request (no tool has ``request_heartbeat``; tool choice as sent, usually ``auto``) is
+answered by the same rules, except that a call comes without text (such a model speaks only in its
+final answer) and where rule 2 or 5 would call ``send_message`` and the agent has none, it answers
+in text: the summary of the results, or the reply.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from nightshift.emulator.arguments import SKIPPED, TEXT_FIELDS, generate_arguments
@@ -134,6 +139,18 @@ def call_id_suffix(seed: str, index: int) -> str:
 
 def respond(model_input: ModelInput) -> ModelOutput:
     """Answer as the rules of this module's docstring say."""
+    output = _respond(model_input)
+    if output.calls and not _heartbeats(model_input):
+        return replace(output, text=None)
+    return output
+
+
+def _heartbeats(model_input: ModelInput) -> bool:
+    """Whether the request is a memgpt one: its tools carry ``request_heartbeat``."""
+    return any("request_heartbeat" in (t.parameters.get("properties") or {}) for t in model_input.tools)
+
+
+def _respond(model_input: ModelInput) -> ModelOutput:
     tools = {t.name: t for t in model_input.tools}
     choice = model_input.tool_choice
     if choice.mode == "none" or not tools:
@@ -186,13 +203,15 @@ def _plan(
             fact = _snip(unwrap_result(last.text))
             thoughts = f"{last.tool_name or 'The tool'} finished; saving its result to my {label} memory."
             return _remember(writer, fact, label, model_input.system, thoughts, fact)
-        if send is None:
+        if send is None and not _answers_in_text(model_input):
             return None
         items = _items(user_text) if custom is not None else []
         if len(items) > 1 and custom is not None:
             # Every result of the listed lookups, not only the last turn's.
             group = [r for r in results if r.tool_name == custom.name] or group
         message = "; ".join(_summary(r) for r in group or [last])
+        if send is None:
+            return ModelOutput(text=message)
         thoughts = f"{last.tool_name or 'The tool'} finished; telling the user what came of it."
         return _call(send, _arguments(send, message, {"message": message}), thoughts, heartbeat=False)
     if custom is not None:
@@ -209,6 +228,11 @@ def _plan(
     reply = _reply_text(model_input)
     thoughts = "The user wrote to me; answering directly."
     return _call(send, _arguments(send, reply, {"message": reply}), thoughts, heartbeat=False)
+
+
+def _answers_in_text(model_input: ModelInput) -> bool:
+    """Whether the model may end its turn in text: a letta_v1 request that does not force a call."""
+    return model_input.tool_choice.mode == "auto" and not _heartbeats(model_input)
 
 
 def _next_call(tools: Mapping[str, ToolSpec], result: Turn) -> ModelOutput | None:

@@ -19,6 +19,7 @@ from nightshift.domain.context_window import (
     prompt_room,
 )
 from nightshift.domain.messages import Image, Message, MessageKind, Role
+from nightshift.domain.solver import ToolRulesSolver
 from nightshift.domain.tools import Tool, schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
@@ -234,9 +235,22 @@ async def build_requests(
             problems[agent.id] = f"its tool {tool.name!r} cannot be offered to the model: {problem}"
             continue
         requests[agent.id] = ModelRequest.from_config(
-            agent.llm_config, system=window[0].text, messages=window[1:], tools=[t.json_schema for t in offered]
+            agent.llm_config,
+            system=window[0].text,
+            messages=window[1:],
+            tools=[t.json_schema for t in offered],
+            require_tool_call=_must_call(agent, states[agent.id]),
+            agent_arguments=agent.agent_type.heartbeats,
         )
     return requests, problems
+
+
+def _must_call(agent: Agent, state: StepState) -> bool:
+    """Whether the agent's next answer must be a tool call: always in the memgpt loops (the model
+    speaks through send_message); for a letta_v1 agent only when its tool rules force one."""
+    if agent.agent_type.heartbeats:
+        return True
+    return ToolRulesSolver(agent.tool_rules, state.solver).forces_call()
 
 
 def _problem(tool: Tool, checked: dict[str, str | None]) -> str | None:
