@@ -250,3 +250,37 @@ def test_an_unknown_type_and_a_file_of_an_unsupported_type_are_422s(http: httpx.
     assert imported.status_code == 422, imported.text
     assert "sleeptime_agent" in imported.json()["detail"]
     assert http.get("/v1/agents/").json() == []
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o-mini", "anthropic/claude-3-5-haiku-20241022"])
+def test_a_v1_agents_answer_streams_in_pieces_as_it_is_stored(letta: Letta, model: str) -> None:
+    tool = letta.tools.create(source_code=LOOKUP_CITY)
+    agent = letta.agents.create(name="streamer", model=model, tool_ids=[tool.id])
+    assert agent.agent_type == "letta_v1_agent"
+    ask = "Please use lookup_city for Lima"
+    with letta.agents.messages.create(agent.id, input=ask, streaming=True, stream_tokens=True) as stream:
+        chunks = list(stream)
+    *messages, stop, usage = chunks
+    assert stop.stop_reason == "end_turn" and usage.step_count == 2
+    listed = [
+        m.model_dump(mode="json", exclude_none=True)
+        for m in islice(letta.agents.messages.list(agent.id, order="asc", limit=100), 100)
+    ][1:]  # after the system message
+    assert [m["message_type"] for m in listed] == [
+        "user_message",
+        "tool_call_message",
+        "tool_return_message",
+        "assistant_message",
+    ]
+    # Pieces of one part share the stored message's id; joined, they are that part as stored.
+    joined: dict[tuple[str, str], list[Any]] = {}
+    for chunk in messages:
+        joined.setdefault((chunk.id, str(chunk.message_type)), []).append(chunk)
+    assert list(joined) == [(m["id"], m["message_type"]) for m in listed]
+    call = listed[1]["tool_call"]
+    pieces = joined[(listed[1]["id"], "tool_call_message")]
+    assert json.loads("".join(p.tool_call.arguments or "" for p in pieces)) == json.loads(call["arguments"])
+    assert json.loads(call["arguments"]) == {"city": "Lima"}
+    answer = joined[(listed[3]["id"], "assistant_message")]
+    assert "".join(str(p.content) for p in answer) == listed[3]["content"]
+    assert "Lima: 21 C and clear" in listed[3]["content"]
