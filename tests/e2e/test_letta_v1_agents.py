@@ -284,3 +284,16 @@ def test_a_v1_agents_answer_streams_in_pieces_as_it_is_stored(letta: Letta, mode
     answer = joined[(listed[3]["id"], "assistant_message")]
     assert "".join(str(p.content) for p in answer) == listed[3]["content"]
     assert "Lima: 21 C and clear" in listed[3]["content"]
+
+
+def test_a_v1_agent_saves_what_it_is_asked_to_remember_with_memory_insert(letta_1_12: Any) -> None:
+    agent_id = _import(letta_1_12, V1_COMPANION)
+    response = letta_1_12.agents.messages.create(
+        agent_id, messages=[{"role": "user", "content": "Please remember that I like green tea"}]
+    )
+    kinds = [m.message_type for m in response.messages]
+    assert kinds == ["tool_call_message", "tool_return_message", "assistant_message"], kinds
+    assert response.messages[0].tool_call.name == "memory_insert"
+    assert response.messages[-1].content == "Got it, I have saved that to my memory."
+    human = {b.label: b.value for b in letta_1_12.agents.blocks.list(agent_id)}["human"]
+    assert human.endswith("I like green tea"), human

@@ -12,7 +12,7 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
    lists several things for it ("in Paris, Rome and Oslo") it calls it once per thing: all in one
    turn when the request allows parallel calls, else one per turn, then summarises every result;
 4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
-   there, it calls that, ``request_heartbeat`` true; several facts ("remember: A; B; C") are
+   there (or, for a letta_v1 request, ``memory_insert``), it calls that, ``request_heartbeat`` true; several facts ("remember: A; B; C") are
    appended one per call: with parallel calls all in one turn together with ``send_message``,
    else one per turn and then ``send_message``;
 5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
@@ -45,6 +45,8 @@ from nightshift.emulator.arguments import SKIPPED, TEXT_FIELDS, generate_argumen
 
 SEND_MESSAGE: Final = "send_message"
 MEMORY_WRITERS: Final = ("core_memory_append", "rethink_memory")
+# A letta_v1 agent's memory writer (Letta gives it memory_insert and memory_replace).
+V1_MEMORY_WRITERS: Final = (*MEMORY_WRITERS, "memory_insert")
 NON_CUSTOM: Final = frozenset(
     {
         SEND_MESSAGE,
@@ -181,7 +183,8 @@ def _plan(
     tools: Mapping[str, ToolSpec], user_text: str, results: list[Turn], model_input: ModelInput
 ) -> ModelOutput | None:
     send = tools.get(SEND_MESSAGE)
-    writer = next((tools[n] for n in MEMORY_WRITERS if n in tools), None)
+    writers = MEMORY_WRITERS if _heartbeats(model_input) else V1_MEMORY_WRITERS
+    writer = next((tools[n] for n in writers if n in tools), None)
     custom = _named_tool(tools, user_text)
     several = _several(custom, user_text, results, model_input.parallel)
     if several is not None:
@@ -197,7 +200,7 @@ def _plan(
         follow = _next_call(tools, last)
         if follow is not None:
             return follow
-        saved = any(r.tool_name in MEMORY_WRITERS for r in results)
+        saved = any(r.tool_name in writers for r in results)
         if writer is not None and not saved and not last.is_error and _REMEMBER.search(user_text):
             label = _fact(user_text)[1]
             fact = _snip(unwrap_result(last.text))
@@ -359,7 +362,13 @@ def _facts(text: str) -> list[str]:
 
 def _remember(writer: ToolSpec, fact: str, label: str, system: str, thoughts: str, text: str) -> ModelOutput:
     """Save ``fact`` to the ``label`` block with the memory writer there is (append or rethink)."""
-    hints: dict[str, Any] = {"label": label, "target_block_label": label, "content": fact}
+    hints: dict[str, Any] = {
+        "label": label,
+        "target_block_label": label,
+        "content": fact,
+        "new_str": fact,
+        "insert_line": -1,
+    }
     hints["new_memory"] = "\n".join(p for p in (_block(system, label), fact) if p)
     return _call(writer, _arguments(writer, text, hints), thoughts, heartbeat=True)
 
@@ -461,7 +470,7 @@ def _summary(result: Turn) -> str:
     content = unwrap_result(result.text)
     if result.is_error:
         return f"Sorry, {name} failed: {_snip(content)}"
-    if result.tool_name in MEMORY_WRITERS:
+    if result.tool_name in V1_MEMORY_WRITERS:
         return "Got it, I have saved that to my memory."
     if result.tool_name == SEND_MESSAGE:
         return "Is there anything else I can help you with?"
