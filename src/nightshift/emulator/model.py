@@ -12,8 +12,8 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
    lists several things for it ("in Paris, Rome and Oslo") it calls it once per thing: all in one
    turn when the request allows parallel calls, else one per turn, then summarises every result;
 4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
-   there (or, for a letta_v1 request, ``memory_insert``), it calls that, ``request_heartbeat`` true; several facts ("remember: A; B; C") are
-   appended one per call: with parallel calls all in one turn together with ``send_message``,
+   there (for a letta_v1 request, ``memory_insert`` too), it calls that, ``request_heartbeat``
+   true; several facts ("remember: A; B; C") are appended one per call: with parallel calls all in one turn together with ``send_message``,
    else one per turn and then ``send_message``;
 5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
 
