@@ -13,8 +13,8 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
    turn when the request allows parallel calls, else one per turn, then summarises every result;
 4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
    there (for a letta_v1 request, ``memory_insert`` too), it calls that, ``request_heartbeat``
-   true; several facts ("remember: A; B; C") are appended one per call: with parallel calls all in one turn together with ``send_message``,
-   else one per turn and then ``send_message``;
+   true; several facts ("remember: A; B; C") are appended one per call: with parallel calls all
+   in one turn together with ``send_message``, else one per turn and then ``send_message``;
 5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
 
 In rule 2, a result that asks for another call ("... call read_page with page=8") gets it, with
