@@ -32,7 +32,7 @@ class AgentType(StrEnum):
     """
 
     MEMGPT = "memgpt_agent"  # the memgpt loop, the original tool set
-    MEMGPT_V2 = "memgpt_v2_agent"  # the memgpt loop; what agents made before types were kept are
+    MEMGPT_V2 = "memgpt_v2_agent"  # the memgpt loop; agents stored before types were kept have it
     LETTA_V1 = "letta_v1_agent"  # the letta_v1 loop; Letta's default for a new agent
     REACT = "react_agent"  # not run by nightshift: refused
     WORKFLOW = "workflow_agent"  # not run by nightshift: refused

@@ -62,7 +62,7 @@ class TurnReason(StrEnum):
     for a call that ran are ``domain.solver.Reason`` (together: ``Why``, ``TurnResult.reason``)."""
 
     FINAL_TEXT = "final_text"  # ends: a text answer without a tool call
-    SENT_MESSAGE = "sent_message"  # ends: the turn called send_message along with other calls
+    SENT_MESSAGE = "sent_message"  # ends: send_message along with other calls (letta_v1: also alone)
     TOOL_RESULT = "tool_result"  # goes on: a letta_v1 agent called a tool and gets its result back
     TOOL_ERROR = "tool_error"  # goes on: a call failed, and the model gets a step to react
     TOOL_RULES = "tool_rules"  # ends: the rules leave no way on (``TurnResult.detail`` says why)
