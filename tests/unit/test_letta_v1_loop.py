@@ -3,6 +3,7 @@ the provider requests its agents make (tools as they are, tool choice auto)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from nightshift.errors import InvalidInput
 from nightshift.providers.anthropic import wire as anthropic_wire
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.openai import wire as openai_wire
+from nightshift.runtime.context import heartbeat_message
 from unit.test_step import NOW, ORG, TableSandbox, agent, answer, ok, take, turn
 
 V1 = {"agent_type": AgentType.LETTA_V1}
@@ -176,3 +178,12 @@ def test_the_providers_own_reasoning_is_kept() -> None:
     for piece in ({"reasoning_content": "A "}, {"reasoning_content": "greeting."}, {"content": "Hi"}):
         streamed.feed({"choices": [{"index": 0, "delta": piece}]})
     assert (streamed.response().reasoning, streamed.response().text) == ("A greeting.", "Hi")
+
+
+def test_the_turn_a_rule_gives_a_v1_agent_says_nothing_of_heartbeats() -> None:
+    v1 = json.loads(heartbeat_message(agent(**V1), NOW).text)
+    memgpt = json.loads(heartbeat_message(agent(), NOW).text)
+
+    assert v1["type"] == memgpt["type"] == "heartbeat"
+    assert "request_heartbeat" in memgpt["reason"]
+    assert "heartbeat" not in v1["reason"] and "rules require" in v1["reason"]

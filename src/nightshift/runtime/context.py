@@ -36,6 +36,9 @@ from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
 
 HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continue where you left off."
+# A letta_v1 agent has no heartbeats to ask for: it gets this turn only when it answered while a
+# required_before_exit tool was still uncalled.
+REQUIRED_TOOLS_REASON = "You are not done yet: call the tools your rules require before you answer."
 
 
 def user_message(
@@ -64,8 +67,9 @@ def user_message(
 
 
 def heartbeat_message(agent: Agent, now: datetime, *, batch_item_id: str | None = None) -> Message:
-    """The automatic user turn that gives an agent the next step it asked for."""
-    body = {"type": "heartbeat", "reason": HEARTBEAT_REASON, "time": now.isoformat()}
+    """The automatic user turn that gives an agent the next step it asked for (or its rules hold it to)."""
+    reason = HEARTBEAT_REASON if agent.agent_type.heartbeats else REQUIRED_TOOLS_REASON
+    body = {"type": "heartbeat", "reason": reason, "time": now.isoformat()}
     return user_message(agent, json.dumps(body), now, batch_item_id=batch_item_id, kind=MessageKind.HEARTBEAT)
 
 
