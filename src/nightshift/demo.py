@@ -85,6 +85,8 @@ def personas(count: int) -> list[dict[str, Any]]:
         bodies.append(
             {
                 "name": f"demo-{name.lower()}",
+                # The memgpt loop: the demo shows heartbeats carrying an agent through several steps.
+                "agent_type": "memgpt_v2_agent",
                 "memory_blocks": [
                     {"label": "persona", "value": f"I am {name}, a {mood} {role}.", "limit": 2000},
                     {

@@ -108,6 +108,7 @@ def test_agent_lifecycle(letta: Letta) -> None:
     dice = letta.tools.create(source_code=ROLL_DICE)
     shout = letta.tools.create(source_code=SHOUT)
     agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
         name="ada",
         model=MODEL,
         memory_blocks=[
@@ -204,7 +205,10 @@ def test_agent_lifecycle(letta: Letta) -> None:
 
 
 def test_agents_list_paginates_to_the_end(letta: Letta) -> None:
-    ids = [letta.agents.create(name=f"a{n}", model=MODEL, include_base_tools=False).id for n in range(7)]
+    ids = [
+        letta.agents.create(agent_type="memgpt_v2_agent", name=f"a{n}", model=MODEL, include_base_tools=False).id
+        for n in range(7)
+    ]
     assert [a.id for a in every(letta.agents.list())] == ids
     paged = every(letta.agents.list(limit=2))
     assert [a.id for a in paged] == ids
@@ -233,8 +237,12 @@ def test_blocks_create_retrieve_list_update_delete(letta: Letta) -> None:
     assert [b.id for b in every(letta.blocks.list(label="notes"))] == [notes.id]
     assert [b.id for b in every(letta.blocks.list(limit=1))] == [team.id, notes.id]
 
-    one = letta.agents.create(name="one", model=MODEL, block_ids=[team.id], include_base_tools=False)
-    two = letta.agents.create(name="two", model=MODEL, block_ids=[team.id], include_base_tools=False)
+    one = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="one", model=MODEL, block_ids=[team.id], include_base_tools=False
+    )
+    two = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="two", model=MODEL, block_ids=[team.id], include_base_tools=False
+    )
     assert [a.id for a in every(letta.blocks.agents.list(team.id))] == [one.id, two.id]
     assert [a.name for a in every(letta.blocks.agents.list(team.id, limit=1))] == ["one", "two"]
     updated = letta.blocks.update(team.id, value="We ship on Mondays.")

@@ -47,7 +47,7 @@ def texts(passages: list[Passage]) -> list[str]:
 
 def test_passages_through_lettas_client(letta: Letta) -> None:
     passages = Passages(letta)
-    agent = letta.agents.create(name="archivist", model=MODEL)
+    agent = letta.agents.create(agent_type="memgpt_v2_agent", name="archivist", model=MODEL)
     now = datetime.now(UTC)
     (first,) = passages.create(agent.id, text="The user grows basil on the balcony.", tags=["garden"])
     assert isinstance(first, Passage)
@@ -102,7 +102,7 @@ def test_passages_through_lettas_client(letta: Letta) -> None:
 
 def test_what_the_base_tool_saved_is_listed_and_searched(letta: Letta) -> None:
     passages = Passages(letta)
-    agent = letta.agents.create(name="note-taker", model=MODEL)
+    agent = letta.agents.create(agent_type="memgpt_v2_agent", name="note-taker", model=MODEL)
     for note in ("The user's dentist is Dr. Okafor.", "The user prefers appointments on Tuesdays."):
         ran = letta.agents.tools.run("archival_memory_insert", agent_id=agent.id, args={"content": note})
         assert ran.status == "success", ran

@@ -16,7 +16,11 @@ def test_batches_and_synchronous_messages(letta: Letta) -> None:
     tool = letta.tools.create(source_code=LOOKUP_TOOL)
     agents = [
         letta.agents.create(
-            name=f"clerk-{i}", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]
+            agent_type="memgpt_v2_agent",
+            name=f"clerk-{i}",
+            model=MODEL,
+            tool_ids=[tool.id],
+            memory_blocks=[{"label": "human", "value": "?"}],
         )
         for i in range(3)
     ]

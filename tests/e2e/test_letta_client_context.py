@@ -21,7 +21,9 @@ async def test_ten_long_messages_through_a_small_window_are_summarized(
     letta: Letta, http: httpx.Client, admin: EmulatorAdmin
 ) -> None:
     await admin.configure(context_windows={MODEL.split("/", 1)[1]: LIMIT})
-    agent = letta.agents.create(name="chatty", model=MODEL, context_window_limit=LIMIT, max_tokens=512)
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="chatty", model=MODEL, context_window_limit=LIMIT, max_tokens=512
+    )
     before = list(agent.message_ids or [])
     for n in range(10):
         story = f"Story {n}: " + " ".join(f"the river number{n}x{k} runs to the sea." for k in range(45))

@@ -32,6 +32,7 @@ def window(agent: Any) -> list[str]:
 
 def test_message_cursors_follow_the_sort_order(letta: Letta) -> None:
     agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
         name="talker",
         model=MODEL,
         include_base_tools=False,
@@ -76,6 +77,7 @@ def test_message_cursors_follow_the_sort_order(letta: Letta) -> None:
 
 def test_initial_message_sequence_replaces_the_greeting(letta: Letta) -> None:
     agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
         name="primed",
         model=MODEL,
         initial_message_sequence=[
@@ -88,14 +90,15 @@ def test_initial_message_sequence_replaces_the_greeting(letta: Letta) -> None:
     assert [m.message_type for m in messages] == ["system_message", "user_message", "assistant_message", "user_message"]
     contents = [getattr(m, "content", None) for m in messages[1:]]
     assert contents == ["My name is Ada.", "Hello Ada.", "[system] Be brief."]
-    empty = letta.agents.create(name="bare", model=MODEL, initial_message_sequence=[])
+    empty = letta.agents.create(agent_type="memgpt_v2_agent", name="bare", model=MODEL, initial_message_sequence=[])
     assert len(window(empty)) == 1
-    plain = letta.agents.create(name="plain", model=MODEL)
+    plain = letta.agents.create(agent_type="memgpt_v2_agent", name="plain", model=MODEL)
     assert len(window(plain)) == 4  # system, greeting, its result, login
 
 
 def test_reset_messages_keeps_the_system_message(letta: Letta) -> None:
     agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
         name="forgetful",
         model=MODEL,
         memory_blocks=[{"label": "human", "value": "Likes tea."}],
@@ -124,8 +127,12 @@ def test_reset_messages_keeps_the_system_message(letta: Letta) -> None:
 
 
 def test_tags_are_listed_alphabetically_with_cursors(letta: Letta) -> None:
-    letta.agents.create(name="a", model=MODEL, include_base_tools=False, tags=["zeta", "alpha", "Mixed"])
-    letta.agents.create(name="b", model=MODEL, include_base_tools=False, tags=["alpha", "beta"])
+    letta.agents.create(
+        agent_type="memgpt_v2_agent", name="a", model=MODEL, include_base_tools=False, tags=["zeta", "alpha", "Mixed"]
+    )
+    letta.agents.create(
+        agent_type="memgpt_v2_agent", name="b", model=MODEL, include_base_tools=False, tags=["alpha", "beta"]
+    )
     everything = letta.tags.list()
     assert sorted(everything) == ["Mixed", "alpha", "beta", "zeta"]
     assert len(everything) == 4
@@ -141,9 +148,9 @@ def test_tags_are_listed_alphabetically_with_cursors(letta: Letta) -> None:
 
 
 def test_agents_list_query_text_matches_a_part_of_the_name(letta: Letta) -> None:
-    alpha = letta.agents.create(name="Support Bot", model=MODEL, include_base_tools=False)
-    letta.agents.create(name="sales", model=MODEL, include_base_tools=False)
-    percent = letta.agents.create(name="100% sure", model=MODEL, include_base_tools=False)
+    alpha = letta.agents.create(agent_type="memgpt_v2_agent", name="Support Bot", model=MODEL, include_base_tools=False)
+    letta.agents.create(agent_type="memgpt_v2_agent", name="sales", model=MODEL, include_base_tools=False)
+    percent = letta.agents.create(agent_type="memgpt_v2_agent", name="100% sure", model=MODEL, include_base_tools=False)
     assert [a.id for a in letta.agents.list(query_text="port").items] == [alpha.id]
     assert [a.id for a in letta.agents.list(query_text="SUPPORT").items] == [alpha.id]
     assert [a.id for a in letta.agents.list(query_text="%").items] == [percent.id]
@@ -166,19 +173,24 @@ def test_models_and_embedding_models(letta: Letta) -> None:
     assert small.embedding_dim == 1536
     assert small.handle == "openai/text-embedding-3-small"
     # A listed model and embedding are accepted by agent create as they are.
-    agent = letta.agents.create(name="picked", model=haiku.handle or "", embedding=small.handle)
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="picked", model=haiku.handle or "", embedding=small.handle
+    )
     assert agent.embedding == small.handle
 
 
 def test_default_block_limit_is_lettas(letta: Letta) -> None:
     block = letta.blocks.create(label="notes", value="short")
     assert block.limit == 20_000
-    agent = letta.agents.create(name="roomy", model=MODEL, memory_blocks=[{"label": "human", "value": "x"}])
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="roomy", model=MODEL, memory_blocks=[{"label": "human", "value": "x"}]
+    )
     assert letta.agents.blocks.retrieve("human", agent_id=agent.id).limit == 20_000
 
 
 def test_tool_rules_may_name_missing_tools_and_repeats_are_dropped(letta: Letta) -> None:
     agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
         name="ruled",
         model=MODEL,
         tool_rules=[
@@ -205,7 +217,7 @@ def model_calls(emulator: str) -> list[dict[str, Any]]:
 
 
 def test_generate_calls_the_model_once_and_changes_nothing(letta: Letta, http: httpx.Client, emulator: str) -> None:
-    agent = letta.agents.create(name="oracle", model=MODEL)
+    agent = letta.agents.create(agent_type="memgpt_v2_agent", name="oracle", model=MODEL)
     before = ids(letta.agents.messages.list(agent.id))
     answer = http.post(f"/v1/agents/{agent.id}/generate", json={"prompt": "Say something short."})
     assert answer.status_code == 200, answer.text
@@ -237,7 +249,7 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAh
 
 @pytest.mark.parametrize("model", [MODEL, "openai/gpt-4o-mini"])
 def test_an_image_part_reaches_the_provider(letta: Letta, emulator: str, model: str) -> None:
-    agent = letta.agents.create(name="viewer", model=model)
+    agent = letta.agents.create(agent_type="memgpt_v2_agent", name="viewer", model=model)
     content: list[TextContentParam | ImageContentParam] = [
         {"type": "text", "text": "What is in this picture?"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
@@ -271,7 +283,7 @@ def test_an_image_part_reaches_the_provider(letta: Letta, emulator: str, model: 
 
 
 def test_bad_image_parts_are_422_and_nothing_is_written(letta: Letta, http: httpx.Client) -> None:
-    agent = letta.agents.create(name="strict", model=MODEL)
+    agent = letta.agents.create(agent_type="memgpt_v2_agent", name="strict", model=MODEL)
     before = ids(letta.agents.messages.list(agent.id))
     for source in (
         {"type": "base64", "media_type": "image/bmp", "data": PNG},
@@ -288,7 +300,7 @@ def test_bad_image_parts_are_422_and_nothing_is_written(letta: Letta, http: http
 
 
 def test_an_image_part_reaches_the_provider_in_a_batch_run(letta: Letta, emulator: str) -> None:
-    agent = letta.agents.create(name="batch-viewer", model=MODEL)
+    agent = letta.agents.create(agent_type="memgpt_v2_agent", name="batch-viewer", model=MODEL)
     image: ImageContentParam = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}}
     run = letta.batches.create(requests=[{"agent_id": agent.id, "messages": [{"role": "user", "content": [image]}]}])
     while (current := letta.batches.retrieve(run.id)).status in ("created", "running"):
@@ -300,7 +312,7 @@ def test_an_image_part_reaches_the_provider_in_a_batch_run(letta: Letta, emulato
 
 
 def test_agents_include_fills_only_the_relations_asked_for(letta: Letta) -> None:
-    made = letta.agents.create(name="light", model=MODEL, tags=["t"])
+    made = letta.agents.create(agent_type="memgpt_v2_agent", name="light", model=MODEL, tags=["t"])
     assert made.tools and made.tags == ["t"]
     (listed,) = letta.agents.list(include=["agent.tags"]).items
     assert listed.id == made.id and listed.tags == ["t"] and listed.tools == [] and listed.blocks == []

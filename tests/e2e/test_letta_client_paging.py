@@ -79,7 +79,10 @@ def wait_for_batch(letta: Letta, run_id: str) -> None:
 
 def agents(letta: Letta, count: int, **extra: Any) -> list[str]:
     return [
-        letta.agents.create(name=f"agent-{n}", model=MODEL, include_base_tools=False, **extra).id for n in range(count)
+        letta.agents.create(
+            agent_type="memgpt_v2_agent", name=f"agent-{n}", model=MODEL, include_base_tools=False, **extra
+        ).id
+        for n in range(count)
     ]
 
 
@@ -100,7 +103,13 @@ def tool_source(n: int) -> str:
 
 def fill_agent_messages(letta: Letta, http: httpx.Client, emulator: str) -> Filled:
     notes: list[MessageCreateParam] = [{"role": "user", "content": f"note {n}"} for n in range(COUNT - 1)]
-    agent = letta.agents.create(name="talker", model=MODEL, include_base_tools=False, initial_message_sequence=notes)
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
+        name="talker",
+        model=MODEL,
+        include_base_tools=False,
+        initial_message_sequence=notes,
+    )
     made = list(agent.message_ids or ())
     assert len(made) == COUNT  # the system message and the notes
     return Filled(
@@ -127,7 +136,9 @@ def fill_block_agents(letta: Letta, http: httpx.Client, emulator: str) -> Filled
 
 def fill_agent_blocks(letta: Letta, http: httpx.Client, emulator: str) -> Filled:
     made = [letta.blocks.create(label=f"notes-{n}", value=f"note {n}").id for n in range(COUNT)]
-    agent = letta.agents.create(name="rememberer", model=MODEL, include_base_tools=False, block_ids=made)
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="rememberer", model=MODEL, include_base_tools=False, block_ids=made
+    )
     return Filled(
         path=f"/v1/agents/{agent.id}/core-memory/blocks",
         made=made,
@@ -142,7 +153,9 @@ def fill_tools(letta: Letta, http: httpx.Client, emulator: str) -> Filled:
 
 def fill_agent_tools(letta: Letta, http: httpx.Client, emulator: str) -> Filled:
     made = [letta.tools.create(source_code=tool_source(n)).id for n in range(COUNT)]
-    agent = letta.agents.create(name="handy", model=MODEL, include_base_tools=False, tool_ids=made)
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="handy", model=MODEL, include_base_tools=False, tool_ids=made
+    )
     return Filled(
         path=f"/v1/agents/{agent.id}/tools", made=made, pages=lambda **q: letta.agents.tools.list(agent.id, **q)
     )
@@ -165,7 +178,7 @@ def send_message(text: str, *, heartbeat: bool) -> ScriptedReply:
 def _long_run(letta: Letta, emulator: str) -> str:
     """The id of a send of ``COUNT`` steps: ``send_message`` asking for a heartbeat, then a last
     one that does not."""
-    agent = letta.agents.create(name="chatty", model=MODEL).id
+    agent = letta.agents.create(agent_type="memgpt_v2_agent", name="chatty", model=MODEL).id
     turns = [send_message(f"part {n}", heartbeat=n + 1 < COUNT) for n in range(COUNT)]
     body = {"custom_id": "*", "replies": [t.model_dump(mode="json") for t in turns]}
     httpx.post(f"{emulator}/_emulator/script", json=body, timeout=30).raise_for_status()

@@ -84,7 +84,11 @@ def _call(name: str, *, heartbeat: bool, **arguments: Any) -> ScriptedReply:
 def _agent(letta: Letta, *tools: str) -> str:
     ids = [letta.tools.create(source_code=source).id for source in tools]
     agent = letta.agents.create(
-        name="clerk", model=MODEL, tool_ids=ids, memory_blocks=[{"label": "human", "value": "?"}]
+        agent_type="memgpt_v2_agent",
+        name="clerk",
+        model=MODEL,
+        tool_ids=ids,
+        memory_blocks=[{"label": "human", "value": "?"}],
     )
     return agent.id
 

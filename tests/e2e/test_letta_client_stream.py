@@ -44,6 +44,7 @@ STEP_KINDS = [
 def agent_id(request: pytest.FixtureRequest, letta: Letta) -> str:
     tool = letta.tools.create(source_code=LOOKUP_TOOL)
     agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
         name=f"clerk-{request.param}",
         model=MODELS[request.param],
         tool_ids=[tool.id],

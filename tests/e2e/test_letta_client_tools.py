@@ -135,7 +135,9 @@ def test_tools_with_pydantic_arguments_run_in_a_sync_step_and_a_batch_run(served
     assert restocking.description == "Order more of an item."
     assert letta.tools.upsert_from_function(func=restock, args_schema=Restock).id == restocking.id
 
-    agent = letta.agents.create(name="shopkeeper", model=MODEL, tool_ids=[managed.id, restocking.id])
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="shopkeeper", model=MODEL, tool_ids=[managed.id, restocking.id]
+    )
     _script(
         admin,
         "*",
@@ -237,6 +239,7 @@ def test_agents_tools_run(served: tuple[Letta, httpx.Client]) -> None:
     chatty = letta.tools.create(source_code=CHATTY)
     broken = letta.tools.create(source_code=BROKEN)
     agent = letta.agents.create(
+        agent_type="memgpt_v2_agent",
         name="runner",
         model=MODEL,
         tool_ids=[chatty.id, broken.id],
@@ -269,7 +272,9 @@ def test_tool_returns_carry_errors_truncation_notes_and_output(served: tuple[Let
     letta, admin = served
     chatty = letta.tools.create(source_code=CHATTY, return_char_limit=10)
     broken = letta.tools.create(source_code=BROKEN)
-    agent = letta.agents.create(name="talker", model=MODEL, tool_ids=[chatty.id, broken.id])
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="talker", model=MODEL, tool_ids=[chatty.id, broken.id]
+    )
     _script(admin, "*", _call("chatty", word="hey"), _call("broken", order_id="12"), _say("sorry"))
 
     response = letta.agents.messages.create(agent_id=agent.id, messages=[{"role": "user", "content": "go"}])

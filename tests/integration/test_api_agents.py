@@ -29,6 +29,7 @@ async def create_agent(client: httpx.AsyncClient, **overrides: Any) -> dict[str,
     body: dict[str, Any] = {
         "name": "ada",
         "model": MODEL,
+        "agent_type": "memgpt_v2_agent",
         "memory_blocks": [
             {"label": "persona", "value": "I am Ada, a careful archivist.", "limit": 200},
             {"label": "human", "value": "The user likes birds.", "description": "What I know of the user"},

@@ -53,6 +53,7 @@ async def test_context_window_limit_is_set_on_create_and_update_and_capped_at_th
 async def test_the_context_overview_counts_each_part_of_the_next_request(client: httpx.AsyncClient) -> None:
     agent = await _agent(
         client,
+        agent_type="memgpt_v2_agent",
         context_window_limit=30_000,
         memory_blocks=[{"label": "human", "value": "Ada likes tea."}],
         initial_message_sequence=[{"role": "user", "content": f"message {n}"} for n in range(3)],

@@ -9,6 +9,9 @@ from typing import Any
 AGENT_FILES = Path(__file__).parents[1] / "data" / "agentfiles"
 SUPPORT_DESK = AGENT_FILES / "support_desk.af"  # two agents sharing a block, base and custom tools, messages
 SCREENING = AGENT_FILES / "screening_workflow.af"  # one agent, a chain of tool rules over custom tools
+# letta_v1 agents (Letta's current default loop), modelled on the files Letta publishes:
+V1_COMPANION = AGENT_FILES / "v1_companion.af"  # OpenAI, memory blocks, the v1 memory tools, no send_message
+V1_RESEARCHER = AGENT_FILES / "v1_researcher.af"  # Anthropic, custom tools (lookup_city), exit_loop, autoclear
 
 
 def document(path: Path) -> dict[str, Any]:

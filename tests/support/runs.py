@@ -33,9 +33,11 @@ class Runs:
         self.worker = worker
 
     async def agent(self, name: str, model: str = ANTHROPIC_MODEL, **extra: Any) -> dict[str, Any]:
+        """A new agent; a memgpt one (heartbeats, send_message) unless ``extra`` names another type."""
         body = {
             "name": name,
             "model": model,
+            "agent_type": "memgpt_v2_agent",
             "memory_blocks": [
                 {"label": "persona", "value": f"I am {name}.", "limit": 500},
                 {"label": "human", "value": "Nothing known yet.", "limit": 500},

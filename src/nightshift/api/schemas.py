@@ -299,6 +299,10 @@ class AgentCreate(Body):
     name: Name | None = None
     system: Text | None = None
     description: Text | None = None
+    agent_type: Name | None = Field(
+        default=None,
+        description="The loop the agent runs: letta_v1_agent (the default, as in Letta), memgpt_v2_agent, memgpt_agent",
+    )
     model: Name | None = None
     llm_config: LLMConfigBody | None = None
     max_tokens: MaxTokens | None = None
@@ -344,6 +348,7 @@ class AgentUpdate(Body):
     name: Name | None = None
     system: Text | None = None
     description: Text | None = None
+    agent_type: Name | None = Field(default=None, description="The loop the agent runs from its next step on")
     model: Name | None = None
     llm_config: LLMConfigBody | None = None
     max_tokens: MaxTokens | None = None
@@ -416,7 +421,7 @@ class AgentPublic(BaseModel):
     name: str
     system: str
     description: str | None
-    agent_type: str = "memgpt_v2_agent"
+    agent_type: str
     model: str
     llm_config: LLMConfigPublic
     embedding: str | None

@@ -86,7 +86,10 @@ def next_step(
             if goes_on and agent is not None:
                 entries.append(
                     StepEntry(
-                        agent=agent, state=result.state, heartbeat=True, last_request_tokens=result.request_tokens
+                        agent=agent,
+                        state=result.state,
+                        heartbeat=result.heartbeat,
+                        last_request_tokens=result.request_tokens,
                     )
                 )
             continue

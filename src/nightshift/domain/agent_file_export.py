@@ -105,7 +105,7 @@ def _llm_config_json(agent: Agent) -> dict[str, Any]:
         "max_tokens": config.max_tokens,
         "temperature": config.temperature,
         "parallel_tool_calls": config.parallel_tool_calls,
-        "put_inner_thoughts_in_kwargs": True,
+        "put_inner_thoughts_in_kwargs": agent.agent_type.heartbeats,
     }
 
 
@@ -134,7 +134,7 @@ def export_agent_file(
             {
                 "id": agent_file_id,
                 "name": agent.name,
-                "agent_type": "memgpt_v2_agent",
+                "agent_type": agent.agent_type.value,
                 "system": agent.system,
                 "description": agent.description,
                 "model": agent.llm_config.handle,

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from nightshift.domain.blocks import Block
@@ -19,6 +20,50 @@ MAX_SECRETS = 100
 MAX_SECRET_BYTES = 64 * 1024
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 DEFAULT_MAX_TOKENS = 4096
+
+
+class AgentType(StrEnum):
+    """Which loop an agent runs (Letta's ``agent_type``); fixed at creation, changed only by an update.
+
+    The memgpt loops: every tool gets ``inner_thoughts`` and ``request_heartbeat`` arguments, the
+    model must call a tool, it speaks through ``send_message`` and is stepped again only when it
+    asks. The letta_v1 loop: tools as they are, the model may answer in text (its reply, which
+    ends the turn), and every tool call gets its result back in another step.
+    """
+
+    MEMGPT = "memgpt_agent"  # the memgpt loop, the original tool set
+    MEMGPT_V2 = "memgpt_v2_agent"  # the memgpt loop; agents stored before types were kept have it
+    LETTA_V1 = "letta_v1_agent"  # the letta_v1 loop; Letta's default for a new agent
+    REACT = "react_agent"  # not run by nightshift: refused
+    WORKFLOW = "workflow_agent"  # not run by nightshift: refused
+    SPLIT_THREAD = "split_thread_agent"  # not run by nightshift: refused
+    SLEEPTIME = "sleeptime_agent"  # not run by nightshift: refused
+    VOICE_CONVO = "voice_convo_agent"  # not run by nightshift: refused
+    VOICE_SLEEPTIME = "voice_sleeptime_agent"  # not run by nightshift: refused
+
+    @property
+    def heartbeats(self) -> bool:
+        """Whether the agent runs the memgpt loop (agent arguments, forced tool calls, heartbeats)."""
+        return self in (AgentType.MEMGPT, AgentType.MEMGPT_V2)
+
+
+SUPPORTED_AGENT_TYPES = (AgentType.MEMGPT, AgentType.MEMGPT_V2, AgentType.LETTA_V1)
+
+
+def check_agent_type(value: str, *, field_name: str = "agent_type") -> AgentType:
+    """The agent type named, or InvalidInput naming the types nightshift runs.
+
+    Letta's other types (react, workflow, sleeptime, voice, split thread) run loops nightshift
+    does not have: they are refused rather than run as another loop.
+    """
+    supported = ", ".join(t.value for t in SUPPORTED_AGENT_TYPES)
+    try:
+        agent_type = AgentType(value)
+    except ValueError:
+        raise InvalidInput(f"unknown agent_type {value!r}; nightshift runs {supported}", field=field_name) from None
+    if agent_type not in SUPPORTED_AGENT_TYPES:
+        raise InvalidInput(f"agent_type {value!r} is not supported; nightshift runs {supported}", field=field_name)
+    return agent_type
 
 
 @fast_init
@@ -84,6 +129,7 @@ class Agent:
     name: str
     system: str
     llm_config: LLMConfig
+    agent_type: AgentType = AgentType.MEMGPT_V2
     description: str | None = None
     embedding: str | None = None
     blocks: tuple[Block, ...] = ()

@@ -218,6 +218,15 @@ class ToolRulesSolver:
             return Decision(continues=True, reason=Reason.REQUIRED_BEFORE_EXIT)
         return decision
 
+    def forces_call(self) -> bool:
+        """Whether the next answer must be a tool call: a run_first rule before any call, or a child
+        or conditional rule on the tool called last. (The memgpt loops always force one; a
+        letta_v1 agent may answer in text unless this says otherwise, as in Letta.)"""
+        last = self.last_tool
+        if last is None:
+            return any(isinstance(r, InitToolRule) for r in self._rules)
+        return any(isinstance(r, ChildToolRule | ConditionalToolRule) and r.tool_name == last for r in self._rules)
+
     def is_terminal(self, tool_name: str) -> bool:
         """Whether the tool has an exit_loop rule."""
         return any(isinstance(r, TerminalToolRule) and r.tool_name == tool_name for r in self._rules)

@@ -12,9 +12,9 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
    lists several things for it ("in Paris, Rome and Oslo") it calls it once per thing: all in one
    turn when the request allows parallel calls, else one per turn, then summarises every result;
 4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
-   there, it calls that, ``request_heartbeat`` true; several facts ("remember: A; B; C") are
-   appended one per call: with parallel calls all in one turn together with ``send_message``,
-   else one per turn and then ``send_message``;
+   there (for a letta_v1 request, ``memory_insert`` too), it calls that, ``request_heartbeat``
+   true; several facts ("remember: A; B; C") are appended one per call: with parallel calls all
+   in one turn together with ``send_message``, else one per turn and then ``send_message``;
 5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
 
 In rule 2, a result that asks for another call ("... call read_page with page=8") gets it, with
@@ -25,6 +25,11 @@ summaries of evicted messages) are not the user speaking.
 Without tools (or with tool choice "none") it answers with text: a reply, or, when the system
 prompt asks for a summary, a summary of the transcript it is given. ``inner_thoughts`` is always
 filled: as an argument when the tool's schema has it, as a text block otherwise.
+
+A letta_v1 request (no tool has ``request_heartbeat``; tool choice as sent, usually ``auto``) is
+answered by the same rules, except that a call comes without text (such a model speaks only in its
+final answer) and where rule 2 or 5 would call ``send_message`` and the agent has none, it answers
+in text: the summary of the results, or the reply.
 """
 
 from __future__ import annotations
@@ -33,13 +38,15 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from nightshift.emulator.arguments import SKIPPED, TEXT_FIELDS, generate_arguments
 
 SEND_MESSAGE: Final = "send_message"
 MEMORY_WRITERS: Final = ("core_memory_append", "rethink_memory")
+# A letta_v1 agent's memory writer (Letta gives it memory_insert and memory_replace).
+V1_MEMORY_WRITERS: Final = (*MEMORY_WRITERS, "memory_insert")
 NON_CUSTOM: Final = frozenset(
     {
         SEND_MESSAGE,
@@ -134,6 +141,18 @@ def call_id_suffix(seed: str, index: int) -> str:
 
 def respond(model_input: ModelInput) -> ModelOutput:
     """Answer as the rules of this module's docstring say."""
+    output = _respond(model_input)
+    if output.calls and not _heartbeats(model_input):
+        return replace(output, text=None)
+    return output
+
+
+def _heartbeats(model_input: ModelInput) -> bool:
+    """Whether the request is a memgpt one: its tools carry ``request_heartbeat``."""
+    return any("request_heartbeat" in (t.parameters.get("properties") or {}) for t in model_input.tools)
+
+
+def _respond(model_input: ModelInput) -> ModelOutput:
     tools = {t.name: t for t in model_input.tools}
     choice = model_input.tool_choice
     if choice.mode == "none" or not tools:
@@ -164,7 +183,8 @@ def _plan(
     tools: Mapping[str, ToolSpec], user_text: str, results: list[Turn], model_input: ModelInput
 ) -> ModelOutput | None:
     send = tools.get(SEND_MESSAGE)
-    writer = next((tools[n] for n in MEMORY_WRITERS if n in tools), None)
+    writers = MEMORY_WRITERS if _heartbeats(model_input) else V1_MEMORY_WRITERS
+    writer = next((tools[n] for n in writers if n in tools), None)
     custom = _named_tool(tools, user_text)
     several = _several(custom, user_text, results, model_input.parallel)
     if several is not None:
@@ -180,19 +200,21 @@ def _plan(
         follow = _next_call(tools, last)
         if follow is not None:
             return follow
-        saved = any(r.tool_name in MEMORY_WRITERS for r in results)
+        saved = any(r.tool_name in writers for r in results)
         if writer is not None and not saved and not last.is_error and _REMEMBER.search(user_text):
             label = _fact(user_text)[1]
             fact = _snip(unwrap_result(last.text))
             thoughts = f"{last.tool_name or 'The tool'} finished; saving its result to my {label} memory."
             return _remember(writer, fact, label, model_input.system, thoughts, fact)
-        if send is None:
+        if send is None and not _answers_in_text(model_input):
             return None
         items = _items(user_text) if custom is not None else []
         if len(items) > 1 and custom is not None:
             # Every result of the listed lookups, not only the last turn's.
             group = [r for r in results if r.tool_name == custom.name] or group
         message = "; ".join(_summary(r) for r in group or [last])
+        if send is None:
+            return ModelOutput(text=message)
         thoughts = f"{last.tool_name or 'The tool'} finished; telling the user what came of it."
         return _call(send, _arguments(send, message, {"message": message}), thoughts, heartbeat=False)
     if custom is not None:
@@ -209,6 +231,11 @@ def _plan(
     reply = _reply_text(model_input)
     thoughts = "The user wrote to me; answering directly."
     return _call(send, _arguments(send, reply, {"message": reply}), thoughts, heartbeat=False)
+
+
+def _answers_in_text(model_input: ModelInput) -> bool:
+    """Whether the model may end its turn in text: a letta_v1 request that does not force a call."""
+    return model_input.tool_choice.mode == "auto" and not _heartbeats(model_input)
 
 
 def _next_call(tools: Mapping[str, ToolSpec], result: Turn) -> ModelOutput | None:
@@ -335,7 +362,13 @@ def _facts(text: str) -> list[str]:
 
 def _remember(writer: ToolSpec, fact: str, label: str, system: str, thoughts: str, text: str) -> ModelOutput:
     """Save ``fact`` to the ``label`` block with the memory writer there is (append or rethink)."""
-    hints: dict[str, Any] = {"label": label, "target_block_label": label, "content": fact}
+    hints: dict[str, Any] = {
+        "label": label,
+        "target_block_label": label,
+        "content": fact,
+        "new_str": fact,
+        "insert_line": -1,
+    }
     hints["new_memory"] = "\n".join(p for p in (_block(system, label), fact) if p)
     return _call(writer, _arguments(writer, text, hints), thoughts, heartbeat=True)
 
@@ -437,7 +470,7 @@ def _summary(result: Turn) -> str:
     content = unwrap_result(result.text)
     if result.is_error:
         return f"Sorry, {name} failed: {_snip(content)}"
-    if result.tool_name in MEMORY_WRITERS:
+    if result.tool_name in V1_MEMORY_WRITERS:
         return "Got it, I have saved that to my memory."
     if result.tool_name == SEND_MESSAGE:
         return "Is there anything else I can help you with?"

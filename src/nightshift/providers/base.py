@@ -38,8 +38,10 @@ class ModelRequest:
     """One model call, independent of the provider.
 
     ``messages`` are the agent's in-context messages after the system message. ``tools`` are
-    ``{"name", "description", "parameters"}`` schemas as stored on our tools; the wire layer adds
-    the ``inner_thoughts`` and ``request_heartbeat`` arguments to each. With ``require_tool_call``
+    ``{"name", "description", "parameters"}`` schemas as stored on our tools; with
+    ``agent_arguments`` (the memgpt loops) the wire layer adds the ``inner_thoughts`` and
+    ``request_heartbeat`` arguments to each and writes past reasoning back into the calls' arguments;
+    without (letta_v1) the tools go as they are. With ``require_tool_call``
     the model must call a tool; ``forced_tool`` names the one it must call. With
     ``parallel_tool_calls`` it may call several in one turn. ``temperature`` is dropped for
     Anthropic, whose current API version refuses it.
@@ -54,6 +56,7 @@ class ModelRequest:
     require_tool_call: bool = True
     forced_tool: str | None = None
     parallel_tool_calls: bool = False
+    agent_arguments: bool = True
 
     @classmethod
     def from_config(
@@ -65,6 +68,7 @@ class ModelRequest:
         tools: Sequence[Mapping[str, Any]] = (),
         require_tool_call: bool = True,
         forced_tool: str | None = None,
+        agent_arguments: bool = True,
     ) -> ModelRequest:
         """Build a request for an agent's LLM config (model name, max_tokens, temperature).
 
@@ -75,6 +79,7 @@ class ModelRequest:
             tools: Tool schemas ``{"name", "description", "parameters"}``.
             require_tool_call: Whether the model must call a tool.
             forced_tool: The tool the model must call, if one is forced.
+            agent_arguments: Whether the tools get ``inner_thoughts`` and ``request_heartbeat``.
 
         The config's ``parallel_tool_calls`` says whether the model may call several tools.
 
@@ -92,6 +97,7 @@ class ModelRequest:
             require_tool_call=require_tool_call,
             forced_tool=forced_tool,
             parallel_tool_calls=config.parallel_tool_calls,
+            agent_arguments=agent_arguments,
         )
 
 

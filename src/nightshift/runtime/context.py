@@ -19,6 +19,7 @@ from nightshift.domain.context_window import (
     prompt_room,
 )
 from nightshift.domain.messages import Image, Message, MessageKind, Role
+from nightshift.domain.solver import ToolRulesSolver
 from nightshift.domain.tools import Tool, schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
@@ -35,6 +36,9 @@ from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
 
 HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continue where you left off."
+# A letta_v1 agent has no heartbeats to ask for: it gets this turn only when it answered while a
+# required_before_exit tool was still uncalled.
+REQUIRED_TOOLS_REASON = "You are not done yet: call the tools your rules require before you answer."
 
 
 def user_message(
@@ -65,8 +69,9 @@ def user_message(
 
 
 def heartbeat_message(agent: Agent, now: datetime, *, batch_item_id: str | None = None) -> Message:
-    """The automatic user turn that gives an agent the next step it asked for."""
-    body = {"type": "heartbeat", "reason": HEARTBEAT_REASON, "time": now.isoformat()}
+    """The automatic user turn that gives an agent the next step it asked for (or its rules hold it to)."""
+    reason = HEARTBEAT_REASON if agent.agent_type.heartbeats else REQUIRED_TOOLS_REASON
+    body = {"type": "heartbeat", "reason": reason, "time": now.isoformat()}
     return user_message(agent, json.dumps(body), now, batch_item_id=batch_item_id, kind=MessageKind.HEARTBEAT)
 
 
@@ -236,9 +241,22 @@ async def build_requests(
             problems[agent.id] = f"its tool {tool.name!r} cannot be offered to the model: {problem}"
             continue
         requests[agent.id] = ModelRequest.from_config(
-            agent.llm_config, system=window[0].text, messages=window[1:], tools=[t.json_schema for t in offered]
+            agent.llm_config,
+            system=window[0].text,
+            messages=window[1:],
+            tools=[t.json_schema for t in offered],
+            require_tool_call=_must_call(agent, states[agent.id]),
+            agent_arguments=agent.agent_type.heartbeats,
         )
     return requests, problems
+
+
+def _must_call(agent: Agent, state: StepState) -> bool:
+    """Whether the agent's next answer must be a tool call: always in the memgpt loops (the model
+    speaks through send_message); for a letta_v1 agent only when its tool rules force one."""
+    if agent.agent_type.heartbeats:
+        return True
+    return ToolRulesSolver(agent.tool_rules, state.solver).forces_call()
 
 
 def _problem(tool: Tool, checked: dict[str, str | None]) -> str | None:

@@ -1,6 +1,8 @@
-"""Default texts an agent starts with."""
+"""Default texts an agent starts with: a system prompt per loop, and the memgpt greeting."""
 
 from __future__ import annotations
+
+from nightshift.domain.agents import AgentType
 
 DEFAULT_SYSTEM_PROMPT = """\
 You are a long-lived assistant with a persistent memory. You keep your own notes and remember \
@@ -26,5 +28,33 @@ archival_memory_insert and find them again with archival_memory_search.
 Stay in character as described by your persona block, and learn about the user from the human \
 block.\
 """
+
+# The letta_v1 loop: the model answers in plain text and gets every tool's result back, so the
+# prompt says nothing of send_message, inner_thoughts or heartbeats.
+LETTA_V1_SYSTEM_PROMPT = """\
+You are a long-lived assistant with a persistent memory. You keep your own notes and remember \
+the people you work with across conversations that may span days or months.
+
+How you act:
+- Answer the user in plain text. Your reply ends your turn: write it when the task is done or \
+when you need something from the user.
+- To act or to look something up, call a tool. You see its result and go on: call another tool \
+or answer. Call several tools at once when none needs another's result.
+
+Your memory:
+- Core memory is shown below in <memory_blocks>, each block with a label, a description and a \
+character limit. It is always in front of you. Keep it accurate and concise with the memory \
+tools you have (memory_insert and memory_replace).
+- Recall memory holds the whole conversation history. Search it with conversation_search.
+
+Stay in character as described by your persona block, and learn about the user from the human \
+block.\
+"""
+
+
+def default_system_prompt(agent_type: AgentType) -> str:
+    """The instructions an agent of this type gets when it is created without its own."""
+    return DEFAULT_SYSTEM_PROMPT if agent_type.heartbeats else LETTA_V1_SYSTEM_PROMPT
+
 
 FIRST_ASSISTANT_MESSAGE = "Hello! I'm ready to help. My memory is set up and I'll keep notes as we go."

@@ -62,7 +62,8 @@ class TurnReason(StrEnum):
     for a call that ran are ``domain.solver.Reason`` (together: ``Why``, ``TurnResult.reason``)."""
 
     FINAL_TEXT = "final_text"  # ends: a text answer without a tool call
-    SENT_MESSAGE = "sent_message"  # ends: the turn called send_message along with other calls
+    SENT_MESSAGE = "sent_message"  # ends: send_message along with other calls (letta_v1: also alone)
+    TOOL_RESULT = "tool_result"  # goes on: a letta_v1 agent called a tool and gets its result back
     TOOL_ERROR = "tool_error"  # goes on: a call failed, and the model gets a step to react
     TOOL_RULES = "tool_rules"  # ends: the rules leave no way on (``TurnResult.detail`` says why)
     MAX_STEPS = "max_steps"  # ends: the run's step limit was reached
@@ -80,7 +81,9 @@ class TurnResult:
 
     ``failure`` says why the turn could not be taken at all (then nothing else is set).
     ``request_tokens`` is the size of the request answered, as the provider counted it (None
-    when it did not say).
+    when it did not say). ``heartbeat``: whether the next step, when it ``continues``, starts with
+    a heartbeat (the automatic user turn): always in the memgpt loops; a letta_v1 agent goes on
+    from its tool results alone, and gets one only after a turn without a call (a rule held it).
     """
 
     agent_id: str
@@ -94,6 +97,7 @@ class TurnResult:
     tool_error: str | None = None
     failure: str | None = None
     request_tokens: int | None = None
+    heartbeat: bool = True
 
 
 @dataclass(slots=True)
@@ -389,6 +393,7 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
         ),
         tool_error="; ".join(errors) if errors else None,
         request_tokens=turn.response.usage.prompt_tokens or None,
+        heartbeat=agent.agent_type.heartbeats or not item.calls,
     )
 
 
@@ -414,7 +419,20 @@ def _decide(item: _Pending, solver: ToolRulesSolver, available: list[str]) -> tu
         return False, ending
     if len(ran) < len(calls):
         return True, TurnReason.TOOL_ERROR
+    if not item.turn.agent.agent_type.heartbeats:
+        return _decide_v1(solver, ran, available)
     decision = solver.decide_turn(ran, request_heartbeat=item.turn.response.request_heartbeat, available=available)
+    return decision.continues, decision.reason
+
+
+def _decide_v1(solver: ToolRulesSolver, ran: list[str], available: list[str]) -> tuple[bool, Why]:
+    """The letta_v1 loop after a turn whose calls all ran: the model gets their results back
+    (there is no heartbeat to ask for), unless the turn was send_message alone, its answer."""
+    decision = solver.decide_turn(ran, request_heartbeat=ran != [SEND_MESSAGE], available=available)
+    if decision.reason is Reason.HEARTBEAT:
+        return True, TurnReason.TOOL_RESULT
+    if decision.reason is Reason.NO_HEARTBEAT:
+        return False, TurnReason.SENT_MESSAGE
     return decision.continues, decision.reason
 
 

@@ -254,8 +254,8 @@ async def step_agent(
                 if result.continues:
                     step_id = new_id("step")
                     step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
-                    heartbeat = _tie(heartbeat_message(agent, now), run_id, step_id)
-                    agent = await _add(conn, step_inputs, agent, [heartbeat], now, before=result.request_tokens)
+                    heartbeat = [_tie(heartbeat_message(agent, now), run_id, step_id)] if result.heartbeat else []
+                    agent = await _add(conn, step_inputs, agent, heartbeat, now, before=result.request_tokens)
                     plan = step_inputs.summaries.get(agent.id)
                     written.extend(step_inputs.messages)
             out.messages.extend(written)

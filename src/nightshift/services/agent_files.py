@@ -37,7 +37,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.collector import collector_paused
 from nightshift.domain.agent_file_export import export_agent_file as agent_file_document
 from nightshift.domain.agent_files import AgentFile, FileAgent, FileMessage, FileTool, parse_agent_file
-from nightshift.domain.agents import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_TOKENS, Agent, LLMConfig, check_secrets
+from nightshift.domain.agents import (
+    DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_MAX_TOKENS,
+    Agent,
+    AgentType,
+    LLMConfig,
+    check_agent_type,
+    check_secrets,
+)
 from nightshift.domain.blocks import Block
 from nightshift.domain.limits import MAX_NAME_CHARS
 from nightshift.domain.messages import Message, Role, ToolCall
@@ -54,7 +62,7 @@ from nightshift.store import blocks as block_store
 from nightshift.store import messages as message_store
 from nightshift.store import tools as tool_store
 from nightshift.store.pagination import MAX_PAGE, Page
-from nightshift.tools.base import BASE_TOOLS, DEFAULT_BASE_TOOLS
+from nightshift.tools.base import BASE_TOOLS, default_base_tools
 from nightshift.tools.reading import DEFAULT_READ_SECONDS, read_tool
 
 COPY_SUFFIX = "_copy"
@@ -198,9 +206,17 @@ def _llm_config(agent: FileAgent, options: ImportOptions) -> LLMConfig:
     )
 
 
-def _tools_of(agent: FileAgent, tools: Mapping[str, Tool], base: Mapping[str, Tool]) -> tuple[Tool, ...]:
-    # As on agent creation: the base tools an agent gets by default, not every base tool there is.
-    defaults = [tool for name, tool in base.items() if name in DEFAULT_BASE_TOOLS] if agent.include_base_tools else []
+def _agent_type(agent: FileAgent) -> AgentType:
+    """The file's agent type; without one, Letta's default for a new agent (``letta_v1_agent``)."""
+    return check_agent_type(agent.agent_type or AgentType.LETTA_V1)
+
+
+def _tools_of(
+    agent: FileAgent, agent_type: AgentType, tools: Mapping[str, Tool], base: Mapping[str, Tool]
+) -> tuple[Tool, ...]:
+    # As on agent creation: the base tools an agent of its type gets by default, not every base tool there is.
+    names = default_base_tools(agent_type)
+    defaults = [tool for name, tool in base.items() if name in names] if agent.include_base_tools else []
     chosen = [tools[i] for i in agent.tool_ids] + defaults
     return tuple({t.id: t for t in chosen}.values())
 
@@ -267,7 +283,11 @@ def _agent(
     name = options.name or (spec.name + COPY_SUFFIX if options.append_copy_suffix else spec.name)
     if len(name) > MAX_NAME_CHARS:
         raise InvalidInput(f"{where}: the name {name[:40]!r}... is over {MAX_NAME_CHARS} characters", field="name")
-    agent_tools = _tools_of(spec, tools, base)
+    try:
+        agent_type = _agent_type(spec)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc.message}", field=exc.field) from None
+    agent_tools = _tools_of(spec, agent_type, tools, base)
     try:
         rules = dedupe_tool_rules(parse_tool_rules(spec.tool_rules or []))
         check_tool_rules(rules, [t.name for t in agent_tools])
@@ -283,6 +303,7 @@ def _agent(
         organization_id=org_id,
         name=name,
         system=spec.system or "",
+        agent_type=agent_type,
         description=spec.description,
         llm_config=_llm_config(spec, options),
         embedding=options.embedding or spec.embedding,

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.cancel_agent import AGENT_DELETED, leave_runs
-from nightshift.domain.agents import Agent, LLMConfig, check_secrets
+from nightshift.domain.agents import Agent, AgentType, LLMConfig, check_secrets
 from nightshift.domain.blocks import Block, check_block
 from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
@@ -24,7 +24,7 @@ from nightshift.providers.base import ModelRequest, ModelResponse
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.context import refresh_system_messages
 from nightshift.runtime.memory import compile_system_message
-from nightshift.runtime.prompts import DEFAULT_SYSTEM_PROMPT, FIRST_ASSISTANT_MESSAGE
+from nightshift.runtime.prompts import FIRST_ASSISTANT_MESSAGE, default_system_prompt
 from nightshift.runtime.window import ContextOverview, request_tokens, system_change_tokens
 from nightshift.runtime.window import context_overview as window_overview
 from nightshift.services.tools import ensure_base_tools, resolve_tools
@@ -34,7 +34,7 @@ from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
 from nightshift.store.pagination import Page
-from nightshift.tools.base import DEFAULT_BASE_TOOLS
+from nightshift.tools.base import default_base_tools
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +60,7 @@ class AgentChanges:
     name: Maybe[str] = UNSET
     description: Maybe[str | None] = UNSET
     system: Maybe[str] = UNSET
+    agent_type: Maybe[AgentType] = UNSET
     llm_config: Maybe[LLMConfig] = UNSET
     embedding: Maybe[str | None] = UNSET
     tags: Maybe[Sequence[str]] = UNSET
@@ -81,10 +82,15 @@ class InitialMessage:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentSpec:
-    """Everything needed to create one agent."""
+    """Everything needed to create one agent.
+
+    ``agent_type`` picks the loop, and with it the defaults: the base tools, the system prompt and
+    the first messages (a letta_v1 agent starts with its system message alone, as in Letta).
+    """
 
     name: str
     llm_config: LLMConfig
+    agent_type: AgentType = AgentType.MEMGPT_V2
     system: str | None = None
     description: str | None = None
     embedding: str | None = None
@@ -138,10 +144,16 @@ def _check_unique_labels(blocks: Sequence[Block]) -> None:
 
 
 def _first_messages(
-    agent_id: str, org_id: str, system_text: str, now: datetime, given: Sequence[InitialMessage] | None = None
+    agent_id: str,
+    org_id: str,
+    system_text: str,
+    now: datetime,
+    given: Sequence[InitialMessage] | None = None,
+    *,
+    agent_type: AgentType = AgentType.MEMGPT_V2,
 ) -> list[Message]:
-    """The messages an agent starts with: system, then ``given`` or by default a greeting through
-    send_message, its result and a login."""
+    """The messages an agent starts with: system, then ``given`` or by default (memgpt agents) a
+    greeting through send_message, its result and a login."""
 
     def message(role: Role, text: str, **extra: Any) -> Message:
         return Message(
@@ -157,6 +169,8 @@ def _first_messages(
     system = message(Role.SYSTEM, system_text)
     if given is not None:
         return [system, *(message(m.role, m.text) for m in given)]
+    if not agent_type.heartbeats:
+        return [system]  # no send_message to greet through
     return [system, *_default_messages(message, now)]
 
 
@@ -213,13 +227,16 @@ async def create_agents(
         _check_unique_labels(blocks)
         tools: list[Tool] = [known_tools[i] for i in spec.tool_ids] + [tools_by_name[n] for n in spec.tool_names]
         if spec.include_base_tools:
-            tools += [tool for name, tool in base_tools.items() if name in DEFAULT_BASE_TOOLS]
+            defaults = default_base_tools(spec.agent_type)
+            tools += [tool for name, tool in base_tools.items() if name in defaults]
         tools = list({t.id: t for t in tools}.values())
         check_tool_rules(spec.tool_rules, [t.name for t in tools])
         agent_id = new_id("agent")
-        system = spec.system if spec.system and spec.system.strip() else DEFAULT_SYSTEM_PROMPT
+        system = spec.system if spec.system and spec.system.strip() else default_system_prompt(spec.agent_type)
         system_text = compile_system_message(system, blocks, now=now, recall_count=0, archival_count=0)
-        messages = _first_messages(agent_id, org_id, system_text, now, spec.initial_messages)
+        messages = _first_messages(
+            agent_id, org_id, system_text, now, spec.initial_messages, agent_type=spec.agent_type
+        )
         created_blocks += own
         first_messages += messages
         agent = Agent(

@@ -16,7 +16,7 @@ import orjson
 from sqlalchemy import Select, String, bindparam, cast, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.agents import Agent, LLMConfig
+from nightshift.domain.agents import Agent, AgentType, LLMConfig
 from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.store.blocks import agent_block
@@ -74,6 +74,7 @@ _to_agent = row_reader(
     llm_config=_to_llm_config,
     tool_rules=parse_tool_rules,
     message_ids=tuple,
+    agent_type=AgentType,
 )
 
 

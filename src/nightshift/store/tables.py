@@ -144,6 +144,13 @@ agents = Table(
         Integer,
         comment="the size of the request its window makes, in tokens; null until counted",
     ),
+    Column(
+        "agent_type",
+        String(64),
+        nullable=False,
+        server_default=text("'memgpt_v2_agent'"),
+        comment="the loop it runs (Letta's agent_type); agents made before it was kept ran the memgpt loop",
+    ),
     *_times(),
     Index("ix_agents_org_name", "organization_id", "name"),
     # A page of agents is ordered by id, and agents are loaded by id within their organization: on

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from nightshift.domain.agents import AgentType
 from nightshift.domain.blocks import Block
 from nightshift.domain.messages import Message, Role, inner_text, said_text
 from nightshift.domain.passages import Passage
@@ -426,6 +427,14 @@ DEFAULT_BASE_TOOLS = frozenset(
         "rethink_memory",
     }
 )
+# What a letta_v1 agent gets instead, as in Letta: it answers in text (no send_message) and edits
+# its memory with the newer tools.
+LETTA_V1_BASE_TOOLS = frozenset({"conversation_search", "memory_insert", "memory_replace"})
+
+
+def default_base_tools(agent_type: AgentType) -> frozenset[str]:
+    """The base tools an agent of this type gets with ``include_base_tools``."""
+    return DEFAULT_BASE_TOOLS if agent_type.heartbeats else LETTA_V1_BASE_TOOLS
 
 
 @functools.cache

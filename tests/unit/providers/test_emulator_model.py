@@ -133,12 +133,54 @@ def test_required_call_without_send_message_uses_a_tool() -> None:
     assert output.tool_name == "get_weather"
 
 
-def test_tools_without_agent_arguments_get_reasoning_as_text() -> None:
-    bare = ToolSpec(name="send_message", parameters={"type": "object", "properties": {"message": {"type": "string"}}})
+def test_tools_without_inner_thoughts_get_reasoning_as_text() -> None:
+    # A memgpt request (request_heartbeat there) whose tool has no inner_thoughts argument.
+    properties = {"message": {"type": "string"}, "request_heartbeat": {"type": "boolean"}}
+    bare = ToolSpec(name="send_message", parameters={"type": "object", "properties": properties})
     output = ask(user("hi"), tools=(bare,))
 
-    assert set(output.arguments) == {"message"}
+    assert set(output.arguments) == {"message", "request_heartbeat"}
     assert output.text
+
+
+LOOKUP = ToolSpec(
+    name="lookup_city", parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+)
+AUTO = ToolChoice(mode="auto")
+
+
+def test_a_letta_v1_request_is_answered_in_text_when_there_is_nothing_to_call() -> None:
+    output = ask(user("hello"), tools=(LOOKUP,), choice=AUTO)
+
+    assert output.calls == ()
+    assert output.text is not None and "hello" in output.text
+
+
+def test_a_letta_v1_request_calls_the_tool_asked_for_without_text_then_answers_with_its_results() -> None:
+    first = ask(user("Please use lookup_city for Paris and Rome"), tools=(LOOKUP,), choice=AUTO)
+    assert [c.arguments for c in first.calls] == [{"city": "Paris"}]
+    assert first.text is None
+    turns: tuple[Turn, ...] = (
+        user("Please use lookup_city for Paris and Rome"),
+        Turn(role="assistant", tool_name="lookup_city"),
+        Turn(role="tool", tool_name="lookup_city", text="Paris: sunny"),
+    )
+    second = ask(*turns, tools=(LOOKUP,), choice=AUTO)
+    assert [c.arguments for c in second.calls] == [{"city": "Rome"}]
+    turns += (
+        Turn(role="assistant", tool_name="lookup_city"),
+        Turn(role="tool", tool_name="lookup_city", text="Rome: rain"),
+    )
+    last = ask(*turns, tools=(LOOKUP,), choice=AUTO)
+    assert last.calls == ()
+    assert last.text is not None and "Paris: sunny" in last.text and "Rome: rain" in last.text
+
+
+def test_a_letta_v1_request_that_forces_a_call_gets_one() -> None:
+    output = ask(user("hello"), tools=(LOOKUP,), choice=ToolChoice(mode="any"))
+
+    assert output.tool_name == "lookup_city"
+    assert output.text is None
 
 
 def test_deterministic() -> None:

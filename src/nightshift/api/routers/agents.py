@@ -27,7 +27,7 @@ from nightshift.api.schemas import (
     llm_config_from,
     secrets_of,
 )
-from nightshift.domain.agents import LLMConfig
+from nightshift.domain.agents import AgentType, LLMConfig, check_agent_type
 from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
 from nightshift.domain.pagination import Page
 from nightshift.domain.unset import UNSET, Maybe, given
@@ -39,10 +39,10 @@ router = APIRouter(tags=["agents"])
 
 # The body's fields that the service takes under the same name as they are; the others are
 # the router's to build (a model from its handle, secrets under either name, defaults).
-_CREATE_OWN = frozenset({"name", "llm_config", "memory_blocks", "metadata", "secrets"})
+_CREATE_OWN = frozenset({"name", "agent_type", "llm_config", "memory_blocks", "metadata", "secrets"})
 _CREATE_COPIED = tuple(name for name in copied_fields(AgentCreate, AgentSpec) if name not in _CREATE_OWN)
 _UPDATE_COPIED = tuple(
-    name for name in copied_fields(AgentUpdate, AgentChanges) if name not in {"llm_config", "secrets"}
+    name for name in copied_fields(AgentUpdate, AgentChanges) if name not in {"agent_type", "llm_config", "secrets"}
 )
 
 IncludeQuery = Annotated[
@@ -57,13 +57,16 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org, now: Now) -> Age
     """Create an agent with its memory blocks and tools.
 
     ``model`` is "provider/model-name" (anthropic/... or openai/...), or give ``llm_config``.
-    Without ``system`` the agent gets nightshift's default instructions. Its in-context window
-    starts with four messages: the system message with memory compiled in, a greeting through
-    send_message, its tool result, and a login event.
+    ``agent_type`` picks the loop (default ``letta_v1_agent``, as Letta's); Letta's types that
+    nightshift does not run are a 422. Without ``system`` the agent gets nightshift's default
+    instructions for its loop. A memgpt agent's in-context window starts with four messages: the
+    system message with memory compiled in, a greeting through send_message, its tool result, and
+    a login event; a letta_v1 agent's with the system message alone.
     """
     spec = AgentSpec(
         **{name: getattr(body, name) for name in _CREATE_COPIED},
         name=body.name or "agent",
+        agent_type=check_agent_type(body.agent_type or AgentType.LETTA_V1),
         llm_config=llm_config_from(
             body.model, body.llm_config, max_tokens=body.max_tokens, context_window=body.context_window_limit
         ),
@@ -121,6 +124,7 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org, n
     secrets = secrets_of(body.secrets, body.tool_exec_environment_variables)
     changes = AgentChanges(
         **{name: given(getattr(body, name)) for name in _UPDATE_COPIED},
+        agent_type=UNSET if body.agent_type is None else check_agent_type(body.agent_type),
         llm_config=await _new_llm_config(body, conn, org, agent_id),
         secrets=given(secrets),
     )

@@ -70,25 +70,30 @@ def build_request(request: ModelRequest, *, cache_ttl: CacheTtl | None = None) -
     params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
-        "messages": to_messages(request.messages),
+        "messages": to_messages(request.messages, agent_arguments=request.agent_arguments),
     }
     if request.system:
         params["system"] = [{"type": "text", "text": request.system, "cache_control": dict(cache)}]
     if request.tools:
-        tools = to_tools(request.tools)
+        tools = to_tools(request.tools, agent_arguments=request.agent_arguments)
         tools[-1]["cache_control"] = dict(cache)
         params["tools"] = tools
         params["tool_choice"] = _tool_choice(request)
     return params
 
 
-def to_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Our tool schemas ``{name, description, parameters}`` as Anthropic tools, with the agent arguments."""
+def to_tools(tools: Sequence[Mapping[str, Any]], *, agent_arguments: bool = True) -> list[dict[str, Any]]:
+    """Our tool schemas ``{name, description, parameters}`` as Anthropic tools, with the agent
+    arguments when ``agent_arguments`` (the memgpt loops), else as they are."""
     return [
         {
             "name": t["name"],
             "description": t.get("description") or "",
-            "input_schema": with_agent_arguments(t.get("parameters")),
+            "input_schema": (
+                with_agent_arguments(t.get("parameters"))
+                if agent_arguments
+                else dict(t.get("parameters") or {"type": "object", "properties": {}})
+            ),
         }
         for t in tools
     ]
@@ -104,11 +109,15 @@ def _tool_choice(request: ModelRequest) -> dict[str, Any]:
     return choice
 
 
-def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Our in-context messages (after the system message) as alternating Anthropic turns."""
+def to_messages(messages: Sequence[Message], *, agent_arguments: bool = True) -> list[dict[str, Any]]:
+    """Our in-context messages (after the system message) as alternating Anthropic turns.
+
+    Without ``agent_arguments`` (letta_v1) past reasoning is not sent back: it came from thinking
+    blocks, which the API takes back only with their signatures, in a request that thinks.
+    """
     turns: list[tuple[str, list[Block]]] = []
     for message in messages:
-        role, blocks = _blocks(message)
+        role, blocks = _blocks(message, agent_arguments=agent_arguments)
         if not blocks:
             continue
         if role == "user":
@@ -123,7 +132,7 @@ def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [{"role": role, "content": _results_first(blocks)} for role, blocks in turns]
 
 
-def _blocks(message: Message) -> tuple[str, list[Block]]:
+def _blocks(message: Message, *, agent_arguments: bool) -> tuple[str, list[Block]]:
     if message.role is Role.TOOL:
         result: Block = {"type": "tool_result", "tool_use_id": anthropic_tool_use_id(message.tool_call_id or "")}
         if message.text:
@@ -137,10 +146,10 @@ def _blocks(message: Message) -> tuple[str, list[Block]]:
             blocks.append({"type": "text", "text": message.text})
         for index, call in enumerate(message.tool_calls):
             wire_id = anthropic_tool_use_id(call.id)
-            # The turn's reasoning once, in its first call, as the model wrote it.
-            reasoning = message.reasoning if index == 0 else None
+            # The turn's reasoning once, in its first call, as the model wrote it (memgpt loops only).
+            reasoning = message.reasoning if index == 0 and agent_arguments else None
             blocks.append({"type": "tool_use", "id": wire_id, "name": call.name, "input": _input(call, reasoning)})
-        if not blocks and message.reasoning:
+        if not blocks and message.reasoning and agent_arguments:
             blocks.append({"type": "text", "text": message.reasoning})
         return "assistant", blocks
     # user, and a system message in the middle of the history (the API has no such turn)
@@ -205,10 +214,12 @@ def parse_message(message: Mapping[str, Any]) -> ModelResponse:
     """A Messages API response (a ``message`` object as JSON) as a neutral response.
 
     Every ``tool_use`` block is a tool call, in order; their ``inner_thoughts`` and
-    ``request_heartbeat`` are taken out of the arguments.
+    ``request_heartbeat`` are taken out of the arguments. Without inner thoughts (letta_v1 tools)
+    the reasoning is the model's own ``thinking`` blocks, where it gave them.
     """
     content: list[Mapping[str, Any]] = list(message.get("content") or [])
     texts = [str(b.get("text") or "") for b in content if b.get("type") == "text"]
+    thinking = "\n".join(str(b.get("thinking") or "") for b in content if b.get("type") == "thinking").strip()
     calls = [b for b in content if b.get("type") == "tool_use"]
     splits = [split_agent_arguments(call.get("input") or {}) for call in calls]
     return ModelResponse(
@@ -216,7 +227,7 @@ def parse_message(message: Mapping[str, Any]) -> ModelResponse:
             ToolCall(id=str(call.get("id")), name=str(call.get("name")), arguments=split.arguments)
             for call, split in zip(calls, splits, strict=True)
         ),
-        reasoning=joined_reasoning(splits),
+        reasoning=joined_reasoning(splits) or thinking or None,
         request_heartbeat=any(split.request_heartbeat for split in splits),
         text="\n".join(t for t in texts if t) or None,
         usage=parse_usage(message.get("usage") or {}),

@@ -11,6 +11,10 @@ a tool description is cut to the API's 1,024 characters; a tool call is required
 of one turn are the ``tool_calls`` of one assistant message (the reasoning goes into the first
 one's ``inner_thoughts``), each answered by its own ``tool`` message.
 
+With ``ModelRequest.agent_arguments`` off (letta_v1 agents) the tools go as they are and past
+reasoning is not sent back; the reasoning of an answer is then the model's own, where it gives it
+(``reasoning_content``).
+
 Batch results: successes are lines of the output file, HTTP-level failures and requests that never
 ran (``batch_expired`` / ``batch_cancelled``) lines of the error file.
 """
@@ -58,7 +62,7 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
-    messages.extend(to_messages(request.messages))
+    messages.extend(to_messages(request.messages, agent_arguments=request.agent_arguments))
     body: dict[str, Any] = {
         "model": request.model,
         "messages": messages,
@@ -67,7 +71,7 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     if request.temperature is not None:
         body["temperature"] = request.temperature
     if request.tools:
-        body["tools"] = to_tools(request.tools)
+        body["tools"] = to_tools(request.tools, agent_arguments=request.agent_arguments)
         body["tool_choice"] = _tool_choice(request)
         body["parallel_tool_calls"] = request.parallel_tool_calls
     return body
@@ -78,8 +82,9 @@ def batch_line(custom_id: str, request: ModelRequest) -> dict[str, Any]:
     return {"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": build_request(request)}
 
 
-def to_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Our tool schemas ``{name, description, parameters}`` as OpenAI function tools.
+def to_tools(tools: Sequence[Mapping[str, Any]], *, agent_arguments: bool = True) -> list[dict[str, Any]]:
+    """Our tool schemas ``{name, description, parameters}`` as OpenAI function tools, with the
+    agent arguments when ``agent_arguments`` (the memgpt loops), else as they are.
 
     A description longer than the API's 1,024 characters is cut there (the model reads its start)
     rather than having every request of the agent refused.
@@ -90,7 +95,11 @@ def to_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "function": {
                 "name": t["name"],
                 "description": (t.get("description") or "")[:MAX_DESCRIPTION],
-                "parameters": with_agent_arguments(t.get("parameters")),
+                "parameters": (
+                    with_agent_arguments(t.get("parameters"))
+                    if agent_arguments
+                    else dict(t.get("parameters") or {"type": "object", "properties": {}})
+                ),
             },
         }
         for t in tools
@@ -103,8 +112,11 @@ def _tool_choice(request: ModelRequest) -> str | dict[str, Any]:
     return "required" if request.require_tool_call else "auto"
 
 
-def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Our in-context messages (after the system message) as Chat Completions messages."""
+def to_messages(messages: Sequence[Message], *, agent_arguments: bool = True) -> list[dict[str, Any]]:
+    """Our in-context messages (after the system message) as Chat Completions messages.
+
+    Without ``agent_arguments`` (letta_v1) past reasoning is not shown: the API takes none back.
+    """
     out: list[dict[str, Any]] = []
     open_calls: list[str] = []  # calls of the last assistant message still waiting for a result
     for message in messages:
@@ -121,7 +133,7 @@ def to_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             continue
         _close(open_calls, out)
         if message.role is Role.ASSISTANT:
-            converted = _assistant(message)
+            converted = _assistant(message, agent_arguments=agent_arguments)
             if converted is not None:
                 out.append(converted)
                 open_calls = [call.id for call in message.tool_calls]
@@ -141,10 +153,11 @@ def _close(open_calls: list[str], out: list[dict[str, Any]]) -> None:
     open_calls.clear()
 
 
-def _assistant(message: Message) -> dict[str, Any] | None:
-    # The turn's reasoning once, in its first call, as the model wrote it.
-    calls = [_call(call, message.reasoning if i == 0 else None) for i, call in enumerate(message.tool_calls)]
-    content = message.text or (message.reasoning if not calls else None) or None
+def _assistant(message: Message, *, agent_arguments: bool) -> dict[str, Any] | None:
+    # The turn's reasoning once, in its first call, as the model wrote it (memgpt loops only).
+    reasoning = message.reasoning if agent_arguments else None
+    calls = [_call(call, reasoning if i == 0 else None) for i, call in enumerate(message.tool_calls)]
+    content = message.text or (reasoning if not calls else None) or None
     if not calls and content is None:
         return None
     converted: dict[str, Any] = {"role": "assistant", "content": content}
@@ -175,7 +188,7 @@ def parse_completion(body: Mapping[str, Any]) -> ModelResponse:
             ToolCall(id=str(call.get("id")), name=str(function.get("name")), arguments=split.arguments)
             for call, function, split in zip(calls, functions, splits, strict=True)
         ),
-        reasoning=joined_reasoning(splits),
+        reasoning=joined_reasoning(splits) or _native_reasoning(message),
         request_heartbeat=any(split.request_heartbeat for split in splits),
         text=message.get("content") or message.get("refusal") or None,
         usage=parse_usage(body.get("usage") or {}),
@@ -183,6 +196,13 @@ def parse_completion(body: Mapping[str, Any]) -> ModelResponse:
         model=body.get("model"),
         raw=body,
     )
+
+
+def _native_reasoning(message: Mapping[str, Any]) -> str | None:
+    """The reasoning a model returned beside its answer (``reasoning_content``, as OpenAI-compatible
+    reasoning models send it), for a letta_v1 agent whose tools carry no ``inner_thoughts``."""
+    value = message.get("reasoning_content") or message.get("reasoning")
+    return value if isinstance(value, str) and value.strip() else None
 
 
 class StreamAssembler:
@@ -197,6 +217,7 @@ class StreamAssembler:
         self._body: dict[str, Any] = {}
         self._text: list[str] = []
         self._refusal: list[str] = []
+        self._reasoning: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._finish: str | None = None
 
@@ -219,6 +240,8 @@ class StreamAssembler:
                 out.append(TextDelta(text=delta["content"]))
             if delta.get("refusal"):
                 self._refusal.append(delta["refusal"])
+            if isinstance(delta.get("reasoning_content"), str):
+                self._reasoning.append(delta["reasoning_content"])
             for piece in delta.get("tool_calls") or []:
                 index = int(piece.get("index") or 0)
                 call = self._calls.setdefault(index, {"id": None, "type": "function", "name": "", "arguments": []})
@@ -241,6 +264,7 @@ class StreamAssembler:
             "role": "assistant",
             "content": "".join(self._text) or None,
             "refusal": "".join(self._refusal) or None,
+            "reasoning_content": "".join(self._reasoning) or None,
         }
         if self._calls:
             message["tool_calls"] = [
