@@ -59,7 +59,11 @@ def _pausing_agent(letta: Letta, emulator: str) -> str:
     """An agent whose next run calls ``pause`` (in the sandbox) again and again."""
     tool = letta.tools.create(source_code=PAUSE_TOOL)
     agent = letta.agents.create(
-        name="pauser", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]
+        agent_type="memgpt_v2_agent",
+        name="pauser",
+        model=MODEL,
+        tool_ids=[tool.id],
+        memory_blocks=[{"label": "human", "value": "?"}],
     )
     _script(emulator, *[_call("pause", heartbeat=True, seconds=PAUSE_SECONDS) for _ in range(5)])
     return agent.id
@@ -216,7 +220,12 @@ def _run_json(http: httpx.Client, run_id: str) -> dict[str, Any]:
 
 def test_cancel_one_agent_of_a_batch_run_on_a_live_server(letta: Letta, http: httpx.Client, emulator: str) -> None:
     members = [
-        letta.agents.create(name=f"member-{i}", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}]).id
+        letta.agents.create(
+            agent_type="memgpt_v2_agent",
+            name=f"member-{i}",
+            model=MODEL,
+            memory_blocks=[{"label": "human", "value": "?"}],
+        ).id
         for i in range(3)
     ]
     leaving = members[1]

@@ -72,7 +72,6 @@ def _wait(letta: Letta, run_id: str) -> None:
     assert current.status == "completed", current
 
 
-@pytest.mark.parametrize("path", [V1_COMPANION, V1_RESEARCHER], ids=lambda p: p.stem)
 def _last_text(message: Any) -> str:
     """The text of a batch message's last content part."""
     assert message.content, message
@@ -81,6 +80,7 @@ def _last_text(message: Any) -> str:
     return text
 
 
+@pytest.mark.parametrize("path", [V1_COMPANION, V1_RESEARCHER], ids=lambda p: p.stem)
 def test_an_imported_v1_agent_answers_hello_in_text(letta_1_12: Any, emulator: str, path: Path) -> None:
     agent_id = _import(letta_1_12, path)
     agent = letta_1_12.agents.retrieve(agent_id)

@@ -60,7 +60,11 @@ def clerk(letta_1_12: Any) -> str:
     """An agent on MODEL with the lookup tool (ASK makes it call the tool, then answer)."""
     tool = letta_1_12.tools.create(source_code=LOOKUP_TOOL)
     agent = letta_1_12.agents.create(
-        name="clerk", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]
+        agent_type="memgpt_v2_agent",
+        name="clerk",
+        model=MODEL,
+        tool_ids=[tool.id],
+        memory_blocks=[{"label": "human", "value": "?"}],
     )
     agent_id: str = agent.id
     return agent_id
@@ -130,7 +134,9 @@ def test_a_bad_override_model_is_refused_through_the_client(letta_1_12: Any, cle
 def test_override_system_replaces_the_system_prompt_of_that_send_only(
     letta_1_12: Any, http: httpx.Client, emulator: str, model: str
 ) -> None:
-    agent = letta_1_12.agents.create(name="prompted", model=model, memory_blocks=[{"label": "human", "value": "Ada"}])
+    agent = letta_1_12.agents.create(
+        agent_type="memgpt_v2_agent", name="prompted", model=model, memory_blocks=[{"label": "human", "value": "Ada"}]
+    )
     system_before = listed(http, agent.id)[0]
     assert system_before["message_type"] == "system_message"
     letta_1_12.agents.messages.create(agent.id, messages=HELLO, override_system="You answer in French.")
@@ -332,7 +338,7 @@ def test_a_batch_request_with_the_defaults_runs(letta: Letta, clerk: str) -> Non
 def test_a_message_keeps_its_name_and_otid_in_a_send_and_in_a_batch_run(
     letta: Letta, letta_1_12: Any, http: httpx.Client
 ) -> None:
-    agent = letta_1_12.agents.create(name="host", model=MODEL)
+    agent = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="host", model=MODEL)
     letta_1_12.agents.messages.create(
         agent.id, messages=[{"role": "user", "content": "hello", "name": "ada", "otid": "otid-send-1"}]
     )

@@ -45,7 +45,11 @@ def agent_id(letta_1_12: Any, emulator: str) -> str:
     """An agent with the slow tool, scripted to look up two orders (one step each), then answer."""
     tool = letta_1_12.tools.create(source_code=SLOW_TOOL)
     agent = letta_1_12.agents.create(
-        name="clerk", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]
+        agent_type="memgpt_v2_agent",
+        name="clerk",
+        model=MODEL,
+        tool_ids=[tool.id],
+        memory_blocks=[{"label": "human", "value": "?"}],
     )
     script(emulator, lookups=("B-2", "C-3"))
     return str(agent.id)
@@ -232,7 +236,11 @@ def test_a_provider_error_ends_the_stored_stream_as_it_ends_a_live_one(letta_1_1
     errors = letta_client_1_12()
     tool = letta_1_12.tools.create(source_code=SLOW_TOOL)
     agent = letta_1_12.agents.create(
-        name="failing", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]
+        agent_type="memgpt_v2_agent",
+        name="failing",
+        model=MODEL,
+        tool_ids=[tool.id],
+        memory_blocks=[{"label": "human", "value": "?"}],
     )
     lookup = ScriptedToolCall(name="slow_lookup", arguments={"order_id": "B-2"}, request_heartbeat=True)
     refused = ScriptedReply(error=ScriptedError(type="invalid_request_error", message="prompt is too long"))

@@ -69,7 +69,11 @@ def script(emulator: str, *orders: str) -> None:
 def new_agent(letta: Any) -> str:
     tool = letta.tools.create(source_code=SLOW_TOOL)
     agent = letta.agents.create(
-        name="clerk", model=MODEL, tool_ids=[tool.id], memory_blocks=[{"label": "human", "value": "?"}]
+        agent_type="memgpt_v2_agent",
+        name="clerk",
+        model=MODEL,
+        tool_ids=[tool.id],
+        memory_blocks=[{"label": "human", "value": "?"}],
     )
     return str(agent.id)
 
