@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from nightshift.domain.answers import StoredResult
+from nightshift.domain.approvals import ClientTool
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Image, UserInput
@@ -94,6 +95,8 @@ class StepState:
     request rebuilt after a crash is the same request). ``retries`` counts transient provider
     errors retried so far. With ``summary`` the item's request is the summary of the agent's
     oldest messages, and its step waits for it (the step's number and state stay as they are).
+    ``client_tools`` are the tools the request of the run offered that the client runs itself
+    (a call of one parks the agent: ``domain/approvals.py``); an older state has none.
     """
 
     step_number: int = 0
@@ -102,6 +105,7 @@ class StepState:
     allowed_tools: tuple[str, ...] = ()
     retries: int = 0
     summary: SummaryPlan | None = None
+    client_tools: tuple[ClientTool, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +116,7 @@ class StepState:
             "allowed_tools": list(self.allowed_tools),
             "retries": self.retries,
             "summary": self.summary.to_json() if self.summary else None,
+            **({"client_tools": [t.to_json() for t in self.client_tools]} if self.client_tools else {}),
         }
 
     @classmethod
@@ -130,6 +135,7 @@ class StepState:
             allowed_tools=tuple(data.get("allowed_tools", ())),
             retries=int(data.get("retries", 0)),
             summary=SummaryPlan.from_json(data["summary"]) if data["summary"] else None,
+            client_tools=tuple(ClientTool.from_json(t) for t in data.get("client_tools", ())),
         )
 
 

@@ -19,6 +19,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRunStep
 from nightshift.domain.agents import Agent
+from nightshift.domain.approvals import (
+    Answer,
+    ClientTool,
+    awaiting_conflict,
+    checked_verdicts,
+    not_awaiting_conflict,
+    pending_request,
+    waiting_calls,
+)
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Message, UserInput
@@ -42,6 +51,7 @@ from nightshift.runtime.window import Summary
 from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import items as item_store
+from nightshift.store import messages as message_store
 from nightshift.tools.sandbox import Sandbox
 
 # How long a synchronous step holds its agent at most (a crashed server's hold expires then).
@@ -96,6 +106,8 @@ async def step_agent(
     clock: Clock,
     listener: SyncListener | None = None,
     summary_model: str | None = None,
+    answer: Answer | None = None,
+    client_tools: Sequence[ClientTool] = (),
 ) -> SyncResult:
     """Send ``inputs`` to the agent and step it until it stops, reaches ``max_steps`` or is cancelled.
 
@@ -107,14 +119,22 @@ async def step_agent(
     Before a request that would overflow the agent's context window, its oldest messages are
     summarized (by ``summary_model``, or the agent's own model) through the normal API.
 
+    ``answer`` is the client's answer to the approval request the agent awaits (then ``inputs``
+    is empty): its calls run, are denied or take the client's results before the first model
+    call. ``client_tools`` are offered to the model for the whole run; a call of one (or of a
+    tool needing approval) stops the agent with an approval request (``domain/approvals.py``).
+
     Raises:
-        InvalidInput: no message text.
+        InvalidInput: no message text; an answer that does not fit the pending calls.
         NotFound: no such agent.
-        Conflict: the agent is in an open step of a batch run, or in another synchronous step.
+        Conflict: the agent is in an open step of a batch run, or in another synchronous step;
+            it awaits an answer and got a message, or got an answer and awaits none.
         ProviderError: the provider failed (what was written before stays written).
     """
-    if not any(i.text.strip() or i.images for i in inputs):
+    if answer is None and not any(i.text.strip() or i.images for i in inputs):
         raise InvalidInput("give at least one message with text", field="messages")
+    if answer is not None and inputs:
+        raise InvalidInput("send an approval alone, without other messages in the same request", field="messages")
     out = SyncResult()
     now = clock.now()
     step_id = new_id("step")
@@ -130,6 +150,7 @@ async def step_agent(
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
+        answered = await _answer_turn(conn, agent, answer, max_steps, client_tools)
         # Holding the agent, no other run of it can be stepping: a running one was cut off.
         await agent_run_store.fail_interrupted(conn, now, agent_id=agent_id)
         if not await agent_run_store.start_run(conn, run_id, now):
@@ -149,7 +170,7 @@ async def step_agent(
         out.messages.extend(messages)
         if listener is not None:
             await listener.messages(messages)
-        state = first_state(agent, max_steps)
+        state = replace(first_state(agent, max_steps), client_tools=tuple(client_tools))
         provider = providers.get(agent.llm_config.provider)
         plan = step_inputs.summaries.get(agent.id)
         while True:
@@ -161,20 +182,26 @@ async def step_agent(
                 if out.steps and await agent_run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
                     return out
-                requests, problems = await build_requests(conn, [agent], {agent.id: state})
-            if agent.id in problems:
-                raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
-            request = requests[agent.id]
-            message_id = new_id("message")
-            if listener is not None and listener.tokens:
-                response = await _streamed(provider, request, message_id, listener)
+            if answered is not None:
+                # The answer's calls first: the model is called once they have their results.
+                turn, answered = replace(answered, agent=agent), None
+                response = turn.response
             else:
-                response = await provider.complete(request)
+                async with engine.connect() as conn:
+                    requests, problems = await build_requests(conn, [agent], {agent.id: state})
+                if agent.id in problems:
+                    raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
+                message_id = new_id("message")
+                if listener is not None and listener.tokens:
+                    response = await _streamed(provider, requests[agent.id], message_id, listener)
+                else:
+                    response = await provider.complete(requests[agent.id])
+                turn = Turn(agent=agent, state=state, response=response, message_id=message_id)
             out.steps += 1
             out.usage += response.usage
             async with engine.connect() as conn:
                 (result,) = await take_turns(
-                    [Turn(agent=agent, state=state, response=response, message_id=message_id)],
+                    [turn],
                     search=StoreSearch(conn),
                     sandbox=sandbox,
                     now=clock.now(),
@@ -212,6 +239,38 @@ async def step_agent(
     finally:
         async with engine.begin() as conn:
             await agent_store.release_sync_step(conn, agent_id)
+
+
+async def _answer_turn(
+    conn: AsyncConnection, agent: Agent, answer: Answer | None, max_steps: int, client_tools: Sequence[ClientTool]
+) -> Turn | None:
+    """The turn that applies ``answer`` to the approval request the agent awaits (None without an answer).
+
+    Raises:
+        Conflict: the agent awaits an answer and got none, or got one and awaits none.
+        InvalidInput: the answer does not fit the pending calls.
+    """
+    tail = agent.message_ids[-1:] if agent.message_ids else []
+    request = pending_request(next(iter((await message_store.get_messages(conn, tail)).values()), None))
+    if answer is None:
+        if request is not None:
+            raise awaiting_conflict(agent.id, request)
+        return None
+    if request is None:
+        raise not_awaiting_conflict(agent.id)
+
+    def on_server(name: str) -> bool:
+        return agent.tool(name) is not None
+
+    waiting = waiting_calls(request.tool_calls, agent.tool_rules, lambda name: not on_server(name))
+    verdicts = checked_verdicts(answer, request, waiting, on_server)
+    # The parked turn again, as the model made it. Its calls were not checked against the rules
+    # then and are not now (the client decided), as in Letta; a call that ran asks for the next step.
+    response = ModelResponse(
+        tool_calls=request.tool_calls, reasoning=request.reasoning, text=request.text or None, request_heartbeat=True
+    )
+    state = StepState(max_steps=max_steps, client_tools=tuple(client_tools))
+    return Turn(agent=agent, state=state, response=response, message_id=request.id, verdicts=verdicts)
 
 
 async def _add(

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch.callbacks import CallbackRules, check_callback_url, post_callback
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
+from nightshift.domain.approvals import Answer, ClientTool
 from nightshift.domain.messages import Message, UserInput
 from nightshift.domain.usage import Usage
 from nightshift.errors import InvalidInput, NightshiftError, NotFound
@@ -47,6 +48,7 @@ LETTA_STOP_REASONS: dict[Why, str] = {
     TurnReason.MAX_STEPS: "max_steps",
     TurnReason.TOOL_RULES: "tool_rule",
     TurnReason.ERROR: "error",
+    TurnReason.REQUIRES_APPROVAL: "requires_approval",
 }
 STOPPED = "the server stopped while the run was stepping"
 CALLBACK_ATTEMPTS = 5
@@ -62,6 +64,8 @@ class Send:
     max_steps: int
     request_config: dict[str, Any]
     callback_url: str | None = None
+    answer: Answer | None = None  # the client's answer to the approval request the agent awaits
+    client_tools: Sequence[ClientTool] = ()  # tools the client runs itself, offered for this send
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +163,8 @@ async def _step(stepping: Stepping, run: AgentRun, send: Send, *, listener: Sync
             listener=listener,
             clock=stepping.clock,
             summary_model=stepping.summary_model,
+            answer=send.answer,
+            client_tools=send.client_tools,
         )
     except Exception as exc:
         # A bug is a failed run too (its message stays in the log, not on the run).

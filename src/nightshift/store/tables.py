@@ -205,6 +205,13 @@ tools = Table(
     Column("tags", JSONType, nullable=False),
     Column("return_char_limit", Integer, nullable=False),
     Column("metadata", JSONType, nullable=False),
+    Column(
+        "default_requires_approval",
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="an agent given the tool gets a requires_approval rule for it",
+    ),
     *_times(),
     UniqueConstraint("organization_id", "name", name="uq_tools_org_name"),
 )

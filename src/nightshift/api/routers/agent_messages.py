@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
-from pydantic import Field, HttpUrl, model_validator
+from pydantic import Discriminator, Field, HttpUrl, Tag, model_validator
 
+from nightshift.api.approval_schemas import ApprovalBody, ClientToolBody, ToolReturnsBody, answer_of, client_tools_of
 from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
 from nightshift.api.deps import Now, Org, State
 from nightshift.api.input import Body
@@ -36,17 +37,32 @@ class OwnMessage(InputMessage):
     otid: str | None = Field(default=None, max_length=255)
 
 
+def _message_type(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("approval", "tool_return") else "message"
+
+
+# A message of a send: one to the agent, or the client's answer to the approval request it awaits.
+SentMessage = Annotated[
+    Annotated[OwnMessage, Tag("message")]
+    | Annotated[ApprovalBody, Tag("approval")]
+    | Annotated[ToolReturnsBody, Tag("tool_return")],
+    Discriminator(_message_type),
+]
+
+
 class SendMessages(StreamOptions):
     """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, a step limit, how to show the
     messages and whether to stream them."""
 
-    messages: list[OwnMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+    messages: list[SentMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     use_assistant_message: bool = True
     assistant_message_tool_name: str = Field(default=SEND_MESSAGE, min_length=1, max_length=255)
     assistant_message_tool_kwarg: str = Field(default=MESSAGE_KWARG, min_length=1, max_length=255)
     include_return_message_types: list[LettaMessageType] | None = None
+    client_tools: list[ClientToolBody] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
 
     @model_validator(mode="after")
     def _one_way_in(self) -> Self:
@@ -56,7 +72,7 @@ class SendMessages(StreamOptions):
 
     def inputs(self) -> list[UserInput]:
         """The input messages, checked against the size a request may carry."""
-        found = [m.as_input(otid=m.otid) for m in self.messages or ()]
+        found = [m.as_input(otid=m.otid) for m in self.messages or () if isinstance(m, OwnMessage)]
         if self.input is not None:
             found.append(shorthand_input(self.input))
         size = sum(len(i.text) for i in found)
@@ -66,6 +82,19 @@ class SendMessages(StreamOptions):
                 field="messages",
             )
         return found
+
+    def send(self, agent_id: str, max_steps: int, callback_url: str | None = None) -> Send:
+        """The send this body asks for: its messages, or its answer to an approval request."""
+        answers = [m for m in self.messages or () if isinstance(m, ApprovalBody | ToolReturnsBody)]
+        return Send(
+            agent_id=agent_id,
+            inputs=self.inputs(),
+            max_steps=self.max_steps or max_steps,
+            request_config=self.request_config(),
+            callback_url=callback_url,
+            answer=answer_of(answers),
+            client_tools=client_tools_of(self.client_tools),
+        )
 
     def request_config(self) -> dict[str, Any]:
         """Letta's request_config of the run: how its messages are shown."""
@@ -110,12 +139,7 @@ async def send_messages(
     an open step of a batch run or of another send. With ``streaming: true``, the same run as
     server-sent events (``/messages/stream``).
     """
-    send = Send(
-        agent_id=agent_id,
-        inputs=body.inputs(),
-        max_steps=body.max_steps or state.settings.default_max_steps,
-        request_config=body.request_config(),
-    )
+    send = body.send(agent_id, state.settings.default_max_steps)
     view = view_of(send.request_config)
     if body.streaming:
         return await streamed_run(state, org, send, options=body, view=view)
@@ -135,13 +159,8 @@ async def send_messages_later(agent_id: str, body: SendLater, state: State, org:
     The run is stepped by this server process; follow it with ``GET /v1/runs/{run_id}``. Its
     ``callback_url``, if any, gets a POST when it ends.
     """
-    send = Send(
-        agent_id=agent_id,
-        inputs=body.inputs(),
-        max_steps=body.max_steps or state.settings.default_max_steps,
-        request_config=body.request_config(),
-        callback_url=str(body.callback_url) if body.callback_url is not None else None,
-    )
+    callback_url = str(body.callback_url) if body.callback_url is not None else None
+    send = body.send(agent_id, state.settings.default_max_steps, callback_url)
     run = await agent_runs.send_later(state.background, org, send)
     return run_json(run)
 

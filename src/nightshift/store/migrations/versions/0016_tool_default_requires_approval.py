@@ -1,0 +1,34 @@
+"""A tool may ask that every call of it be approved: an agent given it gets a requires_approval rule.
+
+Revision ID: 0016
+Revises: 0014
+Create Date: 2026-12-02 12:00:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0016"
+down_revision: str | None = "0014"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("tools") as batch:
+        batch.add_column(
+            sa.Column(
+                "default_requires_approval",
+                sa.Boolean(),
+                server_default=sa.false(),
+                nullable=False,
+                comment="an agent given the tool gets a requires_approval rule for it",
+            )
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("tools") as batch:
+        batch.drop_column("default_requires_approval")
