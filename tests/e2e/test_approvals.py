@@ -8,6 +8,7 @@ approved calls, returns the denials and the client's results to the model, and t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -299,3 +300,89 @@ def test_the_approval_setting_of_a_tool_the_agent_lacks_is_a_404(letta_1_12: Any
     missing = http.patch(f"/v1/agents/{agent.id}/tools/approval/get_weather", json={"requires_approval": True})
     assert missing.status_code == 404, missing.text
     assert "get_weather" in missing.text
+
+
+def _finished_run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    """A batch run made from ``body``, once it has ended."""
+    created = http.post("/v1/messages/batches", json=body)
+    assert created.status_code == 200, created.text
+    deadline = time.monotonic() + 30
+    while (run := http.get(f"/v1/messages/batches/{created.json()['id']}").json())["status"] in ("created", "running"):
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)
+    return run
+
+
+def _history(http: httpx.Client, agent_id: str) -> list[dict[str, Any]]:
+    listed = http.get(f"/v1/agents/{agent_id}/messages", params={"order": "asc", "limit": 100})
+    assert listed.status_code == 200, listed.text
+    return list(listed.json())
+
+
+def test_a_batch_run_leaves_agents_awaiting_approval_and_a_later_run_answers(
+    letta_1_12: Any, http: httpx.Client
+) -> None:
+    gated = [_careful_memory(letta_1_12) for _ in range(2)]
+    free = letta_1_12.agents.create(name="free", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}])
+    ask = [{"role": "user", "content": "Please remember that my cat is called Tom"}]
+    run = _finished_run(http, {"requests": [{"agent_id": a.id, "messages": ask} for a in [*gated, free]]})
+    assert run["status"] == "completed", run
+    agents = run["progress"]["agents"]
+    assert (agents["awaiting_approval"], agents["finished"], agents["failed"]) == (2, 1, 0), run["progress"]
+    assert "Tom" in _human(letta_1_12, free.id)
+    requests = {}
+    for agent in gated:
+        last = _history(http, agent.id)[-1]
+        assert last["message_type"] == "approval_request_message", last
+        requests[agent.id] = last
+        assert "Tom" not in _human(letta_1_12, agent.id)
+
+    # A plain message for an agent awaiting approval: refused, nothing written.
+    refused = http.post("/v1/messages/batches", json={"requests": [{"agent_id": gated[0].id, "messages": ask}]})
+    assert refused.status_code == 409, refused.text
+    assert "waiting for approval" in refused.text
+
+    approve, deny = gated
+    answers = [
+        {"agent_id": approve.id, "messages": [_approval(requests[approve.id]["tool_call"]["tool_call_id"], True)]},
+        {
+            "agent_id": deny.id,
+            "messages": [_approval(requests[deny.id]["tool_call"]["tool_call_id"], False, reason="private")],
+        },
+    ]
+    second = _finished_run(http, {"requests": answers})
+    assert second["status"] == "completed", second
+    assert second["progress"]["agents"]["finished"] == 2, second["progress"]
+    assert "Tom" in _human(letta_1_12, approve.id)
+    assert "Tom" not in _human(letta_1_12, deny.id)
+    denied_call = requests[deny.id]["tool_call"]["tool_call_id"]
+    returned = [m for m in _history(http, deny.id) if m.get("tool_call_id") == denied_call]
+    assert [m["status"] for m in returned] == ["error"] and "private" in returned[0]["tool_return"]
+    for agent in gated:
+        kinds = [m["message_type"] for m in _history(http, agent.id)]
+        assert kinds[-2:] == ["assistant_message", "tool_return_message"], kinds  # it went on and answered
+
+    # An answer for an agent that awaits none is refused too.
+    again = http.post("/v1/messages/batches", json={"requests": answers[:1]})
+    assert again.status_code == 409, again.text
+
+
+def test_a_client_side_tool_in_a_batch_run(letta_1_12: Any, http: httpx.Client) -> None:
+    agent = letta_1_12.agents.create(name="clienty", model=MODEL)
+    ask = [{"role": "user", "content": "Please call read_clipboard for the shopping list"}]
+    run = _finished_run(http, {"requests": [{"agent_id": agent.id, "messages": ask, "client_tools": [CLIPBOARD]}]})
+    assert run["progress"]["agents"]["awaiting_approval"] == 1, run["progress"]
+    request = _history(http, agent.id)[-1]
+    assert request["message_type"] == "approval_request_message"
+    assert request["tool_call"]["name"] == "read_clipboard"
+    tool_return = {
+        "type": "tool",
+        "tool_call_id": request["tool_call"]["tool_call_id"],
+        "tool_return": "the shopping list: buy milk",
+        "status": "success",
+    }
+    answer = {"type": "tool_return", "tool_returns": [tool_return]}
+    second = _finished_run(http, {"requests": [{"agent_id": agent.id, "messages": [answer]}]})
+    assert second["progress"]["agents"]["finished"] == 1, second["progress"]
+    said = [m["content"] for m in _history(http, agent.id) if m["message_type"] == "assistant_message"]
+    assert "buy milk" in said[-1], said

@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from nightshift.api.batch_schemas import TextPart
 from nightshift.domain.approvals import Answer, ClientTool, Verdict, VerdictKind
 from nightshift.domain.limits import MAX_LIST_ITEMS
 from nightshift.domain.tools import schema_problem
@@ -24,6 +23,13 @@ from nightshift.errors import InvalidInput
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+class ReturnedText(_Part):
+    """A text part of a tool return."""
+
+    type: Literal["text"] = "text"
+    text: str
 
 
 class ApprovalReturnBody(_Part):
@@ -44,7 +50,7 @@ class ToolReturnBody(_Part):
 
     type: Literal["tool"] = "tool"
     tool_call_id: str = Field(min_length=1, max_length=255)
-    tool_return: str | list[TextPart]
+    tool_return: str | list[ReturnedText]
     status: Literal["success", "error"]
     stdout: list[str] | None = None
     stderr: list[str] | None = None
@@ -132,6 +138,12 @@ def client_tools_of(bodies: Sequence[ClientToolBody] | None) -> tuple[ClientTool
             raise InvalidInput(f"client tool {tool.name!r} is given twice", field="client_tools")
         seen.add(tool.name)
     return tools
+
+
+def message_type(value: Any) -> str:
+    """Which kind of message of a send ``value`` is: one to the agent, or an answer (by its ``type``)."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("approval", "tool_return") else "message"
 
 
 def answer_of(bodies: Sequence[ApprovalBody | ToolReturnsBody]) -> Answer | None:

@@ -80,6 +80,9 @@ class ItemOutcome(StrEnum):
     FAILED = "failed"  # it stops without finishing (provider error, unbuildable request, ...)
     CANCELLED = "cancelled"  # its run was cancelled before this step was applied
     SUMMARIZED = "summarized"  # its window was summarized; its step follows in the run's next step
+    # It called a tool that waits for the client (an approval, a client-side tool): it leaves the
+    # run, its window holding the pending calls, until the client answers (``domain/approvals.py``).
+    NEEDS_APPROVAL = "needs_approval"
 
 
 TERMINAL_RUN_STATUSES = frozenset({BatchRunStatus.COMPLETED, BatchRunStatus.FAILED, BatchRunStatus.CANCELLED})
@@ -433,11 +436,18 @@ class PollSnapshot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchRunRequest:
-    """One agent of a new run: its id, the user's messages and an optional step limit."""
+    """One agent of a new run: its id, the user's messages and an optional step limit.
+
+    ``client_tools`` are offered to the model for the run (the client runs them). ``answered``:
+    the request answered the approval request the agent awaited, and the answer was applied as
+    the run was made; its first step starts with a heartbeat instead of the user's messages.
+    """
 
     agent_id: str
     messages: tuple[UserInput, ...]
     max_steps: int | None = None
+    client_tools: tuple[ClientTool, ...] = ()
+    answered: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON (a message without images as its text), as ``from_json`` reads it back."""
@@ -447,6 +457,8 @@ class BatchRunRequest:
                 {"text": m.text, "images": [asdict(i) for i in m.images]} if m.images else m.text for m in self.messages
             ],
             "max_steps": self.max_steps,
+            "client_tools": [t.to_json() for t in self.client_tools] or None,
+            "answered": self.answered,
         }
 
     @classmethod
@@ -460,6 +472,8 @@ class BatchRunRequest:
                 for m in data["messages"]
             ),
             max_steps=data["max_steps"],
+            client_tools=tuple(ClientTool.from_json(t) for t in data.get("client_tools") or ()),
+            answered=bool(data.get("answered", False)),
         )
 
 

@@ -19,15 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRunStep
 from nightshift.domain.agents import Agent
-from nightshift.domain.approvals import (
-    Answer,
-    ClientTool,
-    awaiting_conflict,
-    checked_verdicts,
-    not_awaiting_conflict,
-    pending_request,
-    waiting_calls,
-)
+from nightshift.domain.approvals import Answer, ClientTool
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Message, UserInput
@@ -43,6 +35,7 @@ from nightshift.providers.base import (
     ToolCallDelta,
 )
 from nightshift.providers.clients import ProviderSet
+from nightshift.runtime.answers import answer_turn
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
@@ -51,7 +44,6 @@ from nightshift.runtime.window import Summary
 from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import items as item_store
-from nightshift.store import messages as message_store
 from nightshift.tools.sandbox import Sandbox
 
 # How long a synchronous step holds its agent at most (a crashed server's hold expires then).
@@ -150,7 +142,7 @@ async def step_agent(
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
-        answered = await _answer_turn(conn, agent, answer, max_steps, client_tools)
+        answered = await answer_turn(conn, agent, answer, max_steps, client_tools)
         # Holding the agent, no other run of it can be stepping: a running one was cut off.
         await agent_run_store.fail_interrupted(conn, now, agent_id=agent_id)
         if not await agent_run_store.start_run(conn, run_id, now):
@@ -239,38 +231,6 @@ async def step_agent(
     finally:
         async with engine.begin() as conn:
             await agent_store.release_sync_step(conn, agent_id)
-
-
-async def _answer_turn(
-    conn: AsyncConnection, agent: Agent, answer: Answer | None, max_steps: int, client_tools: Sequence[ClientTool]
-) -> Turn | None:
-    """The turn that applies ``answer`` to the approval request the agent awaits (None without an answer).
-
-    Raises:
-        Conflict: the agent awaits an answer and got none, or got one and awaits none.
-        InvalidInput: the answer does not fit the pending calls.
-    """
-    tail = agent.message_ids[-1:] if agent.message_ids else []
-    request = pending_request(next(iter((await message_store.get_messages(conn, tail)).values()), None))
-    if answer is None:
-        if request is not None:
-            raise awaiting_conflict(agent.id, request)
-        return None
-    if request is None:
-        raise not_awaiting_conflict(agent.id)
-
-    def on_server(name: str) -> bool:
-        return agent.tool(name) is not None
-
-    waiting = waiting_calls(request.tool_calls, agent.tool_rules, lambda name: not on_server(name))
-    verdicts = checked_verdicts(answer, request, waiting, on_server)
-    # The parked turn again, as the model made it. Its calls were not checked against the rules
-    # then and are not now (the client decided), as in Letta; a call that ran asks for the next step.
-    response = ModelResponse(
-        tool_calls=request.tool_calls, reasoning=request.reasoning, text=request.text or None, request_heartbeat=True
-    )
-    state = StepState(max_steps=max_steps, client_tools=tuple(client_tools))
-    return Turn(agent=agent, state=state, response=response, message_id=request.id, verdicts=verdicts)
 
 
 async def _add(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch.callbacks import CallbackRules, check_callback_url
 from nightshift.batch.steps import cancel_batch_run, queue_batch_run
 from nightshift.batch.worker import Worker
+from nightshift.domain.approvals import Answer
 from nightshift.domain.batches import (
     BatchRun,
     BatchRunFailure,
@@ -33,10 +34,12 @@ from nightshift.domain.batches import (
 from nightshift.domain.messages import Message
 from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
+from nightshift.runtime.answers import apply_answers
 from nightshift.store import batch_run_views
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store.pagination import Page
+from nightshift.tools.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,10 @@ class NewBatchRun:
     idempotency_key: str | None = None
     # The request as it came (JSON), to tell a retry from another request under the same key.
     body: dict[str, Any] = field(default_factory=dict)
+    # The answers to approval requests the agents await, by agent id (their requests are ``answered``).
+    answers: Mapping[str, Answer] = field(default_factory=dict)
+    # What runs the approved calls of ``answers``.
+    sandbox: Sandbox | None = None
 
 
 async def start_batch_run(
@@ -110,6 +117,11 @@ async def start_batch_run(
             return earlier
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=callbacks.allow_private)
+    if new.answers:
+        # The answers are applied first (their calls run, outside any transaction); the agents
+        # then go into the run's first step with a heartbeat, to react to the results.
+        assert new.sandbox is not None, "a run that answers approval requests needs the sandbox"
+        await apply_answers(engine, new.sandbox, org_id, new.answers, now=now, max_steps=default_max_steps)
     try:
         async with engine.begin() as conn:
             run = await queue_batch_run(

@@ -13,7 +13,20 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, String, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    String,
+    bindparam,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent, LLMConfig
@@ -339,6 +352,20 @@ async def agents_stepping(conn: AsyncConnection, agent_ids: Sequence[str], now: 
     """Which of these agents are held by a synchronous step right now."""
     query = select(agents.c.id).where(in_ids(conn, agents.c.id, agent_ids), agents.c.stepping_until > now)
     return {str(i) for i in await conn.scalars(query)}
+
+
+async def window_tails(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, str]:
+    """The id of the last message of each agent's window (by agent id), read in the database:
+    the windows themselves may be long."""
+    if not agent_ids:
+        return {}
+    last: ColumnElement[Any]
+    if conn.dialect.name == "postgresql":
+        last = agents.c.message_ids.op("->>")(literal(-1))
+    else:
+        last = func.json_extract(agents.c.message_ids, "$[#-1]")
+    query = select(agents.c.id, last).where(in_ids(conn, agents.c.id, agent_ids))
+    return {str(agent_id): str(tail) for agent_id, tail in await conn.execute(query) if tail is not None}
 
 
 async def list_tags(

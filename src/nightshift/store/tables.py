@@ -330,6 +330,14 @@ batch_run_requests = Table(
     Column("agent_id", String(64), nullable=False),
     Column("messages", JSONType, nullable=False, comment="the user's messages: texts, or text and images"),
     Column("max_steps", Integer),
+    Column("client_tools", JSONType, comment="the tools the client runs itself, offered for the run"),
+    Column(
+        "answered",
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="the request answered the agent's approval request: its first step starts with a heartbeat",
+    ),
     Index("ix_batch_run_requests_agent_id", "agent_id"),
 )
 

@@ -8,7 +8,14 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 from pydantic import Discriminator, Field, HttpUrl, Tag, model_validator
 
-from nightshift.api.approval_schemas import ApprovalBody, ClientToolBody, ToolReturnsBody, answer_of, client_tools_of
+from nightshift.api.approval_schemas import (
+    ApprovalBody,
+    ClientToolBody,
+    ToolReturnsBody,
+    answer_of,
+    client_tools_of,
+    message_type,
+)
 from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
 from nightshift.api.deps import Now, Org, State
 from nightshift.api.input import Body
@@ -37,17 +44,12 @@ class OwnMessage(InputMessage):
     otid: str | None = Field(default=None, max_length=255)
 
 
-def _message_type(value: Any) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in ("approval", "tool_return") else "message"
-
-
 # A message of a send: one to the agent, or the client's answer to the approval request it awaits.
 SentMessage = Annotated[
     Annotated[OwnMessage, Tag("message")]
     | Annotated[ApprovalBody, Tag("approval")]
     | Annotated[ToolReturnsBody, Tag("tool_return")],
-    Discriminator(_message_type),
+    Discriminator(message_type),
 ]
 
 

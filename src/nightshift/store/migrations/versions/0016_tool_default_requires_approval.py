@@ -1,4 +1,6 @@
-"""A tool may ask that every call of it be approved: an agent given it gets a requires_approval rule.
+"""Approvals: a tool may ask that every call of it be approved (an agent given it gets a
+requires_approval rule), and a queued run's request keeps its client-side tools and whether it
+answered the agent's approval request.
 
 Revision ID: 0016
 Revises: 0014
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 revision: str = "0016"
 down_revision: str | None = "0014"
@@ -27,8 +30,29 @@ def upgrade() -> None:
                 comment="an agent given the tool gets a requires_approval rule for it",
             )
         )
+    with op.batch_alter_table("batch_run_requests") as batch:
+        batch.add_column(
+            sa.Column(
+                "client_tools",
+                sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+                nullable=True,
+                comment="the tools the client runs itself, offered for the run",
+            )
+        )
+        batch.add_column(
+            sa.Column(
+                "answered",
+                sa.Boolean(),
+                server_default=sa.false(),
+                nullable=False,
+                comment="the request answered the agent's approval request: its first step starts with a heartbeat",
+            )
+        )
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("batch_run_requests") as batch:
+        batch.drop_column("answered")
+        batch.drop_column("client_tools")
     with op.batch_alter_table("tools") as batch:
         batch.drop_column("default_requires_approval")
