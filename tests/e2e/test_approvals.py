@@ -310,7 +310,7 @@ def _finished_run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     while (run := http.get(f"/v1/messages/batches/{created.json()['id']}").json())["status"] in ("created", "running"):
         assert time.monotonic() < deadline, run
         time.sleep(0.05)
-    return run
+    return dict(run)
 
 
 def _history(http: httpx.Client, agent_id: str) -> list[dict[str, Any]]:
