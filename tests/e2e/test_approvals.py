@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from letta_client import Letta
 
 MODEL = "openai/gpt-4o-mini"
 WEATHER_SOURCE = '''
@@ -24,7 +25,7 @@ def get_weather(city: str) -> str:
     """
     return f"sunny in {city}"
 '''
-CLIPBOARD = {
+CLIPBOARD: dict[str, Any] = {
     "name": "read_clipboard",
     "description": "Read what is on the user's clipboard.",
     "parameters": {"type": "object", "properties": {"what": {"type": "string"}}, "required": ["what"]},
@@ -386,3 +387,42 @@ def test_a_client_side_tool_in_a_batch_run(letta_1_12: Any, http: httpx.Client) 
     assert second["progress"]["agents"]["finished"] == 1, second["progress"]
     said = [m["content"] for m in _history(http, agent.id) if m["message_type"] == "assistant_message"]
     assert "buy milk" in said[-1], said
+
+
+def test_letta_client_1_7_answers_in_the_background_and_returns_client_results(letta: Letta) -> None:
+    agent = letta.agents.create(name="careful", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}])
+    gated = letta.agents.tools.update_approval("core_memory_append", agent_id=agent.id, body_requires_approval=True)
+    assert gated is not None
+    assert [(r.type, r.tool_name) for r in gated.tool_rules or []] == [("requires_approval", "core_memory_append")]
+    first = letta.agents.messages.create(
+        agent.id, messages=[{"role": "user", "content": "Please remember that my cat is called Tom"}]
+    )
+    assert first.stop_reason.stop_reason == "requires_approval"
+    request = first.messages[-1]
+    assert request.message_type == "approval_request_message"
+    # The answer in the background (/messages/async): the run ends once the edit ran and the agent answered.
+    run = letta.agents.messages.create_async(
+        agent.id, messages=[{"type": "approval", "approve": True, "approval_request_id": request.id}]
+    )
+    deadline = time.monotonic() + 30
+    while (current := letta.runs.retrieve(run.id)).status in ("created", "running"):
+        assert time.monotonic() < deadline, current
+        time.sleep(0.05)
+    assert current.status == "completed", current
+    assert "Tom" in str(letta.agents.blocks.retrieve("human", agent_id=agent.id).value)
+
+    clipboard = letta.agents.messages.create(
+        agent.id,
+        messages=[{"role": "user", "content": "Please call read_clipboard for the shopping list"}],
+        client_tools=[CLIPBOARD],  # type: ignore[list-item]  # (a TypedDict there: this dict is one)
+    )
+    parked = clipboard.messages[-1]
+    assert parked.message_type == "approval_request_message"
+    assert parked.tool_call.name == "read_clipboard"
+    call_id = str(parked.tool_call.tool_call_id)
+    tool_return: Any = {"type": "tool", "tool_call_id": call_id, "tool_return": "no such clipboard", "status": "error"}
+    answer = letta.agents.messages.create(agent.id, messages=[{"type": "approval", "approvals": [tool_return]}])
+    returns = _returns_of(answer, call_id)
+    assert [r.status for r in returns] == ["error"]
+    assert "no such clipboard" in returns[0].tool_return
+    assert answer.stop_reason.stop_reason == "end_turn"

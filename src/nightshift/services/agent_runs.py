@@ -208,7 +208,7 @@ async def send_later(background: BackgroundRuns, org_id: str, send: Send) -> Age
         NotFound: no such agent.
         InvalidInput: no message text, or a callback URL the server does not call.
     """
-    if not any(i.text.strip() for i in send.inputs):
+    if send.answer is None and not any(i.text.strip() for i in send.inputs):
         raise InvalidInput("give at least one message with text", field="messages")
     if send.callback_url is not None:
         await check_callback_url(send.callback_url, allow_private=background.callbacks.allow_private)
