@@ -145,6 +145,8 @@ def test_a_tool_that_requires_approval_by_default_gives_agents_the_rule(letta_1_
     later = letta_1_12.agents.create(name="later", model=MODEL)
     attached = letta_1_12.agents.tools.attach(tool.id, agent_id=later.id)
     assert [(r.type, r.tool_name) for r in attached.tool_rules] == [("requires_approval", "get_weather")]
+    given = letta_1_12.agents.update(letta_1_12.agents.create(name="given", model=MODEL).id, tool_ids=[tool.id])
+    assert [(r.type, r.tool_name) for r in given.tool_rules] == [("requires_approval", "get_weather")]
     letta_1_12.tools.update(tool.id, default_requires_approval=False)
     assert letta_1_12.tools.retrieve(tool.id).default_requires_approval is False
     plain = letta_1_12.agents.create(name="plain", model=MODEL, tool_ids=[tool.id])

@@ -318,6 +318,8 @@ async def update_agent(
     fields = _plain_changes(changes)
     if changes.tool_ids is not UNSET:
         fields["tools"] = tuple(await resolve_tools(conn, org_id, now=now, ids=list(changes.tool_ids)))
+        given = [t for t in fields["tools"] if agent.tool(t.name) is None]
+        fields["tool_rules"] = tuple(with_default_approvals(fields.get("tool_rules", agent.tool_rules), given))
     if changes.block_ids is not UNSET:
         fields["blocks"] = tuple(await _blocks_by_id(conn, org_id, changes.block_ids))
     if changes.secrets is not UNSET:
