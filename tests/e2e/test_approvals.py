@@ -353,6 +353,14 @@ def test_a_batch_run_leaves_agents_awaiting_approval_and_a_later_run_answers(
             "messages": [_approval(requests[deny.id]["tool_call"]["tool_call_id"], False, reason="private")],
         },
     ]
+    # A run refused for one agent writes no answer for another: both still wait.
+    mixed = [answers[0], {"agent_id": deny.id, "messages": ask}]
+    refused = http.post("/v1/messages/batches", json={"requests": mixed})
+    assert refused.status_code == 409, refused.text
+    for agent in gated:
+        assert _history(http, agent.id)[-1] == requests[agent.id]
+        assert "Tom" not in _human(letta_1_12, agent.id)
+
     second = _finished_run(http, {"requests": answers})
     assert second["status"] == "completed", second
     assert second["progress"]["agents"]["finished"] == 2, second["progress"]

@@ -34,7 +34,7 @@ from nightshift.domain.batches import (
 from nightshift.domain.messages import Message
 from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
-from nightshift.runtime.answers import apply_answers
+from nightshift.runtime.answers import prepare_answers, release, run_answers, write_answers
 from nightshift.store import batch_run_views
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import provider_batches as batch_store
@@ -117,13 +117,15 @@ async def start_batch_run(
             return earlier
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=callbacks.allow_private)
-    if new.answers:
-        # The answers are applied first (their calls run, outside any transaction); the agents
-        # then go into the run's first step with a heartbeat, to react to the results.
-        assert new.sandbox is not None, "a run that answers approval requests needs the sandbox"
-        await apply_answers(engine, new.sandbox, org_id, new.answers, now=now, max_steps=default_max_steps)
+    # Answers are checked (their agents held) and their calls run first, outside any transaction;
+    # their results are written with the run, so that a refused run leaves the agents waiting.
+    held = await prepare_answers(engine, org_id, new.answers, now=now, max_steps=default_max_steps)
     try:
+        if held.turns:
+            assert new.sandbox is not None, "a run that answers approval requests needs the sandbox"
+            await run_answers(engine, new.sandbox, held, now=now)
         async with engine.begin() as conn:
+            await write_answers(conn, held, now=now)
             run = await queue_batch_run(
                 conn,
                 org_id,
@@ -143,6 +145,8 @@ async def start_batch_run(
             if earlier is not None:
                 return earlier
         raise
+    finally:
+        await release(engine, held)
     if queued is not None:
         queued.set()
     async with engine.connect() as conn:
