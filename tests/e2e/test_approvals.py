@@ -436,3 +436,23 @@ def test_letta_client_1_7_answers_in_the_background_and_returns_client_results(l
     assert [r.status for r in returns] == ["error"]
     assert "no such clipboard" in returns[0].tool_return
     assert answer.stop_reason.stop_reason == "end_turn"
+
+
+def test_a_token_stream_ends_on_the_approval_request(letta_1_12: Any) -> None:
+    agent = _careful_memory(letta_1_12)
+    stream = letta_1_12.agents.messages.create(
+        agent.id,
+        messages=[{"role": "user", "content": "Please remember that my cat is called Tom"}],
+        streaming=True,
+        stream_tokens=True,
+    )
+    events = list(stream)
+    kinds = [getattr(e, "message_type", None) for e in events]
+    requests = [e for e in events if getattr(e, "message_type", None) == "approval_request_message"]
+    assert len(requests) == 1, kinds
+    assert requests[0].tool_call.name == "core_memory_append"
+    assert "tool_return_message" not in kinds
+    assert any(getattr(e, "stop_reason", None) == "requires_approval" for e in events), kinds
+    # The request streamed is the one stored.
+    listed = letta_1_12.agents.messages.list(agent.id, order="asc").items
+    assert listed[-1].id == requests[0].id
