@@ -176,6 +176,10 @@ class BatchCreate(Body):
         return data
 
 
+def _awaiting(count: int) -> dict[str, int]:
+    return {"awaiting_approval": count} if count else {}
+
+
 class BatchRunPublic(BaseModel):
     """Letta's BatchJob, with nightshift's progress."""
 
@@ -214,8 +218,9 @@ class BatchRunPublic(BaseModel):
                     "finished": progress.count(ItemOutcome.FINISHED),
                     "failed": progress.count(ItemOutcome.FAILED),
                     "cancelled": progress.count(ItemOutcome.CANCELLED),
-                    # Stopped on a call that waits for the client: answer with an approval.
-                    "awaiting_approval": progress.count(ItemOutcome.NEEDS_APPROVAL),
+                    # Stopped on a call that waits for the client (answer with an approval);
+                    # shown when there are any, so that a run without approvals looks as it did.
+                    **_awaiting(progress.count(ItemOutcome.NEEDS_APPROVAL)),
                 },
                 # Steps that summarized an agent's oldest messages before its next request.
                 "summaries": progress.count(ItemOutcome.SUMMARIZED),
