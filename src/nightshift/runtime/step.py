@@ -260,7 +260,8 @@ def _waits(turn: Turn) -> bool:
     """Whether the turn's calls wait for the client (a new answer only: an answer's calls run)."""
     if turn.verdicts is not None:
         return False
-    client = {t.name for t in turn.state.client_tools}
+    # A client tool named as one of the agent's own is not offered (``context.build_requests``): the agent's runs.
+    client = {t.name for t in turn.state.client_tools if turn.agent.tool(t.name) is None}
     return bool(waiting_calls(turn.response.tool_calls, turn.agent.tool_rules, client.__contains__))
 
 
