@@ -140,6 +140,10 @@ async def send_messages(
     with its run and step, then the stop reason and the token usage. A 409 while the agent is in
     an open step of a batch run or of another send. With ``streaming: true``, the same run as
     server-sent events (``/messages/stream``).
+
+    A call of a tool that needs approval, or of one of the request's ``client_tools``, stops the
+    agent (stop reason ``requires_approval``, an ``approval_request_message``); the next send is
+    the answer, a message of type ``approval`` (or ``tool_return``), and anything else is a 409.
     """
     send = body.send(agent_id, state.settings.default_max_steps)
     view = view_of(send.request_config)
