@@ -46,6 +46,10 @@ async def test_the_run_goes_on_without_the_agent_awaiting_approval(stepped: Step
     assert [len(stepped.model.calls(a["id"])) for a in (gated, free, clienty)] == [1, 2, 1]
     (offered,) = stepped.model.calls(clienty["id"])
     assert "read_clipboard" in tool_names(offered)
+    listed = await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents")
+    assert listed.status_code == 200, listed.text
+    states = {a["agent_id"]: a["state"] for a in listed.json()["agents"]}
+    assert states == {gated["id"]: "needs_approval", free["id"]: "finished", clienty["id"]: "needs_approval"}
     pending = {a["id"]: await _last(stepped, a["id"]) for a in (gated, clienty)}
     assert {p["message_type"] for p in pending.values()} == {"approval_request_message"}
 
