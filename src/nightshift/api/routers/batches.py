@@ -141,7 +141,8 @@ async def batch_agents(
 
     ``state`` is running, finished, failed, cancelled or needs_approval (stopped on a call that
     waits for the client); ``step_number`` is the step (from 0) the agent is in, or stopped or
-    failed at; ``cost_without_batch_usd`` is what the same tokens cost through the normal API, ``batch_savings_usd`` the difference, and ``cache_savings_usd`` what
+    failed at; ``cost_without_batch_usd`` is what the same tokens cost through the normal API,
+    ``batch_savings_usd`` the difference, and ``cache_savings_usd`` what
     the prompt cache saved (negative when it cost more than it saved).
     """
     agents = await batch_runs.agents_of_batch_run(conn, org, run_id, after=after, limit=limit)
