@@ -298,11 +298,21 @@ def test_a_bad_client_tool_is_a_422(letta_1_12: Any, http: httpx.Client, tool: d
     assert "client tool" in refused.text
 
 
-def test_the_approval_setting_of_a_tool_the_agent_lacks_is_a_404(letta_1_12: Any, http: httpx.Client) -> None:
+def test_the_approval_setting_of_a_tool(letta_1_12: Any, http: httpx.Client) -> None:
     agent = letta_1_12.agents.create(name="plain", model=MODEL)
     missing = http.patch(f"/v1/agents/{agent.id}/tools/approval/get_weather", json={"requires_approval": True})
     assert missing.status_code == 404, missing.text
     assert "get_weather" in missing.text
+    # The setting may come as a query parameter too, as Letta takes it; with neither, a 422.
+    url = f"/v1/agents/{agent.id}/tools/approval/send_message"
+    by_query = http.patch(url, params={"requires_approval": "true"})
+    assert by_query.status_code == 200, by_query.text
+    assert by_query.json()["tool_rules"] == [{"type": "requires_approval", "tool_name": "send_message"}]
+    twice = http.patch(url, json={"requires_approval": True})
+    assert twice.json()["tool_rules"] == [{"type": "requires_approval", "tool_name": "send_message"}]
+    neither = http.patch(url)
+    assert neither.status_code == 422, neither.text
+    assert "requires_approval" in neither.text
 
 
 def _finished_run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
