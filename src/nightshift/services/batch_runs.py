@@ -101,13 +101,16 @@ async def start_batch_run(
 
     Only the checks that need no agent loaded are made here, in the transaction that writes the
     run and its requests and reserves its agents; ``queued`` (the poller's event, when it runs on
-    this event loop) is set once it is committed. The run is made at ``now``.
+    this event loop) is set once it is committed. The run is made at ``now``. ``new.answers``
+    (requests that answer their agents' approval requests) are checked first, their calls run,
+    and their results written with the run (``runtime/answers.py``).
 
     Raises:
         InvalidInput: bad requests, a callback URL on a private address, or an Idempotency-Key
             used for another request.
         NotFound: an agent of another organization, or none.
-        Conflict: an agent already stepping.
+        Conflict: an agent already stepping, awaiting an approval it is sent no answer to, or
+            sent an answer while awaiting none.
     """
     digest = hashlib.sha256(orjson.dumps(new.body, option=orjson.OPT_SORT_KEYS)).hexdigest()
     if new.idempotency_key is not None:
