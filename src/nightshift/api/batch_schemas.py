@@ -5,15 +5,25 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, Tag, model_validator
 
+from nightshift.api.approval_schemas import (
+    ApprovalBody,
+    ClientToolBody,
+    ToolReturnsBody,
+    answer_of,
+    message_type,
+)
 from nightshift.api.input import Body
 from nightshift.api.letta_options import refuse_batch_options
+from nightshift.domain.approvals import Answer
 from nightshift.domain.batches import Costs, ItemOutcome, refuse_repeated_agents
+from nightshift.domain.limits import MAX_LIST_ITEMS
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.domain.usage import Usage
+from nightshift.errors import InvalidInput
 from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
 
 
@@ -127,8 +137,18 @@ def input_turns(messages: list[InputMessage] | None, shorthand: str | list[TextP
     return tuple(found)
 
 
+# A message of a run's request: one to the agent, or the answer to the approval request it awaits.
+RequestMessage = Annotated[
+    Annotated[InputMessage, Tag("message")]
+    | Annotated[ApprovalBody, Tag("approval")]
+    | Annotated[ToolReturnsBody, Tag("tool_return")],
+    Discriminator(message_type),
+]
+
+
 class BatchRequestBody(BaseModel):
-    """One agent of a run: its id and its messages (or Letta's ``input`` shorthand).
+    """One agent of a run: its id and its messages (or Letta's ``input`` shorthand), or its answer
+    to the approval request it awaits; and the client-side tools offered for the run.
 
     Letta's send options that a batch run does not carry out are refused when set, as the body
     arrives (``BatchCreate``).
@@ -136,13 +156,29 @@ class BatchRequestBody(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     agent_id: str = Field(min_length=1)
-    messages: list[InputMessage] | None = None
+    messages: list[RequestMessage] | None = None
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=1000)
+    client_tools: list[ClientToolBody] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
 
     def texts(self) -> tuple[UserInput, ...]:
         """The messages, in order."""
-        return input_turns(self.messages, self.input)
+        return input_turns([m for m in self.messages or () if isinstance(m, InputMessage)], self.input)
+
+    def answer(self) -> Answer | None:
+        """The answer to the agent's approval request, if the request is one (then alone).
+
+        Raises:
+            InvalidInput: more than one answer, or an answer with messages.
+        """
+        answer = answer_of([m for m in self.messages or () if isinstance(m, ApprovalBody | ToolReturnsBody)])
+        if answer is not None and self.texts():
+            raise InvalidInput(
+                f"the request of agent {self.agent_id} answers its approval request: send that alone, "
+                "without other messages",
+                field="requests",
+            )
+        return answer
 
 
 class BatchCreate(Body):
@@ -169,6 +205,10 @@ class BatchCreate(Body):
             )
             refuse_batch_options(requests)
         return data
+
+
+def _awaiting(count: int) -> dict[str, int]:
+    return {"awaiting_approval": count} if count else {}
 
 
 class BatchRunPublic(BaseModel):
@@ -209,6 +249,9 @@ class BatchRunPublic(BaseModel):
                     "finished": progress.count(ItemOutcome.FINISHED),
                     "failed": progress.count(ItemOutcome.FAILED),
                     "cancelled": progress.count(ItemOutcome.CANCELLED),
+                    # Stopped on a call that waits for the client (answer with an approval);
+                    # shown when there are any, so that a run without approvals looks as it did.
+                    **_awaiting(progress.count(ItemOutcome.NEEDS_APPROVAL)),
                 },
                 # Steps that summarized an agent's oldest messages before its next request.
                 "summaries": progress.count(ItemOutcome.SUMMARIZED),

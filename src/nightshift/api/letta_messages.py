@@ -1,7 +1,8 @@
 """Our stored messages as Letta's message union (system, user, reasoning, assistant, tool call, tool return).
 
 One stored assistant message becomes a reasoning message plus an assistant message (for
-send_message) or a tool-call message; all parts keep the stored message's id, as Letta does,
+send_message) or a tool-call message (an approval request message when its calls wait for the
+client); all parts keep the stored message's id, as Letta does,
 so that ``after=<id>`` pagination works on stored ids.
 """
 
@@ -134,6 +135,13 @@ def _parts(message: Message, view: LettaView) -> list[dict[str, Any]]:
         parts.append(_base(message, "reasoning_message", len(parts)) | {"reasoning": message.reasoning})
     if message.text:
         parts.append(_base(message, "assistant_message", len(parts)) | {"content": message.text})
+    if message.kind is MessageKind.APPROVAL_REQUEST:
+        # The calls wait for the client's answer: shown together, as one request (by the message's id).
+        calls = [{"name": c.name, "arguments": c.arguments, "tool_call_id": c.id} for c in message.tool_calls]
+        parts.append(
+            _base(message, "approval_request_message", len(parts)) | {"tool_call": calls[0], "tool_calls": calls}
+        )
+        return parts
     for call in message.tool_calls:
         if view.use_assistant_message and call.name == view.assistant_tool:
             try:

@@ -31,7 +31,7 @@ from nightshift.api.input import Body
 from nightshift.api.letta_messages import DEFAULT_VIEW, LettaView, to_letta_messages, usage_statistics
 from nightshift.api.partial_json import partial_object
 from nightshift.clock import Clock
-from nightshift.domain.messages import Message, Role
+from nightshift.domain.messages import Message, MessageKind, Role
 from nightshift.domain.run_chunks import ChunkKind
 from nightshift.errors import NightshiftError, ProviderError
 from nightshift.ids import new_id
@@ -253,6 +253,12 @@ class LettaStream:
                 call = _Call(id=stored.id, name=stored.name)  # nothing of it was shown as it is stored
             if not call.arguments or len(stored.arguments) > len(call.arguments):
                 out.append(self._tool_call(message.id, call, stored.arguments[len(call.arguments) :]))
+        if message.kind is MessageKind.APPROVAL_REQUEST:
+            # The calls wait for the client: the request that names them comes whole, at the end.
+            out = [c for c in out if c["message_type"] != "tool_call_message"]
+            out += [
+                p for p in to_letta_messages(message, self._view) if p["message_type"] == "approval_request_message"
+            ]
         return out
 
 

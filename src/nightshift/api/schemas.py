@@ -166,6 +166,10 @@ class ToolCreate(Body):
         description="The JSON schema of a pydantic model of the arguments (model_json_schema()); the function "
         "then gets model instances",
     )
+    default_requires_approval: bool | None = Field(
+        default=None,
+        description="Whether an agent given the tool must have each call approved (a requires_approval rule)",
+    )
 
 
 class ToolUpdate(Body):
@@ -175,6 +179,7 @@ class ToolUpdate(Body):
     description: Text | None = None
     tags: Tags | None = None
     return_char_limit: ReturnCharLimit | None = None
+    default_requires_approval: bool | None = None
 
     def to_changes(self) -> ToolChanges:
         return ToolChanges(
@@ -182,6 +187,7 @@ class ToolUpdate(Body):
             description=given(self.description),
             tags=given(self.tags),
             return_char_limit=given(self.return_char_limit),
+            default_requires_approval=given(self.default_requires_approval),
         )
 
 
@@ -196,6 +202,7 @@ class ToolPublic(BaseModel):
     args_json_schema: dict[str, Any] | None
     tags: list[str]
     return_char_limit: int
+    default_requires_approval: bool
     metadata_: dict[str, Any]
     created_at: datetime
     updated_at: datetime

@@ -21,7 +21,7 @@ from nightshift.domain.batches import (
 )
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import UserInput
-from nightshift.runtime.step import TurnResult
+from nightshift.runtime.step import TurnReason, TurnResult
 
 # Transient per-request errors (rate limits, overload) are retried in the next step this often.
 TRANSIENT_RETRIES = 2
@@ -82,6 +82,8 @@ def next_step(
         if result is not None:
             goes_on = result.continues and run_open
             outcome = ItemOutcome.CONTINUED if goes_on else ItemOutcome.FINISHED
+            if result.reason is TurnReason.REQUIRES_APPROVAL:
+                outcome = ItemOutcome.NEEDS_APPROVAL  # it leaves the run until the client answers
             completions.append(ItemCompletion(item_id=item.id, outcome=outcome, error=result.tool_error))
             if goes_on and agent is not None:
                 entries.append(
@@ -112,9 +114,10 @@ def next_step(
 
 
 def final_status(progress: BatchRunProgress) -> BatchRunStatus:
-    """How a run with nothing left open ends: completed if any agent finished; cancelled if none
-    failed either and some were cancelled alone (their part of it cancelled, or deleted); else failed."""
-    if progress.count(ItemOutcome.FINISHED):
+    """How a run with nothing left open ends: completed if any agent finished (or stopped for an
+    approval, which is no failure); cancelled if none failed either and some were cancelled alone
+    (their part of it cancelled, or deleted); else failed."""
+    if progress.count(ItemOutcome.FINISHED) + progress.count(ItemOutcome.NEEDS_APPROVAL):
         return BatchRunStatus.COMPLETED
     if progress.count(ItemOutcome.CANCELLED) and not progress.count(ItemOutcome.FAILED):
         return BatchRunStatus.CANCELLED

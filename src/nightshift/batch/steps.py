@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import StepEntry
 from nightshift.domain.agents import Agent
+from nightshift.domain.approvals import awaiting_conflict, pending_request
 from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
@@ -44,6 +45,7 @@ from nightshift.store import agents as agent_store
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
+from nightshift.store import messages as message_store
 from nightshift.store import provider_batches as batch_store
 
 # A step's agents on one provider and model go into provider batches of at most this many (and
@@ -128,7 +130,7 @@ async def _check_requests(
     if size > MAX_INPUT_BYTES:
         raise InvalidInput(f"the messages hold {size} bytes; a run takes at most {MAX_INPUT_BYTES}", field="requests")
     for index, request in enumerate(requests):
-        if not any(t.text.strip() or t.images for t in turns[index]):
+        if not request.answered and not any(t.text.strip() or t.images for t in turns[index]):
             raise InvalidInput(f"requests[{index}] has no message text", field=f"requests.{index}.messages")
         if request.max_steps is not None and request.max_steps < 1:
             raise InvalidInput("max_steps must be at least 1", field=f"requests.{index}.max_steps")
@@ -144,12 +146,23 @@ async def _check_requests(
             f"agents already stepping (in an open step of another run, or synchronously): "
             f"{', '.join(sorted(busy)[:10])}; wait for that to finish or cancel the run"
         )
+    await _refuse_awaiting(conn, [r.agent_id for r in requests if not r.answered])
     for provider, count in Counter(c.provider for c in configs.values()).items():
         limit = provider_info(provider).max_batch_requests
         if count > limit:
             raise InvalidInput(
                 f"{count} agents on {provider}: one run takes at most {limit} per provider", field="requests"
             )
+
+
+async def _refuse_awaiting(conn: AsyncConnection, agent_ids: Sequence[str]) -> None:
+    """Refuse messages for agents that await an answer to an approval request (two statements)."""
+    tails = await agent_store.window_tails(conn, agent_ids)
+    stored = await message_store.get_messages(conn, tails.values())
+    for agent_id, tail in tails.items():
+        request = pending_request(stored.get(tail))
+        if request is not None:
+            raise awaiting_conflict(agent_id, request)
 
 
 async def write_first_step(
@@ -186,8 +199,11 @@ async def write_first_step(
         entries = [
             StepEntry(
                 agent=agents[r.agent_id],
-                state=first_state(agents[r.agent_id], r.max_steps or run.max_steps),
+                state=replace(
+                    first_state(agents[r.agent_id], r.max_steps or run.max_steps), client_tools=r.client_tools
+                ),
                 inputs=r.messages,
+                heartbeat=r.answered,  # the answer is in its window: the model reacts to it
             )
             for r in part
         ]

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 from nightshift.domain.answers import StoredResult
+from nightshift.domain.approvals import ClientTool
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Image, UserInput
@@ -79,6 +80,9 @@ class ItemOutcome(StrEnum):
     FAILED = "failed"  # it stops without finishing (provider error, unbuildable request, ...)
     CANCELLED = "cancelled"  # its run was cancelled before this step was applied
     SUMMARIZED = "summarized"  # its window was summarized; its step follows in the run's next step
+    # It called a tool that waits for the client (an approval, a client-side tool): it leaves the
+    # run, its window holding the pending calls, until the client answers (``domain/approvals.py``).
+    NEEDS_APPROVAL = "needs_approval"
 
 
 TERMINAL_RUN_STATUSES = frozenset({BatchRunStatus.COMPLETED, BatchRunStatus.FAILED, BatchRunStatus.CANCELLED})
@@ -94,6 +98,8 @@ class StepState:
     request rebuilt after a crash is the same request). ``retries`` counts transient provider
     errors retried so far. With ``summary`` the item's request is the summary of the agent's
     oldest messages, and its step waits for it (the step's number and state stay as they are).
+    ``client_tools`` are the tools the request of the run offered that the client runs itself
+    (a call of one parks the agent: ``domain/approvals.py``); an older state has none.
     """
 
     step_number: int = 0
@@ -102,6 +108,7 @@ class StepState:
     allowed_tools: tuple[str, ...] = ()
     retries: int = 0
     summary: SummaryPlan | None = None
+    client_tools: tuple[ClientTool, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +119,7 @@ class StepState:
             "allowed_tools": list(self.allowed_tools),
             "retries": self.retries,
             "summary": self.summary.to_json() if self.summary else None,
+            **({"client_tools": [t.to_json() for t in self.client_tools]} if self.client_tools else {}),
         }
 
     @classmethod
@@ -130,6 +138,7 @@ class StepState:
             allowed_tools=tuple(data.get("allowed_tools", ())),
             retries=int(data.get("retries", 0)),
             summary=SummaryPlan.from_json(data["summary"]) if data["summary"] else None,
+            client_tools=tuple(ClientTool.from_json(t) for t in data.get("client_tools", ())),
         )
 
 
@@ -427,11 +436,18 @@ class PollSnapshot:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchRunRequest:
-    """One agent of a new run: its id, the user's messages and an optional step limit."""
+    """One agent of a new run: its id, the user's messages and an optional step limit.
+
+    ``client_tools`` are offered to the model for the run (the client runs them). ``answered``:
+    the request answered the approval request the agent awaited, and the answer was applied as
+    the run was made; its first step starts with a heartbeat instead of the user's messages.
+    """
 
     agent_id: str
     messages: tuple[UserInput, ...]
     max_steps: int | None = None
+    client_tools: tuple[ClientTool, ...] = ()
+    answered: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The request as JSON (a message of text alone as its text), as ``from_json`` reads it back."""
@@ -439,6 +455,8 @@ class BatchRunRequest:
             "agent_id": self.agent_id,
             "messages": [_input_json(m) for m in self.messages],
             "max_steps": self.max_steps,
+            "client_tools": [t.to_json() for t in self.client_tools] or None,
+            "answered": self.answered,
         }
 
     @classmethod
@@ -457,6 +475,8 @@ class BatchRunRequest:
                 for m in data["messages"]
             ),
             max_steps=data["max_steps"],
+            client_tools=tuple(ClientTool.from_json(t) for t in data.get("client_tools") or ()),
+            answered=bool(data.get("answered", False)),
         )
 
 

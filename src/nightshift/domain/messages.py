@@ -81,6 +81,9 @@ class MessageKind(StrEnum):
     LOGIN = "login"  # the login event a new agent's default messages end with
     MEMORY_PRESSURE = "memory_pressure"  # the notice that the window is filling up
     SUMMARY = "summary"  # stands for the messages that left the window (``context_window.is_summary``)
+    # An assistant turn whose calls wait for the client (an approval, a client-side tool's result):
+    # while it ends the agent's window, the agent awaits an answer (``domain/approvals.py``).
+    APPROVAL_REQUEST = "approval_request"
 
 
 @fast_init

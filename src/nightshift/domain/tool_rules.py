@@ -95,6 +95,13 @@ class RequiredBeforeExitToolRule(_Rule):
     type: Literal["required_before_exit"] = "required_before_exit"
 
 
+class RequiresApprovalToolRule(_Rule):
+    """``requires_approval``: a call of this tool waits for a person to approve or deny it before it runs
+    (the agent stops with an approval request; ``domain/approvals.py``)."""
+
+    type: Literal["requires_approval"] = "requires_approval"
+
+
 ToolRule = Annotated[
     InitToolRule
     | TerminalToolRule
@@ -103,7 +110,8 @@ ToolRule = Annotated[
     | ConditionalToolRule
     | MaxCountPerStepToolRule
     | ParentToolRule
-    | RequiredBeforeExitToolRule,
+    | RequiredBeforeExitToolRule
+    | RequiresApprovalToolRule,
     Field(discriminator="type"),
 ]
 

@@ -41,6 +41,8 @@ class Tool:
     tags: tuple[str, ...] = ()
     return_char_limit: int = 50_000
     metadata: dict[str, Any] = field(default_factory=dict)
+    # An agent given the tool gets a requires_approval rule for it (``domain/approvals.py``).
+    default_requires_approval: bool = False
     created_at: datetime
     updated_at: datetime
 

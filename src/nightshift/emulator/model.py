@@ -17,6 +17,10 @@ Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
    in one turn together with ``send_message``, else one per turn and then ``send_message``;
 5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
 
+A tool the client runs itself (Letta's ``client_tools``) is a custom tool to this model, and so
+is one that needs approval: a message that names it gets it called (rule 3), and the call waits
+for the client's answer on the server's side; the answer's results then count as results (rule 2).
+
 In rule 2, a result that asks for another call ("... call read_page with page=8") gets it, with
 ``request_heartbeat`` true, as a model follows a paging tool. A turn's results are summarised
 together (rule 2 looks at every result of the last turn). Heartbeats and system alerts (notices,

@@ -240,11 +240,13 @@ async def build_requests(
             tool, problem = broken
             problems[agent.id] = f"its tool {tool.name!r} cannot be offered to the model: {problem}"
             continue
+        # The client-side tools of the run come along whatever the rules allow (the client runs them).
+        client = [c.json_schema() for c in states[agent.id].client_tools if agent.tool(c.name) is None]
         requests[agent.id] = ModelRequest.from_config(
             agent.llm_config,
             system=window[0].text,
             messages=window[1:],
-            tools=[t.json_schema for t in offered],
+            tools=[t.json_schema for t in offered] + client,
             require_tool_call=_must_call(agent, states[agent.id]),
             agent_arguments=agent.agent_type.heartbeats,
         )

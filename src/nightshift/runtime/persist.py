@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
 from nightshift.domain.messages import Message
-from nightshift.runtime.step import TurnResult
+from nightshift.runtime.step import TurnReason, TurnResult
 from nightshift.runtime.window import Summary, added_tokens, summarized
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
@@ -40,7 +40,9 @@ async def write_turns(
         # The provider counted the request exactly: only the turn's messages are estimated.
         counted = replace(agent, context_tokens=result.request_tokens) if result.request_tokens else agent
         tokens = added_tokens(counted, result.messages)
-        if not result.continues and agent.message_buffer_autoclear:
+        # An agent awaiting an answer keeps the calls it waits on in its window.
+        awaits = result.reason is TurnReason.REQUIRES_APPROVAL
+        if not result.continues and agent.message_buffer_autoclear and not awaits:
             window, tokens = window[:1], None  # counted again when next needed
         blocks = tuple(changed.get(b.id, b) for b in agent.blocks)
         updated[agent.id] = replace(agent, message_ids=window, context_tokens=tokens, blocks=blocks, updated_at=now)

@@ -13,23 +13,29 @@ the turn's other calls still run, and the agent gets another step to react to it
 turn ended the run: a terminal (exit_loop) call, or send_message made with other calls. Whatever
 else goes wrong with one agent's turn (a bug its answer runs into) fails that agent alone: its
 result says why (``failure``) and the other agents' turns go on.
+
+A turn that calls a tool needing approval, or a client-side tool, runs none of its calls: it is
+parked (``TurnReason.REQUIRES_APPROVAL``) until the client answers; the answer comes back as a
+turn of its own (``Turn.verdicts``) whose calls then run, are denied or take the client's result
+(``domain/approvals.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeAlias
 
 from nightshift.domain.agents import Agent
+from nightshift.domain.approvals import Verdict, VerdictKind, denial_text, waiting_calls
 from nightshift.domain.batches import StepState
 from nightshift.domain.blocks import Block
 from nightshift.domain.fast_init import fast_init
-from nightshift.domain.messages import SEND_MESSAGE, Message, Role, ToolCall
+from nightshift.domain.messages import SEND_MESSAGE, Message, MessageKind, Role, ToolCall
 from nightshift.domain.passages import Passage
 from nightshift.domain.solver import Reason, ToolRulesSolver, UnmappedToolOutput
 from nightshift.domain.tools import ToolType
@@ -55,6 +61,9 @@ class Turn:
     batch_item_id: str | None = None
     # The id the turn's assistant message gets, when it was given out before (a streamed answer).
     message_id: str | None = None
+    # Set when the turn is the client's answer to a parked turn (whose assistant message is
+    # stored already): the verdicts by call id; the calls without one run as usual.
+    verdicts: Mapping[str, Verdict] | None = None
 
 
 class TurnReason(StrEnum):
@@ -68,6 +77,8 @@ class TurnReason(StrEnum):
     TOOL_RULES = "tool_rules"  # ends: the rules leave no way on (``TurnResult.detail`` says why)
     MAX_STEPS = "max_steps"  # ends: the run's step limit was reached
     ERROR = "error"  # ends: the turn could not be taken at all (``TurnResult.failure`` says why)
+    REQUIRES_APPROVAL = "requires_approval"  # ends: a call waits for the client (``domain/approvals.py``)
+    CLIENT_ANSWERED = "client_answered"  # goes on: the client denied a call or returned a result
 
 
 # Why a turn goes on or ends: the rules' decision, or the runtime's own reason.
@@ -212,6 +223,7 @@ async def take_turns(
     (they run side by side), and a call after them waits for the next wave, so each call sees
     the rules (and the memory) as the calls before it left them.
     """
+    parked = {id(turn): _parked(turn, now) for turn in turns if _waits(turn)}
     pending = [
         _Pending(
             turn=turn,
@@ -219,6 +231,7 @@ async def take_turns(
             solver=ToolRulesSolver(turn.agent.tool_rules, turn.state.solver),
         )
         for turn in turns
+        if id(turn) not in parked
     ]
     # Blocks as this step's memory edits left them: agents that share a block each edit the value
     # the one before left, so no edit is lost.
@@ -243,7 +256,42 @@ async def take_turns(
             for item in dict.fromkeys(item for item, _ in queued):
                 item.solver = _replayed(item)
         waiting = [item for item in waiting if not item.done]
-    return [_finish_alone(item, now) for item in pending]
+    finished = {id(item.turn): _finish_alone(item, now) for item in pending}
+    return [parked.get(id(turn)) or finished[id(turn)] for turn in turns]
+
+
+def _waits(turn: Turn) -> bool:
+    """Whether the turn's calls wait for the client (a new answer only: an answer's calls run)."""
+    if turn.verdicts is not None:
+        return False
+    # A client tool named as one of the agent's own is not offered (``context.build_requests``): the agent's runs.
+    client = {t.name for t in turn.state.client_tools if turn.agent.tool(t.name) is None}
+    return bool(waiting_calls(turn.response.tool_calls, turn.agent.tool_rules, client.__contains__))
+
+
+def _parked(turn: Turn, now: datetime) -> TurnResult:
+    """The turn stored as an approval request, none of its calls run; the agent stops until the client answers."""
+    message = replace(_assistant_message(turn, now), kind=MessageKind.APPROVAL_REQUEST)
+    return TurnResult(
+        agent_id=turn.agent.id,
+        messages=(message,),
+        continues=False,
+        reason=TurnReason.REQUIRES_APPROVAL,
+        state=turn.state,
+        request_tokens=turn.response.usage.prompt_tokens or None,
+    )
+
+
+def _answered(entry: _Call, verdict: Verdict) -> None:
+    """Give a call the client's answer instead of running it: a denial or the client's result."""
+    entry.refused = True  # it did not run here: the rules stay as they were
+    if verdict.kind is VerdictKind.DENIED:
+        entry.error = failed_text(entry.call.name, denial_text(verdict.reason))
+    elif verdict.is_error:
+        entry.error = verdict.output
+    else:
+        entry.output = verdict.output
+    entry.stdout, entry.stderr = "\n".join(verdict.stdout), "\n".join(verdict.stderr)
 
 
 async def _advance(
@@ -260,6 +308,11 @@ async def _advance(
     while not item.done:
         entry = item.calls[item.position]
         call = entry.call
+        verdict = turn.verdicts.get(call.id) if turn.verdicts is not None else None
+        if verdict is not None and verdict.kind is not VerdictKind.APPROVED:
+            _answered(entry, verdict)
+            item.position += 1
+            continue
         tool = turn.agent.tool(call.name)
         if in_sandbox and (tool is None or tool.tool_type is not ToolType.CUSTOM):
             return  # it runs after the custom calls before it, in the next wave
@@ -334,7 +387,8 @@ def _finish_alone(item: _Pending, now: datetime) -> TurnResult:
 def _finish(item: _Pending, now: datetime) -> TurnResult:
     turn = item.turn
     agent, state = turn.agent, turn.state
-    messages = [_assistant_message(turn, now)]
+    # An answer's assistant message was stored when its turn was parked.
+    messages = [_assistant_message(turn, now)] if turn.verdicts is None else []
     available = [t.name for t in agent.tools]
     solver = _replayed(item)
     changed: dict[str, Block] = {}
@@ -352,12 +406,16 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
             changed.update({blocks[label].id: blocks[label] for label in sorted(entry.context.changed_labels)})
             new_passages.extend(entry.context.new_passages)
     continues, reason = _decide(item, solver, available)
+    if not continues and turn.verdicts and any(v.kind is not VerdictKind.APPROVED for v in turn.verdicts.values()):
+        # A denial or a client's result is news to the model: it gets a step to react, as in Letta.
+        continues, reason = True, TurnReason.CLIENT_ANSWERED
     detail: str | None = None
     next_state = StepState(
         step_number=state.step_number + 1,
         max_steps=state.max_steps,
         solver=solver.state,
         retries=state.retries,
+        client_tools=state.client_tools,
     )
     if continues and next_state.step_number >= state.max_steps:
         continues, reason = False, TurnReason.MAX_STEPS
@@ -369,6 +427,7 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
                 solver=next_state.solver,
                 allowed_tools=tuple(solver.allowed_tools(available)),
                 retries=next_state.retries,
+                client_tools=next_state.client_tools,
             )
         except UnmappedToolOutput as exc:
             continues, reason, detail = False, TurnReason.TOOL_RULES, exc.message

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRunStep
 from nightshift.domain.agents import Agent, LLMConfig
+from nightshift.domain.approvals import Answer, ClientTool
 from nightshift.domain.batches import StepState
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Message, UserInput
@@ -34,6 +35,7 @@ from nightshift.providers.base import (
     ToolCallDelta,
 )
 from nightshift.providers.clients import ProviderSet
+from nightshift.runtime.answers import answer_turn
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
@@ -130,6 +132,8 @@ async def step_agent(
     listener: SyncListener | None = None,
     summary_model: str | None = None,
     overrides: Overrides = NO_OVERRIDES,
+    answer: Answer | None = None,
+    client_tools: Sequence[ClientTool] = (),
 ) -> SyncResult:
     """Send ``inputs`` to the agent and step it until it stops, reaches ``max_steps`` or is cancelled.
 
@@ -145,14 +149,22 @@ async def step_agent(
     summarized (by ``summary_model``, or the agent's own model) through the normal API.
     ``overrides`` change the step's calls for this send only (see :class:`Overrides`).
 
+    ``answer`` is the client's answer to the approval request the agent awaits (then ``inputs``
+    is empty): its calls run, are denied or take the client's results before the first model
+    call. ``client_tools`` are offered to the model for the whole run; a call of one (or of a
+    tool needing approval) stops the agent with an approval request (``domain/approvals.py``).
+
     Raises:
-        InvalidInput: no message text.
+        InvalidInput: no message text; an answer that does not fit the pending calls.
         NotFound: no such agent.
-        Conflict: the agent is in an open step of a batch run, or in another synchronous step.
+        Conflict: the agent is in an open step of a batch run, or in another synchronous step;
+            it awaits an answer and got a message, or got an answer and awaits none.
         ProviderError: the provider failed (what was written before stays written).
     """
-    if not any(i.text.strip() or i.images for i in inputs):
+    if answer is None and not any(i.text.strip() or i.images for i in inputs):
         raise InvalidInput("give at least one message with text", field="messages")
+    if answer is not None and inputs:
+        raise InvalidInput("send an approval alone, without other messages in the same request", field="messages")
     out = SyncResult()
     now = clock.now()
     step_id = new_id("step")
@@ -168,6 +180,7 @@ async def step_agent(
             raise Conflict(f"agent {agent_id} is already being stepped synchronously; wait for that to finish")
         if await item_store.agents_in_open_steps(conn, [agent_id]):
             raise Conflict(f"agent {agent_id} is in an open step of a batch run; wait for it or cancel the run")
+        answered = await answer_turn(conn, agent, answer, max_steps, client_tools)
         # Holding the agent, no other run of it can be stepping: a running one was cut off.
         await agent_run_store.fail_interrupted(conn, now, agent_id=agent_id)
         if not await agent_run_store.start_run(conn, run_id, now):
@@ -189,7 +202,7 @@ async def step_agent(
         out.messages.extend(messages)
         if listener is not None:
             await listener.messages(messages)
-        state = first_state(agent, max_steps)
+        state = replace(first_state(agent, max_steps), client_tools=tuple(client_tools))
         asked = overrides.config(agent.llm_config)
         provider = providers.get(asked.provider)
         plan = step_inputs.summaries.get(agent.id)
@@ -206,24 +219,33 @@ async def step_agent(
                 if out.steps and await agent_run_store.is_cancelled(conn, run_id):
                     out.cancelled = True
                     return out
-                requests, problems = await build_requests(conn, [replace(agent, llm_config=asked)], {agent.id: state})
-                # A window read after its agent was deleted is empty: the run was cancelled with it.
-                if agent.id in problems and await agent_run_store.is_cancelled(conn, run_id):
-                    out.cancelled = True
-                    return out
-            if agent.id in problems:
-                raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
-            request = overrides.request(requests[agent.id])
-            message_id = new_id("message")
-            if listener is not None and listener.tokens:
-                response = await _streamed(provider, request, message_id, listener)
+            if answered is not None:
+                # The answer's calls first: the model is called once they have their results.
+                turn, answered = replace(answered, agent=agent), None
+                response = turn.response
             else:
-                response = await provider.complete(request)
+                async with engine.connect() as conn:
+                    requests, problems = await build_requests(
+                        conn, [replace(agent, llm_config=asked)], {agent.id: state}
+                    )
+                    # A window read after its agent was deleted is empty: the run was cancelled with it.
+                    if agent.id in problems and await agent_run_store.is_cancelled(conn, run_id):
+                        out.cancelled = True
+                        return out
+                if agent.id in problems:
+                    raise InvalidInput(f"agent {agent.id} cannot be stepped: {problems[agent.id]}")
+                request = overrides.request(requests[agent.id])
+                message_id = new_id("message")
+                if listener is not None and listener.tokens:
+                    response = await _streamed(provider, request, message_id, listener)
+                else:
+                    response = await provider.complete(request)
+                turn = Turn(agent=agent, state=state, response=response, message_id=message_id)
             out.steps += 1
             out.usage += response.usage
             async with engine.connect() as conn:
                 (result,) = await take_turns(
-                    [Turn(agent=agent, state=state, response=response, message_id=message_id)],
+                    [turn],
                     search=StoreSearch(conn),
                     sandbox=sandbox,
                     now=clock.now(),

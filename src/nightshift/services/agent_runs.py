@@ -29,6 +29,7 @@ from nightshift.batch.callbacks import CallbackRules, check_callback_url, post_c
 from nightshift.batch.cancel_agent import AGENT_CANCELLED, leave_runs
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
+from nightshift.domain.approvals import Answer, ClientTool
 from nightshift.domain.messages import Message, UserInput
 from nightshift.domain.run_chunks import ChunkKind
 from nightshift.domain.usage import Usage
@@ -56,6 +57,7 @@ LETTA_STOP_REASONS: dict[Why, str] = {
     TurnReason.MAX_STEPS: "max_steps",
     TurnReason.TOOL_RULES: "tool_rule",
     TurnReason.ERROR: "error",
+    TurnReason.REQUIRES_APPROVAL: "requires_approval",
 }
 STOPPED = "the server stopped while the run was stepping"
 CALLBACK_ATTEMPTS = 5
@@ -90,6 +92,8 @@ class Send:
     # the agent's own; the agent is not changed.
     override_model: str | None = None
     override_system: str | None = None
+    answer: Answer | None = None  # the client's answer to the approval request the agent awaits
+    client_tools: Sequence[ClientTool] = ()  # tools the client runs itself, offered for this send
 
     def overrides(self) -> Overrides:
         """What the send changes of its steps' calls."""
@@ -243,6 +247,8 @@ async def _step(
             clock=stepping.clock,
             summary_model=stepping.summary_model,
             overrides=send.overrides(),
+            answer=send.answer,
+            client_tools=send.client_tools,
         )
     except Exception as exc:
         await _settle(settle, exc, run.id)
@@ -326,7 +332,7 @@ async def _start_background(
 ) -> tuple[AgentRun, asyncio.Future[Exception | None]]:
     """Create the run and start stepping it; the future says, once its stream has begun or it
     failed, the error that refused it before anything was written (None: its stream has begun)."""
-    if not any(i.text.strip() for i in send.inputs):
+    if send.answer is None and not any(i.text.strip() for i in send.inputs):
         raise InvalidInput("give at least one message with text", field="messages")
     if send.callback_url is not None:
         await check_callback_url(send.callback_url, allow_private=background.callbacks.allow_private)

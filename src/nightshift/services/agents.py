@@ -12,10 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.cancel_agent import AGENT_DELETED, leave_runs
 from nightshift.domain.agents import Agent, AgentType, LLMConfig, check_secrets
+from nightshift.domain.approvals import requires_approval
 from nightshift.domain.blocks import Block, check_block
 from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
-from nightshift.domain.tool_rules import ToolRule, check_tool_rules
+from nightshift.domain.tool_rules import RequiresApprovalToolRule, ToolRule, check_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.domain.unset import UNSET, Maybe, set_fields
 from nightshift.errors import Conflict, InvalidInput, NotFound
@@ -230,7 +231,8 @@ async def create_agents(
             defaults = default_base_tools(spec.agent_type)
             tools += [tool for name, tool in base_tools.items() if name in defaults]
         tools = list({t.id: t for t in tools}.values())
-        check_tool_rules(spec.tool_rules, [t.name for t in tools])
+        rules = with_default_approvals(spec.tool_rules, tools)
+        check_tool_rules(rules, [t.name for t in tools])
         agent_id = new_id("agent")
         system = spec.system if spec.system and spec.system.strip() else default_system_prompt(spec.agent_type)
         system_text = compile_system_message(system, blocks, now=now, recall_count=0, archival_count=0)
@@ -246,7 +248,7 @@ async def create_agents(
             system=system,
             blocks=tuple(blocks),
             tools=tuple(tools),
-            tool_rules=tuple(spec.tool_rules),
+            tool_rules=tuple(rules),
             tags=tuple(dict.fromkeys(spec.tags)),
             metadata=dict(spec.metadata),
             message_ids=tuple(m.id for m in messages),
@@ -333,6 +335,8 @@ async def update_agent(
     fields = _plain_changes(changes)
     if changes.tool_ids is not UNSET:
         fields["tools"] = tuple(await resolve_tools(conn, org_id, now=now, ids=list(changes.tool_ids)))
+        given = [t for t in fields["tools"] if agent.tool(t.name) is None]
+        fields["tool_rules"] = tuple(with_default_approvals(fields.get("tool_rules", agent.tool_rules), given))
     if changes.block_ids is not UNSET:
         fields["blocks"] = tuple(await _blocks_by_id(conn, org_id, changes.block_ids))
     if changes.secrets is not UNSET:
@@ -401,7 +405,34 @@ async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id
         return agent
     if agent.tool(tool.name) is not None:
         raise InvalidInput(f"the agent already has a tool named {tool.name!r}", field="tool_id")
-    return await save_agent(conn, agent, replace(agent, tools=(*agent.tools, tool)), now=now)
+    rules = tuple(with_default_approvals(agent.tool_rules, [tool]))
+    return await save_agent(conn, agent, replace(agent, tools=(*agent.tools, tool), tool_rules=rules), now=now)
+
+
+def with_default_approvals(rules: Sequence[ToolRule], tools: Sequence[Tool]) -> list[ToolRule]:
+    """``rules`` with a requires_approval rule for each of ``tools`` that asks for one by default (as Letta)."""
+    added = [
+        RequiresApprovalToolRule(tool_name=t.name)
+        for t in tools
+        if t.default_requires_approval and not requires_approval(rules, t.name)
+    ]
+    return [*rules, *added]
+
+
+async def set_requires_approval(
+    conn: AsyncConnection, org_id: str, agent_id: str, tool_name: str, requires: bool, *, now: datetime
+) -> Agent:
+    """Make calls of the agent's tool ``tool_name`` wait for approval, or run at once (Letta's modify_approval).
+
+    Raises:
+        NotFound: no such agent, or it has no tool of that name.
+    """
+    agent = await get_agent(conn, org_id, agent_id)
+    if agent.tool(tool_name) is None:
+        raise NotFound(f"agent {agent_id} has no tool named {tool_name!r}")
+    kept = [r for r in agent.tool_rules if not (isinstance(r, RequiresApprovalToolRule) and r.tool_name == tool_name)]
+    rules = [*kept, RequiresApprovalToolRule(tool_name=tool_name)] if requires else kept
+    return await save_agent(conn, agent, replace(agent, tool_rules=tuple(rules)), now=now)
 
 
 async def detach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str, *, now: datetime) -> Agent:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch.callbacks import CallbackRules, check_callback_url
 from nightshift.batch.steps import cancel_batch_run, queue_batch_run
 from nightshift.batch.worker import Worker
+from nightshift.domain.approvals import Answer
 from nightshift.domain.batches import (
     BatchRun,
     BatchRunFailure,
@@ -33,10 +34,12 @@ from nightshift.domain.batches import (
 from nightshift.domain.messages import Message
 from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
+from nightshift.runtime.answers import prepare_answers, release, run_answers, write_answers
 from nightshift.store import batch_run_views
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import provider_batches as batch_store
 from nightshift.store.pagination import Page
+from nightshift.tools.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,10 @@ class NewBatchRun:
     idempotency_key: str | None = None
     # The request as it came (JSON), to tell a retry from another request under the same key.
     body: dict[str, Any] = field(default_factory=dict)
+    # The answers to approval requests the agents await, by agent id (their requests are ``answered``).
+    answers: Mapping[str, Answer] = field(default_factory=dict)
+    # What runs the approved calls of ``answers``.
+    sandbox: Sandbox | None = None
 
 
 async def start_batch_run(
@@ -94,13 +101,16 @@ async def start_batch_run(
 
     Only the checks that need no agent loaded are made here, in the transaction that writes the
     run and its requests and reserves its agents; ``queued`` (the poller's event, when it runs on
-    this event loop) is set once it is committed. The run is made at ``now``.
+    this event loop) is set once it is committed. The run is made at ``now``. ``new.answers``
+    (requests that answer their agents' approval requests) are checked first, their calls run,
+    and their results written with the run (``runtime/answers.py``).
 
     Raises:
         InvalidInput: bad requests, a callback URL on a private address, or an Idempotency-Key
             used for another request.
         NotFound: an agent of another organization, or none.
-        Conflict: an agent already stepping.
+        Conflict: an agent already stepping, awaiting an approval it is sent no answer to, or
+            sent an answer while awaiting none.
     """
     digest = hashlib.sha256(orjson.dumps(new.body, option=orjson.OPT_SORT_KEYS)).hexdigest()
     if new.idempotency_key is not None:
@@ -110,8 +120,15 @@ async def start_batch_run(
             return earlier
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=callbacks.allow_private)
+    # Answers are checked (their agents held) and their calls run first, outside any transaction;
+    # their results are written with the run, so that a refused run leaves the agents waiting.
+    held = await prepare_answers(engine, org_id, new.answers, now=now, max_steps=default_max_steps)
     try:
+        if held.turns:
+            assert new.sandbox is not None, "a run that answers approval requests needs the sandbox"
+            await run_answers(engine, new.sandbox, held, now=now)
         async with engine.begin() as conn:
+            await write_answers(conn, held, now=now)
             run = await queue_batch_run(
                 conn,
                 org_id,
@@ -131,6 +148,8 @@ async def start_batch_run(
             if earlier is not None:
                 return earlier
         raise
+    finally:
+        await release(engine, held)
     if queued is not None:
         queued.set()
     async with engine.connect() as conn:

@@ -36,6 +36,7 @@ class ToolChanges:
     description: Maybe[str] = UNSET
     tags: Maybe[Sequence[str]] = UNSET
     return_char_limit: Maybe[int] = UNSET
+    default_requires_approval: Maybe[bool] = UNSET
 
 
 def _base_tool(org_id: str, name: str, now: datetime) -> Tool:
@@ -76,6 +77,7 @@ async def create_tool(
     return_char_limit: int = 50_000,
     json_schema: dict[str, Any] | None = None,
     args_json_schema: dict[str, Any] | None = None,
+    default_requires_approval: bool = False,
     upsert: bool = False,
     read_seconds: float = DEFAULT_READ_SECONDS,
 ) -> Tool:
@@ -117,6 +119,7 @@ async def create_tool(
             args_json_schema=args_json_schema or None,
             tags=tuple(tags),
             return_char_limit=return_char_limit,
+            default_requires_approval=default_requires_approval,
             updated_at=now,
         )
         await tool_store.update_tool(conn, tool)
@@ -132,6 +135,7 @@ async def create_tool(
         args_json_schema=args_json_schema or None,
         tags=tuple(tags),
         return_char_limit=return_char_limit,
+        default_requires_approval=default_requires_approval,
         created_at=now,
         updated_at=now,
     )
@@ -196,6 +200,8 @@ async def update_tool(
         updated = replace(updated, tags=tuple(changes.tags))
     if changes.return_char_limit is not UNSET:
         updated = replace(updated, return_char_limit=changes.return_char_limit)
+    if changes.default_requires_approval is not UNSET:
+        updated = replace(updated, default_requires_approval=changes.default_requires_approval)
     updated = replace(updated, updated_at=now)
     await tool_store.update_tool(conn, updated)
     return updated

@@ -13,7 +13,20 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, String, bindparam, cast, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    String,
+    bindparam,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent, AgentType, LLMConfig
@@ -324,9 +337,10 @@ async def hold_for_sync_step(
     return result.rowcount > 0
 
 
-async def release_sync_step(conn: AsyncConnection, agent_id: str, run_id: str) -> None:
+async def release_sync_step(conn: AsyncConnection, agent_id: str, run_id: str | None) -> None:
     """The synchronous step of the agent run ``run_id`` is over: its hold goes, if it still holds
-    the agent (a cancel lets go of it at once, and a later run may hold the agent since)."""
+    the agent (a cancel lets go of it at once, and a later run may hold the agent since). ``None``:
+    a hold of no run's (a batch run's answers to approval requests, applied as its request arrives)."""
     await conn.execute(
         update(agents)
         .where(agents.c.id == agent_id, or_(agents.c.stepping_run_id == run_id, agents.c.stepping_run_id.is_(None)))
@@ -358,6 +372,20 @@ async def agents_stepping(conn: AsyncConnection, agent_ids: Sequence[str], now: 
     """Which of these agents are held by a synchronous step right now."""
     query = select(agents.c.id).where(in_ids(conn, agents.c.id, agent_ids), agents.c.stepping_until > now)
     return {str(i) for i in await conn.scalars(query)}
+
+
+async def window_tails(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, str]:
+    """The id of the last message of each agent's window (by agent id), read in the database:
+    the windows themselves may be long."""
+    if not agent_ids:
+        return {}
+    last: ColumnElement[Any]
+    if conn.dialect.name == "postgresql":
+        last = agents.c.message_ids.op("->>")(literal(-1))
+    else:
+        last = func.json_extract(agents.c.message_ids, "$[#-1]")
+    query = select(agents.c.id, last).where(in_ids(conn, agents.c.id, agent_ids))
+    return {str(agent_id): str(tail) for agent_id, tail in await conn.execute(query) if tail is not None}
 
 
 async def list_tags(

@@ -156,6 +156,8 @@ async def queue_requests(conn: AsyncConnection, run_id: str, requests: Sequence[
             "agent_id": r["agent_id"],
             "messages": r["messages"],
             "max_steps": r["max_steps"],
+            "client_tools": r.get("client_tools"),
+            "answered": r.get("answered", False),
         }
         for position, r in enumerate(requests)
     ]
@@ -205,9 +207,14 @@ async def take_queued_requests(conn: AsyncConnection, run_id: str) -> list[dict[
             batch_run_requests.c.agent_id,
             batch_run_requests.c.messages,
             batch_run_requests.c.max_steps,
+            batch_run_requests.c.client_tools,
+            batch_run_requests.c.answered,
         )
     )
-    return [{"agent_id": a, "messages": m, "max_steps": n} for _, a, m, n in sorted(taken.all(), key=lambda r: r[0])]
+    return [
+        {"agent_id": a, "messages": m, "max_steps": n, "client_tools": c, "answered": bool(d)}
+        for _, a, m, n, c, d in sorted(taken.all(), key=lambda r: r[0])
+    ]
 
 
 async def forget_queued_requests(conn: AsyncConnection, run_id: str) -> int:

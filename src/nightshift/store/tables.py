@@ -213,6 +213,13 @@ tools = Table(
     Column("tags", JSONType, nullable=False),
     Column("return_char_limit", Integer, nullable=False),
     Column("metadata", JSONType, nullable=False),
+    Column(
+        "default_requires_approval",
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="an agent given the tool gets a requires_approval rule for it",
+    ),
     *_times(),
     UniqueConstraint("organization_id", "name", name="uq_tools_org_name"),
 )
@@ -344,6 +351,14 @@ batch_run_requests = Table(
     Column("agent_id", String(64), nullable=False),
     Column("messages", JSONType, nullable=False, comment="the user's messages: texts, or text and images"),
     Column("max_steps", Integer),
+    Column("client_tools", JSONType, comment="the tools the client runs itself, offered for the run"),
+    Column(
+        "answered",
+        Boolean,
+        nullable=False,
+        server_default=false(),
+        comment="the request answered the agent's approval request: its first step starts with a heartbeat",
+    ),
     Index("ix_batch_run_requests_agent_id", "agent_id"),
 )
 

@@ -31,6 +31,7 @@ def _values(tool: Tool) -> dict[str, Any]:
         "tags": list(tool.tags),
         "return_char_limit": tool.return_char_limit,
         "metadata": tool.metadata,
+        "default_requires_approval": tool.default_requires_approval,
         "created_at": tool.created_at,
         "updated_at": tool.updated_at,
     }

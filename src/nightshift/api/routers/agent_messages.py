@@ -6,8 +6,16 @@ from typing import Annotated, Any, Self
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
-from pydantic import Field, HttpUrl, field_validator, model_validator
+from pydantic import Discriminator, Field, HttpUrl, Tag, field_validator, model_validator
 
+from nightshift.api.approval_schemas import (
+    ApprovalBody,
+    ClientToolBody,
+    ToolReturnsBody,
+    answer_of,
+    client_tools_of,
+    message_type,
+)
 from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
 from nightshift.api.deps import Now, Org, State
 from nightshift.api.input import Body, Name, Text
@@ -37,6 +45,15 @@ class OwnMessage(InputMessage):
     """A message to the agent in a send: as in a batch request, its ``otid`` and ``name`` are kept."""
 
 
+# A message of a send: one to the agent, or the client's answer to the approval request it awaits.
+SentMessage = Annotated[
+    Annotated[OwnMessage, Tag("message")]
+    | Annotated[ApprovalBody, Tag("approval")]
+    | Annotated[ToolReturnsBody, Tag("tool_return")],
+    Discriminator(message_type),
+]
+
+
 class SendMessages(StreamOptions, SendRefusals):
     """Letta's LettaRequest: ``messages`` or the ``input`` shorthand, a step limit, how to show the
     messages, whether to stream them, and the model and system prompt of this send only.
@@ -44,7 +61,7 @@ class SendMessages(StreamOptions, SendRefusals):
     The options nightshift does not carry out are refused when set (``SendRefusals``).
     """
 
-    messages: list[OwnMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+    messages: list[SentMessage] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     input: str | list[TextPart] | None = None
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     use_assistant_message: bool = True
@@ -69,6 +86,8 @@ class SendMessages(StreamOptions, SendRefusals):
                 raise ValueError(exc.message) from None
         return value
 
+    client_tools: list[ClientToolBody] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+
     @model_validator(mode="after")
     def _one_way_in(self) -> Self:
         if self.messages is not None and self.input is not None:
@@ -77,7 +96,7 @@ class SendMessages(StreamOptions, SendRefusals):
 
     def inputs(self) -> list[UserInput]:
         """The input messages, checked against the size a request may carry."""
-        found = [m.as_input() for m in self.messages or ()]
+        found = [m.as_input() for m in self.messages or () if isinstance(m, OwnMessage)]
         if self.input is not None:
             found.append(shorthand_input(self.input))
         size = sum(len(i.text) for i in found)
@@ -87,6 +106,21 @@ class SendMessages(StreamOptions, SendRefusals):
                 field="messages",
             )
         return found
+
+    def send(self, agent_id: str, max_steps: int, callback_url: str | None = None) -> Send:
+        """The send this body asks for: its messages, or its answer to an approval request."""
+        answers = [m for m in self.messages or () if isinstance(m, ApprovalBody | ToolReturnsBody)]
+        return Send(
+            agent_id=agent_id,
+            inputs=self.inputs(),
+            max_steps=self.max_steps or max_steps,
+            request_config=self.request_config(),
+            callback_url=callback_url,
+            answer=answer_of(answers),
+            client_tools=client_tools_of(self.client_tools),
+            override_model=self.override_model,
+            override_system=self.override_system,
+        )
 
     def request_config(self) -> dict[str, Any]:
         """Letta's request_config of the run: how its messages are shown."""
@@ -168,15 +202,12 @@ async def send_messages(
     with its run and step, then the stop reason and the token usage. A 409 while the agent is in
     an open step of a batch run or of another send. With ``streaming: true``, the same run as
     server-sent events (``/messages/stream``).
+
+    A call of a tool that needs approval, or of one of the request's ``client_tools``, stops the
+    agent (stop reason ``requires_approval``, an ``approval_request_message``); the next send is
+    the answer, a message of type ``approval`` (or ``tool_return``), and anything else is a 409.
     """
-    send = Send(
-        agent_id=agent_id,
-        inputs=body.inputs(),
-        max_steps=body.max_steps or state.settings.default_max_steps,
-        request_config=body.request_config(),
-        override_model=body.override_model,
-        override_system=body.override_system,
-    )
+    send = body.send(agent_id, state.settings.default_max_steps)
     view = view_of(send.request_config)
     if body.streaming and body.background:
         return await background_stream(state, org, send, options=body, view=view)
@@ -199,15 +230,8 @@ async def send_messages_later(agent_id: str, body: SendLater, state: State, org:
     its stream with ``POST /v1/runs/{run_id}/stream``. Its ``callback_url``, if any, gets a POST
     when it ends.
     """
-    send = Send(
-        agent_id=agent_id,
-        inputs=body.inputs(),
-        max_steps=body.max_steps or state.settings.default_max_steps,
-        request_config=body.request_config(),
-        callback_url=str(body.callback_url) if body.callback_url is not None else None,
-        override_model=body.override_model,
-        override_system=body.override_system,
-    )
+    callback_url = str(body.callback_url) if body.callback_url is not None else None
+    send = body.send(agent_id, state.settings.default_max_steps, callback_url)
     view = view_of(send.request_config)
     run = await agent_runs.send_later(state.background, org, send, recorder(state, tokens=False, view=view))
     return run_json(run)

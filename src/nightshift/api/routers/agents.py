@@ -31,6 +31,7 @@ from nightshift.domain.agents import AgentType, LLMConfig, check_agent_type
 from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
 from nightshift.domain.pagination import Page
 from nightshift.domain.unset import UNSET, Maybe, given
+from nightshift.errors import InvalidInput
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
 from nightshift.services.agents import AgentChanges, AgentSpec
@@ -167,6 +168,33 @@ async def list_agent_tools(agent_id: str, conn: ReadConn, org: Org, page: PageQu
 @router.patch("/v1/agents/{agent_id}/tools/attach/{tool_id}")
 async def attach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
     return AgentPublic.of(await service.attach_tool(conn, org, agent_id, tool_id, now=now))
+
+
+class ApprovalSetting(Body):
+    """Letta's body of modify_approval: whether calls of the tool wait for approval."""
+
+    requires_approval: bool
+
+
+@router.patch("/v1/agents/{agent_id}/tools/approval/{tool_name}")
+async def set_tool_approval(
+    agent_id: str,
+    tool_name: str,
+    conn: Conn,
+    org: Org,
+    now: Now,
+    body: ApprovalSetting | None = None,
+    requires_approval: Annotated[bool | None, Query()] = None,
+) -> AgentPublic:
+    """Make each call of the agent's tool wait for approval (a requires_approval rule), or not.
+
+    ``requires_approval`` comes in the body (preferred) or as a query parameter, as Letta takes it.
+    """
+    requires = body.requires_approval if body is not None else requires_approval
+    if requires is None:
+        raise InvalidInput("give requires_approval (true or false) in the body", field="requires_approval")
+    agent = await service.set_requires_approval(conn, org, agent_id, tool_name, requires, now=now)
+    return AgentPublic.of(agent)
 
 
 @router.patch("/v1/agents/{agent_id}/tools/detach/{tool_id}")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query
 
+from nightshift.api.approval_schemas import client_tools_of
 from nightshift.api.batch_schemas import BatchCreate, BatchRunPublic, agent_in_run_json
 from nightshift.api.deps import Now, Org, ReadConn, State
 from nightshift.api.letta_messages import run_message_json
@@ -48,6 +50,7 @@ async def create_batch(
     # A body of thousands of agents takes tens of milliseconds to check and turn into the run's
     # requests: on a thread, the event loop answers others meanwhile.
     new = await asyncio.to_thread(_new_run, body, idempotency_key)
+    new = replace(new, sandbox=state.sandbox)
     view = await batch_runs.start_batch_run(
         state.engine,
         org,
@@ -61,10 +64,19 @@ async def create_batch(
 
 
 def _new_run(body: BatchCreate, idempotency_key: str | None) -> batch_runs.NewBatchRun:
+    answers = {r.agent_id: answer for r in body.requests if (answer := r.answer()) is not None}
     return batch_runs.NewBatchRun(
         requests=[
-            BatchRunRequest(agent_id=r.agent_id, messages=r.texts(), max_steps=r.max_steps) for r in body.requests
+            BatchRunRequest(
+                agent_id=r.agent_id,
+                messages=r.texts(),
+                max_steps=r.max_steps,
+                client_tools=client_tools_of(r.client_tools),
+                answered=r.agent_id in answers,
+            )
+            for r in body.requests
         ],
+        answers=answers,
         callback_url=str(body.callback_url) if body.callback_url else None,
         metadata=body.metadata,
         idempotency_key=idempotency_key,
@@ -127,9 +139,10 @@ async def batch_agents(
 ) -> dict[str, list[dict[str, Any]]]:
     """Each agent of the run (by agent id): its name, state, steps answered, tokens, cost and last error.
 
-    ``state`` is running, finished, failed or cancelled; ``step_number`` is the step (from 0) the
-    agent is in, or stopped or failed at; ``cost_without_batch_usd`` is what the same tokens cost
-    through the normal API, ``batch_savings_usd`` the difference, and ``cache_savings_usd`` what
+    ``state`` is running, finished, failed, cancelled or needs_approval (stopped on a call that
+    waits for the client); ``step_number`` is the step (from 0) the agent is in, or stopped or
+    failed at; ``cost_without_batch_usd`` is what the same tokens cost through the normal API,
+    ``batch_savings_usd`` the difference, and ``cache_savings_usd`` what
     the prompt cache saved (negative when it cost more than it saved).
     """
     agents = await batch_runs.agents_of_batch_run(conn, org, run_id, after=after, limit=limit)

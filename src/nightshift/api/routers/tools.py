@@ -37,6 +37,7 @@ async def _create(body: ToolCreate, conn: Conn, org: Org, state: State, now: Now
         return_char_limit=body.return_char_limit,
         json_schema=body.json_schema,
         args_json_schema=body.args_json_schema,
+        default_requires_approval=bool(body.default_requires_approval),
         upsert=upsert,
         read_seconds=state.settings.tool_read_seconds,
     )

@@ -5,7 +5,7 @@ and must not let go of a hold that a later run took meanwhile: the hold names it
 holds taken before (they are let go of as before).
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-12-02 11:30:00.000000
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0017"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
