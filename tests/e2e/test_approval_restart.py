@@ -39,7 +39,12 @@ def _client(server: Server) -> httpx.AsyncClient:
 
 async def _careful_agent(http: httpx.AsyncClient, name: str, model: str) -> str:
     """An agent whose core_memory_append calls wait for approval."""
-    body = {"name": name, "model": model, "memory_blocks": [{"label": "human", "value": "?"}]}
+    body = {
+        "agent_type": "memgpt_v2_agent",
+        "name": name,
+        "model": model,
+        "memory_blocks": [{"label": "human", "value": "?"}],
+    }
     created = await http.post("/v1/agents/", json=body)
     assert created.status_code == 200, created.text
     agent_id = str(created.json()["id"])

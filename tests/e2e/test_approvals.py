@@ -34,14 +34,17 @@ CLIPBOARD: dict[str, Any] = {
 
 def _agent_with_weather(client: Any, *, by_default: bool) -> tuple[Any, Any]:
     tool = client.tools.create(source_code=WEATHER_SOURCE, default_requires_approval=by_default)
-    agent = client.agents.create(name="careful", model=MODEL, tool_ids=[tool.id])
+    agent = client.agents.create(agent_type="memgpt_v2_agent", name="careful", model=MODEL, tool_ids=[tool.id])
     return tool, agent
 
 
 def _careful_memory(client: Any) -> Any:
     """An agent whose memory edits (core_memory_append, a base tool) wait for approval."""
     agent = client.agents.create(
-        name="careful", model=MODEL, memory_blocks=[{"label": "human", "value": "Name: unknown"}]
+        agent_type="memgpt_v2_agent",
+        name="careful",
+        model=MODEL,
+        memory_blocks=[{"label": "human", "value": "Name: unknown"}],
     )
     updated = client.agents.tools.update_approval("core_memory_append", agent_id=agent.id, body_requires_approval=True)
     assert [(r.type, r.tool_name) for r in updated.tool_rules] == [("requires_approval", "core_memory_append")]
@@ -122,6 +125,39 @@ def test_an_approved_call_runs_and_the_agent_goes_on(letta_1_12: Any) -> None:
     assert "Rex" in _human(letta_1_12, agent.id)
 
 
+def test_a_letta_v1_agent_waits_for_approval_then_answers_in_text(letta_1_12: Any) -> None:
+    """Today's agents: a letta_v1 agent (the default type) whose memory_insert waits for approval
+    stops on the request, and once approved runs the edit and answers in text; denied, it answers
+    in text too, the edit not made."""
+    agent = letta_1_12.agents.create(name="careful", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}])
+    assert agent.agent_type == "letta_v1_agent"
+    letta_1_12.agents.tools.update_approval("memory_insert", agent_id=agent.id, body_requires_approval=True)
+
+    request = _request_of(_ask_to_remember(letta_1_12, agent.id))
+    assert request.tool_call.name == "memory_insert"
+    assert "Tom" not in _human(letta_1_12, agent.id)
+    answer = letta_1_12.agents.messages.create(
+        agent.id, messages=[_approval(request.tool_call.tool_call_id, approve=True)]
+    )
+    assert [r.status for r in _returns_of(answer, request.tool_call.tool_call_id)] == ["success"]
+    assert "Tom" in _human(letta_1_12, agent.id)
+    assert _kinds(answer)[-1] == "assistant_message", _kinds(answer)
+    assert answer.stop_reason.stop_reason == "end_turn"
+
+    denied_request = _request_of(
+        letta_1_12.agents.messages.create(
+            agent.id, messages=[{"role": "user", "content": "Please remember that my dog is called Rex"}]
+        )
+    )
+    denied = letta_1_12.agents.messages.create(
+        agent.id, messages=[_approval(denied_request.tool_call.tool_call_id, approve=False, reason="no dogs")]
+    )
+    assert [r.status for r in _returns_of(denied, denied_request.tool_call.tool_call_id)] == ["error"]
+    assert "Rex" not in _human(letta_1_12, agent.id)
+    assert _kinds(denied)[-1] == "assistant_message", _kinds(denied)
+    assert denied.stop_reason.stop_reason == "end_turn"
+
+
 def test_a_denied_call_returns_the_reason_to_the_model_and_the_agent_goes_on(letta_1_12: Any) -> None:
     agent = _careful_memory(letta_1_12)
     request = _request_of(_ask_to_remember(letta_1_12, agent.id))
@@ -142,14 +178,16 @@ def test_a_tool_that_requires_approval_by_default_gives_agents_the_rule(letta_1_
     assert letta_1_12.tools.retrieve(tool.id).default_requires_approval is True
     assert [(r.type, r.tool_name) for r in agent.tool_rules] == [("requires_approval", "get_weather")]
     # Attached later, it brings the rule too; a tool without the default brings none.
-    later = letta_1_12.agents.create(name="later", model=MODEL)
+    later = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="later", model=MODEL)
     attached = letta_1_12.agents.tools.attach(tool.id, agent_id=later.id)
     assert [(r.type, r.tool_name) for r in attached.tool_rules] == [("requires_approval", "get_weather")]
-    given = letta_1_12.agents.update(letta_1_12.agents.create(name="given", model=MODEL).id, tool_ids=[tool.id])
+    given = letta_1_12.agents.update(
+        letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="given", model=MODEL).id, tool_ids=[tool.id]
+    )
     assert [(r.type, r.tool_name) for r in given.tool_rules] == [("requires_approval", "get_weather")]
     letta_1_12.tools.update(tool.id, default_requires_approval=False)
     assert letta_1_12.tools.retrieve(tool.id).default_requires_approval is False
-    plain = letta_1_12.agents.create(name="plain", model=MODEL, tool_ids=[tool.id])
+    plain = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="plain", model=MODEL, tool_ids=[tool.id])
     assert not plain.tool_rules
 
     # The gated call waits; denied, it never runs (a custom tool: no sandbox needed).
@@ -179,7 +217,7 @@ def test_the_older_approve_form_and_a_streamed_answer(letta_1_12: Any) -> None:
 
 
 def test_a_client_side_tool_round_trip(letta_1_12: Any) -> None:
-    agent = letta_1_12.agents.create(name="clienty", model=MODEL)
+    agent = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="clienty", model=MODEL)
     first = letta_1_12.agents.messages.create(
         agent.id,
         messages=[{"role": "user", "content": "Please call read_clipboard for the shopping list"}],
@@ -265,7 +303,7 @@ def test_refusals_while_waiting_and_without_a_request(letta_1_12: Any, http: htt
 
 
 def test_a_client_side_tool_cannot_be_approved_on_the_server(letta_1_12: Any, http: httpx.Client) -> None:
-    agent = letta_1_12.agents.create(name="clienty", model=MODEL)
+    agent = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="clienty", model=MODEL)
     request = _request_of(
         letta_1_12.agents.messages.create(
             agent.id,
@@ -289,7 +327,7 @@ def test_a_client_side_tool_cannot_be_approved_on_the_server(letta_1_12: Any, ht
     ],
 )
 def test_a_bad_client_tool_is_a_422(letta_1_12: Any, http: httpx.Client, tool: dict[str, Any]) -> None:
-    agent = letta_1_12.agents.create(name="clienty", model=MODEL)
+    agent = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="clienty", model=MODEL)
     refused = http.post(
         f"/v1/agents/{agent.id}/messages",
         json={"messages": [{"role": "user", "content": "hi"}], "client_tools": [tool]},
@@ -299,7 +337,7 @@ def test_a_bad_client_tool_is_a_422(letta_1_12: Any, http: httpx.Client, tool: d
 
 
 def test_the_approval_setting_of_a_tool(letta_1_12: Any, http: httpx.Client) -> None:
-    agent = letta_1_12.agents.create(name="plain", model=MODEL)
+    agent = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="plain", model=MODEL)
     missing = http.patch(f"/v1/agents/{agent.id}/tools/approval/get_weather", json={"requires_approval": True})
     assert missing.status_code == 404, missing.text
     assert "get_weather" in missing.text
@@ -336,7 +374,9 @@ def test_a_batch_run_leaves_agents_awaiting_approval_and_a_later_run_answers(
     letta_1_12: Any, http: httpx.Client
 ) -> None:
     gated = [_careful_memory(letta_1_12) for _ in range(2)]
-    free = letta_1_12.agents.create(name="free", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}])
+    free = letta_1_12.agents.create(
+        agent_type="memgpt_v2_agent", name="free", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}]
+    )
     ask = [{"role": "user", "content": "Please remember that my cat is called Tom"}]
     run = _finished_run(http, {"requests": [{"agent_id": a.id, "messages": ask} for a in [*gated, free]]})
     assert run["status"] == "completed", run
@@ -389,7 +429,7 @@ def test_a_batch_run_leaves_agents_awaiting_approval_and_a_later_run_answers(
 
 
 def test_a_client_side_tool_in_a_batch_run(letta_1_12: Any, http: httpx.Client) -> None:
-    agent = letta_1_12.agents.create(name="clienty", model=MODEL)
+    agent = letta_1_12.agents.create(agent_type="memgpt_v2_agent", name="clienty", model=MODEL)
     ask = [{"role": "user", "content": "Please call read_clipboard for the shopping list"}]
     run = _finished_run(http, {"requests": [{"agent_id": agent.id, "messages": ask, "client_tools": [CLIPBOARD]}]})
     assert run["progress"]["agents"]["awaiting_approval"] == 1, run["progress"]
@@ -410,7 +450,9 @@ def test_a_client_side_tool_in_a_batch_run(letta_1_12: Any, http: httpx.Client) 
 
 
 def test_letta_client_1_7_answers_in_the_background_and_returns_client_results(letta: Letta) -> None:
-    agent = letta.agents.create(name="careful", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}])
+    agent = letta.agents.create(
+        agent_type="memgpt_v2_agent", name="careful", model=MODEL, memory_blocks=[{"label": "human", "value": "?"}]
+    )
     gated = letta.agents.tools.update_approval("core_memory_append", agent_id=agent.id, body_requires_approval=True)
     assert gated is not None
     assert [(r.type, r.tool_name) for r in gated.tool_rules or []] == [("requires_approval", "core_memory_append")]
