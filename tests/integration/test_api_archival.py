@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from nightshift.store.keys import create_key
 from nightshift.store.orgs import get_or_create_org
-from support.api import json_list, json_object
+from support.api import MEMGPT, json_list, json_object
 from support.clock import ManualClock
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -54,7 +54,7 @@ async def other_org(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def new_agent(client: httpx.AsyncClient, name: str = "keeper") -> str:
-    agent = json_object(await client.post("/v1/agents/", json={"name": name, "model": MODEL}))
+    agent = json_object(await client.post("/v1/agents/", json={"name": name, "model": MODEL, "agent_type": MEMGPT}))
     return str(agent["id"])
 
 

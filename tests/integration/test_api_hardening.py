@@ -28,7 +28,7 @@ from nightshift.domain.limits import (
     MAX_TEXT_CHARS,
 )
 from support.agent_files import SCREENING, document, double_encoded
-from support.api import BASE_TOOL_NAMES, json_object
+from support.api import BASE_TOOL_NAMES, MEMGPT, json_object
 from support.databases import sqlite_only
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
@@ -64,7 +64,9 @@ async def nothing_written(client: httpx.AsyncClient) -> None:
 
 
 async def new_agent(client: httpx.AsyncClient, **extra: Any) -> dict[str, Any]:
-    return json_object(await client.post("/v1/agents/", json={"name": "ada", "model": MODEL, **extra}))
+    return json_object(
+        await client.post("/v1/agents/", json={"name": "ada", "model": MODEL, "agent_type": MEMGPT, **extra})
+    )
 
 
 # --- 1. credentials -------------------------------------------------------------------------------
@@ -655,7 +657,7 @@ CONTRADICTIONS: list[tuple[list[dict[str, Any]], str]] = [
 
 async def test_contradictory_tool_rules_are_422_saying_why(client: httpx.AsyncClient) -> None:
     for rules, says in CONTRADICTIONS:
-        created = await client.post("/v1/agents/", json={"model": MODEL, "tool_rules": rules})
+        created = await client.post("/v1/agents/", json={"model": MODEL, "agent_type": MEMGPT, "tool_rules": rules})
         refused(created, field="tool_rules", says=says)
     await nothing_written(client)
     agent = await new_agent(client)

@@ -9,6 +9,7 @@ import pytest
 from fastapi import FastAPI
 
 from nightshift.config import Settings
+from support.api import MEMGPT
 from support.databases import sqlite_only
 from support.runs import ANTHROPIC_MODEL as MODEL
 from support.runs import Runs
@@ -42,7 +43,7 @@ async def test_reset_is_refused_while_the_agent_is_in_an_open_step(
     ],
 )
 async def test_bad_bodies_are_422(client: httpx.AsyncClient, path: str, body: dict[str, object]) -> None:
-    agent = (await client.post("/v1/agents/", json={"name": "a", "model": MODEL})).json()
+    agent = (await client.post("/v1/agents/", json={"name": "a", "model": MODEL, "agent_type": MEMGPT})).json()
     method = client.patch if path == "reset-messages" else client.post
     answer = await method(f"/v1/agents/{agent['id']}/{path}", json=body)
     assert answer.status_code == 422, answer.text

@@ -8,6 +8,8 @@ import httpx
 
 # The base tools an agent gets by default, and those every organization has (listed here, not
 # read from the code, so that a tool lost or added by mistake fails the tests).
+# The memgpt loop's agent type, for tests of what that loop does (a new agent is a letta_v1 one).
+MEMGPT = "memgpt_v2_agent"
 DEFAULT_TOOL_NAMES = frozenset(
     {
         "send_message",

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, model_validator
 
+from nightshift.api.input import variant
 from nightshift.domain.approvals import Answer, ClientTool, Verdict, VerdictKind
 from nightshift.domain.limits import MAX_LIST_ITEMS
 from nightshift.domain.tools import schema_problem
@@ -69,11 +70,11 @@ class ToolReturnBody(_Part):
 
 def _part_type(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "tool" if kind == "tool" else "approval"
+    return "<tool>" if kind == "tool" else "<approval>"
 
 
 ApprovalPart = Annotated[
-    Annotated[ApprovalReturnBody, Tag("approval")] | Annotated[ToolReturnBody, Tag("tool")],
+    Annotated[ApprovalReturnBody, variant("approval")] | Annotated[ToolReturnBody, variant("tool")],
     Discriminator(_part_type),
 ]
 
@@ -143,7 +144,7 @@ def client_tools_of(bodies: Sequence[ClientToolBody] | None) -> tuple[ClientTool
 def message_type(value: Any) -> str:
     """Which kind of message of a send ``value`` is: one to the agent, or an answer (by its ``type``)."""
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in ("approval", "tool_return") else "message"
+    return f"<{kind}>" if kind in ("approval", "tool_return") else "<message>"
 
 
 def answer_of(bodies: Sequence[ApprovalBody | ToolReturnsBody]) -> Answer | None:

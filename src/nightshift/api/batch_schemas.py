@@ -7,7 +7,7 @@ import binascii
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, model_validator
 
 from nightshift.api.approval_schemas import (
     ApprovalBody,
@@ -16,7 +16,7 @@ from nightshift.api.approval_schemas import (
     answer_of,
     message_type,
 )
-from nightshift.api.input import Body
+from nightshift.api.input import Body, variant
 from nightshift.api.letta_options import refuse_batch_options
 from nightshift.domain.approvals import Answer
 from nightshift.domain.batches import Costs, ItemOutcome, refuse_repeated_agents
@@ -139,9 +139,9 @@ def input_turns(messages: list[InputMessage] | None, shorthand: str | list[TextP
 
 # A message of a run's request: one to the agent, or the answer to the approval request it awaits.
 RequestMessage = Annotated[
-    Annotated[InputMessage, Tag("message")]
-    | Annotated[ApprovalBody, Tag("approval")]
-    | Annotated[ToolReturnsBody, Tag("tool_return")],
+    Annotated[InputMessage, variant("message")]
+    | Annotated[ApprovalBody, variant("approval")]
+    | Annotated[ToolReturnsBody, variant("tool_return")],
     Discriminator(message_type),
 ]
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from nightshift.api.input import UNSTORABLE
+from nightshift.api.input import UNSTORABLE, is_variant
 from nightshift.errors import (
     Conflict,
     Forbidden,
@@ -105,7 +105,7 @@ async def _nightshift_error(_request: Request, error: Exception) -> ErrorRespons
 
 
 def _location(item: Any) -> str:
-    parts = [str(p) for p in item.get("loc", ()) if p != "body"]
+    parts = [str(p) for p in item.get("loc", ()) if p != "body" and not is_variant(p)]
     if item.get("type") == UNSTORABLE and item.get("ctx", {}).get("where"):
         parts.append(str(item["ctx"]["where"]))
     return ".".join(parts)

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Self
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Tag, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from nightshift.domain.limits import (
@@ -44,6 +44,18 @@ UNSTORABLE = "unstorable_value"
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 Tags = Annotated[list[Name], Field(max_length=MAX_TAGS)]
+
+
+def variant(name: str) -> Tag:
+    """The tag of one variant of a union that a discriminator tells apart, as the discriminator
+    returns it. Pydantic puts the tag in an error's location; written ``<name>``, it is left out of
+    the field path a 422 names (``messages.0.role``, not ``messages.0.message.role``)."""
+    return Tag(f"<{name}>")
+
+
+def is_variant(part: object) -> bool:
+    """Whether a part of an error's location is a union variant's tag (see :func:`variant`)."""
+    return isinstance(part, str) and part.startswith("<") and part.endswith(">")
 
 
 class Body(BaseModel):

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from nightshift.api.input import is_variant
 from nightshift.errors import NightshiftError
 
 DEFAULT_SERVER = "http://127.0.0.1:8283"
@@ -193,9 +194,12 @@ class ServerClient:
 
 
 def dotted(loc: Sequence[Any]) -> str:
-    """A pydantic error location as a person writes it: ``memory_blocks[0].value``."""
+    """A pydantic error location as a person writes it: ``memory_blocks[0].value`` (a union
+    variant's tag left out: ``messages[0].role``)."""
     text = ""
     for part in loc:
+        if is_variant(part):
+            continue
         if isinstance(part, int):
             text += f"[{part}]"
         else:

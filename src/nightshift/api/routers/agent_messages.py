@@ -6,7 +6,7 @@ from typing import Annotated, Any, Self
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
-from pydantic import Discriminator, Field, HttpUrl, Tag, field_validator, model_validator
+from pydantic import Discriminator, Field, HttpUrl, field_validator, model_validator
 
 from nightshift.api.approval_schemas import (
     ApprovalBody,
@@ -18,7 +18,7 @@ from nightshift.api.approval_schemas import (
 )
 from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
 from nightshift.api.deps import Now, Org, State
-from nightshift.api.input import Body, Name, Text
+from nightshift.api.input import Body, Name, Text, variant
 from nightshift.api.letta_messages import (
     MESSAGE_KWARG,
     SEND_MESSAGE,
@@ -47,9 +47,9 @@ class OwnMessage(InputMessage):
 
 # A message of a send: one to the agent, or the client's answer to the approval request it awaits.
 SentMessage = Annotated[
-    Annotated[OwnMessage, Tag("message")]
-    | Annotated[ApprovalBody, Tag("approval")]
-    | Annotated[ToolReturnsBody, Tag("tool_return")],
+    Annotated[OwnMessage, variant("message")]
+    | Annotated[ApprovalBody, variant("approval")]
+    | Annotated[ToolReturnsBody, variant("tool_return")],
     Discriminator(message_type),
 ]
 

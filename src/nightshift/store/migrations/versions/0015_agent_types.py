@@ -19,16 +19,18 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("agents") as batch:
-        batch.add_column(
-            sa.Column(
-                "agent_type",
-                sa.String(length=64),
-                server_default=sa.text("'memgpt_v2_agent'"),
-                nullable=False,
-                comment=("the loop it runs (Letta's agent_type); agents made before it was kept ran the memgpt loop"),
-            )
-        )
+    # A plain ADD COLUMN, not a batch: on SQLite a batch would copy the table and drop the old one,
+    # and with foreign keys on, dropping agents deletes what references them.
+    op.add_column(
+        "agents",
+        sa.Column(
+            "agent_type",
+            sa.String(length=64),
+            server_default="memgpt_v2_agent",
+            nullable=False,
+            comment=("the loop it runs (Letta's agent_type); agents made before it was kept ran the memgpt loop"),
+        ),
+    )
 
 
 def downgrade() -> None:

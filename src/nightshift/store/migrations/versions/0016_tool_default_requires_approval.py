@@ -20,34 +20,37 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("tools") as batch:
-        batch.add_column(
-            sa.Column(
-                "default_requires_approval",
-                sa.Boolean(),
-                server_default=sa.false(),
-                nullable=False,
-                comment="an agent given the tool gets a requires_approval rule for it",
-            )
-        )
-    with op.batch_alter_table("batch_run_requests") as batch:
-        batch.add_column(
-            sa.Column(
-                "client_tools",
-                sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-                nullable=True,
-                comment="the tools the client runs itself, offered for the run",
-            )
-        )
-        batch.add_column(
-            sa.Column(
-                "answered",
-                sa.Boolean(),
-                server_default=sa.false(),
-                nullable=False,
-                comment="the request answered the agent's approval request: its first step starts with a heartbeat",
-            )
-        )
+    # Plain ADD COLUMNs, not batches: on SQLite a batch would copy each table and drop the old one,
+    # and with foreign keys on, dropping tools deletes every agent's link to them.
+    op.add_column(
+        "tools",
+        sa.Column(
+            "default_requires_approval",
+            sa.Boolean(),
+            server_default=sa.false(),
+            nullable=False,
+            comment="an agent given the tool gets a requires_approval rule for it",
+        ),
+    )
+    op.add_column(
+        "batch_run_requests",
+        sa.Column(
+            "client_tools",
+            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+            nullable=True,
+            comment="the tools the client runs itself, offered for the run",
+        ),
+    )
+    op.add_column(
+        "batch_run_requests",
+        sa.Column(
+            "answered",
+            sa.Boolean(),
+            server_default=sa.false(),
+            nullable=False,
+            comment="the request answered the agent's approval request: its first step starts with a heartbeat",
+        ),
+    )
 
 
 def downgrade() -> None:
