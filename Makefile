@@ -43,9 +43,14 @@ demo: $(STAMP)
 	$(BIN)/nightshift demo
 
 # Every test, slow ones too (CI runs this), and the 40 slowest: where the suite's time goes.
+# A module's tests run on one worker (--dist loadscope), so that a server and a database the
+# module shares start once, not once per worker. Python writes its bytecode even where the shell
+# says not to: the suite starts a few hundred Python processes (servers, their pollers, the CLI),
+# and each would compile the whole package again.
+PYTEST_WORKERS := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 2 --dist loadscope
 test: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
-	$(BIN)/pytest -q -n 2 --durations=40
+	$(PYTEST_WORKERS) -q --durations=40
 
 # The unit tests alone (pure logic: no PostgreSQL, no browser, no server), in seconds.
 test-fast: $(STAMP)
@@ -55,7 +60,7 @@ test-fast: $(STAMP)
 # that take over about 20 s): the check to run before a commit; make test before a merge.
 test-quick: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
-	$(BIN)/pytest -q -n 2 -m "not slow"
+	$(PYTEST_WORKERS) -q -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -2,6 +2,10 @@
 
 PostgreSQL is part of the suite: when it cannot be reached the PostgreSQL tests fail (never
 skip). Point ``NIGHTSHIFT_TEST_POSTGRES_URL`` at another server if needed.
+
+A test's PostgreSQL database is a clone of a migrated template; when the test is done it is
+emptied and handed to the next test (``_PostgresDatabases``), which is much cheaper than a clone
+and a drop. One the test changed the schema of, or left connections to, is dropped instead.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -73,6 +79,133 @@ def _drop(name: str) -> None:
     asyncio.run(_pg_admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
 
+# What a database's schema is made of (tables, columns, indexes, constraints, sequences, views,
+# functions and triggers in ``public``), as one digest: a database whose digest differs from the
+# template's was changed by its test and is not handed on.
+_SCHEMA_DIGEST = """
+SELECT md5(coalesce(string_agg(item, ';' ORDER BY item), '')) FROM (
+    SELECT 'r:' || c.relname || ':' || c.relkind::text AS item
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
+    UNION ALL
+    SELECT 'a:' || c.relname || '.' || a.attname || ':' || format_type(a.atttypid, a.atttypmod)
+        || ':' || a.attnotnull || ':' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+    WHERE n.nspname = 'public' AND a.attnum > 0 AND NOT a.attisdropped
+    UNION ALL
+    SELECT 'c:' || conname || ':' || pg_get_constraintdef(oid) FROM pg_constraint
+    WHERE connamespace = 'public'::regnamespace
+    UNION ALL
+    SELECT 'i:' || indexname || ':' || indexdef FROM pg_indexes WHERE schemaname = 'public'
+    UNION ALL
+    SELECT 'f:' || p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+    UNION ALL
+    SELECT 't:' || tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE c.relnamespace = 'public'::regnamespace AND NOT t.tgisinternal
+    UNION ALL
+    SELECT 's:' || nspname FROM pg_namespace WHERE left(nspname, 3) <> 'pg_' AND nspname <> 'information_schema'
+) AS schema
+"""
+_OTHER_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+_TABLES = "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
+_SEQUENCES = "SELECT quote_ident(sequencename) FROM pg_sequences WHERE schemaname = 'public'"
+
+
+@dataclass(slots=True)
+class _PostgresDatabases:
+    """This worker's migrated PostgreSQL databases: a clone of the template for a test, or one an
+    earlier test used, emptied.
+
+    Emptying (a DELETE per table, the foreign keys' triggers off for it) takes a few milliseconds
+    where a clone and a drop take hundreds, most of them spent by the server writing the new
+    database's files. A database is handed on only when it is as its test found it but for rows:
+    the same schema (its digest and the migration's revision), no session of anyone else left in
+    it; otherwise it is dropped, as every database was before.
+    """
+
+    template: str
+    drop: Callable[[str], None]
+    digest: str = ""
+    revision: str = ""
+    tables: list[str] = field(default_factory=list)
+    sequences: list[str] = field(default_factory=list)
+    free: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        asyncio.run(self._read_template())
+
+    async def _read_template(self) -> None:
+        connection = await asyncpg.connect(_pg_url(self.template))
+        try:
+            self.digest = await connection.fetchval(_SCHEMA_DIGEST)
+            self.revision = await connection.fetchval("SELECT version_num FROM alembic_version")
+            self.tables = [row[0] for row in await connection.fetch(_TABLES)]
+            self.sequences = [row[0] for row in await connection.fetch(_SEQUENCES)]
+        finally:
+            await connection.close()
+
+    def take(self) -> str:
+        """A migrated database holding no row but the migration's own."""
+        if self.free:
+            return self.free.pop()
+        name = f"nightshift_t_{uuid.uuid4().hex[:12]}"
+        asyncio.run(_pg_admin(f"CREATE DATABASE {name} TEMPLATE {self.template}"))
+        return name
+
+    def give_back(self, name: str) -> None:
+        """Empty ``name`` for the next test, or drop it when its test left more than rows behind."""
+        if asyncio.run(self._emptied(name)):
+            self.free.append(name)
+        else:
+            self.drop(name)
+
+    def drop_all(self) -> None:
+        for name in self.free:
+            self.drop(name)
+        self.free.clear()
+
+    async def _emptied(self, name: str) -> bool:
+        try:
+            connection = await asyncpg.connect(_pg_url(name))
+        except (OSError, asyncpg.PostgresError):
+            return False
+        try:
+            if not await self._alone(connection):
+                return False
+            async with connection.transaction():
+                await connection.execute("SET LOCAL lock_timeout = '2s'")
+                if await connection.fetchval(_SCHEMA_DIGEST) != self.digest:
+                    return False
+                if await connection.fetch("SELECT version_num FROM alembic_version") != [(self.revision,)]:
+                    return False
+                await connection.execute("SET LOCAL session_replication_role = replica")
+                await connection.execute("".join(f"DELETE FROM {table};" for table in self.tables))
+                for sequence in self.sequences:
+                    await connection.execute(f"ALTER SEQUENCE {sequence} RESTART")
+            return True
+        except asyncpg.PostgresError:
+            return False
+        finally:
+            await connection.close()
+
+    @staticmethod
+    async def _alone(connection: asyncpg.Connection) -> bool:
+        """Whether no other session is left in the database (the test's own close as it ends: a
+        closed connection's server process may take a moment to go)."""
+        for _ in range(20):
+            if await connection.fetchval(_OTHER_SESSIONS) == 0:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+
+@pytest.fixture(scope="session")
+def _pg_databases(postgres_template: str, _pg_dropper: Callable[[str], None]) -> Iterator[_PostgresDatabases]:
+    databases = _PostgresDatabases(postgres_template, _pg_dropper)
+    yield databases
+    databases.drop_all()
+
+
 @pytest.fixture(scope="session")
 def _pg_dropper() -> Iterator[Callable[[str], None]]:
     """Drops a test's PostgreSQL database in a thread of its own, off the next test's way.
@@ -96,12 +229,10 @@ def _fresh_database(request: pytest.FixtureRequest, directory: Path) -> Iterator
         shutil.copy(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
-    template = request.getfixturevalue("postgres_template")
-    drop = request.getfixturevalue("_pg_dropper")
-    name = f"nightshift_t_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_pg_admin(f"CREATE DATABASE {name} TEMPLATE {template}"))
+    databases: _PostgresDatabases = request.getfixturevalue("_pg_databases")
+    name = databases.take()
     yield _pg_url(name)
-    drop(name)
+    databases.give_back(name)
 
 
 @pytest.fixture(params=DATABASES)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nightshift.cli_commands import agents_app, batch_app
+from nightshift.collector import no_collection_at_exit
 from nightshift.config import Settings
 from nightshift.domain.orgs import ApiKey
 from nightshift.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
@@ -124,6 +125,7 @@ def serve(
         )
     finally:
         shutdown_tracing()
+        no_collection_at_exit()
 
 
 @app.command()
@@ -187,6 +189,7 @@ def poll(
         handled = _run(run())
     finally:
         shutdown_tracing()
+        no_collection_at_exit()
     if once:
         console.print(f"handled {handled} provider batches and callbacks")
 

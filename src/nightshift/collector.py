@@ -7,7 +7,8 @@ and an Agent File import a million (a 30 MB file's parsed document and the rows 
 and then one full collection takes a fifth of a second on a quiet machine and more on a busy one.
 Nearly none of those objects is cyclic garbage: reference counting frees them when they are let
 go. So the worker makes full collections rare (``rare_full_collections``), and an import pauses
-the collector while it holds its objects (``collector_paused``).
+the collector while it holds its objects (``collector_paused``). A server that has shut down
+exits without a last walk over its objects (``no_collection_at_exit``).
 """
 
 from __future__ import annotations
@@ -70,3 +71,17 @@ def collector_paused() -> AbstractContextManager[None]:
     the end of the block, and the work's own objects are freed by reference counting.
     """
     return _PAUSES.paused()
+
+
+def no_collection_at_exit() -> None:
+    """Spare the interpreter's exit its full collections: everything the process holds is freed
+    when it ends anyway.
+
+    Python's finalization collects cycles more than once while it takes the modules apart, each
+    time walking every object the process still holds (a server's libraries, its parts, the
+    heap a stage left). A ``serve`` that had answered its last request and closed everything spent
+    longer on that than on its whole shutdown, on a busy machine, and whoever stops it (a
+    supervisor, a deployment, its parent waiting for its child poller) waits for it. The objects
+    move to the collector's permanent generation, which no collection walks.
+    """
+    gc.freeze()

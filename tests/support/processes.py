@@ -69,9 +69,16 @@ class Server:
 
     def stop(self) -> None:
         """Stop gracefully (SIGINT, as Ctrl-C), or SIGKILL when that takes too long."""
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
+        self.interrupt()
+        self.wait_stopped()
+
+    def interrupt(self) -> None:
+        """Ask the server to stop (SIGINT, as Ctrl-C); ``wait_stopped`` waits for it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+
+    def wait_stopped(self) -> None:
+        """Wait for an interrupted server to exit, or SIGKILL it when that takes too long."""
         try:
             self.process.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -146,8 +153,11 @@ class Servers:
         return server
 
     def stop_all(self) -> None:
+        """Stop every server at once (each drains in parallel with the others), then print the logs."""
         for server in self.started:
-            server.stop()
+            server.interrupt()
+        for server in self.started:
+            server.wait_stopped()
         for server in self.started:
             print(server.log_tail())
 

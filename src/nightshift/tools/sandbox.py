@@ -5,11 +5,11 @@ and started by a :class:`~nightshift.tools.launch.Launcher` (inside bubblewrap b
 zygote runs one call at a time, each in a fresh child process that dies with the call, so
 nothing a tool does reaches the next call, and no organization's call runs where another's did.
 
-The pool holds at most ``workers`` zygotes, which is also how many calls run at once. A call
-takes an idle zygote of its organization, or else the spare (a zygote started ahead, bound to no
-organization until then, so an organization's first call does not wait for one to start), or
-starts one; when the pool is full, the zygote of another organization that has been idle longest
-makes room::
+The pool holds at most ``workers`` zygotes, which is also how many calls run at once. A call takes
+an idle zygote of its organization, or else the spare (a zygote started ahead, bound to no
+organization until then, so an organization's first call does not wait for one to start; the first
+starts a moment after the pool, off the server's start), or starts one; when the pool is full, the
+zygote of another organization that has been idle longest makes room::
 
     (none) --start--> spare --first call of an org--+
     (none) --start----------------------------------+--> busy[org] <--call--> idle[org]
@@ -54,6 +54,10 @@ from nightshift.tools.zygotes import StartError, Zygote
 log = logging.getLogger(__name__)
 
 CLOSED = "the tool sandbox was closed"
+# How long after start() the first spare starts: a server's own start (its imports, migrations,
+# the poller's process) has the CPU first, and a process that ends soon after it started (a
+# command, a test's app) starts no zygote it never uses. A call that comes sooner starts one.
+FIRST_SPARE_DELAY = 2.0
 
 
 class Sandbox(Protocol):
@@ -105,6 +109,7 @@ class ToolSandbox:
         workers: int = 2,
         limits: SandboxLimits | None = None,
         queue_limit: int = DEFAULT_TOOL_QUEUE_LIMIT,
+        first_spare_delay: float = FIRST_SPARE_DELAY,
     ) -> None:
         """Configure the pool; no process starts here.
 
@@ -113,6 +118,7 @@ class ToolSandbox:
             workers: How many zygotes the pool holds, and so how many calls run at once.
             limits: What one call may use (the default timeout among them).
             queue_limit: How many callers of one organization may wait for a worker at once.
+            first_spare_delay: Seconds from :meth:`start` to the start of the first spare.
         """
         limits = limits or SandboxLimits()
         if workers < 1 or limits.timeout <= 0 or limits.memory_mb < 0 or limits.processes < 1 or queue_limit < 1:
@@ -128,6 +134,8 @@ class ToolSandbox:
         self._live: set[Zygote] = set()
         self._count = 0  # zygotes alive or starting, the spare included
         self._spare: asyncio.Task[Zygote] | None = None
+        self._first_spare_delay = first_spare_delay
+        self._first_spare: asyncio.TimerHandle | None = None
         self._reaping: set[asyncio.Task[None]] = set()
         self._missing: str | None = None
         self._closed = False
@@ -155,7 +163,8 @@ class ToolSandbox:
         await self.aclose()
 
     async def start(self) -> None:
-        """Check that zygotes can start here, say so in the log, and start the spare in the background."""
+        """Check that zygotes can start here, say so in the log, and start the spare in the background
+        (after ``first_spare_delay``)."""
         self._check_open()
         self._missing = self.launcher.missing()
         if self._missing is not None:
@@ -166,7 +175,7 @@ class ToolSandbox:
                 "NIGHTSHIFT_TOOL_SANDBOX=process: custom tools run as plain processes of this server's user, "
                 "with no isolation (they can read its files and reach its network); use only with trusted tools"
             )
-        self._refill()
+        self._first_spare = asyncio.get_running_loop().call_later(self._first_spare_delay, self._refill)
 
     async def run(self, call: SandboxCall, *, timeout: float | None = None) -> SandboxResult:  # noqa: ASYNC109
         """Run one call on a zygote of its organization. See :class:`Sandbox` for the contract."""
@@ -275,6 +284,8 @@ class ToolSandbox:
             return
         self._closed = True
         self._turns.close()
+        if self._first_spare is not None:
+            self._first_spare.cancel()
         if self._spare is not None:
             # Awaited, not cancelled: a zygote that is starting is then closed like the others.
             await asyncio.gather(self._spare, return_exceptions=True)
