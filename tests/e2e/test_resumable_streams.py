@@ -15,22 +15,12 @@ import pytest
 
 from nightshift.emulator.config import ScriptedError, ScriptedReply, ScriptedToolCall
 from support.letta_client_1_12 import letta_client_1_12
+from support.slow_lookups import script_lookups, slow_lookup_source
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 PING_SECONDS = 0.2
 SLEEP_SECONDS = 0.6
-SLOW_TOOL = f'''
-def slow_lookup(order_id: str) -> str:
-    """Look up the status of an order, slowly.
-
-    Args:
-        order_id: The order's identifier.
-    """
-    import time
-
-    time.sleep({SLEEP_SECONDS})
-    return f"order {{order_id}} shipped"
-'''
+SLOW_TOOL = slow_lookup_source(SLEEP_SECONDS)
 ASK = "Please look up B-2 and C-3"
 
 
@@ -56,16 +46,8 @@ def agent_id(letta_1_12: Any, emulator: str) -> str:
 
 
 def script(emulator: str, *, lookups: tuple[str, ...]) -> None:
-    """The emulator's next answers: one slow lookup per order (each asks for another step), then the reply."""
-    replies = [
-        ScriptedReply(tool_call=ScriptedToolCall(name="slow_lookup", arguments={"order_id": o}, request_heartbeat=True))
-        for o in lookups
-    ]
-    replies.append(
-        ScriptedReply(tool_call=ScriptedToolCall(name="send_message", arguments={"message": "Both shipped."}))
-    )
-    body = {"custom_id": "*", "replies": [r.model_dump(mode="json") for r in replies]}
-    httpx.post(f"{emulator}/_emulator/script", json=body).raise_for_status()
+    """The emulator's next answers: one slow lookup per order, then the reply."""
+    script_lookups(emulator, lookups, "Both shipped.")
 
 
 def dumped(chunks: list[Any]) -> list[dict[str, Any]]:

@@ -13,30 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 from support.letta_client_1_12 import letta_client_1_12
 from support.processes import Server, Servers, server_environment
+from support.slow_lookups import script_lookups, slow_lookup_source
 
 pytestmark = [pytest.mark.parametrize("db_url", ["postgresql"], indirect=True), pytest.mark.slow]
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 LEASE_SECONDS = 2.0
 SLEEP_SECONDS = 1.5
-SLOW_TOOL = f'''
-def slow_lookup(order_id: str) -> str:
-    """Look up the status of an order, slowly.
-
-    Args:
-        order_id: The order's identifier.
-    """
-    import time
-
-    time.sleep({SLEEP_SECONDS})
-    return f"order {{order_id}} shipped"
-'''
+SLOW_TOOL = slow_lookup_source(SLEEP_SECONDS)
 ASK = "Please look up the orders"
 PASSWORD = "streams-password"
 
@@ -56,14 +44,8 @@ def client(server: Server) -> Any:
 
 
 def script(emulator: str, *orders: str) -> None:
-    """The emulator's next answers: one slow lookup per order (each asks for another step), then the reply."""
-    replies = [
-        ScriptedReply(tool_call=ScriptedToolCall(name="slow_lookup", arguments={"order_id": o}, request_heartbeat=True))
-        for o in orders
-    ]
-    replies.append(ScriptedReply(tool_call=ScriptedToolCall(name="send_message", arguments={"message": "Done."})))
-    body = {"custom_id": "*", "replies": [r.model_dump(mode="json") for r in replies]}
-    httpx.post(f"{emulator}/_emulator/script", json=body).raise_for_status()
+    """The emulator's next answers: one slow lookup per order, then the reply."""
+    script_lookups(emulator, orders, "Done.")
 
 
 def new_agent(letta: Any) -> str:
