@@ -1,10 +1,10 @@
-"""Bodies of the batch-run routes and of sending messages, in Letta's field names, and the run's view."""
+"""Bodies of the batch-run routes and of sending messages, in Letta's field names (the answers' shapes are
+``batch_views``)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, model_validator
@@ -19,12 +19,10 @@ from nightshift.api.approval_schemas import (
 from nightshift.api.input import Body, variant
 from nightshift.api.letta_options import refuse_batch_options
 from nightshift.domain.approvals import Answer
-from nightshift.domain.batches import Costs, ItemOutcome, refuse_repeated_agents
+from nightshift.domain.batches import refuse_repeated_agents
 from nightshift.domain.limits import MAX_LIST_ITEMS
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
-from nightshift.domain.usage import Usage
 from nightshift.errors import InvalidInput
-from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
 
 
 class TextPart(BaseModel):
@@ -205,123 +203,3 @@ class BatchCreate(Body):
             )
             refuse_batch_options(requests)
         return data
-
-
-def _awaiting(count: int) -> dict[str, int]:
-    return {"awaiting_approval": count} if count else {}
-
-
-class BatchRunPublic(BaseModel):
-    """Letta's BatchJob, with nightshift's progress."""
-
-    id: str
-    status: str
-    job_type: str = "batch"
-    created_at: datetime
-    updated_at: datetime
-    completed_at: datetime | None
-    metadata: dict[str, Any]
-    callback_url: str | None
-    callback_sent_at: datetime | None
-    callback_status_code: int | None
-    callback_error: str | None
-    agent_id: None = None
-    progress: dict[str, Any]
-
-    @classmethod
-    def of(cls, view: BatchRunView) -> BatchRunPublic:
-        run, progress = view.run, view.progress
-        return cls(
-            id=run.id,
-            status=run.status.value,
-            created_at=run.created_at,
-            updated_at=run.updated_at,
-            completed_at=run.completed_at,
-            metadata=run.metadata,
-            callback_url=run.callback_url,
-            callback_sent_at=run.callback_sent_at,
-            callback_status_code=run.callback_status_code,
-            callback_error=run.callback_error,
-            progress={
-                "step": progress.step,
-                "agents": {
-                    "running": progress.running,
-                    "finished": progress.count(ItemOutcome.FINISHED),
-                    "failed": progress.count(ItemOutcome.FAILED),
-                    "cancelled": progress.count(ItemOutcome.CANCELLED),
-                    # Stopped on a call that waits for the client (answer with an approval);
-                    # shown when there are any, so that a run without approvals looks as it did.
-                    **_awaiting(progress.count(ItemOutcome.NEEDS_APPROVAL)),
-                },
-                # Steps that summarized an agent's oldest messages before its next request.
-                "summaries": progress.count(ItemOutcome.SUMMARIZED),
-                "failures": [
-                    {
-                        "agent_id": f.agent_id,
-                        "agent_name": f.agent_name,
-                        "agent_deleted": f.agent_deleted,
-                        "step_number": f.step_number,
-                        "request_status": f.request_status.value,
-                        "error": f.error,
-                    }
-                    for f in view.failures
-                ],
-                "usage": usage_json(progress.usage),
-                **costs_json(progress.cost),
-                "provider_batches": [
-                    {
-                        "id": b.id,
-                        "provider": b.provider,
-                        "provider_batch_id": b.provider_batch_id,
-                        "step_number": b.step_number,
-                        "status": b.status.value,
-                        "provider_status": b.provider_status,
-                        "request_counts": b.request_counts,
-                        "usage": usage_json(progress.batch_usage.get(b.id)),
-                        "cost_usd": round(progress.batch_cost_usd.get(b.id, 0.0), 6),
-                        "error": b.error,
-                        "duplicates": list(b.duplicates),
-                        "created_at": b.created_at,
-                        "ended_at": b.ended_at,
-                        # Its last change of status: when it was applied or cancelled, once it is.
-                        "updated_at": b.updated_at,
-                    }
-                    for b in view.batches
-                ],
-            },
-        )
-
-
-def agent_in_run_json(agent: AgentInBatchRun) -> dict[str, Any]:
-    return {
-        "agent_id": agent.agent_id,
-        "agent_name": agent.agent_name,
-        "agent_deleted": agent.agent_deleted,
-        "state": agent.state,
-        "steps": agent.steps,
-        "step_number": agent.step_number,
-        "usage": usage_json(agent.usage),
-        **costs_json(agent.cost),
-        "error": agent.error,
-    }
-
-
-def usage_json(usage: Usage | None) -> dict[str, int]:
-    """Tokens used, by kind (empty when nothing answered yet)."""
-    return usage.to_json() if usage is not None else {}
-
-
-def costs_json(cost: Costs) -> dict[str, float]:
-    """A run's or an agent's costs in USD, each rounded to a millionth of a dollar.
-
-    ``cost_without_batch_usd`` is what the same tokens cost through the normal API (so the batch
-    saved the difference); ``cache_savings_usd`` what the prompt cache saved: the cached tokens
-    at the plain input price minus what reading and writing them cost, negative when the writes
-    were not read back enough to pay for themselves.
-    """
-    return {
-        "cost_usd": round(cost.usd, 6),
-        "cost_without_batch_usd": round(cost.without_batch_usd, 6),
-        "batch_savings_usd": round(cost.without_batch_usd - cost.usd, 6),
-        "cache_savings_usd": round(cost.cache_savings_usd, 6),
-    }

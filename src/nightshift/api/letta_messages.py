@@ -158,29 +158,6 @@ def _parts(message: Message, view: LettaView) -> list[dict[str, Any]]:
     return parts
 
 
-def run_message_json(message: Message) -> dict[str, Any]:
-    """A message of a batch run as ``GET /v1/messages/batches/{id}/messages`` shows it (OpenAI-like)."""
-    content: list[dict[str, Any]] = []
-    if message.reasoning:
-        content.append({"type": "reasoning", "reasoning": message.reasoning, "is_native": False})
-    if message.text:
-        content.append({"type": "text", "text": message.text})
-    return {
-        "id": message.id,
-        "agent_id": message.agent_id,
-        "role": message.role.value,
-        "content": content,
-        "name": message.name,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in message.tool_calls
-        ],
-        "tool_call_id": message.tool_call_id,
-        "created_at": message.created_at,
-        "batch_item_id": message.batch_item_id,
-    }
-
-
 def usage_statistics(result: SyncResult) -> dict[str, Any]:
     """Letta's ``usage_statistics`` of a send: its tokens (prompt = every input token, cached or not) and steps."""
     usage = result.usage

@@ -1,11 +1,75 @@
-"""Runs in Letta's shapes: ``Run``, ``Step`` and the usage of a run, for agent runs and batch runs alike."""
+"""Runs in Letta's shapes: ``Run``, ``Step`` and the usage of a run, for agent runs and batch runs alike.
+
+The routes write the dicts of the functions here (``batch_views.json_response``); the models
+describe them for the OpenAPI schema.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from nightshift.domain.agent_runs import AgentRun, AgentRunStep
 from nightshift.domain.batches import BatchRun
+
+
+class RunPublic(BaseModel):
+    """Letta's ``Run``: a send to one agent (``run-...``) or a batch run (``batch-...``)."""
+
+    id: str
+    agent_id: str | None = Field(description="The agent; for a batch run, one of its agents")
+    status: str
+    background: bool
+    created_at: datetime
+    completed_at: datetime | None
+    stop_reason: str | None
+    metadata: dict[str, Any] = Field(description='A batch run\'s has "kind": "batch"; a failed send\'s "error"')
+    request_config: dict[str, Any] | None
+    callback_url: str | None
+    callback_sent_at: datetime | None
+    callback_status_code: int | None
+    callback_error: str | None
+    total_duration_ns: int | None
+    ttft_ns: int | None
+    conversation_id: str | None
+    base_template_id: str | None
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int
+    cache_read_tokens: int
+    cache_creation_tokens: int
+
+
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int
+
+
+class StepPublic(BaseModel):
+    """Letta's ``Step``: one model call of an agent run."""
+
+    id: str
+    run_id: str
+    agent_id: str
+    status: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+    created_at: datetime
+
+
+class RunUsage(BaseModel):
+    """Letta's usage of a run; ``prompt_tokens`` counts the cached tokens too."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails
 
 
 def run_json(run: AgentRun) -> dict[str, Any]:

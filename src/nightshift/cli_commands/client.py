@@ -1,27 +1,40 @@
-"""The HTTP client of the client commands, their shared options, and how their errors are shown.
+"""The client commands' view of the server, their shared options, and how their errors are shown.
 
-Every failure a person can act on becomes a ``CommandFailed`` with a one-line message; commands
-run inside ``reported_errors()``, which prints that line on stderr and exits with code 1. The
-client is sync on purpose: this is the CLI edge, one request at a time.
+The commands send through ``nightshift.client.Client`` (the project's one HTTP client), which
+``ServerClient`` wraps: it hands back the JSON bodies the views render, and turns every
+failure a person can act on into a ``CommandFailed`` with a one-line message; commands run inside
+``reported_errors()``, which prints that line on stderr and exits with code 1. The client is
+sync on purpose: this is the CLI edge, one request at a time.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from nightshift.api.input import is_variant
+from nightshift.client import (
+    DEFAULT_SERVER,
+    APIError,
+    AuthenticationError,
+    Client,
+    ConnectionFailed,
+    NightshiftClientError,
+    ServerError,
+)
+from nightshift.client.errors import dotted
 from nightshift.errors import NightshiftError
 
-DEFAULT_SERVER = "http://127.0.0.1:8283"
+__all__ = ["DEFAULT_SERVER", "ApiKeyOption", "CommandFailed", "ServerClient", "ServerOption", "ServerRefused", "dotted"]
+
+# One retry (of a refused connection, a 429 or a 503): a person waits for the answer.
+RETRIES = 1
 PIPE_WIDTH = 160
 PROGRESS_THRESHOLD = 10  # items of work below which no progress bar is worth drawing
 API_KEY_NEEDED = "the server needs an API key: pass --api-key or set NIGHTSHIFT_API_KEY"
@@ -109,7 +122,7 @@ def reported_errors() -> Iterator[None]:
 
 
 class ServerClient:
-    """A small sync client of the nightshift API that turns every failure into ``CommandFailed``.
+    """The commands' client: ``nightshift.client.Client``'s requests, its failures as ``CommandFailed``.
 
     Args:
         server: The server's base URL (``http://host:port``).
@@ -123,8 +136,8 @@ class ServerClient:
             raise CommandFailed(f"--server must be a URL such as {DEFAULT_SERVER}, got {server!r}")
         self.api_key = api_key or None
         self.timeout = timeout
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        # "" rather than None: the option already read NIGHTSHIFT_API_KEY; no key means none.
+        self.client = Client(self.base_url, self.api_key or "", timeout=timeout, max_retries=RETRIES)
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
@@ -151,38 +164,11 @@ class ServerClient:
                 something that is not JSON.
             ServerRefused: the server answered with an error status (its ``detail`` is the message).
         """
-        query = {k: v for k, v in (params or {}).items() if v is not None}
-        try:
-            response = self._http.request(method, path, json=json, params=query)
-        except httpx.ConnectError as error:
-            raise CommandFailed(
-                f"cannot reach the nightshift server at {self.base_url}: {_reason(error)}"
-                " — start it with 'nightshift serve'"
-            ) from None
-        except httpx.TimeoutException:
-            raise CommandFailed(
-                f"the nightshift server at {self.base_url} did not answer within {self.timeout:g} s"
-            ) from None
-        except httpx.HTTPError as error:
-            raise CommandFailed(f"cannot talk to the nightshift server at {self.base_url}: {error}") from None
-        if response.status_code == 401:
-            if self.api_key is None:
-                raise ServerRefused(API_KEY_NEEDED, status_code=401)
-            raise ServerRefused(f"the server refused the API key: {_detail(response)}", status_code=401)
-        if response.is_error:
-            detail = _detail(response)
-            if response.status_code >= 500:
-                detail = f"the server failed ({response.status_code}): {detail}"
-            raise ServerRefused(detail, status_code=response.status_code)
-        try:
-            return response.json()
-        except ValueError:
-            raise CommandFailed(
-                f"{self.base_url} answered {method} {path} with something that is not JSON: is it a nightshift server?"
-            ) from None
+        with failures_reported(self.api_key):
+            return self.client.request(method, path, params=params, json=json)
 
     def close(self) -> None:
-        self._http.close()
+        self.client.close()
 
     def __enter__(self) -> ServerClient:
         return self
@@ -193,36 +179,23 @@ class ServerClient:
         self.close()
 
 
-def dotted(loc: Sequence[Any]) -> str:
-    """A pydantic error location as a person writes it: ``memory_blocks[0].value`` (a union
-    variant's tag left out: ``messages[0].role``)."""
-    text = ""
-    for part in loc:
-        if is_variant(part):
-            continue
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
-
-
-def _reason(error: httpx.ConnectError) -> str:
-    text = str(error)
-    if "refused" in text.lower():
-        return "connection refused"
-    return text or type(error).__name__
-
-
-def _detail(response: httpx.Response) -> str:
-    """The server's ``detail`` (nightshift's error bodies), or the start of whatever it sent."""
+@contextmanager
+def failures_reported(api_key: str | None) -> Iterator[None]:
+    """The client's exceptions as the commands' one-line ``CommandFailed`` and ``ServerRefused``."""
     try:
-        body = response.json()
-    except ValueError:
-        return response.text.strip()[:300] or f"{response.status_code} {response.reason_phrase}"
-    detail = body.get("detail") if isinstance(body, dict) else None
-    if isinstance(detail, str):
-        return detail
-    if detail is not None:
-        return str(detail)
-    return f"{response.status_code} {response.reason_phrase}"
+        yield
+    except AuthenticationError as error:
+        if api_key is None:
+            raise ServerRefused(API_KEY_NEEDED, status_code=401) from None
+        raise ServerRefused(f"the server refused the API key: {error.message}", status_code=401) from None
+    except ServerError as error:
+        raise ServerRefused(
+            f"the server failed ({error.status_code}): {error.message}", status_code=error.status_code
+        ) from None
+    except APIError as error:
+        raise ServerRefused(error.message, status_code=error.status_code) from None
+    except ConnectionFailed as error:
+        hint = " — start it with 'nightshift serve'" if error.unreachable else ""
+        raise CommandFailed(f"{error.message}{hint}") from None
+    except NightshiftClientError as error:
+        raise CommandFailed(error.message) from None

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Response
 
 from nightshift.api.approval_schemas import client_tools_of
-from nightshift.api.batch_schemas import BatchCreate, BatchRunPublic, agent_in_run_json
+from nightshift.api.batch_schemas import BatchCreate
+from nightshift.api.batch_views import (
+    BatchRunAgents,
+    BatchRunMessages,
+    BatchRunPublic,
+    agent_in_run_json,
+    batch_run_json,
+    json_response,
+    run_message_json,
+)
 from nightshift.api.deps import Now, Org, ReadConn, State
-from nightshift.api.letta_messages import run_message_json
 from nightshift.api.routers.params import PageQuery
 from nightshift.domain.batches import BatchRunRequest, BatchRunStatus
 from nightshift.domain.pagination import Page
@@ -29,10 +37,10 @@ IdempotencyKey = Annotated[
 ]
 
 
-@router.post("/v1/messages/batches")
+@router.post("/v1/messages/batches", response_model=BatchRunPublic)
 async def create_batch(
     body: BatchCreate, state: State, org: Org, now: Now, idempotency_key: IdempotencyKey = None
-) -> BatchRunPublic:
+) -> Response:
     """Start a batch run: each agent gets its messages and is stepped until it stops.
 
     The run is answered at once, status created: a poller writes its first step and submits it.
@@ -60,7 +68,7 @@ async def create_batch(
         callbacks=state.callbacks,
         queued=state.runs_queued,
     )
-    return BatchRunPublic.of(view)
+    return json_response(batch_run_json(view))
 
 
 def _new_run(body: BatchCreate, idempotency_key: str | None) -> batch_runs.NewBatchRun:
@@ -84,7 +92,7 @@ def _new_run(body: BatchCreate, idempotency_key: str | None) -> batch_runs.NewBa
     )
 
 
-@router.get("/v1/messages/batches")
+@router.get("/v1/messages/batches", response_model=list[BatchRunPublic])
 async def list_batches(
     conn: ReadConn,
     org: Org,
@@ -97,22 +105,22 @@ async def list_batches(
             " failed agents too); false: only the others"
         ),
     ] = None,
-) -> list[BatchRunPublic]:
+) -> Response:
     """Batch runs of every status (filter with ``status``), oldest first (``order=desc`` for newest).
 
     ``status`` is Letta's: a run is ``completed`` when some agent finished, even if others failed
     (``progress.agents.failed`` counts them); ``has_failures=true`` finds those runs and the failed ones.
     """
     views = await batch_runs.list_batch_run_views(conn, org, page, statuses=status or (), has_failures=has_failures)
-    return [BatchRunPublic.of(view) for view in views]
+    return json_response([batch_run_json(view) for view in views])
 
 
-@router.get("/v1/messages/batches/{run_id}")
-async def get_batch(run_id: str, conn: ReadConn, org: Org) -> BatchRunPublic:
-    return BatchRunPublic.of(await batch_runs.batch_run_view(conn, org, run_id))
+@router.get("/v1/messages/batches/{run_id}", response_model=BatchRunPublic)
+async def get_batch(run_id: str, conn: ReadConn, org: Org) -> Response:
+    return json_response(batch_run_json(await batch_runs.batch_run_view(conn, org, run_id)))
 
 
-@router.get("/v1/messages/batches/{run_id}/messages")
+@router.get("/v1/messages/batches/{run_id}/messages", response_model=BatchRunMessages)
 async def batch_messages(
     run_id: str,
     conn: ReadConn,
@@ -122,21 +130,21 @@ async def batch_messages(
     after: Annotated[str | None, Query(description="A message id: the messages after it in the sort order")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[Literal["asc", "desc"], Query()] = "desc",
-) -> dict[str, list[dict[str, Any]]]:
+) -> Response:
     """The run's messages (inputs, assistant and tool messages, heartbeats) by creation time."""
     page = Page(before=before, after=after, limit=limit, order=order)
     messages = await batch_runs.messages_of_batch_run(conn, org, run_id, page, agent_id=agent_id)
-    return {"messages": [run_message_json(message) for message in messages]}
+    return json_response({"messages": [run_message_json(message) for message in messages]})
 
 
-@router.get("/v1/messages/batches/{run_id}/agents")
+@router.get("/v1/messages/batches/{run_id}/agents", response_model=BatchRunAgents)
 async def batch_agents(
     run_id: str,
     conn: ReadConn,
     org: Org,
     after: Annotated[str | None, Query(description="Agents after this agent id")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, list[dict[str, Any]]]:
+) -> Response:
     """Each agent of the run (by agent id): its name, state, steps answered, tokens, cost and last error.
 
     ``state`` is running, finished, failed, cancelled or needs_approval (stopped on a call that
@@ -146,14 +154,14 @@ async def batch_agents(
     the prompt cache saved (negative when it cost more than it saved).
     """
     agents = await batch_runs.agents_of_batch_run(conn, org, run_id, after=after, limit=limit)
-    return {"agents": [agent_in_run_json(agent) for agent in agents]}
+    return json_response({"agents": [agent_in_run_json(agent) for agent in agents]})
 
 
-@router.patch("/v1/messages/batches/{run_id}/cancel")
-async def cancel_batch(run_id: str, state: State, org: Org) -> BatchRunPublic:
+@router.patch("/v1/messages/batches/{run_id}/cancel", response_model=BatchRunPublic)
+async def cancel_batch(run_id: str, state: State, org: Org) -> Response:
     """Cancel a run: no further steps, and its open provider batches are cancelled at the provider.
 
     Steps already applied stay applied. A step still open is never applied, even if its results
     had already arrived: those agents get no messages from it. A run that has ended is unchanged.
     """
-    return BatchRunPublic.of(await batch_runs.stop_batch_run(state.engine, state.worker, org, run_id))
+    return json_response(batch_run_json(await batch_runs.stop_batch_run(state.engine, state.worker, org, run_id)))

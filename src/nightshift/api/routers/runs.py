@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
+from nightshift.api.batch_views import json_response
 from nightshift.api.deps import Org, ReadConn, State
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import DEFAULT_VIEW, to_letta_messages
 from nightshift.api.letta_stream import STREAMED
 from nightshift.api.routers.agent_messages import view_of
 from nightshift.api.routers.params import PageQuery, page_of
-from nightshift.api.run_schemas import batch_run_json, run_json, step_json, usage_json
+from nightshift.api.run_schemas import (
+    RunPublic,
+    RunUsage,
+    StepPublic,
+    batch_run_json,
+    run_json,
+    step_json,
+    usage_json,
+)
 from nightshift.api.run_stream import check_background, stored_stream
 from nightshift.domain.agent_runs import AgentRun
 from nightshift.domain.pagination import MAX_PAGE, Page
@@ -32,8 +41,8 @@ def _json(run: Listed) -> dict[str, Any]:
     return run_json(run) if isinstance(run, AgentRun) else batch_run_json(run.run, run.agent_id)
 
 
-@router.get("/v1/runs")
-@router.get("/v1/runs/", include_in_schema=False)
+@router.get("/v1/runs", response_model=list[RunPublic])
+@router.get("/v1/runs/", include_in_schema=False, response_model=list[RunPublic])
 async def list_runs(
     conn: ReadConn,
     org: Org,
@@ -48,7 +57,7 @@ async def list_runs(
     limit: Annotated[int | None, Query(ge=1, le=MAX_PAGE)] = 100,
     order: Literal["asc", "desc"] | None = None,
     ascending: bool | None = None,
-) -> list[dict[str, Any]]:
+) -> Response:
     """The organization's runs, newest first: one per message send, and the batch runs.
 
     Filters: ``agent_id`` (or the older ``agent_ids``), ``statuses``, ``active`` (created or
@@ -59,18 +68,18 @@ async def list_runs(
     if active:
         chosen = [s for s in chosen if s in OPEN_STATUSES] if chosen else list(OPEN_STATUSES)
         if not chosen:
-            return []
+            return json_response([])
     if order is None:
         order = "asc" if ascending else "desc"
     where = RunFilter(agent_ids=wanted, statuses=chosen, background=background, stop_reason=stop_reason)
     page = Page(after=after, before=before, limit=limit, order=order)
-    return [_json(run) for run in await agent_runs.list_any_runs(conn, org, where, page)]
+    return json_response([_json(run) for run in await agent_runs.list_any_runs(conn, org, where, page)])
 
 
-@router.get("/v1/runs/{run_id}")
-async def retrieve_run(run_id: str, conn: ReadConn, org: Org) -> dict[str, Any]:
+@router.get("/v1/runs/{run_id}", response_model=RunPublic)
+async def retrieve_run(run_id: str, conn: ReadConn, org: Org) -> Response:
     """One run: a send to one agent (``run-...``) or a batch run (``batch-...``)."""
-    return _json(await agent_runs.get_any_run(conn, org, run_id))
+    return json_response(_json(await agent_runs.get_any_run(conn, org, run_id)))
 
 
 @router.get("/v1/runs/{run_id}/messages")
@@ -81,21 +90,21 @@ async def list_run_messages(run_id: str, conn: ReadConn, org: Org, page: PageQue
     return [part for message in messages for part in to_letta_messages(message, view)]
 
 
-@router.get("/v1/runs/{run_id}/steps")
-async def list_run_steps(run_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
+@router.get("/v1/runs/{run_id}/steps", response_model=list[StepPublic])
+async def list_run_steps(run_id: str, conn: ReadConn, org: Org, page: PageQuery) -> Response:
     """The model calls of an agent run, each with its tokens (a batch run's steps are its provider
     batches: see ``GET /v1/messages/batches/{id}``; here its list is empty)."""
     run = await agent_runs.get_any_run(conn, org, run_id)
     if not isinstance(run, AgentRun):
-        return []
-    return [step_json(run, step) for step in page_of(run.steps, page, lambda s: s.id)]
+        return json_response([])
+    return json_response([step_json(run, step) for step in page_of(run.steps, page, lambda s: s.id)])
 
 
-@router.get("/v1/runs/{run_id}/usage")
-async def run_usage(run_id: str, conn: ReadConn, org: Org) -> dict[str, Any]:
+@router.get("/v1/runs/{run_id}/usage", response_model=RunUsage)
+async def run_usage(run_id: str, conn: ReadConn, org: Org) -> Response:
     """The tokens the run used, over all its steps (and agents, for a batch run)."""
     usage = await agent_runs.usage_of_any_run(conn, org, run_id)
-    return usage_json(usage.prompt, usage.completion, usage.cache_read, usage.cache_write)
+    return json_response(usage_json(usage.prompt, usage.completion, usage.cache_read, usage.cache_write))
 
 
 class RetrieveStream(Body):

@@ -1,0 +1,311 @@
+"""What the batch-run routes answer: the run with its progress, a page of its agents, a page of its
+messages.
+
+The routes build plain dicts and write them with orjson (``json_response``), as ``agent_json``
+does for agents: validating a page of a thousand agents into models only to serialize them again
+costs more than the page itself. The models here describe those dicts for the OpenAPI schema (the
+routes' ``response_model``), which the Python client's models are checked against; a test checks
+that a live answer has no key its model does not name.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import orjson
+from fastapi import Response
+from pydantic import BaseModel, Field, TypeAdapter
+
+from nightshift.domain.batches import Costs, ItemOutcome
+from nightshift.domain.messages import Message
+from nightshift.domain.usage import Usage
+from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
+
+# Datetimes in UTC end with "Z", as pydantic writes them.
+_OPTIONS = orjson.OPT_UTC_Z
+_ANY = TypeAdapter(Any)
+
+
+def json_response(content: Any) -> Response:
+    """``content`` (dicts, lists, datetimes) as a JSON response, without a model's validation."""
+    try:
+        body = orjson.dumps(content, option=_OPTIONS)
+    except TypeError:  # a value orjson refuses (an integer past 64 bits in metadata): pydantic's way
+        body = _ANY.dump_json(content)
+    return Response(body, media_type="application/json")
+
+
+class TokenUsage(BaseModel):
+    """Tokens used, by kind; empty (every kind left out) when nothing answered yet."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+
+
+class AgentCounts(BaseModel):
+    """The run's agents by where they are."""
+
+    running: int
+    finished: int
+    failed: int
+    cancelled: int
+    awaiting_approval: int = Field(
+        default=0, description="Stopped on a call that waits for the client; left out when there are none"
+    )
+
+
+class RunFailure(BaseModel):
+    """An agent that failed in the run, with the step it failed at and why."""
+
+    agent_id: str
+    agent_name: str | None
+    agent_deleted: bool
+    step_number: int
+    request_status: str
+    error: str | None
+
+
+class ProviderBatchPublic(BaseModel):
+    """One batch of one step at one provider."""
+
+    id: str
+    provider: str
+    provider_batch_id: str | None
+    step_number: int
+    status: str
+    provider_status: str | None
+    request_counts: dict[str, int]
+    usage: TokenUsage
+    cost_usd: float
+    error: str | None
+    duplicates: list[str] = Field(description="Provider ids of copies found and cancelled")
+    created_at: datetime
+    ended_at: datetime | None
+    updated_at: datetime = Field(description="Its last change of status")
+
+
+class BatchRunProgress(BaseModel):
+    """Where a run is: its step, its agents, tokens and costs, failures and provider batches."""
+
+    step: int
+    agents: AgentCounts
+    summaries: int = Field(description="Steps that summarized an agent's oldest messages before its next request")
+    failures: list[RunFailure]
+    usage: TokenUsage
+    cost_usd: float
+    cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")
+    batch_savings_usd: float
+    cache_savings_usd: float = Field(description="What the prompt cache saved (negative when it cost more)")
+    provider_batches: list[ProviderBatchPublic]
+
+
+class BatchRunPublic(BaseModel):
+    """Letta's BatchJob, with nightshift's progress."""
+
+    id: str
+    status: str
+    job_type: str = "batch"
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    metadata: dict[str, Any]
+    callback_url: str | None
+    callback_sent_at: datetime | None
+    callback_status_code: int | None
+    callback_error: str | None
+    agent_id: None = None
+    progress: BatchRunProgress
+
+
+class BatchRunAgent(BaseModel):
+    """One agent of a run: its state, steps answered, tokens, costs and last error."""
+
+    agent_id: str
+    agent_name: str
+    agent_deleted: bool
+    state: str = Field(description="running, finished, failed, cancelled or needs_approval")
+    steps: int
+    step_number: int = Field(description="The step (from 0) the agent is in, or stopped or failed at")
+    usage: TokenUsage
+    cost_usd: float
+    cost_without_batch_usd: float
+    batch_savings_usd: float
+    cache_savings_usd: float
+    error: str | None
+
+
+class BatchRunAgents(BaseModel):
+    """A page of a run's agents."""
+
+    agents: list[BatchRunAgent]
+
+
+class MessagePart(BaseModel):
+    """A part of a message's content: ``text`` (with ``text``) or ``reasoning`` (with ``reasoning``)."""
+
+    type: str
+    text: str | None = None
+    reasoning: str | None = None
+    is_native: bool | None = None
+
+
+class ToolCallFunction(BaseModel):
+    name: str
+    arguments: str = Field(description="The arguments, as a JSON text")
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: str = "function"
+    function: ToolCallFunction
+
+
+class RunMessage(BaseModel):
+    """A message of a batch run, OpenAI-like."""
+
+    id: str
+    agent_id: str
+    role: str
+    content: list[MessagePart]
+    name: str | None
+    tool_calls: list[ToolCall]
+    tool_call_id: str | None
+    created_at: datetime
+    batch_item_id: str | None
+
+
+class BatchRunMessages(BaseModel):
+    """A page of a run's messages."""
+
+    messages: list[RunMessage]
+
+
+def _awaiting(count: int) -> dict[str, int]:
+    return {"awaiting_approval": count} if count else {}
+
+
+def batch_run_json(view: BatchRunView) -> dict[str, Any]:
+    """The run as ``BatchRunPublic``'s JSON."""
+    run, progress = view.run, view.progress
+    return {
+        "id": run.id,
+        "status": run.status.value,
+        "job_type": "batch",
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "completed_at": run.completed_at,
+        "metadata": run.metadata,
+        "callback_url": run.callback_url,
+        "callback_sent_at": run.callback_sent_at,
+        "callback_status_code": run.callback_status_code,
+        "callback_error": run.callback_error,
+        "agent_id": None,
+        "progress": {
+            "step": progress.step,
+            "agents": {
+                "running": progress.running,
+                "finished": progress.count(ItemOutcome.FINISHED),
+                "failed": progress.count(ItemOutcome.FAILED),
+                "cancelled": progress.count(ItemOutcome.CANCELLED),
+                # Shown when there are any, so that a run without approvals looks as it did.
+                **_awaiting(progress.count(ItemOutcome.NEEDS_APPROVAL)),
+            },
+            "summaries": progress.count(ItemOutcome.SUMMARIZED),
+            "failures": [
+                {
+                    "agent_id": f.agent_id,
+                    "agent_name": f.agent_name,
+                    "agent_deleted": f.agent_deleted,
+                    "step_number": f.step_number,
+                    "request_status": f.request_status.value,
+                    "error": f.error,
+                }
+                for f in view.failures
+            ],
+            "usage": usage_json(progress.usage),
+            **costs_json(progress.cost),
+            "provider_batches": [
+                {
+                    "id": b.id,
+                    "provider": b.provider,
+                    "provider_batch_id": b.provider_batch_id,
+                    "step_number": b.step_number,
+                    "status": b.status.value,
+                    "provider_status": b.provider_status,
+                    "request_counts": b.request_counts,
+                    "usage": usage_json(progress.batch_usage.get(b.id)),
+                    "cost_usd": round(progress.batch_cost_usd.get(b.id, 0.0), 6),
+                    "error": b.error,
+                    "duplicates": list(b.duplicates),
+                    "created_at": b.created_at,
+                    "ended_at": b.ended_at,
+                    "updated_at": b.updated_at,
+                }
+                for b in view.batches
+            ],
+        },
+    }
+
+
+def agent_in_run_json(agent: AgentInBatchRun) -> dict[str, Any]:
+    """One agent of a run as ``BatchRunAgent``'s JSON."""
+    return {
+        "agent_id": agent.agent_id,
+        "agent_name": agent.agent_name,
+        "agent_deleted": agent.agent_deleted,
+        "state": agent.state,
+        "steps": agent.steps,
+        "step_number": agent.step_number,
+        "usage": usage_json(agent.usage),
+        **costs_json(agent.cost),
+        "error": agent.error,
+    }
+
+
+def run_message_json(message: Message) -> dict[str, Any]:
+    """A message of a batch run as ``RunMessage``'s JSON."""
+    content: list[dict[str, Any]] = []
+    if message.reasoning:
+        content.append({"type": "reasoning", "reasoning": message.reasoning, "is_native": False})
+    if message.text:
+        content.append({"type": "text", "text": message.text})
+    return {
+        "id": message.id,
+        "agent_id": message.agent_id,
+        "role": message.role.value,
+        "content": content,
+        "name": message.name,
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ],
+        "tool_call_id": message.tool_call_id,
+        "created_at": message.created_at,
+        "batch_item_id": message.batch_item_id,
+    }
+
+
+def usage_json(usage: Usage | None) -> dict[str, int]:
+    """Tokens used, by kind (empty when nothing answered yet)."""
+    return usage.to_json() if usage is not None else {}
+
+
+def costs_json(cost: Costs) -> dict[str, float]:
+    """A run's or an agent's costs in USD, each rounded to a millionth of a dollar.
+
+    ``cost_without_batch_usd`` is what the same tokens cost through the normal API (so the batch
+    saved the difference); ``cache_savings_usd`` what the prompt cache saved: the cached tokens
+    at the plain input price minus what reading and writing them cost, negative when the writes
+    were not read back enough to pay for themselves.
+    """
+    return {
+        "cost_usd": round(cost.usd, 6),
+        "cost_without_batch_usd": round(cost.without_batch_usd, 6),
+        "batch_savings_usd": round(cost.without_batch_usd - cost.usd, 6),
+        "cache_savings_usd": round(cost.cache_savings_usd, 6),
+    }
