@@ -88,7 +88,7 @@ def test_a_run_of_100_agents_created_waited_for_and_read_per_agent(client: Clien
         assert result.final_message, result
         assert result.usage.total_tokens > 0 and result.cost_usd > 0
         assert result.error is None
-        assert [m.role for m in result.messages][0] == "user"
+        assert result.messages[0].role == "user"
         assert {m.agent_id for m in result.messages} == {result.agent_id}
     assert sum(r.cost_usd for r in results) == pytest.approx(run.progress.cost_usd, abs=1e-4)
 
@@ -212,3 +212,32 @@ def test_errors_carry_the_servers_message(client: Client, http: httpx.Client, em
     assert refused.value.status_code == 401
     client.batches.cancel(open_run.id)
     assert client.batches.retrieve(open_run.id).status == "cancelled"
+
+
+async def test_the_async_client_on_the_main_path(
+    base_url: str, api_key: str, emulator: str, http: httpx.Client
+) -> None:
+    agent_ids = make_agents(http, 5, prefix="owl")
+    seen: list[BatchRun] = []
+
+    async with AsyncClient(base_url, api_key, max_retries=0) as client:
+        created = await client.batches.create(
+            [BatchRequest(agent_id=a, input="Who goes there?") for a in agent_ids], name="night watch"
+        )
+        run = await client.batches.wait(created.id, poll_interval=0.05, timeout=60, on_progress=seen.append)
+        results = await client.batches.results(run.id)
+        listed = [r.id async for r in client.batches.list(limit=1)]
+        agents = [a.agent_id async for a in client.batches.agents(run.id, limit=2)]
+        runs = [r.id async for r in client.runs.list(limit=1)]
+        key = await client.keys.create(name="owl-key")
+        keys = {k.id: k.status for k in await client.keys.list()}
+        revoked = await client.keys.revoke(key.id)
+
+    assert run.status == "completed" and run.name == "night watch"
+    assert seen[-1].is_final
+    assert sorted(r.agent_id for r in results) == sorted(agent_ids)
+    assert all(r.state == "finished" and r.final_message and r.cost_usd > 0 for r in results)
+    assert listed == [run.id] and runs == [run.id]
+    assert sorted(agents) == sorted(agent_ids)
+    assert key.key.startswith("ns-") and keys[key.id] == "active"
+    assert revoked.status == "revoked" and revoked.revoked_at is not None
