@@ -7,9 +7,11 @@ user would with letta-client or curl, and everything else goes through the clien
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +24,7 @@ from nightshift.client import (
     BatchRun,
     Client,
     Conflict,
+    InvalidRequestsFile,
     NotFound,
     UnprocessableEntity,
 )
@@ -139,6 +142,35 @@ def test_lists_page_through_every_run_once(client: Client, http: httpx.Client) -
     usage = client.runs.usage(made[0])
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens > 0
     assert list(client.runs.steps(made[0])) == []
+
+
+def test_a_run_from_a_json_lines_file_with_agent_names(client: Client, http: httpx.Client, tmp_path: Path) -> None:
+    first, second = make_agents(http, 2, prefix="poet")
+    path = tmp_path / "requests.jsonl"
+    path.write_text(
+        json.dumps({"agent_name": "poet-0", "input": "A haiku, please"})
+        + "\n\n"
+        + json.dumps({"agent_id": second, "messages": [{"role": "user", "content": "A limerick"}]})
+        + "\n"
+    )
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps([{"agent_id": first, "input": "x"}], indent=2))
+    unknown = tmp_path / "unknown.jsonl"
+    unknown.write_text(json.dumps({"agent_name": "nobody", "input": "x"}) + "\n")
+
+    run = client.batches.create_from_file(path, name="verses")
+    with pytest.raises(InvalidRequestsFile) as spread:
+        client.batches.create_from_file(pretty)
+    with pytest.raises(InvalidRequestsFile) as nobody:
+        client.batches.create_from_file(unknown)
+
+    ended = client.batches.wait(run.id, poll_interval=0.05, timeout=60)
+    assert ended.status == "completed" and ended.name == "verses"
+    assert sorted(a.agent_id for a in client.batches.agents(run.id)) == sorted([first, second])
+    assert spread.value.message.startswith(f"{pretty}:1: a JSON value spread over several lines")
+    assert "one JSON object per line" in spread.value.message
+    assert nobody.value.message == f"{unknown}:1: no agent is named 'nobody'"
+    assert [r.id for r in client.batches.list()] == [run.id]
 
 
 def test_the_same_idempotency_key_gives_the_same_run(client: Client, http: httpx.Client) -> None:

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import quote
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -54,8 +55,6 @@ def _many(model: type[M], key: str | None = None) -> Callable[[Any], list[M]]:
 
 def _path(*parts: str) -> str:
     """A path with each id quoted as one segment."""
-    from urllib.parse import quote
-
     return "/".join(quote(part, safe="") if i else part for i, part in enumerate(parts))
 
 

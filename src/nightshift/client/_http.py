@@ -13,6 +13,7 @@ import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -100,8 +101,6 @@ def retry_after(value: str | None) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    from datetime import UTC, datetime
-
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 

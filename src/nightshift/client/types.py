@@ -1,8 +1,8 @@
 """The client's types: what the server answers, as pydantic models, and a run's request.
 
-Every answer model ignores nothing and refuses nothing it does not know (``extra="allow"``), so a
-client older than its server keeps working; ``tests/e2e/test_client_drift.py`` checks that each
-model names exactly the fields, with the types, of the server's OpenAPI schema.
+Every answer model keeps the fields it does not know (``extra="allow"``) rather than refusing
+them, so a client older than its server keeps working; ``tests/integration/test_client_drift.py``
+checks that each model names exactly the fields, with the types, of the server's OpenAPI schema.
 """
 
 from __future__ import annotations
