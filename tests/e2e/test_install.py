@@ -35,10 +35,9 @@ PIP = [sys.executable, "-m", "pip"]
 # imported too, below): the Python client's package belongs here beside the package itself.
 USER_IMPORTS = ("nightshift",)
 
-# What the build never needs: the checkout's environments, caches and earlier builds.
-NOT_BUILT_FROM = shutil.ignore_patterns(
-    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "artifacts", "*.db*", "*.whl"
-)
+# What the build never needs: the checkout's environments and earlier builds, caches and databases.
+NOT_BUILT_FROM_TOP = {".git", ".venv", "build", "dist"}
+NOT_BUILT_FROM = shutil.ignore_patterns("*.egg-info", "__pycache__", ".*_cache", "artifacts", "*.db", "*.db-*")
 
 
 @pytest.mark.timeout(600)
@@ -70,7 +69,12 @@ def _build_wheel(tmp_path: Path) -> Path:
     """The wheel of a copy of the checkout: setuptools leaves a build folder behind, whose files
     would otherwise go into a later build after their source is gone."""
     source = tmp_path / "checkout"
-    shutil.copytree(CHECKOUT, source, ignore=NOT_BUILT_FROM)
+
+    def ignored(folder: str, names: list[str]) -> set[str]:
+        top = NOT_BUILT_FROM_TOP.intersection(names) if Path(folder) == CHECKOUT else set()
+        return top | NOT_BUILT_FROM(folder, names)
+
+    shutil.copytree(CHECKOUT, source, ignore=ignored)
     out = tmp_path / "dist"
     _run([*PIP, "wheel", "--no-deps", "--wheel-dir", str(out), str(source)], tmp_path)
     (wheel,) = out.glob("nightshift-*.whl")
@@ -85,7 +89,7 @@ def _check_wheel_files(wheel: Path) -> None:
     expected = {
         path.relative_to(PACKAGE.parent).as_posix()
         for path in PACKAGE.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.startswith(".")
     }
     assert expected - names == set(), f"missing from the wheel: {sorted(expected - names)}"
     for must in ("nightshift/py.typed", "nightshift/api/dashboard/static/index.html"):
