@@ -9,7 +9,7 @@ LETTA_CLIENT_1_12 := tests/letta-client-1.12.lock
 UV := uv==0.13.8
 PY_VERSION := 3.11
 
-.PHONY: demo test test-fast test-quick lint format lock bench load rounds migration clean
+.PHONY: demo test test-fast test-quick lint format lock bench load rounds migration wheel clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -41,6 +41,16 @@ lock:
 demo: $(STAMP)
 	@scripts/system-packages $(DEMO_PACKAGES)
 	$(BIN)/nightshift demo
+
+# dist/nightshift-<version>-py3-none-any.whl, for pip to install where the checkout is not (with
+# the otel extra or without; the dev extra is the checkout's). setuptools leaves its build folder
+# in the checkout, whose files would go into the next wheel after their source is gone: it goes
+# before and after.
+wheel: $(STAMP)
+	rm -rf build
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+	rm -rf build
+	@ls dist/nightshift-*.whl
 
 # Every test, slow ones too (CI runs this), and the 40 slowest: where the suite's time goes.
 # Python writes its bytecode even where the shell says not to: the suite starts a few hundred
@@ -91,4 +101,4 @@ rounds: $(STAMP)
 	$(BIN)/python -m benchmarks.rounds $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -8,7 +8,7 @@ its two steps (a memory edit, then send_message), until the run ends (at most SE
 Readers loop over what a user or the dashboard reads: one agent, a page of 50 agents, an agent's
 last 20 messages, the page of runs and the run. Each reader has a connection of its own, as
 separate users would (one shared httpx pool of fifty connections costs the measuring process more
-than the server: its latencies were the pool's). It prints the latency percentiles of each phase,
+than the server, and its latencies would be the pool's). It prints the latency percentiles of each phase,
 the API process's CPU time per request, and how long the run's steps took.
 
 By default a reader sends its next request as soon as it has the answer (the server saturated:
@@ -156,9 +156,9 @@ class Pacing:
 
         Poisson: a gap like any other (a Poisson process is memoryless), so that the readers
         together send CLIENTS x RATE a second from the first moment. (Each reader's first request
-        at a uniform point of its first interval, as before, made the first half second's rate half
-        as much again as the offered one, at 100 a second offered, and the queue it left was most
-        of each phase's slowest answers.) Fixed: a uniform point of the first interval.
+        at a uniform point of its first interval would send more than the offered rate at first,
+        and the queue that leaves would be most of each phase's slowest answers.) Fixed: a uniform
+        point of the first interval.
         """
         if self.rate <= 0:
             return 0.0
@@ -214,15 +214,15 @@ async def readers(
     """``clients`` readers, each on a connection of its own, in a loop until ``until()`` is true.
 
     Each reader opens its connection with one untimed read before any is timed: fifty clients
-    set up at once keep this process busy for most of a second, which counted as the server's
-    latency (the first requests were sent late by the readers themselves); and the server's first
+    set up at once keep this process busy, which would count as the server's latency (the first
+    requests would be sent late by the readers themselves); and the server's first
     read of each kind (its statements compiled, its first page of each table read) is not one a
     phase should count.
     """
     connected = 0
     ready = asyncio.Event()
     # One TLS context for all (the readers speak plain HTTP): httpx makes one per client otherwise,
-    # 50 ms of this process's CPU each on the development machine.
+    # each loading the CA certificates on this process's CPU, which the readers share.
     tls = ssl.create_default_context()
     started, cpu = 0.0, 0.0
 
@@ -255,7 +255,7 @@ async def readers(
 
 async def settle(server: int, *, longest: float = 60) -> None:
     """Wait until the server is idle (it imports the providers' SDKs in a thread after it starts,
-    seconds of CPU that would count against the first phase's requests)."""
+    CPU that would count against the first phase's requests)."""
     limit, last = time.monotonic() + longest, cpu_seconds(server)
     while time.monotonic() < limit:
         await asyncio.sleep(0.5)

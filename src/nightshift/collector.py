@@ -3,8 +3,8 @@
 A full collection walks every object the process holds, with the interpreter held: no other
 thread runs, and the event loop answers nobody. That costs little while the heap is small, but a
 stage builds hundreds of thousands of objects (a batch's agents, messages, requests and results)
-and an Agent File import a million (a 30 MB file's parsed document and the rows built from it),
-and then one full collection takes a fifth of a second on a quiet machine and more on a busy one.
+and an Agent File import a million (a large file's parsed document and the rows built from it),
+and then one full collection holds the process long enough for its clients to notice.
 Nearly none of those objects is cyclic garbage: reference counting frees them when they are let
 go. So the worker makes full collections rare (``rare_full_collections``), and an import pauses
 the collector while it holds its objects (``collector_paused``). A server that has shut down
@@ -26,10 +26,10 @@ FULL_COLLECTION_AFTER = 1_000
 def rare_full_collections() -> Iterator[None]:
     """Let CPython's cycle collector scan every object a hundred times less often.
 
-    By default a full collection came every ten young ones, about forty in a two-step run of
-    10,000 agents, for 15% of the CPU of applying a step (``make bench``). Young cycles are still
-    collected as before, so this costs no memory. The thresholds are the process's: they are put
-    back as they were when the block ends.
+    By default a full collection comes every ten young ones, many times in a large run, each
+    walking every object a stage holds (``make bench`` prints the CPU of applying a step). Young
+    cycles are still collected as before, so this costs no memory. The thresholds are the
+    process's: they are put back as they were when the block ends.
     """
     young, middle, full = gc.get_threshold()
     gc.set_threshold(young, middle, max(full, FULL_COLLECTION_AFTER))

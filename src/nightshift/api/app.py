@@ -197,9 +197,9 @@ def build_routes(app: FastAPI) -> None:
     """Prepare every route's request handling now rather than at the first request that reaches it.
 
     FastAPI builds the routes of an included router (their dependencies, their bodies'
-    validators) when the first request is matched through it: 0.24 s for all of ours on the
-    development machine, on the event loop of a server already answering (a 5,000-agent run's
-    first POST waited 0.1 s for its router, and every reader with it). ``serve`` calls this before
+    validators) when the first request is matched through it, on the event loop of a server
+    already answering (a large run's first POST would wait for its router to be built, and every
+    reader with it). ``serve`` calls this before
     it listens; the tests' in-process apps build only the routes they use, as before. Asking for
     the URL of a name no route has makes FastAPI go through every route, building each.
     """

@@ -90,8 +90,8 @@ class _BodyCheck:
 # of it outlives the request, whatever task runs the app).
 _BODY_CHECK: ContextVar[_BodyCheck | None] = ContextVar("nightshift_body_check", default=None)
 
-# A body this small is walked as it is validated, on the event loop: a few milliseconds at most,
-# less than a trip to a thread and back.
+# A body this small is walked as it is validated, on the event loop: that costs less than a trip
+# to a thread and back.
 WALK_ON_THE_LOOP_BYTES = 16 * 1024
 
 

@@ -1,11 +1,11 @@
 """A faster ``__init__`` for the frozen dataclasses a step makes by the ten thousand.
 
 A frozen dataclass's generated ``__init__`` sets each field with ``object.__setattr__`` (the
-class's own ``__setattr__`` refuses): a message of sixteen fields took 3-4 µs to make, and a
-batch run makes about a hundred such objects per agent (its window's messages, its blocks, the
-agent itself, each copy ``dataclasses.replace`` makes). :func:`fast_init` gives such a class an
-``__init__`` with the same signature and the same result that writes each slot through the slot's
-own descriptor: 1.7 µs for the same message.
+class's own ``__setattr__`` refuses), a call per field, and a batch run makes about a hundred
+such objects per agent (its window's messages, its blocks, the agent itself, each copy
+``dataclasses.replace`` makes). :func:`fast_init` gives such a class an ``__init__`` with the same
+signature and the same result that writes each slot through the slot's own descriptor, which
+costs less.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ DEFAULT_MAX_REQUEST_VALUES: Final = 1_000_000
 # a body's decoding and validation still hold the loop, once, for the caller's own run.)
 MAX_BATCH_REQUEST_VALUES: Final = 2_500_000
 # How long reading a custom tool's source and schemas may take, in seconds, unless
-# NIGHTSHIFT_TOOL_READ_SECONDS says otherwise: a source of the largest size parses in a few
-# seconds on a slow machine (see tools/reading.py).
+# NIGHTSHIFT_TOOL_READ_SECONDS says otherwise: a source of the largest size parses well within it,
+# even on a slow machine (see tools/reading.py).
 DEFAULT_TOOL_READ_SECONDS: Final = 10.0
 # The nodes (objects, arrays and their members) of a tool's JSON schema, given by a client
 # (json_schema, args_json_schema): checking a schema against its metaschema is slow Python.
@@ -143,8 +143,8 @@ def _scalar_problem(item: object) -> str | None:
 
 def _all_storable(value: object) -> bool:
     """Whether ``storage_problem`` finds nothing in ``value``: the same checks without building
-    every part's path, for the common case (a 5,000-agent batch run's body in 18 ms, not 42;
-    its request handling holds the event loop meanwhile)."""
+    every part's path, faster for the common case (a large batch run's body is checked while its
+    request handling holds the event loop)."""
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()

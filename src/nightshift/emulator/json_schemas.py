@@ -4,7 +4,7 @@ Both providers refuse a request whose tool schema does not validate against the 
 meta-schema (Anthropic names draft 2020-12; OpenAI's messages are those of Python's
 ``jsonschema``, e.g. ``[] is not of type 'object', 'boolean'``). The check is the meta-schema
 validation of the ``jsonschema`` library. Results are cached by the schema's JSON text: every
-request of a batch carries the same few tool schemas, and checking one costs about a millisecond.
+request of a batch carries the same few tool schemas, so each is checked once, not once a request.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def text_counter(provider: str) -> TextCounter:
     encoding_name = provider_info(provider).encoding
     if encoding_name is None:
         return _by_characters
-    import tiktoken  # imported on first use: loading an encoding takes a tenth of a second
+    import tiktoken  # imported on first use: loading an encoding is slow, and many processes count none
 
     encoding = tiktoken.get_encoding(encoding_name)
 

@@ -25,7 +25,7 @@ from nightshift.store.messages import to_message
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agents, batch_items, deleted_agents, messages
 
-# Built once: an alias proxies every column of the table, which costs milliseconds per statement.
+# Built once: an alias proxies every column of the table, work too slow to redo for each statement.
 _LATER_ITEMS = batch_items.alias("later")
 
 # A run's items with their agents, live or deleted (an item outlives its agent): the agent's

@@ -67,8 +67,8 @@ async def _count_items(
 async def _sum_usage(conn: AsyncConnection, batch_ids: Sequence[str]) -> tuple[dict[str, Usage], dict[str, Costs]]:
     """The usage and costs of each batch's items that have a usage (batches with none are absent):
     one statement. It reads each such item's row and parses its usage."""
-    # Summed by the database, per batch: reading and adding up ten thousand usages in Python held
-    # the event loop for tens of milliseconds.
+    # Summed by the database, per batch: reading and adding up ten thousand usages in Python would
+    # hold the event loop.
     sums = await conn.execute(
         select(
             batch_items.c.provider_batch_id,

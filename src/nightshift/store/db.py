@@ -45,9 +45,9 @@ def create_engine(
     use waits for one. None is opened beyond (SQLAlchemy's overflow): an overflow connection is
     closed as soon as it is given back, so under load every request past the pool paid for a new
     one (PostgreSQL: a backend forked, asyncpg's type lookups, every statement prepared again;
-    SQLite: a thread, the schema parsed, the pragmas), which made a busy server slower exactly when
-    it was busiest (``make load`` on PostgreSQL: 20 connections opened every 10 s while a run
-    stepped, p99 over a second).
+    SQLite: a thread, the schema parsed, the pragmas), which makes a busy server slower exactly
+    when it is busiest (``make load`` on PostgreSQL, while a run steps, shows it in the tail
+    latencies).
     """
     url = async_database_url(url)
     parsed = make_url(url)
@@ -57,7 +57,7 @@ def create_engine(
         except OSError as exc:
             raise DatabaseUnavailable(_describe(parsed, exc)) from exc
     # JSON columns (agents' configs, message tool calls, batch results) are read and written by
-    # the ten thousand on every step: orjson does it several times faster than the json module.
+    # the ten thousand on every step: orjson does it faster than the json module.
     # hide_parameters: a database error's text (logged, or stored as a stage's error) shows the
     # statement but never its values, which are messages, tool arguments and agents' secrets.
     kwargs: dict[str, Any] = {

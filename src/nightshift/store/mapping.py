@@ -42,7 +42,7 @@ def row_reader(
     **read: Convert,
 ) -> Callable[..., T]:
     """``from_row`` for rows that hold ``table``'s columns in its order (``select(table)``), read by
-    position: reading a SQLAlchemy row by name costs about ten times as much, which tells where
+    position: reading a SQLAlchemy row by name costs much more, which tells where
     thousands of rows are read at once.
 
     ``before`` and ``after`` columns of the row, around the table's, are someone else's (an agent

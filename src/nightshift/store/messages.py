@@ -20,7 +20,7 @@ def to_message(row: Sequence[Any]) -> Message:
     """Map a row of ``select(messages)`` (the table's columns, in its order) to the domain type.
 
     The row is unpacked by position: reading sixteen columns of a SQLAlchemy row by name costs
-    fifteen times as much, and a step reads its agents' whole windows (a mismatch in the number of
+    much more, and a step reads its agents' whole windows (a mismatch in the number of
     columns fails here, loudly).
     """
     (

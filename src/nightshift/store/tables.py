@@ -67,7 +67,7 @@ class UTCDateTime(TypeDecorator[datetime]):
             return super().result_processor(dialect, coltype)
 
         # SQLite's text (naive UTC, as bound above) read in one C call: SQLAlchemy's parse and
-        # then replace(tzinfo=UTC) cost five times as much, and a page of agents reads 400.
+        # then replace(tzinfo=UTC) cost much more, and a page of agents reads hundreds.
         def from_text(value: str | None) -> datetime | None:
             return None if value is None else datetime.fromisoformat(value + "+00:00")
 

@@ -181,7 +181,7 @@ class Options:
 def main(argv: list[str] | None = None) -> int:
     """Serve calls until the server closes the request stream."""
     options = Options.parse(sys.argv[1:] if argv is None else argv)
-    # compile() is slow the first time in a process (about 3 ms): pay it once, here.
+    # compile() is slow the first time in a process: pay it here, not in the first call.
     compile("def warm(a):\n    return a\n", "<warm>", "exec")
     if options.isolated:
         if os.getuid() == 0:

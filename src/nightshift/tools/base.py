@@ -439,7 +439,7 @@ def default_base_tools(agent_type: AgentType) -> frozenset[str]:
 
 @functools.cache
 def _signature(function: Callable[..., Any]) -> inspect.Signature:
-    # Reading a signature costs about 10 us, about as much as the memory edit itself: once per tool.
+    # Reading a signature costs about as much as the memory edit itself: once per tool.
     return inspect.signature(function)
 
 

@@ -100,8 +100,8 @@ async def list_agents(
     """A page of agents, oldest first (``order=desc`` for newest first).
 
     ``include`` names the relations to fill (``agent.blocks``, ``agent.tags``, ``agent.tools``,
-    ``agent.secrets``); without it every one is. A page of 50 agents is about 430 KB with their
-    tools (their JSON schemas, again for each agent) and 170 KB without.
+    ``agent.secrets``); without it every one is. Leaving ``agent.tools`` out makes a page much
+    smaller: each agent's tools carry their JSON schemas again.
     """
     agents = await service.list_agents(
         conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags, query_text=query_text

@@ -55,8 +55,8 @@ async def create_batch(
     first request created; the same key with another body is a 422. A ``callback_url`` on a
     loopback or private address is refused unless ``NIGHTSHIFT_CALLBACK_ALLOW_PRIVATE`` is set.
     """
-    # A body of thousands of agents takes tens of milliseconds to check and turn into the run's
-    # requests: on a thread, the event loop answers others meanwhile.
+    # A body of thousands of agents takes a while to check and turn into the run's requests: on a
+    # thread, the event loop answers others meanwhile.
     new = await asyncio.to_thread(_new_run, body, idempotency_key)
     new = replace(new, sandbox=state.sandbox)
     view = await batch_runs.start_batch_run(

@@ -1,7 +1,7 @@
 """Batch items: counted by state from an index, usage NULL (not JSON null) until a result is stored.
 
 A look at a run counts the items of its open provider batches (``batch_summaries.summarize``):
-grouping them by state read every item's row (tens of milliseconds at 5,000 items), and summing
+grouping them by state read every item's row, and summing
 their usage parsed every item's JSON, those waiting for a result included, because an absent
 usage was stored as JSON ``null``, which ``usage IS NOT NULL`` matches. The counts now come from
 an index by (provider batch, step status, outcome), which replaces the one by provider batch;
