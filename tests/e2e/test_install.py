@@ -33,7 +33,7 @@ PIP = [sys.executable, "-m", "pip"]
 
 # What a user's code imports, each tried in the fresh environment on its own (every module is
 # imported too, below): the Python client's package belongs here beside the package itself.
-USER_IMPORTS = ("nightshift",)
+USER_IMPORTS = ("nightshift", "nightshift.client")
 
 # What the build never needs: the checkout's environments and earlier builds, caches and databases.
 NOT_BUILT_FROM_TOP = {".git", ".venv", "build", "dist"}
