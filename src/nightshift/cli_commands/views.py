@@ -85,7 +85,7 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
         "cost",
         f"{money(progress['cost_usd'])} (without the batch discount: {money(progress['cost_without_batch_usd'])})",
     )
-    table.add_row("saved", savings(progress))
+    table.add_row("savings", savings(progress))
     table.add_row("took", duration(run["created_at"], run.get("completed_at") or run["updated_at"]))
     failures = progress.get("failures") or []
     if not failures:
@@ -128,7 +128,7 @@ def stats_text(run: Mapping[str, Any]) -> Text:
     text.append(f"tokens {tokens(progress.get('usage', {})) or '0'}\n")
     text.append(f"cost {money(progress['cost_usd'])}", style="bold green")
     text.append(f" (without the batch discount {money(progress['cost_without_batch_usd'])})")
-    text.append(f" · saved {savings(progress)}")
+    text.append(f" · {savings(progress)}")
     return text
 
 
@@ -256,14 +256,32 @@ def tokens(usage: Mapping[str, int]) -> str:
 
 
 def savings(costs: Mapping[str, float]) -> str:
-    """What the batch discount and the prompt cache saved, from a run's or an agent's costs."""
+    """What the batch discount and the prompt cache saved, from a run's or an agent's costs:
+    "batch saved $0.0125, prompt cache cost $0.0004 more than it saved"."""
     batch = costs.get("batch_savings_usd", costs["cost_without_batch_usd"] - costs["cost_usd"])
-    return f"{money(batch)} by batch, {money(costs.get('cache_savings_usd', 0.0))} by prompt cache"
+    return f"{saving(batch, 'batch')}, {saving(costs.get('cache_savings_usd', 0.0), 'prompt cache')}"
+
+
+def saving(amount: float, by: str | None = None) -> str:
+    """A saving that reads right either way (the dashboard's ``savingText`` too): "saved $0.0125",
+    or, when it is negative, what it cost: "cost $0.0014 more than it saved". The prompt cache
+    loses money when its writes (dearer than plain input) are not read back enough; "saved
+    -$0.0014" would read as a saving.
+
+    Args:
+        amount: Dollars saved; negative for a loss.
+        by: What saved it, put first ("prompt cache saved $0.0003").
+    """
+    who = f"{by} " if by else ""
+    if round(amount, 4) < 0:
+        return f"{who}cost {money(-amount)} more than it saved"
+    return f"{who}saved {money(amount)}"
 
 
 def money(value: float) -> str:
     """Dollars as every screen shows them (the dashboard's ``formatUsd`` too): cents from $1 up,
-    else four decimals; a loss (negative savings) as ``-$0.0012``."""
+    else four decimals; a negative amount as ``-$0.0012`` (a saving that is a loss reads better
+    through ``saving``)."""
     sign = "-" if value < 0 and round(abs(value), 4) > 0 else ""
     value = abs(value)
     return sign + (f"${value:,.2f}" if value >= 1 else f"${value:.4f}")
