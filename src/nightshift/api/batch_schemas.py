@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
@@ -19,7 +20,7 @@ from nightshift.api.approval_schemas import (
 from nightshift.api.input import Body, variant
 from nightshift.api.letta_options import refuse_batch_options
 from nightshift.domain.approvals import Answer
-from nightshift.domain.batches import Costs, ItemOutcome, refuse_repeated_agents
+from nightshift.domain.batches import Costs, ItemOutcome, ProviderBatch, ProviderBatchStatus, refuse_repeated_agents
 from nightshift.domain.limits import MAX_LIST_ITEMS
 from nightshift.domain.messages import IMAGE_MEDIA_TYPES, Image, UserInput
 from nightshift.domain.usage import Usage
@@ -268,6 +269,9 @@ class BatchRunPublic(BaseModel):
                 ],
                 "usage": usage_json(progress.usage),
                 **costs_json(progress.cost),
+                # The newest problem with the provider (it cannot be reached, it refused the batch):
+                # known from the first failed attempt, long before any agent fails of it.
+                "last_error": last_error_json(view.batches),
                 "provider_batches": [
                     {
                         "id": b.id,
@@ -290,6 +294,39 @@ class BatchRunPublic(BaseModel):
                 ],
             },
         )
+
+
+# What a provider batch's worker was doing when it failed, by the status it stayed in.
+_STAGES: Final = {
+    ProviderBatchStatus.CREATED: "submit",
+    ProviderBatchStatus.RUNNING: "poll",
+    ProviderBatchStatus.ENDED: "apply",
+    ProviderBatchStatus.CANCELLING: "cancel",
+}
+
+
+def last_error_json(batches: Sequence[ProviderBatch]) -> dict[str, Any] | None:
+    """The run's newest provider problem: of its provider batches with an error, an open one
+    (whose stage is retried) before a closed one, then the latest step's. None when there is none.
+
+    ``retrying`` says whether it will be tried again, at ``retry_at``; ``attempts`` counts the
+    failures in a row of that stage (the batch is given up past a limit, its agents failed).
+    """
+    failed = [b for b in batches if b.error]
+    if not failed:
+        return None
+    batch = max(failed, key=lambda b: (b.status in _STAGES, b.step_number, b.updated_at))
+    retrying = batch.status in _STAGES and batch.next_poll_at is not None
+    return {
+        "provider": batch.provider,
+        "provider_batch_id": batch.id,
+        "step_number": batch.step_number,
+        "stage": _STAGES.get(batch.status),
+        "error": batch.error,
+        "attempts": batch.failures,
+        "retrying": retrying,
+        "retry_at": batch.next_poll_at if retrying else None,
+    }
 
 
 def agent_in_run_json(agent: AgentInBatchRun) -> dict[str, Any]:
