@@ -106,10 +106,16 @@ def serve(
     import uvicorn
 
     from nightshift.api.app import build_routes, create_app
+    from nightshift.services.catalog import check_extra_models
     from nightshift.serving import connection_options
 
     settings = Settings()
     _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
+    try:
+        check_extra_models(settings.extra_models)
+    except InvalidInput as exc:
+        console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     _configure_observability(settings)
     application = create_app(settings, poller_process=settings.poller_process)
     build_routes(application)
