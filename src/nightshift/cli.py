@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nightshift.cli_commands import agents_app, batch_app
+from nightshift.cli_commands.tables import JsonOption, print_json, print_table
 from nightshift.collector import no_collection_at_exit
 from nightshift.config import Settings
 from nightshift.domain.orgs import ApiKey
@@ -105,10 +106,16 @@ def serve(
     import uvicorn
 
     from nightshift.api.app import build_routes, create_app
+    from nightshift.services.catalog import check_extra_models
     from nightshift.serving import connection_options
 
     settings = Settings()
     _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
+    try:
+        check_extra_models(settings.extra_models)
+    except InvalidInput as exc:
+        console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     _configure_observability(settings)
     application = create_app(settings, poller_process=settings.poller_process)
     build_routes(application)
@@ -276,8 +283,12 @@ def keys_create(
 @keys_app.command("list")
 def keys_list(
     org: Annotated[str | None, typer.Option(help="Only this organization's keys (by name)")] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """List API keys, revoked ones included: never a key itself, only its first characters."""
+    """List API keys, revoked ones included: never a key itself, only its first characters.
+
+    The ids are printed whole (for keys revoke), however narrow the terminal; --json prints one JSON array.
+    """
     from nightshift.store.db import opened, upgrade
     from nightshift.store.keys import list_keys
     from nightshift.store.orgs import find_org, org_names
@@ -301,10 +312,14 @@ def keys_list(
         console.print(f"[red]error:[/] no organization is named {org!r}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     keys, names = listed
+    if as_json:
+        print_json([_key_json(key, names) for key in keys])
+        return
     if not keys:
         console.print("no API keys" + (f" in organization {org!r}" if org else ""), highlight=False)
         return
-    Console().print(_keys_table(keys, names))  # made now: it sees the width (COLUMNS) the command runs in
+    # A console made now: it sees the width (COLUMNS) the command runs in.
+    print_table(Console(), _keys_table(keys, names))
 
 
 @keys_app.command("revoke")
@@ -334,10 +349,27 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (user-.
         console.print(f"{shown} was already revoked at {_when(key.revoked_at)}", highlight=False, soft_wrap=True)
 
 
+def _key_json(key: ApiKey, org_names: dict[str, str]) -> dict[str, Any]:
+    """One key as ``keys list --json`` prints it: what the table shows, times in ISO 8601."""
+    return {
+        "id": key.id,
+        "organization_id": key.organization_id,
+        "organization": org_names.get(key.organization_id, key.organization_id),
+        "name": key.name,
+        "key_prefix": key.key_prefix,
+        "is_admin": key.is_admin,
+        "status": key.status.value,
+        "created_at": key.created_at.isoformat(),
+        "last_used_at": key.last_used_at.isoformat() if key.last_used_at else None,
+        "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+    }
+
+
 def _keys_table(keys: list[ApiKey], org_names: dict[str, str]) -> Table:
-    # No rules, one space between columns, and the times break after the date: it fits 80 columns.
+    # No rules, one space between columns, and the times break after the date. The id is never
+    # broken (it is what keys revoke takes): the other columns fold first.
     table = Table(box=None, padding=(0, 1, 0, 0), header_style="bold")
-    table.add_column("id", overflow="fold", min_width=10)
+    table.add_column("id", no_wrap=True)
     table.add_column("org", overflow="fold", min_width=4)
     table.add_column("name", overflow="fold", min_width=4)
     table.add_column("prefix", no_wrap=True)

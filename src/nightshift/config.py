@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from nightshift.domain.limits import (
     DEFAULT_MAX_REQUEST_MB,
@@ -138,6 +139,10 @@ class Settings(BaseSettings):
     # {"input": 0.8, "output": 4, "cache_write": 1, "cache_read": 0.08, "cache_write_1h": 1.6}} (USD per
     # million tokens, normal-API prices; cache_write is the 5-minute write, cache_write_1h defaults to it).
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # Models an agent may name although the price data does not know them (a model newer than the
+    # data), comma-separated provider/model-name; "provider/prefix*" allows every name it starts.
+    # Their cost counts as 0 (unknown) unless NIGHTSHIFT_PRICES gives their prices.
+    extra_models: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # The model that writes the summaries of agents' evicted messages, as provider/model-name
     # (default: each agent's own model).
     summary_model: str | None = None
@@ -160,6 +165,13 @@ class Settings(BaseSettings):
                 f"(uids at or above 2^31 are read as negative by some programs)"
             )
         return self
+
+    @field_validator("extra_models", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

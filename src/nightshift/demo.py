@@ -228,9 +228,9 @@ def _summary(http: httpx.Client, console: Console, run: dict[str, Any]) -> None:
     table.add_row("cost with batch", f"{views.money(p['cost_usd'])}")
     table.add_row(
         "same work without batch",
-        f"{views.money(p['cost_without_batch_usd'])} (saved {views.money(p['batch_savings_usd'])})",
+        f"{views.money(p['cost_without_batch_usd'])} ({views.saving(p['batch_savings_usd'])})",
     )
-    table.add_row("saved by the prompt cache", views.money(p["cache_savings_usd"]))
+    table.add_row("prompt cache", views.saving(p["cache_savings_usd"]))
     console.print(table)
     first = http.get(f"/v1/messages/batches/{run['id']}/messages", params={"order": "asc", "limit": 1})
     found = first.raise_for_status().json()["messages"]

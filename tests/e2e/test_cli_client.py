@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from nightshift.cli import app
-from nightshift.cli_commands.views import money
+from nightshift.cli_commands.views import saving
 from nightshift.emulator import EmulatorAdmin
 from nightshift.serving import free_port
 from support.orgs import SERVER_PASSWORD
@@ -164,9 +164,9 @@ def test_submit_the_example_requests_by_agent_name_and_watch(server: str, api: h
     # The summary shows the cache's savings beside the batch's, as the API reports them.
     progress = run["progress"]
     assert progress["cache_savings_usd"] != 0
-    batch, cache = money(progress["batch_savings_usd"]), money(progress["cache_savings_usd"])
-    saved = next(line for line in submitted.stdout.splitlines() if "│ saved " in line)
-    assert f"{batch} by batch, {cache} by prompt cache" in saved
+    batch, cache = saving(progress["batch_savings_usd"], "batch"), saving(progress["cache_savings_usd"], "prompt cache")
+    saved = next(line for line in submitted.stdout.splitlines() if "│ savings " in line)
+    assert f"{batch}, {cache}" in saved
     assert run["progress"]["agents"]["finished"] == 4
     # The requests reached the agents named in the file.
     ada_id = api.get("/v1/agents/", params={"name": "ada-shop-assistant"}).json()[0]["id"]

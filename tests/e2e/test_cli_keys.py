@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -174,3 +177,38 @@ def test_keys_made_before_prefixes_are_listed_as_unknown(empty_db_url: str, monk
     assert _row(listed, "user-old")[1:5] == ["default", "legacy", "unknown", "no"]
     assert _row(listed, "user-old")[6:] == ["never", ""]
     assert secret not in listed
+
+
+@pytest.mark.usefixtures("database")
+@pytest.mark.parametrize("columns", ["60", None], ids=["narrow", "pipe"])
+def test_key_ids_stay_whole_on_one_line(columns: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What keys revoke takes is copied from keys list: a narrow terminal or a pipe (80 columns
+    without COLUMNS) must not fold an id over several lines."""
+    made = [_create("--org", "a-long-organization-name", "--name", "a-long-key-name-of-someone")[0] for _ in range(2)]
+    if columns is None:
+        monkeypatch.delenv("COLUMNS")
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+
+    listed = _list()
+
+    for key_id in made:
+        assert any(key_id in line for line in listed.splitlines()), listed
+    as_json = json.loads(_list("--json"))
+    assert [k["id"] for k in as_json] == made
+    assert as_json[0]["organization"] == "a-long-organization-name"
+    assert (as_json[0]["is_admin"], as_json[0]["status"], as_json[0]["revoked_at"]) == (False, "active", None)
+    assert json.loads(_list("--json", "--org", "default")) == []  # none: still a JSON array
+
+
+def test_keys_list_through_a_pipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``nightshift keys list | cat``, as a process: no terminal, no COLUMNS."""
+    monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", f"sqlite:///{tmp_path}/keys.db")
+    monkeypatch.delenv("COLUMNS")
+    key_id, _ = _create("--org", "a-long-organization-name", "--name", "a-long-key-name")
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "nightshift", "keys", "list"], capture_output=True, text=True, check=True
+    ).stdout
+
+    assert any(key_id in line for line in listed.splitlines()), listed

@@ -23,7 +23,7 @@ from playwright.async_api import Browser, ConsoleMessage, Dialog, Locator, Page,
 from sqlalchemy import update
 
 from nightshift.api.app import create_app
-from nightshift.cli_commands.views import money
+from nightshift.cli_commands.views import money, saving
 from nightshift.config import Settings
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply, ScriptedToolCall
@@ -197,8 +197,8 @@ async def test_a_finished_run_its_timeline_and_an_agents_memory(browser: Browser
     assert float(await page.locator(".chart-throughput .chart-bar").get_attribute("data-value") or "0") > 0
     # What the batch and the prompt cache saved, side by side (the cache can lose money).
     batch_saved, cache_saved = done["progress"]["batch_savings_usd"], done["progress"]["cache_savings_usd"]
-    await expect(page.locator(".cards .batch-saved")).to_have_text(f"batch saved {money(batch_saved)}")
-    await expect(page.locator(".cards .cache-saved")).to_have_text(f"prompt cache saved {money(cache_saved)}")
+    await expect(page.locator(".cards .batch-saved")).to_have_text(saving(batch_saved, "batch"))
+    await expect(page.locator(".cards .cache-saved")).to_have_text(saving(cache_saved, "prompt cache"))
 
     # The step timeline: one provider batch (every agent is on Anthropic), applied, 3 succeeded.
     batch = page.locator(".batch-row")

@@ -25,6 +25,7 @@ PAIRS: dict[type[BaseModel], str] = {
     types.AgentCounts: "AgentCounts",
     types.RunFailure: "RunFailure",
     types.ProviderBatch: "ProviderBatchPublic",
+    types.ProviderProblem: "ProviderProblem",
     types.TokenUsage: "TokenUsage",
     types.BatchRunAgent: "BatchRunAgent",
     types.RunMessage: "RunMessage",

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from nightshift.cli_commands.views import money, run_summary, stats_text
+from nightshift.cli_commands.views import money, run_summary, saving, stats_text
 
 PROGRESS: dict[str, Any] = {
     "step": 1,
@@ -39,12 +39,25 @@ def test_money_shows_losses_with_the_sign_first() -> None:
 
 
 def test_watch_shows_the_cache_savings_beside_the_batch_savings() -> None:
-    assert "saved $0.0125 by batch, -$0.0004 by prompt cache" in stats_text(RUN).plain
+    assert "batch saved $0.0125, prompt cache cost $0.0004 more than it saved" in stats_text(RUN).plain
+
+
+def test_a_saving_that_lost_money_reads_as_a_cost() -> None:
+    assert (saving(0.0125), saving(-0.0014, "prompt cache"), saving(-0.00001), saving(0.0)) == (
+        "saved $0.0125",
+        "prompt cache cost $0.0014 more than it saved",
+        "saved $0.0000",
+        "saved $0.0000",
+    )
 
 
 def test_the_summary_has_a_row_of_savings() -> None:
     console = Console(width=200, record=True)
     console.print(run_summary(RUN))
     lines = console.export_text().splitlines()
-    assert any("saved" in line and "$0.0125 by batch, -$0.0004 by prompt cache" in line for line in lines)
+    assert any(
+        "savings" in line and "batch saved $0.0125, prompt cache cost $0.0004 more than it saved" in line
+        for line in lines
+    )
+    assert not any("-$" in line for line in lines)
     assert any("cost" in line and "$0.0125 (without the batch discount: $0.0250)" in line for line in lines)

@@ -45,6 +45,7 @@ from nightshift.domain.limits import MAX_BATCH_REQUEST_MB, MAX_BATCH_REQUEST_VAL
 from nightshift.parts import running_parts
 from nightshift.providers.base import ModelProvider
 from nightshift.services.agent_runs import BackgroundRuns, Stepping, fail_stopped_runs
+from nightshift.services.catalog import ModelNames
 from nightshift.services.keys import KeyUsage
 from nightshift.store.db import create_engine, read_only, upgrade
 from nightshift.store.orgs import ensure_default_org
@@ -125,6 +126,7 @@ def create_app(
                     worker=worker,
                     key_usage=key_usage,
                     background=background,
+                    models=ModelNames.of(parts.prices, settings.extra_models),
                     poller_process=child,
                     runs_queued=runs_queued,
                 )

@@ -10,14 +10,15 @@ that a live answer has no key its model does not name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from fastapi import Response
 from pydantic import BaseModel, Field, TypeAdapter
 
-from nightshift.domain.batches import Costs, ItemOutcome
+from nightshift.domain.batches import Costs, ItemOutcome, ProviderBatch, ProviderBatchStatus
 from nightshift.domain.messages import Message
 from nightshift.domain.usage import Usage
 from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
@@ -89,6 +90,19 @@ class ProviderBatchPublic(BaseModel):
     updated_at: datetime = Field(description="Its last change of status")
 
 
+class ProviderProblem(BaseModel):
+    """The run's newest problem with a provider (it cannot be reached, it refused the batch)."""
+
+    provider: str
+    provider_batch_id: str = Field(description="nightshift's id of the provider batch (llm_batch-...)")
+    step_number: int
+    stage: str | None = Field(description="submit, poll, apply or cancel: what is retried; null once closed")
+    error: str
+    attempts: int = Field(description="Failures in a row of that stage (past a limit its agents fail)")
+    retrying: bool
+    retry_at: datetime | None = Field(description="When it is tried again, while it is retried")
+
+
 class BatchRunProgress(BaseModel):
     """Where a run is: its step, its agents, tokens and costs, failures and provider batches."""
 
@@ -101,6 +115,9 @@ class BatchRunProgress(BaseModel):
     cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")
     batch_savings_usd: float
     cache_savings_usd: float = Field(description="What the prompt cache saved (negative when it cost more)")
+    last_error: ProviderProblem | None = Field(
+        description="Known from the first failed attempt, long before any agent fails of it"
+    )
     provider_batches: list[ProviderBatchPublic]
 
 
@@ -229,6 +246,7 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
             ],
             "usage": usage_json(progress.usage),
             **costs_json(progress.cost),
+            "last_error": last_error_json(view.batches),
             "provider_batches": [
                 {
                     "id": b.id,
@@ -249,6 +267,39 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
                 for b in view.batches
             ],
         },
+    }
+
+
+# What a provider batch's worker was doing when it failed, by the status it stayed in.
+_STAGES: Final = {
+    ProviderBatchStatus.CREATED: "submit",
+    ProviderBatchStatus.RUNNING: "poll",
+    ProviderBatchStatus.ENDED: "apply",
+    ProviderBatchStatus.CANCELLING: "cancel",
+}
+
+
+def last_error_json(batches: Sequence[ProviderBatch]) -> dict[str, Any] | None:
+    """The run's newest provider problem: of its provider batches with an error, an open one
+    (whose stage is retried) before a closed one, then the latest step's. None when there is none.
+
+    ``retrying`` says whether it will be tried again, at ``retry_at``; ``attempts`` counts the
+    failures in a row of that stage (the batch is given up past a limit, its agents failed).
+    """
+    failed = [b for b in batches if b.error]
+    if not failed:
+        return None
+    batch = max(failed, key=lambda b: (b.status in _STAGES, b.step_number, b.updated_at))
+    retrying = batch.status in _STAGES and batch.next_poll_at is not None
+    return {
+        "provider": batch.provider,
+        "provider_batch_id": batch.id,
+        "step_number": batch.step_number,
+        "stage": _STAGES.get(batch.status),
+        "error": batch.error,
+        "attempts": batch.failures,
+        "retrying": retrying,
+        "retry_at": batch.next_poll_at if retrying else None,
     }
 
 

@@ -23,6 +23,7 @@ from nightshift.errors import Forbidden, Unauthorized
 from nightshift.metrics import Metrics
 from nightshift.providers.clients import ProviderSet
 from nightshift.services.agent_runs import BackgroundRuns, Stepping
+from nightshift.services.catalog import ModelNames
 from nightshift.services.keys import KeyUsage, check_manages_keys, key_for_secret
 from nightshift.tools.sandbox import Sandbox
 
@@ -47,6 +48,8 @@ class AppState:
     worker: Worker
     key_usage: KeyUsage
     background: BackgroundRuns  # the message sends this process steps in the background
+    # The models an agent may name (the price data's, NIGHTSHIFT_PRICES's and NIGHTSHIFT_EXTRA_MODELS').
+    models: ModelNames
     # serve's poller, in a child process; None: the poller (if any) runs on this event loop.
     poller_process: PollerProcess | None = None
     # Set when a run is queued, to wake the poller on this event loop (None: it runs elsewhere).

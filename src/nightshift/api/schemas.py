@@ -42,7 +42,7 @@ from nightshift.errors import InvalidInput
 from nightshift.providers.registry import known_names, parse_model, providers
 from nightshift.services.agents import InitialMessage, NewBlock
 from nightshift.services.blocks import BlockChanges
-from nightshift.services.catalog import model_context_window
+from nightshift.services.catalog import ModelNames, model_context_window
 from nightshift.services.tools import ToolChanges
 
 Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
@@ -248,10 +248,13 @@ def llm_config_from(
     max_tokens: int | None = None,
     context_window: int | None = None,
     parallel_tool_calls: bool = True,
+    models: ModelNames | None,
 ) -> LLMConfig:
     """Our LLMConfig from Letta's ``model`` handle and/or ``llm_config``; one of them is required.
 
     ``parallel_tool_calls`` is used when ``llm_config`` does not say (an update passes the current value).
+    With ``models`` the model must be a known one (a 422 naming the close names); without, only its
+    provider is checked (a one-off call, which fails at once and says why).
     """
     handle = model or (body.handle if body else None)
     if handle is None and body is not None:
@@ -269,6 +272,8 @@ def llm_config_from(
             f"model is required, as provider/model-name (e.g. {providers()[0].example_handle})", field="model"
         )
     provider, name = parse_model(handle)
+    if models is not None:
+        models.check(provider.name, name)
     window = context_window or (body.context_window if body else DEFAULT_CONTEXT_WINDOW)
     # No larger than the model's own window, where the price data knows it.
     window = min(window, model_context_window(provider.name, name) or window)

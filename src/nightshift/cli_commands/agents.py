@@ -21,6 +21,7 @@ from nightshift.cli_commands.client import (
     stderr,
     stdout,
 )
+from nightshift.cli_commands.tables import JsonOption, print_json, print_table
 
 if TYPE_CHECKING:
     from nightshift.cli_commands.agents_file import AgentsFile
@@ -64,8 +65,8 @@ def create(
                 except ServerRefused as error:
                     raise CommandFailed(f"{spec.where(tool)}: {error.message}") from None
             created = _create_all(client, spec)
-        out = stdout()
-        out.print(views.agents_table(created, title=f"created {plural(len(created), 'agent')} from {spec.name}"))
+        table = views.agents_table(created, title=f"created {plural(len(created), 'agent')} from {spec.name}")
+        print_table(stdout(), table)
         if spec.tools:
             stderr().print(f"upserted {plural(len(spec.tools), 'tool')} first", markup=False)
 
@@ -108,12 +109,19 @@ def list_agents(
     match_all: Annotated[bool, typer.Option("--match-all", help="Require every --tags instead of any")] = False,
     name: Annotated[str | None, typer.Option("--name", help="Only agents with exactly this name")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many agents")] = 100,
+    as_json: JsonOption = False,
     server: ServerOption = DEFAULT_SERVER,
     api_key: ApiKeyOption = None,
 ) -> None:
-    """List agents, oldest first: id, name, model, tags and custom tools."""
+    """List agents, oldest first: id, name, model, tags and custom tools.
+
+    Ids are printed whole, however narrow the terminal; --json prints the API's agents as one JSON array.
+    """
     with reported_errors(), ServerClient(server, api_key) as client:
         agents = client.get("/v1/agents/", tags=tags or None, match_all_tags=match_all or None, name=name, limit=limit)
-    stdout().print(views.agents_table(agents, title=plural(len(agents), "agent")))
+    if as_json:
+        print_json(agents)
+    else:
+        print_table(stdout(), views.agents_table(agents, title=plural(len(agents), "agent")))
     if len(agents) == limit:
         stderr().print(f"showing the first {limit}; pass --limit for more", markup=False)

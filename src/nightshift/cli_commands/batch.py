@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +23,7 @@ from nightshift.cli_commands.client import (
     stdout,
 )
 from nightshift.cli_commands.requests_file import RequestLine, parse_requests
+from nightshift.cli_commands.tables import JsonOption, print_json, print_table
 from nightshift.cli_commands.watch import is_final, watch_run
 from nightshift.domain.batches import BatchRunStatus
 
@@ -49,6 +51,19 @@ def submit(
     callback_url: Annotated[
         str | None, typer.Option("--callback-url", help="POSTed the run when it ends", show_default=False)
     ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="A name for the run (its metadata's 'name')", show_default=False)
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metadata", "-m", metavar="KEY=VALUE", help="A metadata entry of the run (repeatable)", show_default=False
+        ),
+    ] = None,
+    metadata_json: Annotated[
+        str | None,
+        typer.Option("--metadata-json", metavar="JSON", help="The run's metadata as a JSON object", show_default=False),
+    ] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Then watch the run until it is final")] = False,
     interval: IntervalOption = 1.0,
     timeout: TimeoutOption = None,
@@ -61,16 +76,21 @@ def submit(
 
     A bad line is reported with its number, and then nothing is submitted.
 
+    The run's metadata: --metadata-json's object, each --metadata KEY=VALUE, then --name (shown by batch list).
+
     With --watch the exit code is 0 when the run completed, 1 when it failed or was cancelled.
     """
     with reported_errors():
-        name, text = _read(requests_file)
-        lines = parse_requests(name, text)
+        run_metadata = run_metadata_of(metadata_json, metadata or [], name)
+        source, text = _read(requests_file)
+        lines = parse_requests(source, text)
         with ServerClient(server, api_key) as client:
-            requests = _resolve(client, name, lines)
+            requests = _resolve(client, source, lines)
             body: dict[str, Any] = {"requests": requests}
             if callback_url:
                 body["callback_url"] = callback_url
+            if run_metadata:
+                body["metadata"] = run_metadata
             run = client.post("/v1/messages/batches", body)
             typer.echo(run["id"])
             notes = stderr()
@@ -131,23 +151,28 @@ def list_runs(
         ),
     ] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many runs")] = 20,
+    as_json: JsonOption = False,
     server: ServerOption = DEFAULT_SERVER,
     api_key: ApiKeyOption = None,
 ) -> None:
-    """List batch runs, newest first: status, agents done (finished), failures, step and cost.
+    """List batch runs, newest first: name, status, agents done (finished), failures, step and cost.
 
-    A completed run in which agents failed shows as "completed, 3 of 20 failed".
+    A completed run in which agents failed shows as "completed, 3 of 20 failed". Ids are printed
+    whole, however narrow the terminal; --json prints the API's runs as one JSON array.
     """
     with reported_errors(), ServerClient(server, api_key) as client:
         statuses = [s.value for s in status] if status else None
         only_failed = {"has_failures": "true"} if failed else {}
         runs = client.get("/v1/messages/batches", status=statuses, limit=limit, order="desc", **only_failed)
+    if as_json:
+        print_json(runs)
+        return
     if not runs:
         which = [f"with status {', '.join(statuses)}"] if statuses else []
         which += ["with failures"] if failed else []
         stderr().print(" ".join(["no batch runs", *which]), markup=False)
         return
-    stdout().print(views.runs_table(runs))
+    print_table(stdout(), views.runs_table(runs))
 
 
 @batch_app.command("messages")
@@ -157,24 +182,29 @@ def messages(
         str | None, typer.Option("--agent", "-a", help="Only this agent (its id or its name)", show_default=False)
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="The last N messages")] = 100,
+    as_json: JsonOption = False,
     server: ServerOption = DEFAULT_SERVER,
     api_key: ApiKeyOption = None,
 ) -> None:
     """Show a run's last messages, oldest first: inputs, replies, tool calls and tool results.
 
     Reasoning is shown dim above each reply; send_message's "Sent message successfully" results are left out.
+    --json prints the API's messages (all of them, oldest first) as one JSON array.
     """
     with reported_errors(), ServerClient(server, api_key) as client:
         agent_id = _agent_id(client, agent) if agent else None
         page = client.get(f"/v1/messages/batches/{run_id}/messages", agent_id=agent_id, limit=limit, order="desc")[
             "messages"
         ]
+        if as_json:
+            print_json(list(reversed(page)))
+            return
         found = [m for m in reversed(page) if views.message_text(m) is not None]
         names = _agent_names(client, {m["agent_id"] for m in found})
     if not found:
         stderr().print("no messages in this run" + (f" for agent {agent}" if agent else ""), markup=False)
         return
-    stdout().print(views.messages_table(found, names))
+    print_table(stdout(), views.messages_table(found, names))
 
 
 @batch_app.command("cancel")
@@ -199,6 +229,31 @@ def cancel(
         f" ({views.agent_counts(counts) or 'no agents'})",
         markup=False,
     )
+
+
+def run_metadata_of(as_json: str | None, entries: list[str], name: str | None) -> dict[str, Any]:
+    """The metadata ``batch submit`` gives a run, from its options (see its help).
+
+    Raises:
+        CommandFailed: The JSON is not an object, or an entry has no ``=`` or no key.
+    """
+    found: dict[str, Any] = {}
+    if as_json is not None:
+        try:
+            parsed = json.loads(as_json)
+        except ValueError as error:
+            raise CommandFailed(f"--metadata-json is not valid JSON: {error}") from None
+        if not isinstance(parsed, dict):
+            raise CommandFailed(f"--metadata-json must be a JSON object ({{...}}), got {type(parsed).__name__}")
+        found.update(parsed)
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise CommandFailed(f"--metadata {entry!r}: expected KEY=VALUE (e.g. --metadata team=search)")
+        found[key.strip()] = value
+    if name is not None:
+        found["name"] = name
+    return found
 
 
 def _read(requests_file: str) -> tuple[str, str]:

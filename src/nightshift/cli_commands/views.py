@@ -24,6 +24,8 @@ STATUS_STYLE = {
     BatchRunStatus.FAILED: "red",
     BatchRunStatus.CANCELLED: "magenta",
 }
+# A run in these is still to be stepped: a provider problem is current.
+OPEN_STATUSES = frozenset({BatchRunStatus.CREATED.value, BatchRunStatus.RUNNING.value})
 # A completed run in which some agents failed: done, but not all well.
 PARTLY_STYLE = "yellow"
 
@@ -43,20 +45,25 @@ def agents_table(agents: Sequence[Mapping[str, Any]], *, title: str | None = Non
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
-    """Batch runs: id, status, when, agents done (finished), failed, step and cost."""
+    """Batch runs: id, name (when some run has one), status, when, agents done (finished), failed,
+    step and cost."""
+    names = [run_name(run) for run in runs]
     table = Table()
     table.add_column("id", no_wrap=True)
+    if any(names):
+        table.add_column("name", overflow="fold")
     table.add_column("status")
     table.add_column("created", no_wrap=True)
-    table.add_column("agents done", justify="right")
-    table.add_column("failed", justify="right")
-    table.add_column("step", justify="right")
-    table.add_column("cost", justify="right")
-    for run in runs:
+    table.add_column("agents done", justify="right", no_wrap=True)
+    table.add_column("failed", justify="right", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    for run, name in zip(runs, names, strict=True):
         counts = run["progress"]["agents"]
         done, total = agents_done(counts)
         table.add_row(
             run["id"],
+            *([Text(name or "")] if any(names) else []),
             run_status_text(run),
             _local(run["created_at"]),
             f"{done}/{total}",
@@ -65,6 +72,13 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
             money(run["progress"]["cost_usd"]),
         )
     return table
+
+
+def run_name(run: Mapping[str, Any]) -> str | None:
+    """The run's name: its metadata's ``name`` (what ``batch submit --name`` and the Python client
+    set), if it is a non-empty string."""
+    name = (run.get("metadata") or {}).get("name")
+    return name if isinstance(name, str) and name else None
 
 
 def run_summary(run: Mapping[str, Any]) -> RenderableType:
@@ -76,6 +90,8 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
     table = Table(title=f"batch run {run['id']}", title_justify="left", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
+    if run_name(run):
+        table.add_row("name", Text(str(run_name(run))))
     table.add_row("status", run_status_text(run))
     table.add_row("agents", f"{total} ({agent_counts(counts)})")
     table.add_row("steps", str(_steps(run)))
@@ -85,7 +101,7 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
         "cost",
         f"{money(progress['cost_usd'])} (without the batch discount: {money(progress['cost_without_batch_usd'])})",
     )
-    table.add_row("saved", savings(progress))
+    table.add_row("savings", savings(progress))
     table.add_row("took", duration(run["created_at"], run.get("completed_at") or run["updated_at"]))
     failures = progress.get("failures") or []
     if not failures:
@@ -106,13 +122,33 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
 
 
 def progress_line(run: Mapping[str, Any]) -> str:
-    """One line of progress, for ``batch watch`` when the output is not a terminal."""
+    """One line of progress, for ``batch watch`` when the output is not a terminal; the run's
+    provider problem, if any, after it."""
     progress = run["progress"]
     done, total = agents_done(progress["agents"])
-    return (
+    line = (
         f"{run['id']}: {run_status(run)}, step {shown_step(progress['step'])}, {done}/{total} agents done "
         f"({agent_counts(progress['agents'])}), cost {money(progress['cost_usd'])}"
     )
+    problem = provider_problem(run)
+    return f"{line}; {problem}" if problem else line
+
+
+def provider_problem(run: Mapping[str, Any]) -> str | None:
+    """The run's latest provider problem in a sentence (its ``progress.last_error``), while the
+    run is open: "anthropic error (submit, attempt 2, tried again at 14:05:31): cannot reach
+    Anthropic at ...: connection refused". None when there is none, or the run has ended (the failed agents
+    say it then)."""
+    error = run["progress"].get("last_error")
+    if not error or run["status"] not in OPEN_STATUSES:
+        return None
+    said = [error["stage"]] if error.get("stage") else []
+    if error.get("attempts"):
+        said.append(f"attempt {error['attempts']}")
+    if error.get("retrying") and error.get("retry_at"):
+        said.append(f"tried again at {_local(error['retry_at'], time_only=True)}")
+    where = f" ({', '.join(said)})" if said else ""
+    return f"{error['provider']} error{where}: {error['error']}"
 
 
 def stats_text(run: Mapping[str, Any]) -> Text:
@@ -128,7 +164,10 @@ def stats_text(run: Mapping[str, Any]) -> Text:
     text.append(f"tokens {tokens(progress.get('usage', {})) or '0'}\n")
     text.append(f"cost {money(progress['cost_usd'])}", style="bold green")
     text.append(f" (without the batch discount {money(progress['cost_without_batch_usd'])})")
-    text.append(f" · saved {savings(progress)}")
+    text.append(f" · {savings(progress)}")
+    problem = provider_problem(run)
+    if problem:
+        text.append(f"\n{problem}", style="bold red")
     return text
 
 
@@ -139,7 +178,7 @@ def messages_table(messages: Sequence[Mapping[str, Any]], agent_names: Mapping[s
     """
     table = Table()
     table.add_column("time", no_wrap=True, style="dim")
-    table.add_column("agent", overflow="fold")
+    table.add_column("agent", no_wrap=True)  # a name, or the id of an agent deleted since
     table.add_column("role", no_wrap=True)
     table.add_column("message")
     by_agent: dict[str, list[tuple[Mapping[str, Any], Text]]] = {}
@@ -256,14 +295,32 @@ def tokens(usage: Mapping[str, int]) -> str:
 
 
 def savings(costs: Mapping[str, float]) -> str:
-    """What the batch discount and the prompt cache saved, from a run's or an agent's costs."""
+    """What the batch discount and the prompt cache saved, from a run's or an agent's costs:
+    "batch saved $0.0125, prompt cache cost $0.0004 more than it saved"."""
     batch = costs.get("batch_savings_usd", costs["cost_without_batch_usd"] - costs["cost_usd"])
-    return f"{money(batch)} by batch, {money(costs.get('cache_savings_usd', 0.0))} by prompt cache"
+    return f"{saving(batch, 'batch')}, {saving(costs.get('cache_savings_usd', 0.0), 'prompt cache')}"
+
+
+def saving(amount: float, by: str | None = None) -> str:
+    """A saving that reads right either way (the dashboard's ``savingText`` too): "saved $0.0125",
+    or, when it is negative, what it cost: "cost $0.0014 more than it saved". The prompt cache
+    loses money when its writes (dearer than plain input) are not read back enough; "saved
+    -$0.0014" would read as a saving.
+
+    Args:
+        amount: Dollars saved; negative for a loss.
+        by: What saved it, put first ("prompt cache saved $0.0003").
+    """
+    who = f"{by} " if by else ""
+    if round(amount, 4) < 0:
+        return f"{who}cost {money(-amount)} more than it saved"
+    return f"{who}saved {money(amount)}"
 
 
 def money(value: float) -> str:
     """Dollars as every screen shows them (the dashboard's ``formatUsd`` too): cents from $1 up,
-    else four decimals; a loss (negative savings) as ``-$0.0012``."""
+    else four decimals; a negative amount as ``-$0.0012`` (a saving that is a loss reads better
+    through ``saving``)."""
     sign = "-" if value < 0 and round(abs(value), 4) > 0 else ""
     value = abs(value)
     return sign + (f"${value:,.2f}" if value >= 1 else f"${value:.4f}")

@@ -73,6 +73,19 @@ class ProviderBatch(_Answer):
     updated_at: datetime
 
 
+class ProviderProblem(_Answer):
+    """A run's newest problem with a provider, known from its first failed attempt."""
+
+    provider: str
+    provider_batch_id: str
+    step_number: int
+    stage: str | None = Field(description="submit, poll, apply or cancel: what is retried; None once closed")
+    error: str
+    attempts: int
+    retrying: bool
+    retry_at: datetime | None
+
+
 class BatchRunProgress(_Answer):
     """Where a run is: its step (from 0), its agents, tokens, costs, failures and provider batches."""
 
@@ -85,6 +98,7 @@ class BatchRunProgress(_Answer):
     cost_without_batch_usd: float
     batch_savings_usd: float
     cache_savings_usd: float
+    last_error: ProviderProblem | None = None
     provider_batches: list[ProviderBatch]
 
 

@@ -179,6 +179,8 @@ class ProviderBatch:
     worker knows the provider may have it and looks for it before submitting again;
     ``duplicates`` are the provider ids of copies found that way, and cancelled. ``failures``
     counts consecutive failures of its current stage; past a limit the batch is given up.
+    ``next_poll_at`` is when a worker next takes it up (after a failure: when it is tried again);
+    None once it is never due again.
     """
 
     id: str
@@ -200,6 +202,7 @@ class ProviderBatch:
     updated_at: datetime
     polled_at: datetime | None = None
     ended_at: datetime | None = None
+    next_poll_at: datetime | None = None
 
 
 @fast_init

@@ -1,4 +1,4 @@
-"""The provider error kind each HTTP status means.
+"""The provider error kind each HTTP status means, and how a failed connection is described.
 
 The kinds themselves, and which are worth retrying (``is_retryable``), are in ``errors.py``,
 beside ``ProviderError``.
@@ -6,7 +6,8 @@ beside ``ProviderError``.
 
 from __future__ import annotations
 
-from typing import Final
+import os
+from typing import Final, Protocol
 
 from nightshift.errors import ProviderErrorKind
 
@@ -44,3 +45,40 @@ def kind_of(error_type: object, status: int) -> ProviderErrorKind:
         except ValueError:
             pass
     return kind_for_status(status)
+
+
+class _Request(Protocol):
+    @property
+    def url(self) -> object: ...
+
+
+def unreachable(provider: str, request: _Request | None, exc: BaseException, *, timed_out: bool = False) -> str:
+    """The message of a call that never got an answer: who, at which address, and why.
+
+    ``cannot reach Anthropic at http://127.0.0.1:9/v1/messages/batches: connection refused``: the
+    address is what a person checks first (a base URL variable pointing at the wrong place), so it
+    is named whole, without its query string.
+    """
+    where = f" at {str(request.url).partition('?')[0]}" if request is not None else ""
+    if timed_out:
+        return f"{provider}{where} did not answer in time"
+    return f"cannot reach {provider}{where}: {connection_reason(exc)}"
+
+
+def connection_reason(exc: BaseException) -> str:
+    """Why a connection failed, from the operating system's error deepest in the chain
+    (``connection refused``, ``name or service not known``) rather than the SDK's
+    ``Connection error.``."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    reason = ""
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        if isinstance(found, OSError) and isinstance(found.errno, int):
+            # The number says it plainly; asyncio's own text is "Connect call failed (...)". A
+            # resolver's error has a negative number and its text in strerror.
+            reason = os.strerror(found.errno) if found.errno > 0 else (found.strerror or str(found))
+        elif not reason and type(found).__module__.split(".")[0].startswith(("httpx", "httpcore")) and str(found):
+            reason = str(found)
+        found = found.__cause__ or found.__context__
+    return (reason or str(exc) or type(exc).__name__).lower()

@@ -56,6 +56,7 @@ from nightshift.ids import new_id, new_tool_call_id
 from nightshift.providers.registry import parse_model
 from nightshift.runtime.memory import compile_system_message
 from nightshift.services.agents import NewBlock, get_agent, new_block
+from nightshift.services.catalog import ModelNames
 from nightshift.services.tools import ensure_base_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
@@ -92,6 +93,7 @@ class ImportOptions:
     embedding: str | None = None
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     read_seconds: float = DEFAULT_READ_SECONDS  # for each custom tool's source (NIGHTSHIFT_TOOL_READ_SECONDS)
+    models: ModelNames | None = None  # the file's models must be known ones (None: any of a known provider)
 
 
 def _in_file(message: str) -> InvalidInput:
@@ -191,6 +193,8 @@ def _llm_config(agent: FileAgent, options: ImportOptions) -> LLMConfig:
         raise _in_file(f"agent {agent.id} ({agent.name!r}) names no model: give its llm_config or a model option")
     try:
         provider, model = parse_model(handle)
+        if options.models is not None:
+            options.models.check(provider.name, model)
     except InvalidInput as exc:
         raise InvalidInput(
             f"agent {agent.id} ({agent.name!r}): {exc.message}; import it with another model (the model option)",

@@ -26,6 +26,8 @@ from nightshift.providers.base import (
     ToolCallDelta,
 )
 from nightshift.providers.clients import ProviderSet
+from nightshift.providers.registry import provider_info
+from nightshift.serving import free_port
 from support.messages import msg
 
 MODELS = {"anthropic": "claude-3-5-haiku-20241022", "openai": "gpt-4o-mini"}
@@ -285,6 +287,25 @@ async def test_missing_key_names_the_variable(
         with pytest.raises(ProviderError, match=variable) as caught:
             providers.get(provider_name)
     assert caught.value.kind == "authentication_error"
+
+
+@pytest.mark.parametrize(
+    ("provider_name", "label", "path"),
+    [("anthropic", "Anthropic", "/v1/messages/batches"), ("openai", "OpenAI", "/v1/files")],
+)
+async def test_unreachable_provider_names_the_address_tried(
+    emulator: str, monkeypatch: pytest.MonkeyPatch, provider_name: str, label: str, path: str
+) -> None:
+    info = provider_info(provider_name)
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setenv(info.base_url_variable, closed + ("/v1" if provider_name == "openai" else ""))
+    async with ProviderSet(max_retries=0) as providers:
+        with pytest.raises(ProviderError) as caught:
+            await providers.get(provider_name).submit_batch({"a": request(provider_name)}, tag="llm_batch-test")
+
+    assert caught.value.message == f"cannot reach {label} at {closed}{path}: connection refused"
+    assert caught.value.kind == "api_connection_error"
+    assert caught.value.retryable
 
 
 async def test_openai_batch_takes_one_model(providers: ProviderSet) -> None:

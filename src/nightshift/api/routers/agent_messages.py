@@ -81,7 +81,7 @@ class SendMessages(StreamOptions, SendRefusals):
         """Checked as an agent's model is: ``provider/model-name`` of a registered provider."""
         if value is not None:
             try:
-                llm_config_from(value, None)
+                llm_config_from(value, None, models=None)
             except InvalidInput as exc:
                 raise ValueError(exc.message) from None
         return value

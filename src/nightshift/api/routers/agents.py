@@ -35,6 +35,7 @@ from nightshift.errors import InvalidInput
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
 from nightshift.services.agents import AgentChanges, AgentSpec
+from nightshift.services.catalog import ModelNames
 
 router = APIRouter(tags=["agents"])
 
@@ -54,7 +55,7 @@ IncludeQuery = Annotated[
 
 @router.post("/v1/agents/")
 @router.post("/v1/agents", include_in_schema=False)
-async def create_agent(body: AgentCreate, conn: Conn, org: Org, now: Now) -> AgentPublic:
+async def create_agent(body: AgentCreate, conn: Conn, org: Org, state: State, now: Now) -> AgentPublic:
     """Create an agent with its memory blocks and tools.
 
     ``model`` is "provider/model-name" (anthropic/... or openai/...), or give ``llm_config``.
@@ -69,7 +70,11 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org, now: Now) -> Age
         name=body.name or "agent",
         agent_type=check_agent_type(body.agent_type or AgentType.LETTA_V1),
         llm_config=llm_config_from(
-            body.model, body.llm_config, max_tokens=body.max_tokens, context_window=body.context_window_limit
+            body.model,
+            body.llm_config,
+            max_tokens=body.max_tokens,
+            context_window=body.context_window_limit,
+            models=state.models,
         ),
         memory_blocks=[b.to_spec() for b in body.memory_blocks],
         tool_names=body.tools,
@@ -116,7 +121,7 @@ async def get_agent(agent_id: str, conn: ReadConn, org: Org, include: IncludeQue
 
 
 @router.patch("/v1/agents/{agent_id}")
-async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org, now: Now) -> AgentPublic:
+async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org, state: State, now: Now) -> AgentPublic:
     """Change an agent: name, system, blocks, tools, tool rules, model and the rest.
 
     A new system prompt or new blocks rewrite the agent's system message at once.
@@ -126,14 +131,19 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org, n
     changes = AgentChanges(
         **{name: given(getattr(body, name)) for name in _UPDATE_COPIED},
         agent_type=UNSET if body.agent_type is None else check_agent_type(body.agent_type),
-        llm_config=await _new_llm_config(body, conn, org, agent_id),
+        llm_config=await _new_llm_config(body, conn, org, agent_id, state.models),
         secrets=given(secrets),
     )
     return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes, now=now))
 
 
-async def _new_llm_config(body: AgentUpdate, conn: Conn, org: str, agent_id: str) -> Maybe[LLMConfig]:
-    """The model settings the body asks for, over the agent's current ones; UNSET when it names none."""
+async def _new_llm_config(
+    body: AgentUpdate, conn: Conn, org: str, agent_id: str, models: ModelNames
+) -> Maybe[LLMConfig]:
+    """The model settings the body asks for, over the agent's current ones; UNSET when it names none.
+
+    A model the body names must be a known one; the agent's current model is kept as it is.
+    """
     if not (body.model or body.llm_config or body.max_tokens or body.context_window_limit):
         return UNSET
     current = (await service.get_agent(conn, org, agent_id)).llm_config
@@ -143,6 +153,7 @@ async def _new_llm_config(body: AgentUpdate, conn: Conn, org: str, agent_id: str
         max_tokens=body.max_tokens or (None if body.llm_config else current.max_tokens),
         context_window=body.context_window_limit or (None if body.llm_config else current.context_window),
         parallel_tool_calls=current.parallel_tool_calls,
+        models=models if body.model or body.llm_config else None,
     )
 
 
@@ -311,7 +322,7 @@ async def generate(agent_id: str, body: GenerateBody, state: State, org: Org, no
     """
     llm_config = None
     if body.override_model:
-        llm_config = llm_config_from(body.override_model, None)
+        llm_config = llm_config_from(body.override_model, None, models=None)
     response = await service.generate(
         state.engine,
         state.providers,

@@ -27,7 +27,7 @@ from nightshift.providers.base import (
     StreamEvent,
     parse_json_line,
 )
-from nightshift.providers.errors import kind_of
+from nightshift.providers.errors import kind_of, unreachable
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
 
@@ -170,7 +170,9 @@ def provider_error(exc: anthropic.AnthropicError) -> ProviderError:
             f"Anthropic returned {exc.status_code} {said}: {message}", kind=kind, retryable=is_retryable(kind)
         )
     if isinstance(exc, anthropic.APITimeoutError):
-        return ProviderError(f"Anthropic did not answer in time: {exc}", kind=ProviderErrorKind.TIMEOUT, retryable=True)
+        message = unreachable("Anthropic", exc.request, exc, timed_out=True)
+        return ProviderError(message, kind=ProviderErrorKind.TIMEOUT, retryable=True)
     if isinstance(exc, anthropic.APIConnectionError):
-        return ProviderError(f"cannot reach Anthropic: {exc}", kind=ProviderErrorKind.CONNECTION, retryable=True)
+        message = unreachable("Anthropic", exc.request, exc)
+        return ProviderError(message, kind=ProviderErrorKind.CONNECTION, retryable=True)
     return ProviderError(f"Anthropic client error: {exc}", kind=ProviderErrorKind.API_ERROR, retryable=False)

@@ -29,7 +29,7 @@ from nightshift.providers.base import (
     StreamEvent,
     parse_json_line,
 )
-from nightshift.providers.errors import kind_for_status
+from nightshift.providers.errors import kind_for_status, unreachable
 from nightshift.providers.openai import INFO, wire
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
@@ -192,7 +192,9 @@ def provider_error(exc: openai.OpenAIError) -> ProviderError:
             f"OpenAI returned {exc.status_code} {kind}: {message}", kind=kind, retryable=is_retryable(kind)
         )
     if isinstance(exc, openai.APITimeoutError):
-        return ProviderError(f"OpenAI did not answer in time: {exc}", kind=ProviderErrorKind.TIMEOUT, retryable=True)
+        message = unreachable("OpenAI", exc.request, exc, timed_out=True)
+        return ProviderError(message, kind=ProviderErrorKind.TIMEOUT, retryable=True)
     if isinstance(exc, openai.APIConnectionError):
-        return ProviderError(f"cannot reach OpenAI: {exc}", kind=ProviderErrorKind.CONNECTION, retryable=True)
+        message = unreachable("OpenAI", exc.request, exc)
+        return ProviderError(message, kind=ProviderErrorKind.CONNECTION, retryable=True)
     return ProviderError(f"OpenAI client error: {exc}", kind=ProviderErrorKind.API_ERROR, retryable=False)

@@ -76,6 +76,16 @@ export function formatUsd(value) {
   return n < 0 && Math.round(amount * 1e4) > 0 ? `-${text}` : text;
 }
 
+/**
+ * A saving that reads right either way, as the CLI's `views.saving` writes it: "batch saved
+ * $0.0125", or for a loss "prompt cache cost $0.0004 more than it saved" (never "saved -$0.0004").
+ */
+export function savingText(value, by) {
+  const n = value || 0;
+  if (Math.round(n * 1e4) < 0) return `${by} cost ${formatUsd(-n)} more than it saved`;
+  return `${by} saved ${formatUsd(n)}`;
+}
+
 export function parseTime(value) {
   if (!value) return null;
   const time = new Date(value);

@@ -11,6 +11,7 @@ import {
   fullTime,
   h,
   parseTime,
+  savingText,
 } from "./format.js";
 import { stepChart } from "./chart.js";
 import {
@@ -143,16 +144,16 @@ function cards(run) {
       "Cost",
       formatUsd(cost),
       h("div", { class: "muted" }, `${formatUsd(without)} without batch`),
-      savedLine("batch-saved", "batch saved", run.progress?.batch_savings_usd ?? without - cost),
-      savedLine("cache-saved", "prompt cache saved", run.progress?.cache_savings_usd || 0),
+      savedLine("batch-saved", "batch", run.progress?.batch_savings_usd ?? without - cost),
+      savedLine("cache-saved", "prompt cache", run.progress?.cache_savings_usd || 0),
     ),
   );
 }
 
 // What the batch discount or the prompt cache saved; the cache can lose money (one-hour writes
-// cost twice the input price and may never be read back).
-function savedLine(kind, label, value) {
-  return h("div", { class: `${kind} ${value > 0 ? "text-saved" : "muted"}` }, `${label} ${formatUsd(value)}`);
+// cost twice the input price and may never be read back), shown as what it cost.
+function savedLine(kind, by, value) {
+  return h("div", { class: `${kind} ${value > 0 ? "text-saved" : "muted"}` }, savingText(value, by));
 }
 
 function failures(run) {

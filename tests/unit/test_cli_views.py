@@ -1,0 +1,74 @@
+"""How the CLI shows a run's provider problem and its name (``cli_commands/views``), from the API's JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from nightshift.cli_commands.views import progress_line, runs_table, stats_text
+
+ERROR = {
+    "provider": "anthropic",
+    "provider_batch_id": "llm_batch-1",
+    "step_number": 0,
+    "stage": "submit",
+    "error": "cannot reach Anthropic at http://127.0.0.1:9/v1/messages/batches: connection refused",
+    "attempts": 2,
+    "retrying": True,
+    "retry_at": "2026-12-01T01:01:00+00:00",
+}
+
+
+def run(status: str = "running", last_error: dict[str, Any] | None = ERROR, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": "batch-1",
+        "status": status,
+        "created_at": "2026-12-01T01:00:00+00:00",
+        "updated_at": "2026-12-01T01:00:30+00:00",
+        "completed_at": None,
+        "metadata": {},
+        "progress": {
+            "step": 0,
+            "agents": {"running": 4, "finished": 0, "failed": 0, "cancelled": 0},
+            "usage": {},
+            "cost_usd": 0.0,
+            "cost_without_batch_usd": 0.0,
+            "batch_savings_usd": 0.0,
+            "cache_savings_usd": 0.0,
+            "provider_batches": [],
+            "failures": [],
+            "last_error": last_error,
+        },
+        **fields,
+    }
+
+
+def test_the_progress_line_ends_with_the_provider_problem() -> None:
+    line = progress_line(run())
+    assert line.startswith("batch-1: running, step 1, 0/4 agents done (4 running), cost $0.0000; ")
+    assert "anthropic error (submit, attempt 2, tried again at " in line
+    assert line.endswith("): cannot reach Anthropic at http://127.0.0.1:9/v1/messages/batches: connection refused")
+
+
+def test_the_live_view_shows_the_provider_problem_under_the_figures() -> None:
+    shown = stats_text(run()).plain.splitlines()
+    assert shown[-1].startswith("anthropic error (submit, attempt 2")
+    assert shown[-1].endswith("connection refused")
+
+
+def test_no_problem_once_the_run_has_ended_or_without_one() -> None:
+    assert progress_line(run(last_error=None)).endswith("cost $0.0000")
+    assert progress_line(run(status="failed")).endswith("cost $0.0000")  # the failed agents say it then
+    given_up = {**ERROR, "stage": None, "retrying": False, "retry_at": None, "error": "gave up after 5 failures"}
+    assert progress_line(run(last_error=given_up)).endswith("; anthropic error (attempt 2): gave up after 5 failures")
+
+
+def test_runs_table_has_a_name_column_when_a_run_has_a_name() -> None:
+    console = Console(width=200, record=True)
+    console.print(runs_table([run(metadata={"name": "nightly [digest]"}), run(id="batch-2")]))
+    lines = console.export_text().splitlines()
+    assert "name" in lines[1]
+    assert "nightly [digest]" in next(line for line in lines if "batch-1" in line)  # not read as markup
+    console.print(runs_table([run(id="batch-2")]))
+    assert "name" not in console.export_text().splitlines()[1]
