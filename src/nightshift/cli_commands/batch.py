@@ -17,6 +17,7 @@ from nightshift.cli_commands.client import (
     ServerClient,
     ServerOption,
     counting,
+    failures_reported,
     plural,
     reported_errors,
     stderr,
@@ -86,19 +87,19 @@ def submit(
         lines = parse_requests(source, text)
         with ServerClient(server, api_key) as client:
             requests = _resolve(client, source, lines)
-            body: dict[str, Any] = {"requests": requests}
-            if callback_url:
-                body["callback_url"] = callback_url
-            if run_metadata:
-                body["metadata"] = run_metadata
-            run = client.post("/v1/messages/batches", body)
-            typer.echo(run["id"])
+            # Through the client's create, which sends an Idempotency-Key: a create it retries
+            # after a dropped answer never starts a second run.
+            with failures_reported(client.api_key):
+                run = client.client.batches.create(
+                    requests, metadata=run_metadata or None, callback_url=callback_url or None
+                )
+            typer.echo(run.id)
             notes = stderr()
-            notes.print(f"started batch run {run['id']} with {plural(len(requests), 'agent')}", markup=False)
+            notes.print(f"started batch run {run.id} with {plural(len(requests), 'agent')}", markup=False)
             if not watch:
-                notes.print(f"follow it with: nightshift batch watch {run['id']}", markup=False)
+                notes.print(f"follow it with: nightshift batch watch {run.id}", markup=False)
                 return
-            final = _watch(client, run["id"], interval=interval, timeout=timeout)
+            final = _watch(client, run.id, interval=interval, timeout=timeout)
     _finish(final)
 
 
