@@ -46,7 +46,7 @@ def test_the_quick_start_runs_as_written(server: str, capsys: pytest.CaptureFixt
     names: dict[str, Any] = {}
     try:
         for block in blocks:
-            exec(compile(block.replace(DEFAULT_SERVER, server), str(README), "exec"), names)  # noqa: S102
+            exec(compile(block.replace(DEFAULT_SERVER, server), str(README), "exec"), names)
     finally:
         # The README leaves its two clients open, as a script that ends may; a test closes them.
         for client in ("letta", "ns"):
@@ -59,7 +59,7 @@ def test_the_quick_start_runs_as_written(server: str, capsys: pytest.CaptureFixt
     assert len(results) == len(names["agents"]) == 3, printed
     # Each agent answered the "hello" in text (a letta_v1 agent's reply) at a cost.
     for line in results:
-        name, state, *reply, cost = line.split(" ")
+        _name, state, *reply, cost = line.split(" ")
         assert state == "finished", line
         assert reply and reply != ["None"], line
         assert cost.startswith("$") and float(cost[1:]) > 0, line
