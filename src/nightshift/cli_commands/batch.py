@@ -26,6 +26,7 @@ from nightshift.cli_commands.client import (
 from nightshift.cli_commands.requests_file import RequestLine, parse_requests
 from nightshift.cli_commands.tables import JsonOption, print_json, print_table
 from nightshift.cli_commands.watch import is_final, watch_run
+from nightshift.client.requests_file import with_agent_ids
 from nightshift.domain.batches import BatchRunStatus
 
 batch_app = typer.Typer(
@@ -271,32 +272,13 @@ def _read(requests_file: str) -> tuple[str, str]:
 def _resolve(client: ServerClient, name: str, lines: list[RequestLine]) -> list[dict[str, Any]]:
     """The requests with every agent_name replaced by its agent's id; one request per agent."""
     names = sorted({line.agent_name for line in lines if line.agent_name is not None})
-    ids: dict[str, str] = {}
-    problems: dict[str, str] = {}
+    ids: dict[str, list[str]] = {}
     with counting("looking up agent names", len(names)) as advance:
         for agent_name in names:
-            matches = client.get("/v1/agents/", name=agent_name, limit=2)
-            if len(matches) == 1:
-                ids[agent_name] = matches[0]["id"]
-            elif matches:
-                problems[agent_name] = f"several agents are named {agent_name!r}: give 'agent_id' instead"
-            else:
-                problems[agent_name] = f"no agent is named {agent_name!r}"
+            ids[agent_name] = [agent["id"] for agent in client.get("/v1/agents/", name=agent_name, limit=2)]
             advance()
-    requests: list[dict[str, Any]] = []
-    first_line: dict[str, int] = {}
-    for line in lines:
-        if line.agent_name is not None and line.agent_name in problems:
-            raise CommandFailed(f"{name}:{line.line}: {problems[line.agent_name]}")
-        agent_id = line.agent_id if line.agent_id is not None else ids[str(line.agent_name)]
-        if agent_id in first_line:
-            raise CommandFailed(
-                f"{name}:{line.line}: agent {line.agent_name or agent_id} already has a request on line"
-                f" {first_line[agent_id]} (an agent may appear once per run)"
-            )
-        first_line[agent_id] = line.line
-        requests.append(line.with_agent(agent_id))
-    return requests
+    with failures_reported(client.api_key):
+        return with_agent_ids(name, lines, ids)
 
 
 def _agent_id(client: ServerClient, agent: str) -> str:
