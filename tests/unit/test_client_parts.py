@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -25,11 +26,12 @@ from nightshift.client.errors import (
     InvalidRequestsFile,
     NotFound,
     ServerError,
+    Timeout,
     UnprocessableEntity,
     api_error,
 )
 from nightshift.client.requests_file import parse_requests, with_agent_ids
-from nightshift.client.types import BatchRunAgent, RunMessage
+from nightshift.client.types import BatchRun, BatchRunAgent, RunMessage
 
 GET: Call[Any] = Call(method="GET", path="/x", read=lambda body: body)
 ONCE: Call[Any] = Call(method="POST", path="/x", read=lambda body: body, retry_sent=False)
@@ -200,3 +202,17 @@ def test_results_gather_each_agents_replies_in_order() -> None:
     ]
     assert [m.id for m in found[0].messages] == ["message-001", "message-002", "message-004"]
     assert found[0].usage.total_tokens == 15 and found[2].state == "failed"
+
+
+def test_wait_looks_soon_at_first_then_every_poll_interval() -> None:
+    running = BatchRun.model_construct(id="batch-1", status="running")
+    pauses = [_calls.next_look(running, None, looks, poll_interval=2.0, timeout=None) for looks in range(6)]
+    assert pauses == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    ended = BatchRun.model_construct(id="batch-1", status="completed")
+    assert _calls.next_look(ended, None, 0, poll_interval=2.0, timeout=None) is None
+    # Never past the deadline; past it, the wait ends with the client's Timeout.
+    soon = time.monotonic() + 0.1
+    pause = _calls.next_look(running, soon, 5, poll_interval=2.0, timeout=1.0)
+    assert pause is not None and pause <= 0.1
+    with pytest.raises(Timeout, match="still running after 1 s"):
+        _calls.next_look(running, time.monotonic() - 1, 0, poll_interval=2.0, timeout=1.0)

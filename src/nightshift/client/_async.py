@@ -28,6 +28,7 @@ from nightshift.client._http import (
     read_answer,
     speaks_tls,
     status_delay,
+    tls_context,
     transport_delay,
     transport_error,
 )
@@ -79,7 +80,11 @@ class AsyncClient:
         self.max_retries = max_retries
         self._rng = random.Random()
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers_of(self.api_key), timeout=timeout, transport=transport
+            base_url=self.base_url,
+            headers=headers_of(self.api_key),
+            timeout=timeout,
+            transport=transport,
+            verify=tls_context(),
         )
         self.batches = AsyncBatches(self)
         self.runs = AsyncRuns(self)
@@ -262,7 +267,7 @@ class AsyncBatches:
 
         Args:
             run_id: The run.
-            poll_interval: Seconds between looks.
+            poll_interval: The longest pause between looks (the first ones are shorter).
             timeout: Give up after this many seconds (the run goes on).
             on_progress: Called with the run after each look, the last one too.
 
@@ -270,14 +275,16 @@ class AsyncBatches:
             Timeout: ``timeout`` passed before the run ended.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        looks = 0
         while True:
             run = await self.retrieve(run_id)
             if on_progress is not None:
                 on_progress(run)
-            pause = next_look(run, deadline, poll_interval=poll_interval, timeout=timeout)
+            pause = next_look(run, deadline, looks, poll_interval=poll_interval, timeout=timeout)
             if pause is None:
                 return run
             await asyncio.sleep(pause)
+            looks += 1
 
     async def results(self, run_id: str) -> builtins.list[AgentResult]:
         """Per agent of the run: its replies (``final_message`` the last), state, tokens and cost."""

@@ -37,6 +37,8 @@ T = TypeVar("T")
 Order = Literal["asc", "desc"]
 BATCHES = "/v1/messages/batches"
 DEFAULT_PAGE = 100
+# wait()'s first pause (seconds); each next one doubles, up to its poll_interval.
+FIRST_PAUSE = 0.25
 
 
 def _one(model: type[M]) -> Callable[[Any], M]:
@@ -304,18 +306,22 @@ def _flag(value: bool | None) -> str | None:
     return None if value is None else "true" if value else "false"
 
 
-def next_look(run: BatchRun, deadline: float | None, *, poll_interval: float, timeout: float | None) -> float | None:
-    """``wait``'s decision after a look at ``run``: None when it has ended, else the seconds until
-    the next look.
+def next_look(
+    run: BatchRun, deadline: float | None, looks: int, *, poll_interval: float, timeout: float | None
+) -> float | None:
+    """``wait``'s decision after look number ``looks`` (from 0) at ``run``: None when it has ended,
+    else the seconds until the next look. The first pauses are short and double up to
+    ``poll_interval``, so that a run that ends at once is not waited on for a whole interval.
 
     Raises:
         Timeout: ``deadline`` (a ``time.monotonic()``) passed first; the run goes on.
     """
     if run.is_final:
         return None
+    pause = min(poll_interval, FIRST_PAUSE * 2.0**looks)
     if deadline is None:
-        return poll_interval
+        return pause
     left = deadline - time.monotonic()
     if left <= 0:
         raise Timeout(f"batch run {run.id} is still {run.status} after {timeout:g} s (it goes on)")
-    return min(poll_interval, left)
+    return min(pause, left)

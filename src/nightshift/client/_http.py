@@ -7,6 +7,7 @@ answer); ``Client`` and ``AsyncClient`` only differ in how they send it and wait
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import socket
@@ -76,6 +77,13 @@ def base_url_of(base_url: str | None) -> str:
 def api_key_of(api_key: str | None) -> str | None:
     """The API key given, else ``NIGHTSHIFT_API_KEY``; an empty one is none."""
     return (api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE)) or None
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The certificate check of every client of this process, built once: httpx would read the CA
+    bundle again for each client, which costs a command of the CLI more than its request."""
+    return httpx.create_ssl_context()
 
 
 def headers_of(api_key: str | None) -> dict[str, str]:
