@@ -204,11 +204,22 @@ def test_results_gather_each_agents_replies_in_order() -> None:
     assert found[0].usage.total_tokens == 15 and found[2].state == "failed"
 
 
+def _run(status: str) -> BatchRun:
+    """A run as the server answers it, with nothing done yet."""
+    now = datetime.now(UTC).isoformat()
+    agents = {"running": 1, "finished": 0, "failed": 0, "cancelled": 0}
+    progress = {"step": 0, "agents": agents, "summaries": 0, "failures": [], "usage": {}, "provider_batches": []}
+    costs = dict.fromkeys(("cost_usd", "cost_without_batch_usd", "batch_savings_usd", "cache_savings_usd"), 0.0)
+    run = {"id": "batch-1", "status": status, "created_at": now, "updated_at": now, "completed_at": None}
+    callback = dict.fromkeys(("callback_url", "callback_sent_at", "callback_status_code", "callback_error"))
+    return BatchRun.model_validate({**run, **callback, "metadata": {}, "progress": {**progress, **costs}})
+
+
 def test_wait_looks_soon_at_first_then_every_poll_interval() -> None:
-    running = BatchRun.model_construct(id="batch-1", status="running")
+    running = _run("running")
     pauses = [_calls.next_look(running, None, looks, poll_interval=2.0, timeout=None) for looks in range(6)]
     assert pauses == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
-    ended = BatchRun.model_construct(id="batch-1", status="completed")
+    ended = _run("completed")
     assert _calls.next_look(ended, None, 0, poll_interval=2.0, timeout=None) is None
     # Never past the deadline; past it, the wait ends with the client's Timeout.
     soon = time.monotonic() + 0.1
