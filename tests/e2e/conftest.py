@@ -9,12 +9,13 @@ made, whatever the module's other tests left behind.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from letta_client import Letta
+from letta_client import DefaultHttpxClient, Letta
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings
@@ -22,6 +23,13 @@ from nightshift.serving import running_server
 from support.letta_client_1_12 import letta_client_1_12
 from support.orgs import SERVER_PASSWORD, new_organization_key
 from support.processes import ToolCallLog
+
+
+@pytest.fixture(scope="session")
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for every test's clients: httpx builds one per client otherwise (reading the
+    CA bundle), which costs more than most calls a test makes. The servers here are plain HTTP."""
+    return ssl.create_default_context()
 
 
 @pytest.fixture
@@ -61,24 +69,32 @@ def api_key(module_db_url: str) -> str:
 
 
 @pytest.fixture
-def letta(base_url: str, api_key: str, emulator: str) -> Iterator[Letta]:
+def letta(base_url: str, api_key: str, emulator: str, tls_context: ssl.SSLContext) -> Iterator[Letta]:
     """letta-client in the test's organization, the emulator reset."""
     # No retries: a failing call must fail the test at once, not be retried into a pass.
-    with Letta(base_url=base_url, api_key=api_key, max_retries=0, timeout=60) as client:
+    # The SDK's own defaults (redirects followed, its connection limits), but for the TLS context.
+    with (
+        DefaultHttpxClient(verify=tls_context, timeout=60) as transport,
+        Letta(base_url=base_url, api_key=api_key, max_retries=0, timeout=60, http_client=transport) as client,
+    ):
         yield client
 
 
 @pytest.fixture
-def letta_1_12(base_url: str, api_key: str, emulator: str) -> Iterator[Any]:
+def letta_1_12(base_url: str, api_key: str, emulator: str, tls_context: ssl.SSLContext) -> Iterator[Any]:
     """letta-client 1.12.1 (what ``pip install letta-client`` gives today: no batches) in the
     test's organization, the emulator reset."""
     sdk = letta_client_1_12()
-    with sdk.Letta(base_url=base_url, api_key=api_key, max_retries=0, timeout=60) as client:
+    with (
+        sdk.DefaultHttpxClient(verify=tls_context, timeout=60) as transport,
+        sdk.Letta(base_url=base_url, api_key=api_key, max_retries=0, timeout=60, http_client=transport) as client,
+    ):
         yield client
 
 
 @pytest.fixture
-def http(base_url: str, api_key: str, emulator: str) -> Iterator[httpx.Client]:
+def http(base_url: str, api_key: str, emulator: str, tls_context: ssl.SSLContext) -> Iterator[httpx.Client]:
     """Plain HTTP in the test's organization, for what letta-client does not send."""
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {api_key}"}, timeout=60) as client:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60, verify=tls_context) as client:
         yield client
