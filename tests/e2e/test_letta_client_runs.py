@@ -288,7 +288,7 @@ def test_async_send_runs_in_the_background_and_calls_back(letta: Letta) -> None:
 
 def test_cancel_stops_a_background_run(letta: Letta, emulator: str) -> None:
     agent_id = _agent(letta, PAUSE_TOOL)
-    _script(emulator, *[_call("pause", heartbeat=True, seconds=1) for _ in range(5)])
+    _script(emulator, *[_call("pause", heartbeat=True, seconds=0.5) for _ in range(5)])
     run = letta.agents.messages.create_async(agent_id=agent_id, input="wait five times")
     assert letta.agents.messages.cancel(agent_id=agent_id, run_ids=[run.id]) == {run.id: "cancelled"}
     cancelled = letta.runs.retrieve(run.id)
@@ -331,7 +331,7 @@ def test_a_background_run_cut_off_by_a_shutdown_is_failed(tmp_path: Path, db_url
     settings = _settings(tmp_path, db_url)
     with running_server(create_app(settings)) as url, Letta(base_url=url, max_retries=0, timeout=30) as letta:
         agent_id = _agent(letta, PAUSE_TOOL)
-        _script(emulator, *[_call("pause", heartbeat=True, seconds=1) for _ in range(20)])
+        _script(emulator, *[_call("pause", heartbeat=True, seconds=0.5) for _ in range(20)])
         run = letta.agents.messages.create_async(agent_id=agent_id, input="wait and wait")
     with running_server(create_app(settings)) as url, Letta(base_url=url, max_retries=0, timeout=30) as letta:
         stopped = letta.runs.retrieve(run.id)
