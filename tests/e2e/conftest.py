@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -20,6 +20,7 @@ from letta_client import DefaultHttpxClient, Letta
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.serving import running_server
+from nightshift.store.db import create_engine
 from support.letta_client_1_12 import letta_client_1_12
 from support.orgs import SERVER_PASSWORD, new_organization_key
 from support.processes import ToolCallLog
@@ -62,10 +63,26 @@ def base_url(
         yield url
 
 
+@pytest.fixture(scope="module")
+def organizations(module_db_url: str) -> Iterator[Callable[[], str]]:
+    """Makes an organization in the module's database and returns an admin key of it.
+
+    One engine (on an event loop of the module's own) serves every test of the module: opening a
+    database per test costs more than the two rows it writes. It is closed before the database
+    is handed on.
+    """
+    with asyncio.Runner() as runner:
+        engine = create_engine(module_db_url, pool_size=1)
+        try:
+            yield lambda: runner.run(new_organization_key(engine))
+        finally:
+            runner.run(engine.dispose())
+
+
 @pytest.fixture
-def api_key(module_db_url: str) -> str:
+def api_key(organizations: Callable[[], str]) -> str:
     """An admin key of an organization of the test's own on the module's server."""
-    return asyncio.run(new_organization_key(module_db_url))
+    return organizations()
 
 
 @pytest.fixture
