@@ -65,13 +65,14 @@ def base_url(
 
 @pytest.fixture(scope="module")
 def organizations(module_db_url: str) -> Iterator[Callable[[], str]]:
-    """Makes an organization in the module's database and returns an admin key of it.
+    """A function that makes an organization in the module's database and returns an admin key of it.
 
     One engine (on an event loop of the module's own) serves every test of the module: opening a
     database per test costs more than the two rows it writes. It is closed before the database
     is handed on.
     """
-    with asyncio.Runner() as runner:
+    # (With a loop factory the runner leaves the thread's current event loop alone.)
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
         engine = create_engine(module_db_url, pool_size=1)
         try:
             yield lambda: runner.run(new_organization_key(engine))
