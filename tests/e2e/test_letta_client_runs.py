@@ -331,7 +331,7 @@ def test_a_background_run_cut_off_by_a_shutdown_is_failed(tmp_path: Path, db_url
     settings = _settings(tmp_path, db_url)
     with running_server(create_app(settings)) as url, Letta(base_url=url, max_retries=0, timeout=30) as letta:
         agent_id = _agent(letta, PAUSE_TOOL)
-        _script(emulator, *[_call("pause", heartbeat=True, seconds=0.5) for _ in range(20)])
+        _script(emulator, *[_call("pause", heartbeat=True, seconds=1) for _ in range(20)])
         run = letta.agents.messages.create_async(agent_id=agent_id, input="wait and wait")
     with running_server(create_app(settings)) as url, Letta(base_url=url, max_retries=0, timeout=30) as letta:
         stopped = letta.runs.retrieve(run.id)
