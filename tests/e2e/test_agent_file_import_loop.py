@@ -4,7 +4,6 @@ sent all along answers promptly, and the import still creates the agent with its
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ def servers(db_url: str, tmp_path: Path) -> Iterator[Servers]:
     group.stop_all()
 
 
+@pytest.fixture(scope="module")
 def large_agent_file() -> tuple[bytes, int]:
     """An Agent File of about ``FILE_BYTES``, double-encoded as Letta publishes them: the support
     desk's first agent with many more user messages (outside its in-context window), and how many
@@ -44,12 +44,8 @@ def large_agent_file() -> tuple[bytes, int]:
     spare = next(m for m in agent["messages"] if m["role"] == "user")
     one = len(double_encoded({**spare, "id": "message-extra-0000000"})) + 4  # with its ", " written twice
     count = int(FILE_BYTES * 0.99 - len(double_encoded(doc))) // one
-    extra = []
-    for index in range(count):
-        message = copy.deepcopy(spare)
-        message["id"] = f"message-extra-{index}"
-        extra.append(message)
-    agent["messages"] += extra
+    # The copies share the spare's nested values: only the id differs, and the file is text.
+    agent["messages"] += [{**spare, "id": f"message-extra-{index}"} for index in range(count)]
     return double_encoded(doc), len(agent["messages"])
 
 
@@ -70,8 +66,8 @@ async def _probe(base_url: str, stop: asyncio.Event) -> list[float]:
 
 
 @pytest.mark.slow
-async def test_a_large_import_leaves_the_loop_free(servers: Servers) -> None:
-    content, messages = large_agent_file()
+async def test_a_large_import_leaves_the_loop_free(servers: Servers, large_agent_file: tuple[bytes, int]) -> None:
+    content, messages = large_agent_file
     assert len(content) <= FILE_BYTES
     server = await servers.start("api")
     async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client:

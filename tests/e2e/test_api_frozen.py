@@ -25,7 +25,7 @@ import pytest
 
 from support.processes import Server, Servers, server_environment
 
-pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize("module_db_url", ["sqlite"], indirect=True)
 
 HEALTH_BOUND_SECONDS = 0.5
 PASSWORD = "frozen-loop-password"
@@ -81,25 +81,29 @@ class Prober:
         return max(overlapping)
 
 
-@pytest.fixture
-def servers(db_url: str, tmp_path: Path) -> Iterator[Servers]:
-    env = server_environment(
-        db_url,
-        tmp_path / "home",
+@pytest.fixture(scope="module")
+def environment(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of the module's servers."""
+    return server_environment(
+        module_db_url,
+        tmp_path_factory.mktemp("home"),
         NIGHTSHIFT_SERVER_PASSWORD=PASSWORD,
         NIGHTSHIFT_POLLER="false",
         NIGHTSHIFT_TOOL_READ_SECONDS=str(READ_SECONDS),
         NIGHTSHIFT_HEAD_TIMEOUT_SECONDS=str(HEAD_TIMEOUT_SECONDS),
         NIGHTSHIFT_BODY_TIMEOUT_SECONDS=str(BODY_TIMEOUT_SECONDS),
     )
-    group = Servers(env, tmp_path)
-    yield group
-    group.stop_all()
 
 
-@pytest.fixture
-async def server(servers: Servers) -> AsyncIterator[Server]:
-    yield await servers.start("frozen")
+@pytest.fixture(scope="module")
+def server(environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the module's tests: each refuses what it sends, or only holds connections,
+    and checks that the server still answers afterwards; none leaves anything behind."""
+    group = Servers(environment, tmp_path_factory.mktemp("logs"))
+    try:
+        yield asyncio.run(group.start("frozen"))
+    finally:
+        group.stop_all()
 
 
 # --- the heavy requests -----------------------------------------------------------------------------
@@ -312,9 +316,13 @@ async def test_a_body_that_stalls_is_a_408_once_its_time_is_up(
 
 
 @pytest.fixture
-async def limited_server(servers: Servers) -> AsyncIterator[Server]:
-    # The head timeout is long here, so that the idle connections below stay open throughout.
-    yield await servers.start("limited", NIGHTSHIFT_MAX_CONNECTIONS="4", NIGHTSHIFT_HEAD_TIMEOUT_SECONDS="60")
+async def limited_server(environment: dict[str, str], tmp_path: Path) -> AsyncIterator[Server]:
+    group = Servers(environment, tmp_path)
+    try:
+        # The head timeout is long here, so that the idle connections below stay open throughout.
+        yield await group.start("limited", NIGHTSHIFT_MAX_CONNECTIONS="4", NIGHTSHIFT_HEAD_TIMEOUT_SECONDS="60")
+    finally:
+        group.stop_all()
 
 
 async def test_connections_past_the_limit_are_answered_503(limited_server: Server) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,9 +36,11 @@ MODEL = "anthropic/claude-3-5-haiku-20241022"
 
 
 @pytest.fixture
-def client(base_url: str, api_key: str, emulator: str) -> Iterator[Client]:
+def client(base_url: str, api_key: str, emulator: str, tls_context: ssl.SSLContext) -> Iterator[Client]:
     # No retries: a failing call must fail the test at once (the retry tests ask for them).
-    with Client(base_url, api_key, timeout=60, max_retries=0) as made:
+    # The shared TLS context spares the transport reading the CA bundle again (see conftest.py).
+    transport = httpx.HTTPTransport(verify=tls_context)
+    with Client(base_url, api_key, timeout=60, max_retries=0, transport=transport) as made:
         yield made
 
 

@@ -11,6 +11,7 @@ form of a password-protected server. Steps are counted from 1 and money rounded 
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from playwright.async_api import Browser, ConsoleMessage, Dialog, Locator, Page, Request, async_playwright, expect
 from sqlalchemy import update
 
@@ -47,10 +49,16 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 PASSWORD = "correct horse battery staple"
 
 # A browser test needs one database, not both: the API itself is tested on SQLite and PostgreSQL.
-pytestmark = [pytest.mark.parametrize("db_url", ["sqlite"], indirect=True), pytest.mark.slow]
+# One Chromium serves the module (each page opens in a browser context of its own: no cookie or
+# storage is shared), so the tests and their async fixtures run on the module's event loop.
+pytestmark = [
+    pytest.mark.parametrize("db_url", ["sqlite"], indirect=True),
+    pytest.mark.slow,
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser() -> AsyncIterator[Browser]:
     assert CHROMIUM.exists(), f"{CHROMIUM} is missing: apt-get install chromium"
     async with async_playwright() as playwright:
@@ -59,6 +67,14 @@ async def browser() -> AsyncIterator[Browser]:
             yield chromium
         finally:
             await chromium.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module", autouse=True)
+async def _close_pages(browser: Browser) -> AsyncIterator[None]:
+    """Close what the test opened: a page left open would go on polling its stopped server."""
+    yield
+    for context in browser.contexts:
+        await context.close()
 
 
 def _settings(tmp_path: Path, db_url: str) -> Settings:
@@ -72,10 +88,17 @@ def base_url(tmp_path: Path, db_url: str, emulator: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-async def runs(base_url: str) -> AsyncIterator[Runs]:
-    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+@pytest_asyncio.fixture(loop_scope="module")
+async def runs(base_url: str, tls_context: ssl.SSLContext) -> AsyncIterator[Runs]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=30, verify=tls_context) as client:
         yield Runs(client)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def admin(emulator: str) -> AsyncIterator[EmulatorAdmin]:
+    """The emulator's admin client, on the module's event loop."""
+    async with EmulatorAdmin(emulator) as client:
+        yield client
 
 
 @dataclass

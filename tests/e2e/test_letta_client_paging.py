@@ -32,8 +32,8 @@ from letta_client.types.message_create_param import MessageCreateParam
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-COUNT = 35  # items of each list: three full pages and a part
-PAGE = 10
+COUNT = 14  # items of each list: three full pages and a part
+PAGE = 4
 ORDERS = ("asc", "desc")
 
 # An item as the walks compare them: its id, and its Letta message type where one stored message

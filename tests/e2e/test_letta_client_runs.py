@@ -56,8 +56,14 @@ def pause(seconds: float) -> str:
 
 
 def _settings(tmp_path: Path, db_url: str) -> Settings:
+    # These servers are stopped mid-run; how long the batch poller may finish its stage at a stop
+    # (30 s by default) is not what they test, and a stop sometimes waited it out whole.
     return Settings(
-        home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, callback_allow_private=True
+        home=tmp_path / "home",
+        database_url=db_url,
+        poll_interval_seconds=0.05,
+        callback_allow_private=True,
+        shutdown_grace_seconds=0.5,
     )
 
 
@@ -288,7 +294,7 @@ def test_async_send_runs_in_the_background_and_calls_back(letta: Letta) -> None:
 
 def test_cancel_stops_a_background_run(letta: Letta, emulator: str) -> None:
     agent_id = _agent(letta, PAUSE_TOOL)
-    _script(emulator, *[_call("pause", heartbeat=True, seconds=1) for _ in range(5)])
+    _script(emulator, *[_call("pause", heartbeat=True, seconds=0.5) for _ in range(5)])
     run = letta.agents.messages.create_async(agent_id=agent_id, input="wait five times")
     assert letta.agents.messages.cancel(agent_id=agent_id, run_ids=[run.id]) == {run.id: "cancelled"}
     cancelled = letta.runs.retrieve(run.id)

@@ -1,4 +1,4 @@
-"""``make bench`` and ``make load`` keep working: each runs end to end on a few agents and prints its
+"""``make bench`` and ``make load`` keep working: each runs end to end on four agents and prints its
 figures (the figures themselves are for people to read, never asserted on)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 
 
 def test_bench_prints_each_phase_of_both_runs() -> None:
-    output = _run("benchmarks.bench", "--agents", "20")
+    output = _run("benchmarks.bench", "--agents", "4")
     phases = ("create the run", "write step 1 + submit it", "poll + resume step 1 (memory tool)", "(custom tool)")
     for phase in phases:
         assert phase in output, output
@@ -44,7 +44,7 @@ def test_bench_prints_each_phase_of_both_runs() -> None:
 
 
 def test_bench_counts_the_database_cpu_apart_on_postgresql(empty_db_url: str) -> None:
-    output = _run("benchmarks.bench", "--agents", "20", "--tools", "memory", "--database-url", empty_db_url)
+    output = _run("benchmarks.bench", "--agents", "4", "--tools", "memory", "--database-url", empty_db_url)
     rows = [line.split("│") for line in output.splitlines() if "create the run" in line]
     assert len(rows) == 1, output
     # PostgreSQL's CPU per agent; SQLite's work is the server's own ("-").
@@ -54,7 +54,7 @@ def test_bench_counts_the_database_cpu_apart_on_postgresql(empty_db_url: str) ->
 
 
 def test_load_prints_latencies_without_errors() -> None:
-    output = _run("benchmarks.load", "--agents", "20", "--clients", "4", "--seconds", "1")
+    output = _run("benchmarks.load", "--agents", "4", "--clients", "4", "--seconds", "1")
     rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 10}
     assert set(rows) == {"no run going", "while the run steps"}, output
     for cells in rows.values():
@@ -63,7 +63,7 @@ def test_load_prints_latencies_without_errors() -> None:
 
 
 def test_paced_load_states_its_offered_load() -> None:
-    output = _run("benchmarks.load", "--agents", "20", "--clients", "4", "--seconds", "2", "--rate", "5", "--slow")
+    output = _run("benchmarks.load", "--agents", "4", "--clients", "4", "--seconds", "1", "--rate", "5", "--slow")
     assert "each 5 requests/s (poisson), 20 requests/s offered" in output, output
     # One more column than unpaced: how late the readers sent their requests.
     rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 11}

@@ -18,8 +18,8 @@ from support.letta_client_1_12 import letta_client_1_12
 from support.slow_lookups import script_lookups, slow_lookup_source
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
-PING_SECONDS = 0.2
-SLEEP_SECONDS = 0.6
+PING_SECONDS = 0.13
+SLEEP_SECONDS = 0.4
 SLOW_TOOL = slow_lookup_source(SLEEP_SECONDS)
 ASK = "Please look up B-2 and C-3"
 

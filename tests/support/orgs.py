@@ -5,7 +5,8 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 
-from nightshift.store.db import opened
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from nightshift.store.keys import create_key
 from nightshift.store.orgs import get_or_create_org
 
@@ -14,10 +15,10 @@ from nightshift.store.orgs import get_or_create_org
 SERVER_PASSWORD = "e2e-password-0c9f"
 
 
-async def new_organization_key(db_url: str) -> str:
-    """The secret of an admin key of a new organization (a unique name) in the database at ``db_url``."""
+async def new_organization_key(engine: AsyncEngine) -> str:
+    """The secret of an admin key of a new organization (a unique name) in ``engine``'s database."""
     secret = "ns-" + secrets.token_urlsafe(32)
-    async with opened(db_url) as engine, engine.begin() as conn:
+    async with engine.begin() as conn:
         org = await get_or_create_org(conn, f"test-{secrets.token_hex(6)}", datetime.now(UTC))
         await create_key(conn, org.id, "test-admin", secret, now=datetime.now(UTC), is_admin=True)
     return secret
