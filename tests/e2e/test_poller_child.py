@@ -67,8 +67,9 @@ async def ended(pid: int) -> None:
 async def test_the_forked_poller_dies_with_its_server(servers: Servers) -> None:
     server = await servers.start("A")
     child = await one_poller(server)
-    # Forked, not started anew: the same command line as the server's.
+    # Forked, not started anew: the same command line as the server's, under a name of its own.
     assert command_line(child) == command_line(server.process.pid)
+    assert Path(f"/proc/{child}/comm").read_text().strip() == "nightshift-poll"
     server.kill()
     await ended(child)
 

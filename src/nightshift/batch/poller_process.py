@@ -57,6 +57,8 @@ EXIT_MARGIN = 10.0
 NICENESS = 10
 # Linux's prctl(PR_SET_PDEATHSIG, signal): the kernel sends ``signal`` when the parent dies.
 _PR_SET_PDEATHSIG = 1
+# Linux's prctl(PR_SET_NAME, name): the process's name (ps -o comm, top), 15 bytes at most.
+_PR_SET_NAME = 15
 # How long ``fork_early`` lets the threads of what ran before it (a database check) end.
 _THREADS_END = 2.0
 
@@ -174,6 +176,8 @@ def _become_poller(parent: int, go: int, poll: Callable[[Path], int]) -> None:
     code = 1
     try:
         die_with_parent(parent)
+        if sys.platform == "linux":  # its name in ps and top (the command line stays the server's)
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, b"nightshift-poll")
         told = b""
         while chunk := os.read(go, 4096):
             told += chunk
