@@ -60,7 +60,7 @@ class ProviderSet:
         return {info.name: info.endpoint() for info in providers()}
 
     def get(self, name: str) -> ModelProvider:
-        """The provider of this name, building its SDK client the first time.
+        """The provider of this name; its SDK client is built at its first call (see ``_OnFirstCall``).
 
         Raises:
             ProviderError: Its API key variable is not set, or no provider has this name.
