@@ -106,6 +106,7 @@ def serve(
     import uvicorn
 
     from nightshift.api.app import build_routes, create_app
+    from nightshift.batch.poller_process import fork_early
     from nightshift.services.catalog import check_extra_models
     from nightshift.serving import connection_options
 
@@ -116,6 +117,9 @@ def serve(
     except InvalidInput as exc:
         console.print(f"[red]error:[/] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    if settings.poller and settings.poller_process:
+        # Before anything starts: the child shares the modules imported so far (the lifespan starts it).
+        fork_early(lambda metrics_file: _poller_child(settings, metrics_file))
     _configure_observability(settings)
     application = create_app(settings, poller_process=settings.poller_process)
     build_routes(application)
@@ -152,19 +156,39 @@ def poll(
     NIGHTSHIFT_SHUTDOWN_GRACE_SECONDS at most) and gives its leases back before it exits. A new
     run is started at once (PostgreSQL's NOTIFY, or a look every NIGHTSHIFT_RUN_QUEUE_SECONDS).
     """
-    import signal
-
-    from nightshift.batch.callbacks import CallbackRules
-    from nightshift.batch.poller import drain, poll_forever, poll_once
-    from nightshift.batch.poller_process import die_with_parent, watch_parent, write_figures
-    from nightshift.batch.worker import worker_of
-    from nightshift.parts import running_parts
-    from nightshift.store.db import opened, upgrade
+    from nightshift.batch.poller_process import die_with_parent
 
     settings = Settings()
     _configure_observability(settings)
     if parent is not None:
         die_with_parent(parent)
+    handled = _polling(settings, once=once, metrics_file=metrics_file, parent=parent)
+    if once:
+        console.print(f"handled {handled} provider batches and callbacks")
+
+
+def _poller_child(settings: Settings, metrics_file: Path) -> int:
+    """What ``serve``'s forked poller child runs once started: ``poll --parent --metrics-file``."""
+    import os
+
+    try:
+        _configure_observability(settings)
+        return _polling(settings, once=False, metrics_file=metrics_file, parent=os.getppid())
+    except typer.Exit as exc:
+        return exc.exit_code
+
+
+def _polling(settings: Settings, *, once: bool, metrics_file: Path | None, parent: int | None) -> int:
+    """Poll until SIGTERM or SIGINT (or the parent's end), or once; returns the work done by one
+    pass (``once``), else 0."""
+    import signal
+
+    from nightshift.batch.callbacks import CallbackRules
+    from nightshift.batch.poller import drain, poll_forever, poll_once
+    from nightshift.batch.poller_process import watch_parent, write_figures
+    from nightshift.batch.worker import worker_of
+    from nightshift.parts import running_parts
+    from nightshift.store.db import opened, upgrade
 
     async def run() -> int:
         async with opened(settings.resolved_database_url, pool_size=settings.database_pool_size) as engine:
@@ -193,12 +217,10 @@ def poll(
                 return 0
 
     try:
-        handled = _run(run())
+        return _run(run())
     finally:
         shutdown_tracing()
         no_collection_at_exit()
-    if once:
-        console.print(f"handled {handled} provider batches and callbacks")
 
 
 @db_app.command("upgrade")

@@ -8,7 +8,6 @@ sandbox, the batch worker gets what a stage needs), never this object to reach i
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from nightshift.config import Settings
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.base import ModelProvider
-from nightshift.providers.clients import ProviderSet, preload
+from nightshift.providers.clients import ProviderSet
 from nightshift.providers.registry import parse_model
 from nightshift.tools.metered import MeteredSandbox
 from nightshift.tools.sandbox import Sandbox, build_sandbox
@@ -74,8 +73,6 @@ async def running_parts(
             build_sandbox(settings) as sandbox,
             ProviderSet(metrics=metrics, overrides=providers) as provider_set,
         ):
-            # The SDKs take seconds to import: in a thread, while the server already answers.
-            preloading = asyncio.create_task(asyncio.to_thread(preload), name="preload-providers")
             yield Parts(
                 settings=settings,
                 engine=engine,
@@ -85,4 +82,3 @@ async def running_parts(
                 metrics=metrics,
                 clock=clock,
             )
-            await preloading

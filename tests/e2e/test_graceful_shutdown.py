@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from sqlalchemy import select
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 from nightshift.store.db import opened
-from nightshift.store.tables import provider_batches
+from nightshift.store.tables import batch_items, provider_batches
 from support.api import create_tool
 from support.processes import (
     SLOW_TOOL_ENV,
@@ -75,13 +76,28 @@ async def lease_holders(db_url: str) -> set[int]:
         return {pid_of(str(o)) for o in owners}
 
 
-async def holder_of_a_stage(db_url: str, servers: tuple[Server, Server], tool_log: ToolCallLog) -> Server:
-    """The server that holds a lease while the slow tools run (it resumes a step)."""
+async def holders_running_tools(db_url: str, names: dict[str, str], called: set[str]) -> set[int]:
+    """The processes that hold a lease on a provider batch one of whose agents' tools has started."""
+    async with opened(db_url) as engine, engine.connect() as conn:
+        rows = await conn.execute(
+            select(provider_batches.c.lease_owner, batch_items.c.agent_id)
+            .join(batch_items, batch_items.c.provider_batch_id == provider_batches.c.id)
+            .where(provider_batches.c.lease_owner.is_not(None))
+        )
+        return {pid_of(str(owner)) for owner, agent_id in rows if names.get(agent_id) in called}
+
+
+async def holder_of_a_stage(
+    db_url: str, servers: tuple[Server, Server], tool_log: ToolCallLog, agents: list[dict[str, Any]]
+) -> Server:
+    """The server that holds a lease while the slow tools of its batch run (it resumes a step): not
+    one that holds a lease on a batch whose tools have not started (it may be polling it)."""
+    names = {agent["id"]: agent["name"] for agent in agents}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if tool_log.calls():
+        if called := set(tool_log.calls()):
             # The lease holder is the server's poller: its own child process (the default), or itself.
-            holding = await lease_holders(db_url)
+            holding = await holders_running_tools(db_url, names, called)
             holders = [s for s in servers if s.pids() & holding]
             if holders:
                 return holders[0]
@@ -110,7 +126,7 @@ async def test_sigterm_hands_the_batches_over_at_once(
         before = await stored_before(through_a, [a["id"] for a in agents])
         started = await Runs(through_a).start([{"agent_id": a["id"], "input": INPUT} for a in agents])
 
-        stopped = await holder_of_a_stage(db_url, (first, second), tool_log)
+        stopped = await holder_of_a_stage(db_url, (first, second), tool_log, agents)
         survivor = second if stopped is first else first
         async with httpx.AsyncClient(base_url=stopped.base_url, timeout=5) as direct:
             assert (await direct.get("/v1/ready")).json() == {"status": "ready"}

@@ -212,8 +212,12 @@ class ToolCallLog:
             return Counter(self._calls)
 
     def close(self) -> None:
+        # Closing a socket does not wake a thread blocked in its accept(); shutting it down does.
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         self._thread.join(timeout=5)
+        assert not self._thread.is_alive(), "the tool call log's listener did not stop"
 
 
 SLOW_TOOL_ENV = {"NIGHTSHIFT_TOOL_NETWORK": "outbound"}

@@ -20,6 +20,12 @@ The parent owns the child's life:
 New runs reach the child through the database (``batch/run_queue.py``), as they reach the
 poller of any other server. The child's side is ``watch_parent`` and ``write_figures``, used by the
 ``poll`` command.
+
+``serve`` forks its first child early (``fork_early``), before it opens anything, starts a thread
+or an event loop, once it has imported the server: the child shares those modules with it instead
+of importing them again, and waits for ``start`` to tell it to begin (after the migrations) and
+where to write its figures. A child started again after an exit, and the child of a process that
+did not fork one (or could not: not Linux, a thread running), is ``nightshift poll`` started anew.
 """
 
 from __future__ import annotations
@@ -27,12 +33,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import signal
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from nightshift.metrics import Metrics
 
@@ -46,6 +57,144 @@ EXIT_MARGIN = 10.0
 NICENESS = 10
 # Linux's prctl(PR_SET_PDEATHSIG, signal): the kernel sends ``signal`` when the parent dies.
 _PR_SET_PDEATHSIG = 1
+# Linux's prctl(PR_SET_NAME, name): the process's name (ps -o comm, top), 15 bytes at most.
+_PR_SET_NAME = 15
+# How long ``fork_early`` lets the threads of what ran before it (a database check) end.
+_THREADS_END = 2.0
+
+
+class _Child(Protocol):
+    """What ``PollerProcess`` uses of its child: an ``asyncio.subprocess.Process``, or a ``_Forked``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class _Forked:
+    """A poller child forked by ``fork_early``, seen from its parent: told to begin by ``begin``,
+    and waited for through a pidfd (the event loop hears its exit, no thread waits for it)."""
+
+    def __init__(self, pid: int, pidfd: int, go: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = pidfd
+        self._go = go
+        self._exited: asyncio.Future[int] | None = None
+
+    def begin(self, metrics_file: Path) -> None:
+        """Tell the child to start polling, writing its figures to ``metrics_file``."""
+        try:
+            os.write(self._go, os.fsencode(metrics_file))
+        finally:
+            os.close(self._go)
+
+    async def wait(self) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        if self._exited is None:
+            loop = asyncio.get_running_loop()
+            self._exited = loop.create_future()
+            loop.add_reader(self._pidfd, self._reap, loop)
+        return await asyncio.shield(self._exited)
+
+    def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        if pid == 0:
+            return  # (the pidfd is readable once the child has exited: not reached)
+        loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self.returncode = os.waitstatus_to_exitcode(status)
+        assert self._exited is not None
+        self._exited.set_result(self.returncode)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:  # through the pidfd: never another process that took the pid
+            signal.pidfd_send_signal(self._pidfd, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+# The child ``fork_early`` made, until a ``PollerProcess`` starts it.
+_early: _Forked | None = None
+
+
+def fork_early(poll: Callable[[Path], int]) -> bool:
+    """Fork the poller child now, to be started by the next ``PollerProcess.start``; ``serve``
+    calls this once it has imported the server and before it starts anything.
+
+    The child ends with this process (``die_with_parent``), waits until ``start`` tells it where
+    to write its figures, then returns ``poll(metrics_file)``'s exit code; told nothing (this
+    process ended before it started the poller), it exits quietly. Forking needs Linux's pidfds
+    and no thread but this one; returns False when it did not fork (``start`` then starts
+    ``nightshift poll``).
+    """
+    global _early
+    if sys.platform != "linux" or not _only_thread():
+        return False
+    go_read, go_write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    gc.freeze()  # the modules' objects stay where they are, shared with the child, never collected
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_write)
+        _become_poller(parent, go_read, poll)  # never returns
+    os.close(go_read)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(go_write)
+        return False
+    _early = _Forked(pid, pidfd, go_write)
+    return True
+
+
+def _only_thread() -> bool:
+    """Whether this thread is the process's only one, once the threads ending now have ended."""
+    deadline = time.monotonic() + _THREADS_END
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+    return threading.active_count() == 1
+
+
+def _become_poller(parent: int, go: int, poll: Callable[[Path], int]) -> None:
+    """The forked child's life: wait for the word, poll, exit (never back into the parent's code)."""
+    code = 1
+    try:
+        die_with_parent(parent)
+        if sys.platform == "linux":  # its name in ps and top (the command line stays the server's)
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, b"nightshift-poll")
+        told = b""
+        while chunk := os.read(go, 4096):
+            told += chunk
+        os.close(go)
+        if not told:
+            code = 0  # the parent never started its poller: nothing to do
+        else:
+            os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
+            code = poll(Path(os.fsdecode(told)))
+    except KeyboardInterrupt:
+        code = 0  # Ctrl-C reached the whole process group before the poller started
+    except BaseException:
+        log.exception("the poller process failed")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 class PollerProcess:
@@ -55,13 +204,21 @@ class PollerProcess:
         self.grace = grace
         self._folder = Path(tempfile.mkdtemp(prefix="nightshift-poller-"))
         self.metrics_file = self._folder / "metrics.prom"
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: _Child | None = None
         self._stopping = asyncio.Event()
         self._supervisor: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Start the child, and watch over it (started again if it exits before ``stop``)."""
-        self._process = await self._spawn()
+        """Start the child (the one ``fork_early`` made, if any), and watch over it (started again
+        if it exits before ``stop``)."""
+        global _early
+        forked, _early = _early, None
+        if forked is not None:
+            forked.begin(self.metrics_file)
+            log.info("started the poller process %d", forked.pid)
+            self._process = forked
+        else:
+            self._process = await self._spawn()
         self._supervisor = asyncio.create_task(self._supervise(), name="poller-process")
 
     def figures(self) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,11 +23,13 @@ from nightshift.cli_commands.client import (
     stderr,
     stdout,
 )
-from nightshift.cli_commands.requests_file import RequestLine, parse_requests
 from nightshift.cli_commands.tables import JsonOption, print_json, print_table
 from nightshift.cli_commands.watch import is_final, watch_run
 from nightshift.client.requests_file import with_agent_ids
 from nightshift.domain.batches import BatchRunStatus
+
+if TYPE_CHECKING:
+    from nightshift.cli_commands.requests_file import RequestLine
 
 batch_app = typer.Typer(
     help="Submit and follow batch runs on a running nightshift server (--server, NIGHTSHIFT_SERVER).",
@@ -84,6 +86,9 @@ def submit(
     """
     with reported_errors():
         run_metadata = run_metadata_of(metadata_json, metadata or [], name)
+        # The check of each line is the API's own schema: imported by this command only.
+        from nightshift.cli_commands.requests_file import parse_requests
+
         source, text = _read(requests_file)
         lines = parse_requests(source, text)
         with ServerClient(server, api_key) as client:

@@ -1,32 +1,38 @@
 """The providers of one process: each built from its registered ``ProviderInfo`` on first use.
 
 Keys and base URLs are the SDKs' own variables (``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``,
-``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``). A client is built when a provider is first needed, so a
+``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``). A provider is looked up when it is first needed, so a
 missing key fails that call with a ``ProviderError`` naming the variable, never the import or the
-startup of a server that does not use that provider. The SDKs themselves are imported then too
-(they take seconds to import): ``preload`` imports them ahead, off the event loop, so a server is
-up before they are and its first step does not wait for them.
+startup of a server that does not use that provider. Its SDK (heavy to import: it defines every
+type of the provider's API) is imported at the provider's first call, on a thread so that the
+event loop goes on answering meanwhile: a process that never calls a provider (a command, a server
+that only reads, the API side of ``serve`` whose batches go through its poller) never pays for it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
+from datetime import datetime
 from types import TracebackType
 
 from nightshift.errors import InvalidInput, ProviderError, ProviderErrorKind
 from nightshift.metrics import Metrics
-from nightshift.providers.base import ModelProvider
+from nightshift.providers.base import (
+    BatchOutcome,
+    BatchStatus,
+    FoundBatches,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+)
 from nightshift.providers.metered import MeteredProvider
-from nightshift.providers.registry import Closer, provider_info, providers
+from nightshift.providers.registry import Closer, ProviderInfo, provider_info, providers
 
 DEFAULT_MAX_RETRIES = 2
-
-
-def preload() -> None:
-    """Import every provider's client and SDK now (blocking: run it in a thread)."""
-    for info in providers():
-        importlib.import_module(info.client)
 
 
 class ProviderSet:
@@ -54,7 +60,7 @@ class ProviderSet:
         return {info.name: info.endpoint() for info in providers()}
 
     def get(self, name: str) -> ModelProvider:
-        """The provider of this name, building its SDK client the first time.
+        """The provider of this name; its SDK client is built at its first call (see ``_OnFirstCall``).
 
         Raises:
             ProviderError: Its API key variable is not set, or no provider has this name.
@@ -66,8 +72,8 @@ class ProviderSet:
             info = provider_info(name)
         except InvalidInput as exc:
             raise ProviderError(exc.message, kind=ProviderErrorKind.INVALID_REQUEST) from exc
-        built, close = info.connect(max_retries=self._max_retries)
-        self._closers.append(close)
+        info.api_key()  # a missing key is refused here, as when the client was built at once
+        built: ModelProvider = _OnFirstCall(info, max_retries=self._max_retries, closers=self._closers)
         if self._metrics is not None:
             built = MeteredProvider(name, built, self._metrics)
         self._providers[name] = built
@@ -90,3 +96,55 @@ class ProviderSet:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class _OnFirstCall:
+    """A :class:`~nightshift.providers.base.ModelProvider` whose SDK client is built at its first
+    call: the SDK is imported on a thread (the event loop answers meanwhile), then every call goes
+    to the client built once. Its closer joins ``closers`` when it is built."""
+
+    def __init__(self, info: ProviderInfo, *, max_retries: int, closers: list[Closer]) -> None:
+        self._info = info
+        self._max_retries = max_retries
+        self._closers = closers
+        self._built: ModelProvider | None = None
+        self._building = asyncio.Lock()
+
+    async def _provider(self) -> ModelProvider:
+        if self._built is None:
+            async with self._building:
+                if self._built is None:
+                    await asyncio.to_thread(importlib.import_module, self._info.client)
+                    built, close = self._info.connect(max_retries=self._max_retries)
+                    self._closers.append(close)
+                    self._built = built
+        return self._built
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return await (await self._provider()).complete(request)
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
+        provider = await self._provider()
+        async with contextlib.aclosing(provider.stream(request)) as events:
+            async for event in events:
+                yield event
+
+    async def submit_batch(
+        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+    ) -> str:
+        return await (await self._provider()).submit_batch(requests, tag=tag, max_bytes=max_bytes)
+
+    async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
+        return await (await self._provider()).find_batches(tag, created_after=created_after, requests=requests)
+
+    async def retrieve_batch(self, batch_id: str) -> BatchStatus:
+        return await (await self._provider()).retrieve_batch(batch_id)
+
+    async def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
+        provider = await self._provider()
+        async with contextlib.aclosing(provider.batch_results(batch_id)) as results:
+            async for pair in results:
+                yield pair
+
+    async def cancel_batch(self, batch_id: str) -> BatchStatus:
+        return await (await self._provider()).cancel_batch(batch_id)

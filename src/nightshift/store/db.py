@@ -1,4 +1,9 @@
-"""The database engine: built once per process from the settings, migrated with Alembic."""
+"""The database engine: built once per process from the settings, migrated with Alembic.
+
+Alembic (and the migration files) is imported only when a database is not at the newest revision,
+or by ``db revision``: every start of a server finds its database at head, and knows it from one
+row, without the import.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,9 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Connection, Engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
@@ -24,6 +25,9 @@ from nightshift.config import DEFAULT_POOL_SIZE, async_database_url
 from nightshift.errors import DatabaseUnavailable
 from nightshift.store.clean import dumps
 from nightshift.store.sqlite_driver import one_hop_dbapi
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -146,6 +150,8 @@ def include_object(obj: object, name: str | None, type_: str, reflected: bool, c
 
 def alembic_config() -> Config:
     """Alembic's config pointing at the migrations shipped inside the package."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     return config
@@ -165,6 +171,8 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     def run(connection: Connection) -> None:
         if revision == "head" and _at_head(connection):
             return
+        from alembic import command
+
         config = alembic_config()
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
@@ -180,14 +188,26 @@ def _at_head(connection: Connection) -> bool:
     """Whether the database is already at the newest revision: every start of a server (and of
     every test's app) finds it so, and then reads one row instead of having Alembic load and
     compile every migration file to find out that there is nothing to do."""
-    return MigrationContext.configure(connection).get_current_heads() == (_head_revision(),)
+    return _current_revisions(connection) == (head_revision(),)
+
+
+def _current_revisions(connection: Connection) -> tuple[str, ...]:
+    """The revisions Alembic recorded in the database (its ``alembic_version`` table), none when empty."""
+    if not connection.dialect.has_table(connection, "alembic_version"):
+        return ()
+    return tuple(row[0] for row in connection.execute(text("SELECT version_num FROM alembic_version")))
 
 
 @functools.cache
-def _head_revision() -> str | None:
-    """The newest revision of the migrations shipped with this process's code (they do not change
-    while it runs), read once."""
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+def head_revision() -> str | None:
+    """The newest revision of the migrations shipped with this process's code, read once.
+
+    ``db revision`` names each revision by its number and its file after it
+    (``versions/NNNN_what_it_does.py``, revising the one before), so the newest is the highest
+    number of the versions folder: read from the file names, without Alembic.
+    """
+    numbers = [path.name[:4] for path in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py")]
+    return max(numbers, default=None)
 
 
 async def check_reachable(engine: AsyncEngine) -> None:

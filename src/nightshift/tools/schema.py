@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import docstring_parser
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from nightshift.domain.limits import MAX_SCHEMA_NODES, TOOL_NAME, TOOL_NAME_PATTERN, schema_nodes_over, storage_problem
 from nightshift.errors import InvalidInput
@@ -135,6 +133,9 @@ def inlined_parameters(args_json_schema: Mapping[str, Any]) -> dict[str, Any]:
         )
     if schema_nodes_over(args_json_schema):
         raise InvalidInput(_too_many_nodes("args_json_schema"), field=_ARGS_FIELD)
+    from jsonschema import Draft202012Validator  # only a tool given its schema needs it: not every start
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(dict(args_json_schema))
     except SchemaError as exc:
@@ -219,6 +220,9 @@ def client_json_schema(given: Mapping[str, Any], function_name: str) -> dict[str
         )
     if schema_nodes_over(given):
         raise InvalidInput(_too_many_nodes("json_schema"), field="json_schema")
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(parameters)
     except SchemaError as exc:

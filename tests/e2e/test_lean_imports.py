@@ -1,0 +1,53 @@
+"""A process imports what it uses: the server does not load the provider SDKs, Alembic or jsonschema
+until it needs them, and the CLI's own start does not load the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# What the server would load at start if it did not wait until it needs it.
+LATER = ["alembic", "anthropic", "openai", "jsonschema"]
+
+_SERVER_START = """
+import asyncio, json, sys
+from nightshift.api.app import create_app
+from nightshift.cli import app
+from nightshift.config import Settings
+from nightshift.providers.clients import ProviderSet
+from nightshift.store.db import opened, upgrade
+
+async def main():
+    async with opened(sys.argv[1]) as engine:
+        await upgrade(engine)  # to head, with Alembic: this is a new database
+    for module in [m for m in sys.modules if m.split(".")[0] in ("alembic", "mako")]:
+        del sys.modules[module]
+    async with opened(sys.argv[1]) as engine:
+        await upgrade(engine)  # already at head: known without Alembic
+    async with ProviderSet() as providers:
+        providers.get("anthropic"), providers.get("openai")  # looked up, never called
+    create_app(Settings())
+
+asyncio.run(main())
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[2:]))))
+"""
+
+
+def loaded(code: str, *args: str) -> list[str]:
+    env = {**os.environ, "ANTHROPIC_API_KEY": "key", "OPENAI_API_KEY": "key"}
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    found: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+def test_a_server_starts_without_what_it_needs_later(tmp_path: Path) -> None:
+    assert loaded(_SERVER_START, f"sqlite:///{tmp_path / 'db.sqlite'}", *LATER) == []
+
+
+def test_the_cli_starts_without_the_server() -> None:
+    code = "import json, sys, nightshift.cli; print(json.dumps(sorted(set(sys.modules) & set(sys.argv[1:]))))"
+    assert loaded(code, "nightshift.api.app", "nightshift.api.letta_messages", "fastapi", "sqlalchemy") == []
