@@ -192,7 +192,8 @@ def api_routes() -> tuple[BaseRoute, ...]:
     request is matched through it, and keeps what it built on the included route: an app of its
     own routes would build them all again. The routes depend on nothing an app is built with (its
     settings reach the handlers through ``app.state``), so the apps of a process (a bench's, the
-    tests') share one set, built once.
+    tests') share one set, built once. No router here has startup handlers or a lifespan of its
+    own (the app's lifespan above starts everything): an ``APIRouter`` outside the app would not run them.
     """
     api = APIRouter()
     api.include_router(health.router)  # public: liveness and readiness, no data
