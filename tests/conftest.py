@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -272,9 +273,22 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
         yield engine
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "settings(**values): build the test's app with these settings")
+
+
 @pytest.fixture
-def settings(tmp_path: Path, db_url: str) -> Settings:
-    return Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05)
+def settings(tmp_path: Path, db_url: str, request: pytest.FixtureRequest) -> Settings:
+    """The app's settings: a quick poller over the test's database, with the values of the test's
+    ``@pytest.mark.settings(name=value, ...)`` markers (module and test; the test's own win).
+
+    A module whose tests start no batch run says ``settings(poller=False)``: its apps answer the
+    same without a poller, which would only look for work every poll interval of every test.
+    """
+    values: dict[str, Any] = {"home": tmp_path / "home", "database_url": db_url, "poll_interval_seconds": 0.05}
+    for marker in reversed(list(request.node.iter_markers("settings"))):
+        values.update(marker.kwargs)
+    return Settings(**values)  # the environment's NIGHTSHIFT_* for the rest, as the server reads them
 
 
 @pytest.fixture

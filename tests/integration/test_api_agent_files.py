@@ -14,6 +14,9 @@ from support.agent_files import SUPPORT_DESK, document, double_encoded
 from support.api import create_tool, json_list, json_object
 from support.databases import sqlite_only
 
+# Nothing here starts a batch run: the apps answer the same without a poller looking for work.
+pytestmark = pytest.mark.settings(poller=False)
+
 Doc = dict[str, Any]
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 

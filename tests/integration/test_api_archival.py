@@ -16,6 +16,9 @@ from nightshift.store.orgs import get_or_create_org
 from support.api import MEMGPT, json_list, json_object
 from support.clock import ManualClock
 
+# Nothing here starts a batch run: the apps answer the same without a poller looking for work.
+pytestmark = pytest.mark.settings(poller=False)
+
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 # Every field of letta-client 1.7.0's Passage, and agent_id (Letta's older passages named it).
 PASSAGE_FIELDS = {

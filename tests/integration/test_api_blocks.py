@@ -10,6 +10,9 @@ import pytest
 from support.api import json_object
 from support.databases import sqlite_only
 
+# Nothing here starts a batch run: the apps answer the same without a poller looking for work.
+pytestmark = pytest.mark.settings(poller=False)
+
 MODEL = "anthropic/claude-3-5-haiku-20241022"
 
 

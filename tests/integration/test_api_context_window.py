@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from support.api import json_object
 from support.databases import sqlite_only
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL
+
+# Nothing here starts a batch run: the apps answer the same without a poller looking for work.
+pytestmark = pytest.mark.settings(poller=False)
 
 READ_ONLY_FIELDS = (
     "context_window_size_max",

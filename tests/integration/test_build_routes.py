@@ -5,6 +5,9 @@ FastAPI 0.165 builds an included router's routes when the first request is match
 the test reads its routing's bookkeeping (``_IncludedRouter``) to see what is built, so that a
 FastAPI that changes how it does this fails here instead of leaving ``build_routes`` quietly
 doing nothing.
+
+The apps of a process share their routes (``api_routes``): what one app built, the next finds
+built.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import httpx
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, _IncludedRouter
 
-from nightshift.api.app import build_routes, create_app
+from nightshift.api.app import api_routes, build_routes, create_app
 from nightshift.config import Settings
 
 
@@ -32,11 +35,12 @@ def built(app: FastAPI) -> tuple[int, int]:
     return ready, total
 
 
-def api_routes(app: FastAPI) -> set[str]:
+def route_names(app: FastAPI) -> set[str]:
     return {f"{sorted(r.methods or ())} {r.path}" for r in app.routes if isinstance(r, APIRoute)}
 
 
 async def test_every_route_is_built_before_the_first_request(tmp_path: Path) -> None:
+    api_routes.cache_clear()  # routes no app of this process has built yet
     lazy = create_app(Settings(home=tmp_path / "lazy"))
     ready, total = built(lazy)
     assert total > 10 and ready == 0  # FastAPI builds them at the first request: nothing yet
@@ -44,7 +48,7 @@ async def test_every_route_is_built_before_the_first_request(tmp_path: Path) -> 
     app = create_app(Settings(home=tmp_path / "eager"))
     build_routes(app)
     assert built(app) == (total, total)
-    assert api_routes(app) == api_routes(lazy)  # the same routes, only built earlier
+    assert route_names(app) == route_names(lazy)  # the same routes, only built earlier
 
 
 async def test_a_built_app_answers_as_before(tmp_path: Path) -> None:
@@ -58,3 +62,15 @@ async def test_a_built_app_answers_as_before(tmp_path: Path) -> None:
             assert (await client.get("/v1/agents/")).json() == []
             missing = await client.get("/v1/messages/batches/batch-nope")
             assert missing.status_code == 404
+
+
+async def test_the_apps_of_a_process_share_the_routes_one_built(tmp_path: Path) -> None:
+    api_routes.cache_clear()
+    first = create_app(Settings(home=tmp_path / "first"))
+    ready, total = built(first)
+    assert ready == 0
+    build_routes(first)
+
+    second = create_app(Settings(home=tmp_path / "second"))
+    assert built(second) == (total, total)
+    assert route_names(second) == route_names(first)

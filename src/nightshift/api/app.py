@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-from fastapi import Depends, FastAPI
-from starlette.routing import NoMatchFound
+from fastapi import APIRouter, Depends, FastAPI
+from starlette.routing import BaseRoute, NoMatchFound
 
 from nightshift import __version__
 from nightshift.api import errors
@@ -179,20 +180,36 @@ def create_app(
     )
     # Added last, so it runs first: a stranger's request is answered before its body is read.
     app.add_middleware(CredentialsFirst)
-    app.include_router(health.router)  # public: liveness and readiness, no data
-    app.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
-    app.include_router(metrics.router)  # the server password only, when there is one (not an API key)
+    app.router.routes.extend(api_routes())
+    return app
+
+
+@functools.cache
+def api_routes() -> tuple[BaseRoute, ...]:
+    """Every route of the API, included once per process and shared by the apps it builds.
+
+    FastAPI prepares an included route (its dependencies, its body's validators) the first time a
+    request is matched through it, and keeps what it built on the included route: an app of its
+    own routes would build them all again. The routes depend on nothing an app is built with (its
+    settings reach the handlers through ``app.state``), so the apps of a process (a bench's, the
+    tests') share one set, built once. No router here has startup handlers or a lifespan of its
+    own (the app's lifespan above starts everything): an ``APIRouter`` outside the app would not run them.
+    """
+    api = APIRouter()
+    api.include_router(health.router)  # public: liveness and readiness, no data
+    api.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
+    api.include_router(metrics.router)  # the server password only, when there is one (not an API key)
     secured = [Depends(organization), Depends(storable_url), Depends(storable_body)]
     for module in (agents, archival, agent_files, tools, blocks, catalog):
-        app.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
-    app.include_router(
+        api.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
+    api.include_router(
         agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES
     )
-    app.include_router(runs.router, dependencies=secured, responses=ERROR_RESPONSES)
-    app.include_router(batches.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES)
-    app.include_router(agent_stream.router, dependencies=secured, responses=ERROR_RESPONSES)
-    app.include_router(keys.router, dependencies=secured, responses=ERROR_RESPONSES | FORBIDDEN_RESPONSES)
-    return app
+    api.include_router(runs.router, dependencies=secured, responses=ERROR_RESPONSES)
+    api.include_router(batches.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES)
+    api.include_router(agent_stream.router, dependencies=secured, responses=ERROR_RESPONSES)
+    api.include_router(keys.router, dependencies=secured, responses=ERROR_RESPONSES | FORBIDDEN_RESPONSES)
+    return tuple(api.routes)
 
 
 def build_routes(app: FastAPI) -> None:
@@ -201,9 +218,9 @@ def build_routes(app: FastAPI) -> None:
     FastAPI builds the routes of an included router (their dependencies, their bodies'
     validators) when the first request is matched through it, on the event loop of a server
     already answering (a large run's first POST would wait for its router to be built, and every
-    reader with it). ``serve`` calls this before
-    it listens; the tests' in-process apps build only the routes they use, as before. Asking for
-    the URL of a name no route has makes FastAPI go through every route, building each.
+    reader with it). ``serve`` calls this before it listens; the tests' in-process apps build only
+    the routes they use (once per process: ``api_routes``). Asking for the URL of a name no route
+    has makes FastAPI go through every route, building each.
     """
     with contextlib.suppress(NoMatchFound):
         app.url_path_for("(every route)")

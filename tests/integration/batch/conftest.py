@@ -1,8 +1,8 @@
 """Batch-run fixtures: the app with its poller, pointed at the emulator (``runs``), or without a
 poller over the scripted provider, stepped by the test (``stepped``).
 
-``@pytest.mark.settings(name=value, ...)`` builds the test's app with other settings (a short tool
-timeout, a lower default step limit, fast callback retries).
+``@pytest.mark.settings(name=value, ...)`` (``tests/conftest.py``) builds the test's app with other
+settings (a short tool timeout, a lower default step limit, fast callback retries).
 """
 
 from __future__ import annotations
@@ -18,21 +18,6 @@ from nightshift.config import Settings
 from support.runs import Runs
 from support.scripted import ScriptedModel
 from support.stepped import SteppedRuns
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "settings(**values): build the test's app with these settings")
-
-
-@pytest.fixture
-def settings(settings: Settings, request: pytest.FixtureRequest) -> Settings:
-    """The suite's settings, with the values of the test's ``settings`` markers (module and test), if any."""
-    values: dict[str, object] = {}
-    for marker in reversed(list(request.node.iter_markers("settings"))):  # the test's own win
-        values.update(marker.kwargs)
-    if not values:
-        return settings
-    return Settings.model_validate({**settings.model_dump(), **values})
 
 
 @pytest.fixture
