@@ -26,7 +26,7 @@ import pytest
 
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault, ScriptedReply, ScriptedToolCall
-from support.api import create_tool
+from support.api import create_tool, json_object
 from support.processes import (
     SLOW_TOOL_ENV,
     Server,
@@ -101,7 +101,10 @@ async def script_slow_step(admin: EmulatorAdmin, agents: list[dict[str, Any]]) -
 
 
 async def start_run(runs: Runs, agents: list[dict[str, Any]]) -> dict[str, Any]:
-    return await runs.start([{"agent_id": a["id"], "input": "Hello! How are you today?"} for a in agents])
+    """The run once its first step is submitted, read again: on PostgreSQL the read that saw the
+    submission may have read the run just before the submission's commit and its batches just after."""
+    run = await runs.start([{"agent_id": a["id"], "input": "Hello! How are you today?"} for a in agents])
+    return json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
 
 
 async def wait_for(condition: Callable[[], Awaitable[bool]], what: str, *, timeout: float = RUN_TIMEOUT) -> None:
