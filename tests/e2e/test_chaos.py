@@ -51,9 +51,8 @@ MODELS = {
 
 @pytest.fixture
 def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
-    # Short leases: a killed server's batches are taken over 1 s after it died (one server runs at
-    # a time, so a live one's late renewal lets no other take its batches).
-    group = Servers(server_environment(db_url, tmp_path / "home", NIGHTSHIFT_LEASE_SECONDS="1.0"), tmp_path)
+    # Short leases: a killed server's batches are taken over 1.5 s after it died.
+    group = Servers(server_environment(db_url, tmp_path / "home", NIGHTSHIFT_LEASE_SECONDS="1.5"), tmp_path)
     yield group
     group.kill_all()  # what the test checks is done: a graceful stop would only be waited for
 
