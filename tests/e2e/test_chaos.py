@@ -41,7 +41,7 @@ RUNS = 10
 KILLS = 15
 IN_THE_WINDOW = 8
 STEPS = 2  # core_memory_append with a heartbeat, then send_message
-TIMEOUT = 240.0
+TIMEOUT = 420.0  # a deadline only: generous, for two cores that other tests keep busy
 CREATES = ("/v1/messages/batches", "/v1/batches")
 MODELS = {
     "anthropic": LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022"),
@@ -54,7 +54,7 @@ def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
     # Short leases: a killed server's batches are taken over 1.5 s after it died.
     group = Servers(server_environment(db_url, tmp_path / "home", NIGHTSHIFT_LEASE_SECONDS="1.5"), tmp_path)
     yield group
-    group.stop_all()
+    group.kill_all()  # what the test checks is done: a graceful stop would only be waited for
 
 
 async def _agents(db_url: str) -> list[str]:
@@ -148,7 +148,7 @@ class Chaos:
                 await asyncio.sleep(0.1)  # killed under us: the next server answers the retry
 
 
-# About three minutes on two busy cores: its own deadline (TIMEOUT) is 240 s, with set-up on top.
+# About three minutes on two busy cores: its own deadline (TIMEOUT) is 420 s, with set-up on top.
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 async def test_fifteen_kills_bill_nothing_twice(

@@ -26,7 +26,7 @@ import pytest
 
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault, ScriptedReply, ScriptedToolCall
-from support.api import create_tool
+from support.api import create_tool, json_object
 from support.processes import (
     SLOW_TOOL_ENV,
     Server,
@@ -45,20 +45,29 @@ from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 pytestmark = pytest.mark.slow  # each test kills and restarts servers
 
 AGENTS = 4
-RUN_TIMEOUT = 15.0
+RUN_TIMEOUT = 60.0  # a deadline only: generous, for a busy machine
 # The first step's tool call of every agent; the second step is the emulator's own send_message.
 MEMORY_CALL = "core_memory_append"
 SLOW_CALL = "slow_lookup"
 TOOL_SECONDS = 1.5
+# Leases shorter than the default: the killed server's batches are free for the next one soon
+# after it is up. (Renewed every third of a lease, a live server keeps its own on a busy machine.)
+LEASE_SECONDS = 3.0
 
 
 @pytest.fixture
 def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
     """Servers on one fresh database, pointed at the (reset) emulator; stopped at the end."""
-    env = server_environment(db_url, tmp_path / "home", NIGHTSHIFT_TOOL_WORKERS=str(AGENTS), **SLOW_TOOL_ENV)
+    env = server_environment(
+        db_url,
+        tmp_path / "home",
+        NIGHTSHIFT_TOOL_WORKERS=str(AGENTS),
+        NIGHTSHIFT_LEASE_SECONDS=str(LEASE_SECONDS),
+        **SLOW_TOOL_ENV,
+    )
     group = Servers(env, tmp_path)
     yield group
-    group.stop_all()
+    group.kill_all()  # what the test checks is done: a graceful stop would only be waited for
 
 
 def client_of(server: Server) -> httpx.AsyncClient:
@@ -92,7 +101,10 @@ async def script_slow_step(admin: EmulatorAdmin, agents: list[dict[str, Any]]) -
 
 
 async def start_run(runs: Runs, agents: list[dict[str, Any]]) -> dict[str, Any]:
-    return await runs.start([{"agent_id": a["id"], "input": "Hello! How are you today?"} for a in agents])
+    """The run once its first step is submitted, read again: on PostgreSQL the read that saw the
+    submission may have read the run just before the submission's commit and its batches just after."""
+    run = await runs.start([{"agent_id": a["id"], "input": "Hello! How are you today?"} for a in agents])
+    return json_object(await runs.client.get(f"/v1/messages/batches/{run['id']}"))
 
 
 async def wait_for(condition: Callable[[], Awaitable[bool]], what: str, *, timeout: float = RUN_TIMEOUT) -> None:
@@ -206,7 +218,8 @@ async def test_killed_while_polling(servers: Servers, admin: EmulatorAdmin, emul
 
 async def test_killed_during_resume(servers: Servers, admin: EmulatorAdmin, tool_log: ToolCallLog) -> None:
     # One provider, so that one resume runs every agent's tool at once (two would run one after the other).
-    source = slow_tool_source(tool_log, TOOL_SECONDS)
+    # Only the first calls must be in flight at the kill: the ones after the restart return at once.
+    source = slow_tool_source(tool_log, TOOL_SECONDS, again=0.0)
     # A batch ends at its second retrieve: never inside the POST, always in the poller, which resumes it.
     await admin.configure(polls_to_end=1)
     first = await servers.start("first")

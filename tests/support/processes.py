@@ -135,7 +135,7 @@ async def wait_healthy(server: Server) -> None:
 
 
 class Servers:
-    """The servers a test starts; ``stop_all`` ends those still running and prints their logs.
+    """The servers a test starts; ``stop_all`` (or ``kill_all``) ends those still running and prints their logs.
 
     The logs are printed so that pytest shows them with a failing test (it hides them otherwise).
     """
@@ -148,7 +148,7 @@ class Servers:
     async def start(self, name: str, **extra_env: str) -> Server:
         """Start a server and wait until it is healthy."""
         server = spawn(name, {**self.env, **extra_env}, self.log_dir)
-        self.started.append(server)  # stopped by stop_all even if it never becomes healthy
+        self.started.append(server)  # stopped by stop_all or kill_all even if it never becomes healthy
         await wait_healthy(server)
         return server
 
@@ -158,6 +158,18 @@ class Servers:
             server.interrupt()
         for server in self.started:
             server.wait_stopped()
+        for server in self.started:
+            print(server.log_tail())
+
+    def kill_all(self) -> None:
+        """SIGKILL every server still running, then print the logs: for a test that has checked what
+        it needed, where a graceful stop (a drain of the poller, closing the sandbox) is not what it
+        tests and would only be waited for. Their poller processes and tool sandboxes die with them."""
+        for server in self.started:
+            if server.process.poll() is None:
+                server.process.send_signal(signal.SIGKILL)
+        for server in self.started:
+            server.process.wait(timeout=STOP_TIMEOUT)
         for server in self.started:
             print(server.log_tail())
 
@@ -175,13 +187,16 @@ def slow_lookup(order_id: str) -> str:
 
     with socket.create_connection(("127.0.0.1", PORT)) as log:
         log.sendall(order_id.encode() + b"\\n")
-    time.sleep(SECONDS)
+        log.shutdown(socket.SHUT_WR)
+        starts = int(log.makefile().read() or "1")
+    time.sleep(SECONDS if starts == 1 else AGAIN)
     return "order " + order_id + " shipped"
 '''
 
 
 class ToolCallLog:
-    """Where ``slow_lookup`` reports each start: a listener on the host's loopback.
+    """Where ``slow_lookup`` reports each start (and learns how many times it started with its
+    ``order_id``): a listener on the host's loopback.
 
     A sandboxed tool writes no file of the host; it reaches this through the network, so the
     servers that run it need ``NIGHTSHIFT_TOOL_NETWORK=outbound`` (``SLOW_TOOL_ENV``).
@@ -201,10 +216,16 @@ class ToolCallLog:
                 connection, _ = self._server.accept()
             except OSError:
                 return  # closed
-            with connection, connection.makefile("rb") as lines:
+            # A tool killed with its server mid-call leaves a broken connection: the next one is served.
+            with contextlib.suppress(OSError), connection, connection.makefile("rb") as lines:
+                starts = 0
                 for line in lines:
                     with self._lock:
-                        self._calls[line.decode().strip()] += 1
+                        order_id = line.decode().strip()
+                        self._calls[order_id] += 1
+                        starts = self._calls[order_id]
+                if starts:  # the tool's answer: how many times it has started with this order_id
+                    connection.sendall(str(starts).encode())
 
     def calls(self) -> Counter[str]:
         """How many times ``slow_lookup`` started, by ``order_id``."""
@@ -223,10 +244,19 @@ class ToolCallLog:
 SLOW_TOOL_ENV = {"NIGHTSHIFT_TOOL_NETWORK": "outbound"}
 
 
-def slow_tool_source(log: ToolCallLog, seconds: float) -> str:
+def slow_tool_source(log: ToolCallLog, seconds: float, *, again: float | None = None) -> str:
     """A custom tool ``slow_lookup(order_id)`` that reports ``order_id`` to ``log`` as it starts,
-    then sleeps ``seconds``: how many times a tool ran, and while it runs."""
-    return _SLOW_TOOL.replace("PORT", str(log.port)).replace("SECONDS", repr(seconds))
+    then sleeps ``seconds``: how many times a tool ran, and while it runs.
+
+    Args:
+        log: Where the tool reports its starts.
+        seconds: How long its first call with an ``order_id`` sleeps.
+        again: How long a later call with the same ``order_id`` sleeps (default ``seconds``): a
+            test that needs only the first call in flight (to stop its server then) need not
+            wait as long for the call run again.
+    """
+    source = _SLOW_TOOL.replace("PORT", str(log.port)).replace("AGAIN", repr(seconds if again is None else again))
+    return source.replace("SECONDS", repr(seconds))
 
 
 async def create_agent(client: httpx.AsyncClient, name: str, model: str, **extra: Any) -> dict[str, Any]:
