@@ -55,9 +55,11 @@ wheel: $(STAMP)
 # Every test, slow ones too (CI runs this), and the 40 slowest: where the suite's time goes.
 # Python writes its bytecode even where the shell says not to: the suite starts a few hundred
 # Python processes (servers, their pollers, the CLI), and each would compile the whole package
-# again. (--dist loadscope would share a module's server between its tests, but its runs here
+# again. Four workers on two cores: much of the suite waits on processes, servers and the
+# database rather than computing, and two workers left the cores idle; more than four fight over
+# them. (--dist loadscope would share a module's server between its tests, but its runs here
 # ended with tests never run and no word of it.)
-PYTEST_WORKERS := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 2
+PYTEST_WORKERS := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 4
 test: $(STAMP)
 	@scripts/system-packages $(TEST_PACKAGES)
 	$(PYTEST_WORKERS) -q --durations=40
