@@ -254,6 +254,15 @@ def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         yield url
 
 
+@pytest.fixture(scope="module")
+def sqlite_module_db_url(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> str:
+    """A migrated SQLite database shared by one module's tests, for a module that overrides
+    ``module_db_url`` with it: what it checks (a command's output) does not depend on the database."""
+    path = tmp_path_factory.mktemp("module-sqlite") / "nightshift.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture(params=DATABASES)
 def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A plain URL of a new, empty database (nothing migrated): SQLite, then PostgreSQL."""

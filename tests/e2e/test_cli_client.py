@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +41,9 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def module_db_url(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> str:
+def module_db_url(sqlite_module_db_url: str) -> str:
     """SQLite only (this overrides the SQLite-and-PostgreSQL ``module_db_url`` of conftest)."""
-    path = tmp_path_factory.mktemp("cli-client") / "nightshift.db"
-    shutil.copy(sqlite_template, path)
-    return f"sqlite:///{path}"
+    return sqlite_module_db_url
 
 
 @pytest.fixture

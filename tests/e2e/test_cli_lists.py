@@ -10,7 +10,6 @@ server, the emulator behind it; they only speak HTTP, so on SQLite only.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +35,9 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def module_db_url(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> str:
+def module_db_url(sqlite_module_db_url: str) -> str:
     """SQLite only (this overrides the SQLite-and-PostgreSQL ``module_db_url`` of conftest)."""
-    path = tmp_path_factory.mktemp("cli-lists") / "nightshift.db"
-    shutil.copy(sqlite_template, path)
-    return f"sqlite:///{path}"
+    return sqlite_module_db_url
 
 
 @pytest.fixture
