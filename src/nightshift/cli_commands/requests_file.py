@@ -7,14 +7,10 @@ is reported with its line before anything is sent, and the client's errors becom
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import ValidationError
-
 from nightshift.api.batch_schemas import BatchRequestBody
 from nightshift.cli_commands.client import CommandFailed
-from nightshift.client.errors import InvalidRequestsFile, dotted
-from nightshift.client.requests_file import RequestLine
+from nightshift.client.errors import InvalidRequestsFile
+from nightshift.client.requests_file import RequestLine, checked_by
 from nightshift.client.requests_file import parse_requests as parse_lines
 
 __all__ = ["RequestLine", "parse_requests"]
@@ -27,16 +23,6 @@ def parse_requests(name: str, text: str) -> list[RequestLine]:
         CommandFailed: at the first bad line, saying which line and what is wrong.
     """
     try:
-        return parse_lines(name, text, check=_server_check)
+        return parse_lines(name, text, check=checked_by(BatchRequestBody))
     except InvalidRequestsFile as error:
         raise CommandFailed(error.message) from None
-
-
-def _server_check(request: dict[str, Any]) -> str | None:
-    try:
-        BatchRequestBody.model_validate(request)
-    except ValidationError as error:
-        first = error.errors()[0]
-        message = first["msg"]
-        return f"'{dotted(first['loc'])}': {message[:1].lower()}{message[1:]}"
-    return None

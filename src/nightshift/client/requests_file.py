@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from nightshift.client.errors import InvalidRequestsFile, dotted
 from nightshift.client.types import BatchRequest
@@ -61,15 +61,24 @@ def parse_requests(name: str, text: str, *, check: Check | None = None) -> list[
     return found
 
 
-def check_request(request: dict[str, Any]) -> str | None:
-    """The client's own check of a request's fields (the server checks the messages' shape)."""
-    try:
-        BatchRequest.model_validate(request)
-    except ValidationError as error:
-        first = error.errors()[0]
-        message = first["msg"]
-        return f"'{dotted(first['loc'])}': {message[:1].lower()}{message[1:]}"
-    return None
+def checked_by(model: type[BaseModel]) -> Check:
+    """A check of a request's fields by ``model``: its first problem, as a requests file's line
+    reports it (``'messages.0.role': input should be ...``), or None."""
+
+    def check(request: dict[str, Any]) -> str | None:
+        try:
+            model.model_validate(request)
+        except ValidationError as error:
+            first = error.errors()[0]
+            message = first["msg"]
+            return f"'{dotted(first['loc'])}': {message[:1].lower()}{message[1:]}"
+        return None
+
+    return check
+
+
+# The client's own check of a request's fields (the server checks the messages' shape).
+check_request = checked_by(BatchRequest)
 
 
 def _parse_line(name: str, number: int, raw: str, text: str, check: Check) -> RequestLine:
