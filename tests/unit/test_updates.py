@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nightshift.api.schemas import BlockUpdate, ToolUpdate
+from nightshift.api.schemas import BlockUpdate
+from nightshift.api.tool_schemas import ToolUpdate
 from nightshift.domain.unset import UNSET, given, set_fields
 from nightshift.services.blocks import BlockChanges
 from nightshift.services.tools import ToolChanges

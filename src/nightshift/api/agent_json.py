@@ -19,15 +19,14 @@ import orjson
 from fastapi import Response
 from pydantic import BaseModel, TypeAdapter
 
+from nightshift.api.input import copied_fields
 from nightshift.api.schemas import (
     AgentPublic,
     AgentRelation,
     BlockPublic,
-    ToolPublic,
-    copied_fields,
     llm_config_fields,
-    tool_own,
 )
+from nightshift.api.tool_schemas import ToolPublic, tool_own
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules

@@ -16,6 +16,7 @@ bounded by the number of values a body may hold (``api/body_limit.py``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -168,3 +169,14 @@ async def storable_url(request: Request) -> None:
             problem = text_problem(str(value))
             if problem is not None:
                 raise InvalidInput(f"{kind} parameter {name!r} {problem}", field=f"{kind}.{name}")
+
+
+def copied_fields(model: type[BaseModel], domain: type) -> tuple[str, ...]:
+    """The fields of a schema ``model`` that the ``domain`` dataclass has under the same name.
+
+    They are copied as they are, each way (a response from a domain object, a service's input
+    from a request body), so that a field added to both shows without a line of mapping; the
+    others are the schema's own (renamed, computed, defaulted).
+    """
+    names = {spec.name for spec in dataclasses.fields(domain)}
+    return tuple(name for name in model.model_fields if name in names)

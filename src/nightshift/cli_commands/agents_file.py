@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from nightshift.api.schemas import AgentCreate, ToolCreate
+from nightshift.api.schemas import AgentCreate
+from nightshift.api.tool_schemas import ToolCreate
 from nightshift.cli_commands.client import CommandFailed, dotted
 from nightshift.errors import InvalidInput
 from nightshift.providers.registry import parse_model

@@ -11,7 +11,7 @@ from nightshift.api.agent_json import agent_response, agents_response
 from nightshift.api.context_schemas import ContextWindowOverview
 from nightshift.api.deps import Conn, Now, Org, ReadConn, State
 from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
-from nightshift.api.input import Body, Name, Text
+from nightshift.api.input import Body, Name, Text, copied_fields
 from nightshift.api.letta_messages import to_letta_messages
 from nightshift.api.routers.agent_messages import ListedView
 from nightshift.api.routers.params import PageQuery, page_of
@@ -22,11 +22,10 @@ from nightshift.api.schemas import (
     AgentUpdate,
     BlockPublic,
     BlockUpdate,
-    ToolPublic,
-    copied_fields,
     llm_config_from,
     secrets_of,
 )
+from nightshift.api.tool_schemas import ToolPublic
 from nightshift.domain.agents import AgentType, LLMConfig, check_agent_type
 from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
 from nightshift.domain.pagination import Page

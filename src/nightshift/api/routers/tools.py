@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from nightshift.api.deps import Conn, Now, Org, State
 from nightshift.api.routers.params import PageQuery
-from nightshift.api.schemas import ToolCreate, ToolPublic, ToolRunBody, ToolSearch, ToolUpdate
+from nightshift.api.tool_schemas import ToolCreate, ToolPublic, ToolRunBody, ToolSearch, ToolUpdate
 from nightshift.services import tools as service
 
 router = APIRouter(tags=["tools"])
