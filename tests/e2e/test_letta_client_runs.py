@@ -56,14 +56,8 @@ def pause(seconds: float) -> str:
 
 
 def _settings(tmp_path: Path, db_url: str) -> Settings:
-    # These servers are stopped mid-run; how long the batch poller may finish its stage at a stop
-    # (30 s by default) is not what they test, and a stop sometimes waited it out whole.
     return Settings(
-        home=tmp_path / "home",
-        database_url=db_url,
-        poll_interval_seconds=0.05,
-        callback_allow_private=True,
-        shutdown_grace_seconds=0.5,
+        home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, callback_allow_private=True
     )
 
 
