@@ -104,6 +104,10 @@ class Settings(BaseSettings):
     stream_ping_seconds: float = Field(default=30.0, gt=0)
     callback_retry_seconds: float = Field(default=2.0, gt=0)  # first retry; doubles each time
     callback_allow_private: bool = False  # callbacks may go to loopback and private addresses
+    # Sleep-time agents due after their main agents' turns are gathered into one batch run once the
+    # oldest has waited this long, or at once when this many are due (see batch/sleeptime.py).
+    sleeptime_interval_seconds: float = Field(default=300.0, ge=0)
+    sleeptime_enough: int = Field(default=1000, ge=1)
     # First wait before a failed batch stage (provider unreachable, say) is tried again; doubles.
     error_backoff_seconds: float = Field(default=30.0, gt=0)
     # The largest request body, checked before it is parsed (batch runs take more: see api/app.py).

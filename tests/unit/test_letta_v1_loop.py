@@ -89,7 +89,8 @@ def test_the_rules_that_force_a_call() -> None:
 def test_supported_types_and_the_others() -> None:
     assert check_agent_type("letta_v1_agent") is AgentType.LETTA_V1
     assert check_agent_type("memgpt_agent").heartbeats and not AgentType.LETTA_V1.heartbeats
-    for name in ("react_agent", "workflow_agent", "sleeptime_agent", "voice_sleeptime_agent", "nope"):
+    assert check_agent_type("sleeptime_agent") is AgentType.SLEEPTIME  # (made with its main agent, or alone)
+    for name in ("react_agent", "workflow_agent", "voice_sleeptime_agent", "nope"):
         with pytest.raises(InvalidInput, match=name):
             check_agent_type(name)
 

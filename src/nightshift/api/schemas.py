@@ -229,6 +229,10 @@ class AgentCreate(Body):
         default=None,
         description="The messages after the system message in the agent's first window (default: a greeting, a login)",
     )
+    enable_sleeptime: bool | None = Field(
+        default=None,
+        description="Make a sleep-time agent that keeps this agent's memory in the background, in batch runs",
+    )
 
     @field_validator("memory_blocks", "block_ids", "tool_ids", "tools", "tool_rules", "tags", mode="before")
     @classmethod
@@ -267,6 +271,9 @@ class AgentUpdate(Body):
     )
     tool_exec_environment_variables: dict[str, str] | None = Field(
         default=None, description="Letta's older name for secrets"
+    )
+    enable_sleeptime: bool | None = Field(
+        default=None, description="true: give the agent a sleep-time agent, if it has none (false changes nothing)"
     )
 
     @field_validator("tool_rules")

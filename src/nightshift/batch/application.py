@@ -29,6 +29,7 @@ from nightshift.batch.steps import write_step
 from nightshift.batch.submission import end_batch
 from nightshift.domain.batches import (
     BatchRunStatus,
+    ItemOutcome,
     ItemResult,
     PollSnapshot,
     ProviderBatch,
@@ -47,6 +48,7 @@ from nightshift.runtime.window import Summary
 from nightshift.store import agents as agent_store
 from nightshift.store import batch_run_views, batch_summaries
 from nightshift.store import batch_runs as batch_run_store
+from nightshift.store import groups as group_store
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 
@@ -203,6 +205,13 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
                 provider, model = handle.split("/", 1)
                 usage.add(provider, model, item.usage, cost.usd if cost else None)
         await item_store.complete_items(conn, completions, now)
+        # A main agent's finished turn counts towards its sleep-time group (and may make it due).
+        turned = [
+            item.agent_id
+            for item, done in zip(items, completions, strict=True)
+            if done.outcome is ItemOutcome.FINISHED and (agent := fresh.get(item.agent_id)) and agent.managed_group_id
+        ]
+        await group_store.count_turns(conn, turned, now)
         await batch_summaries.record_summaries(conn, [batch.id])  # its items are final: the views read this
         next_batches = await write_step(
             conn,

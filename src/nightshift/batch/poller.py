@@ -18,9 +18,10 @@ MAX_ROUNDS = 100
 
 
 async def poll_once(worker: Worker, callbacks: CallbackRules) -> int:
-    """One pass: start the queued runs, advance every due provider batch, then send due callbacks.
-    Returns the work done."""
-    handled = await worker.start_queued_runs()
+    """One pass: queue the sleep-time agents when due, start the queued runs, advance every due
+    provider batch, then send due callbacks. Returns the work done."""
+    handled = await worker.gather_sleeptime()
+    handled += await worker.start_queued_runs()
     for _ in range(MAX_ROUNDS):
         claimed = await worker.run_once()
         handled += claimed

@@ -26,6 +26,7 @@ from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
+    BatchRunKind,
     BatchRunRequest,
     BatchRunStatus,
     ProviderBatch,
@@ -84,6 +85,7 @@ async def queue_batch_run(
     metadata: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    kind: BatchRunKind = BatchRunKind.MAIN,
 ) -> BatchRun:
     """Validate the requests, reserve their agents and write the run (created) with its requests,
     queued for a poller to write its first step (``write_first_step``); nothing is written on error.
@@ -109,6 +111,7 @@ async def queue_batch_run(
         callback_url=callback_url,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+        kind=kind,
         created_at=now,
         updated_at=now,
     )

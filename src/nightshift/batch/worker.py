@@ -30,9 +30,10 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch import application, run_queue, submission
+from nightshift.batch import application, run_queue, sleeptime, submission
 from nightshift.batch.leases import Leases, worker_id
 from nightshift.batch.outcomes import failed_result
+from nightshift.batch.sleeptime import SleeptimeRules
 from nightshift.batch.stages import Outcome, Prepared, Stage, StageOutcome, StageParts, stage_done
 from nightshift.batch.steps import WrittenBatch
 from nightshift.domain.batches import ItemCompletion, ItemOutcome, ProviderBatch, ProviderBatchStatus
@@ -74,6 +75,8 @@ class Worker:
     leases: Leases
     # The first wait before a failed stage (the provider unreachable, say) is tried again.
     error_backoff: timedelta = timedelta(seconds=30)
+    # When due sleep-time agents are gathered into a batch run of their own.
+    sleeptime: SleeptimeRules = field(default_factory=SleeptimeRules)
     # Set when the process shuts down: claim nothing more, and start no other claimed batch.
     # Shared with the workers of ``for_request``.
     draining: asyncio.Event = field(default_factory=asyncio.Event)
@@ -95,6 +98,13 @@ class Worker:
         """This worker under a lease name of its own, for work done outside the poller (an API
         request; see ``Leases.for_request``)."""
         return replace(self, leases=self.leases.for_request())
+
+    async def gather_sleeptime(self) -> int:
+        """Queue the due sleep-time agents as batch runs when it is time (see ``batch/sleeptime.py``);
+        returns how many runs were queued (started by ``start_queued_runs``)."""
+        if self.draining.is_set():
+            return 0
+        return len(await sleeptime.gather_when_due(self.engine, self.parts.clock, self.sleeptime))
 
     async def start_queued_runs(self) -> int:
         """Write the first step of every queued run, one run per transaction, and submit it (a
@@ -289,4 +299,7 @@ def worker_of(parts: Parts) -> Worker:
             engine=parts.engine,
         ),
         error_backoff=timedelta(seconds=settings.error_backoff_seconds),
+        sleeptime=SleeptimeRules(
+            interval=timedelta(seconds=settings.sleeptime_interval_seconds), enough=settings.sleeptime_enough
+        ),
     )

@@ -37,7 +37,7 @@ class AgentType(StrEnum):
     REACT = "react_agent"  # not run by nightshift: refused
     WORKFLOW = "workflow_agent"  # not run by nightshift: refused
     SPLIT_THREAD = "split_thread_agent"  # not run by nightshift: refused
-    SLEEPTIME = "sleeptime_agent"  # not run by nightshift: refused
+    SLEEPTIME = "sleeptime_agent"  # the letta_v1 loop, made with its main agent (domain/groups.py)
     VOICE_CONVO = "voice_convo_agent"  # not run by nightshift: refused
     VOICE_SLEEPTIME = "voice_sleeptime_agent"  # not run by nightshift: refused
 
@@ -47,14 +47,14 @@ class AgentType(StrEnum):
         return self in (AgentType.MEMGPT, AgentType.MEMGPT_V2)
 
 
-SUPPORTED_AGENT_TYPES = (AgentType.MEMGPT, AgentType.MEMGPT_V2, AgentType.LETTA_V1)
+SUPPORTED_AGENT_TYPES = (AgentType.MEMGPT, AgentType.MEMGPT_V2, AgentType.LETTA_V1, AgentType.SLEEPTIME)
 
 
 def check_agent_type(value: str, *, field_name: str = "agent_type") -> AgentType:
     """The agent type named, or InvalidInput naming the types nightshift runs.
 
-    Letta's other types (react, workflow, sleeptime, voice, split thread) run loops nightshift
-    does not have: they are refused rather than run as another loop.
+    Letta's other types (react, workflow, voice, split thread) run loops nightshift does not
+    have: they are refused rather than run as another loop.
     """
     supported = ", ".join(t.value for t in SUPPORTED_AGENT_TYPES)
     try:
@@ -117,7 +117,8 @@ def check_secrets(secrets: Mapping[str, str], *, field_name: str = "secrets") ->
 class Agent:
     """An agent with its blocks and tools loaded.
 
-    ``message_ids`` is the in-context window: the ids of the messages the model sees, in order,
+    ``managed_group_id`` names the group the agent manages: its sleep-time agents'
+    (``domain/groups.py``). ``message_ids`` is the in-context window: the ids of the messages the model sees, in order,
     the compiled system message first. ``context_tokens`` is the size of the request the window
     makes (the provider's count of the last one plus an estimate of what was added since; None
     until first counted). ``secrets`` are environment variables for the agent's
@@ -141,6 +142,7 @@ class Agent:
     context_tokens: int | None = None
     message_buffer_autoclear: bool = False
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    managed_group_id: str | None = None
     created_at: datetime
     updated_at: datetime
 

@@ -42,6 +42,13 @@ class BatchRunStatus(StrEnum):
     CANCELLED = "cancelled"  # the user cancelled it; no further steps (terminal)
 
 
+class BatchRunKind(StrEnum):
+    """Whose agents a batch run steps: the user's, or sleep-time agents the poller gathered."""
+
+    MAIN = "main"  # made by POST /v1/messages/batches
+    SLEEPTIME = "sleeptime"  # made by the poller (or ``nightshift sleeptime run``) from due groups
+
+
 class ProviderBatchStatus(StrEnum):
     """Our view of one provider batch."""
 
@@ -166,6 +173,7 @@ class BatchRun:
     completed_at: datetime | None = None
     idempotency_key: str | None = None
     request_hash: str | None = None
+    kind: BatchRunKind = BatchRunKind.MAIN
     created_at: datetime
     updated_at: datetime
 

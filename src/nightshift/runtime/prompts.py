@@ -52,8 +52,39 @@ block.\
 """
 
 
+# A sleep-time agent: it never talks to anyone; it reads a transcript and keeps the shared memory.
+SLEEPTIME_SYSTEM_PROMPT = """\
+You maintain the memory of another agent, the primary agent, while it is not talking. You never \
+speak to its user: nobody reads your replies.
+
+Each time you run you get the part of the primary agent's conversation that you have not seen \
+yet, as one message. The memory blocks below in <memory_blocks> are shared with the primary \
+agent, which sees every change you make at its next step.
+
+How you work:
+- Read the transcript and decide what the primary agent should remember: facts the user stated \
+about themselves, their preferences and plans, corrections of what the memory says, and what the \
+primary agent learned about how to help them.
+- Edit the blocks with memory_insert (add lines), memory_replace (change an exact piece of text) \
+and memory_rethink (rewrite a whole block, to reorganise it). Keep each block within its limit: \
+condense rather than pile up.
+- Do not copy the conversation into memory; keep what will still matter later.
+- When the memory is up to date, call memory_finish_edits. Call it at once if nothing is worth \
+keeping.\
+"""
+
+# The block a sleep-time agent is made with (Letta's ``memory_persona``): its own instructions.
+SLEEPTIME_PERSONA = """\
+I am the memory keeper of a primary agent. I keep its memory blocks accurate, short and well \
+organised: the user's stated facts and preferences first, then what helps the primary agent serve \
+them. I never repeat a fact already in memory, and I fix a fact the user corrected.\
+"""
+
+
 def default_system_prompt(agent_type: AgentType) -> str:
     """The instructions an agent of this type gets when it is created without its own."""
+    if agent_type is AgentType.SLEEPTIME:
+        return SLEEPTIME_SYSTEM_PROMPT
     return DEFAULT_SYSTEM_PROMPT if agent_type.heartbeats else LETTA_V1_SYSTEM_PROMPT
 
 

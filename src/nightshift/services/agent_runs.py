@@ -44,6 +44,7 @@ from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
 from nightshift.store import batch_run_views, run_listing
 from nightshift.store import batch_runs as batch_run_store
+from nightshift.store import groups as group_store
 from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
 from nightshift.store.pagination import Page
@@ -266,9 +267,11 @@ async def _step(
         status = AgentRunStatus.FAILED
     await _settle(settle, result, run.id)
     async with engine.begin() as conn:
-        await agent_run_store.finish_run(
-            conn, run.id, status, stepping.clock.now(), stop_reason=letta_stop_reason(result)
-        )
+        now = stepping.clock.now()
+        ended = await agent_run_store.finish_run(conn, run.id, status, now, stop_reason=letta_stop_reason(result))
+        if ended and status is AgentRunStatus.COMPLETED and result.stop is not TurnReason.REQUIRES_APPROVAL:
+            # A finished turn counts towards the agent's sleep-time group (and may make it due).
+            await group_store.count_turns(conn, [run.agent_id], now)
     return result
 
 

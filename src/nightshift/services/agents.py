@@ -16,7 +16,7 @@ from nightshift.domain.approvals import requires_approval
 from nightshift.domain.blocks import Block, check_block
 from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
-from nightshift.domain.tool_rules import RequiresApprovalToolRule, ToolRule, check_tool_rules
+from nightshift.domain.tool_rules import RequiresApprovalToolRule, TerminalToolRule, ToolRule, check_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.domain.unset import UNSET, Maybe, set_fields
 from nightshift.errors import Conflict, InvalidInput, NotFound
@@ -31,6 +31,7 @@ from nightshift.runtime.window import context_overview as window_overview
 from nightshift.services.tools import ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
+from nightshift.store import groups as group_store
 from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
@@ -107,6 +108,9 @@ class AgentSpec:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # The messages after the system message; None: the default greeting and login.
     initial_messages: Sequence[InitialMessage] | None = None
+    # Made with a sleep-time agent (``services/groups.py`` pairs them): its default tools leave
+    # memory edits to that agent, as in Letta.
+    enable_sleeptime: bool = False
 
 
 # AgentSpec's fields a new agent takes as they are; the others are made or checked on creation.
@@ -227,11 +231,14 @@ async def create_agents(
         blocks = own + [existing_blocks[i] for i in spec.block_ids]
         _check_unique_labels(blocks)
         tools: list[Tool] = [known_tools[i] for i in spec.tool_ids] + [tools_by_name[n] for n in spec.tool_names]
+        rules = list(spec.tool_rules)
         if spec.include_base_tools:
-            defaults = default_base_tools(spec.agent_type)
+            defaults = default_base_tools(spec.agent_type, sleeptime=spec.enable_sleeptime)
             tools += [tool for name, tool in base_tools.items() if name in defaults]
+            if spec.agent_type is AgentType.SLEEPTIME and not rules:
+                rules = [TerminalToolRule(tool_name="memory_finish_edits")]  # its run ends there
         tools = list({t.id: t for t in tools}.values())
-        rules = with_default_approvals(spec.tool_rules, tools)
+        rules = with_default_approvals(rules, tools)
         check_tool_rules(rules, [t.name for t in tools])
         agent_id = new_id("agent")
         system = spec.system if spec.system and spec.system.strip() else default_system_prompt(spec.agent_type)
@@ -381,6 +388,9 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now
     """Delete the agent, its messages and passages, and the blocks made with it that no other agent
     uses; blocks made on their own (``POST /v1/blocks``) stay.
 
+    Deleting a main agent deletes its sleep-time agents (and their group); deleting a sleep-time
+    agent deletes its group, and the main agent goes on alone.
+
     The record of its batch runs stays: its items (counts, tokens, costs, failures), shown as a
     deleted agent's. A step it is in is over for it: its item is cancelled, and what the provider
     answers for it later is ignored. Its agent runs go with it (the table cascades): one stepping it
@@ -393,8 +403,15 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now
     # its run gone and writes nothing.
     await leave_runs(conn, agent_id, AGENT_DELETED, now, queued=False)
     await agent_store.lock_agents(conn, [agent_id])
+    # Its sleep-time group goes with it (after the agent's row: the order a turn takes them in),
+    # and a main agent's sleep-time agents too, as in Letta.
+    groups = await group_store.get_groups(conn, org_id, await group_store.groups_with_agents(conn, [agent_id]))
+    await group_store.delete_groups(conn, list(groups))
     if not await agent_store.delete_agent(conn, org_id, agent_id, now):
         raise NotFound(f"agent {agent_id} not found")
+    for helper in (a for g in groups.values() if g.manager_agent_id == agent_id for a in g.agent_ids):
+        if await agent_store.agent_exists(conn, org_id, helper):
+            await delete_agent(conn, org_id, helper, now=now)
 
 
 async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str, *, now: datetime) -> Agent:

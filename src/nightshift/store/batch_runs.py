@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, BatchRunStatus, ItemOutcome
+from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, BatchRunKind, BatchRunStatus, ItemOutcome
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
@@ -21,7 +21,7 @@ RUNS_CHANNEL = "nightshift_runs"
 
 def to_run(row: Row[Any]) -> BatchRun:
     """Map a ``batch_runs`` row to the domain type."""
-    return from_row(BatchRun, row, status=BatchRunStatus)
+    return from_row(BatchRun, row, status=BatchRunStatus, kind=BatchRunKind)
 
 
 async def insert_run(conn: AsyncConnection, run: BatchRun) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from sqlalchemy import bindparam, delete, select, update
@@ -151,6 +151,23 @@ async def message_texts(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, 
     return {str(message_id): str(text) for message_id, text in rows}
 
 
+async def messages_after(conn: AsyncConnection, after: Mapping[str, str | None]) -> dict[str, list[Message]]:
+    """Each agent's messages after the message named (all of them for None), in order: one statement
+    (every agent's from the oldest of the starts; message ids are ordered by time)."""
+    if not after:
+        return {}
+    query = select(messages).where(in_ids(conn, messages.c.agent_id, list(after))).order_by(messages.c.id)
+    starts = [start for start in after.values() if start is not None]
+    if len(starts) == len(after):
+        query = query.where(messages.c.id > min(starts))
+    found: dict[str, list[Message]] = {agent_id: [] for agent_id in after}
+    for row in await conn.execute(query):
+        start = after[row[2]]  # (the agent id)
+        if start is None or row[0] > start:
+            found[row[2]].append(to_message(row))
+    return found
+
+
 async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) -> list[Message]:
     """A page of an agent's messages, in one statement.
 
@@ -158,6 +175,12 @@ async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) 
     clients page: with ``order=desc``, ``after`` gives the older messages.
     """
     query = select(messages).where(messages.c.agent_id == agent_id)
+    return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
+
+
+async def list_messages_of_agents(conn: AsyncConnection, agent_ids: Sequence[str], page: Page) -> list[Message]:
+    """A page of the messages of several agents together, in one statement (ids order them by time)."""
+    query = select(messages).where(in_ids(conn, messages.c.agent_id, list(agent_ids)))
     return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
 
 

@@ -152,10 +152,21 @@ agents = Table(
         comment="the loop it runs (Letta's agent_type); agents made before it was kept ran the memgpt loop",
     ),
     *_times(),
+    Column(
+        "managed_group_id",
+        String(64),
+        comment="the group it manages (its sleep-time agent's); no foreign key: deleting a group clears it",
+    ),
     Index("ix_agents_org_name", "organization_id", "name"),
     # A page of agents is ordered by id, and agents are loaded by id within their organization: on
     # (organization_id, name) alone, SQLite read every agent of the organization for either.
     Index("ix_agents_org_id", "organization_id", "id"),
+    Index(
+        "ix_agents_managed_group_id",
+        "managed_group_id",
+        sqlite_where=text("managed_group_id IS NOT NULL"),
+        postgresql_where=text("managed_group_id IS NOT NULL"),
+    ),
 )
 
 agent_tags = Table(
@@ -335,6 +346,13 @@ batch_runs = Table(
     Column("idempotency_key", String(255)),
     Column("request_hash", String(64), comment="sha256 of the creating request"),
     *_times(),
+    Column(
+        "kind",
+        String(16),
+        nullable=False,
+        server_default=text("'main'"),
+        comment="main: the user's agents; sleeptime: sleep-time agents gathered by the poller",
+    ),
     Index("ix_batch_runs_org_status", "organization_id", "status"),
     Index("ix_batch_runs_org_id", "organization_id", "id"),  # a page of runs, ordered by id
     UniqueConstraint("organization_id", "idempotency_key", name="uq_batch_runs_organization_id_idempotency_key"),
@@ -454,4 +472,42 @@ batch_items = Table(
         sqlite_where=text("outcome = 'failed'"),
         postgresql_where=text("outcome = 'failed'"),
     ),
+)
+
+groups = Table(
+    "groups",
+    metadata,
+    # Letta's multi-agent groups; nightshift runs the sleep-time kind (a main agent, the agent
+    # whose ``managed_group_id`` names the group, and its sleep-time agents in ``group_agents``).
+    _id("group-..."),
+    _org(),
+    Column("manager_type", String(32), nullable=False),
+    Column("description", CleanText, nullable=False),
+    Column("sleeptime_agent_frequency", Integer, comment="every how many turns of the main agent; null: every turn"),
+    Column("turns_counter", Integer, nullable=False, comment="the main agent's turns counted so far"),
+    Column("last_processed_message_id", String(64), comment="the main agent's last message its sleep-time agents read"),
+    Column(
+        "due_since",
+        UTCDateTime(),
+        comment="set when its sleep-time agents are due (in the main turn's transaction), cleared when gathered",
+    ),
+    Column("shared_block_ids", JSONType, nullable=False),
+    Column("hidden", Boolean),
+    *_times(),
+    Index("ix_groups_org_id", "organization_id", "id"),
+    Index(
+        "ix_groups_due_since",
+        "due_since",
+        sqlite_where=text("due_since IS NOT NULL"),
+        postgresql_where=text("due_since IS NOT NULL"),
+    ),
+)
+
+group_agents = Table(
+    "group_agents",
+    metadata,
+    Column("group_id", String(64), ForeignKey("groups.id", ondelete="CASCADE"), primary_key=True),
+    Column("agent_id", String(64), ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Index("ix_group_agents_agent_id", "agent_id"),
 )

@@ -432,8 +432,20 @@ DEFAULT_BASE_TOOLS = frozenset(
 LETTA_V1_BASE_TOOLS = frozenset({"conversation_search", "memory_insert", "memory_replace"})
 
 
-def default_base_tools(agent_type: AgentType) -> frozenset[str]:
-    """The base tools an agent of this type gets with ``include_base_tools``."""
+# A sleep-time agent's, as in Letta: it edits the memory it shares with its main agent, then says so.
+SLEEPTIME_BASE_TOOLS = frozenset({"memory_insert", "memory_replace", "memory_rethink", "memory_finish_edits"})
+# A main agent made with a sleep-time agent leaves its memory to it (Letta's chat tools for it);
+# a letta_v1 agent answers in text, without send_message.
+SLEEPTIME_CHAT_TOOLS = frozenset({"send_message", "conversation_search", "archival_memory_search"})
+
+
+def default_base_tools(agent_type: AgentType, *, sleeptime: bool = False) -> frozenset[str]:
+    """The base tools an agent of this type gets with ``include_base_tools`` (``sleeptime``: it is
+    made with a sleep-time agent, which keeps its memory)."""
+    if agent_type is AgentType.SLEEPTIME:
+        return SLEEPTIME_BASE_TOOLS
+    if sleeptime:
+        return SLEEPTIME_CHAT_TOOLS if agent_type.heartbeats else SLEEPTIME_CHAT_TOOLS - {"send_message"}
     return DEFAULT_BASE_TOOLS if agent_type.heartbeats else LETTA_V1_BASE_TOOLS
 
 

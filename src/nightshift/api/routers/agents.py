@@ -33,6 +33,7 @@ from nightshift.domain.unset import UNSET, Maybe, given
 from nightshift.errors import InvalidInput
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
+from nightshift.services import groups
 from nightshift.services.agents import AgentChanges, AgentSpec
 from nightshift.services.catalog import ModelNames
 
@@ -40,7 +41,9 @@ router = APIRouter(tags=["agents"])
 
 # The body's fields that the service takes under the same name as they are; the others are
 # the router's to build (a model from its handle, secrets under either name, defaults).
-_CREATE_OWN = frozenset({"name", "agent_type", "llm_config", "memory_blocks", "metadata", "secrets"})
+_CREATE_OWN = frozenset(
+    {"name", "agent_type", "llm_config", "memory_blocks", "metadata", "secrets", "enable_sleeptime"}
+)
 _CREATE_COPIED = tuple(name for name in copied_fields(AgentCreate, AgentSpec) if name not in _CREATE_OWN)
 _UPDATE_COPIED = tuple(
     name for name in copied_fields(AgentUpdate, AgentChanges) if name not in {"agent_type", "llm_config", "secrets"}
@@ -82,8 +85,12 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org, state: State, no
         initial_messages=(
             None if body.initial_message_sequence is None else [m.to_spec() for m in body.initial_message_sequence]
         ),
+        enable_sleeptime=bool(body.enable_sleeptime),
     )
     (agent,) = await service.create_agents(conn, org, [spec], now=now)
+    if spec.enable_sleeptime:
+        await groups.pair(conn, org, [agent], now=now)
+        agent = await service.get_agent(conn, org, agent.id)
     return AgentPublic.of(agent)
 
 
@@ -133,7 +140,10 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org, s
         llm_config=await _new_llm_config(body, conn, org, agent_id, state.models),
         secrets=given(secrets),
     )
-    return AgentPublic.of(await service.update_agent(conn, org, agent_id, changes, now=now))
+    agent = await service.update_agent(conn, org, agent_id, changes, now=now)
+    if body.enable_sleeptime and await groups.pair(conn, org, [agent], now=now):
+        agent = await service.get_agent(conn, org, agent.id)
+    return AgentPublic.of(agent)
 
 
 async def _new_llm_config(

@@ -1,0 +1,58 @@
+"""Sleep-time agents, pass by pass: a main agent's turns make its sleep-time agent due, the due
+ones are gathered into a batch run of their own, and their memory edits land on the shared blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nightshift.batch import sleeptime
+from support.api import json_list, json_object
+from support.scripted import call, say
+from support.stepped import SteppedRuns
+
+
+async def _sleeper_of(stepped: SteppedRuns, main: dict[str, Any]) -> dict[str, Any]:
+    (found,) = json_list(await stepped.client.get("/v1/agents", params={"name": f"{main['name']}-sleeptime"}))
+    return found
+
+
+async def test_every_fifth_turn_makes_the_sleeptime_agent_due_and_its_run_edits_the_shared_block(
+    stepped: SteppedRuns,
+) -> None:
+    main = await stepped.agent("pal", agent_type="letta_v1_agent", enable_sleeptime=True)
+    sleeper = await _sleeper_of(stepped, main)
+    assert sleeper["agent_type"] == "sleeptime_agent"
+    assert {b["id"] for b in main["blocks"]} <= {b["id"] for b in sleeper["blocks"]}
+    assert sorted(t["name"] for t in sleeper["tools"]) == [
+        "memory_finish_edits",
+        "memory_insert",
+        "memory_replace",
+        "memory_rethink",
+    ]
+    assert not {t["name"] for t in main["tools"]} & {"memory_insert", "memory_replace", "core_memory_append"}
+
+    engine, clock = stepped.worker.engine, stepped.worker.parts.clock
+    for turn in range(5):
+        stepped.model.script(main["id"], say(f"noted {turn}"))
+        run = await stepped.start([{"agent_id": main["id"], "input": f"my favourite number is {turn}"}])
+        assert (await stepped.finish(run["id"]))["status"] == "completed"
+        if turn < 4:
+            assert await sleeptime.gather(engine, clock) == []  # not due yet
+
+    stepped.model.script(
+        sleeper["id"],
+        call("memory_insert", label="human", new_str="Favourite numbers: 0 to 4"),
+        call("memory_finish_edits"),
+    )
+    (gathered,) = await sleeptime.gather(engine, clock)
+    assert gathered.kind == "sleeptime"
+    assert await sleeptime.gather(engine, clock) == []  # gathered once
+    done = await stepped.finish(gathered.id)
+    assert done["status"] == "completed", done
+
+    (first, _second) = stepped.model.requests(sleeper["id"])
+    transcript = first.messages[-1].text
+    assert "Messages:\nuser: my favourite number is 0\nassistant: noted 0" in transcript
+    assert "user: my favourite number is 4\nassistant: noted 4" in transcript
+    human = json_object(await stepped.client.get(f"/v1/agents/{main['id']}/core-memory/blocks/human"))
+    assert "Favourite numbers: 0 to 4" in human["value"]
