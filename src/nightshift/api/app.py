@@ -29,6 +29,7 @@ from nightshift.api.routers import (
     batches,
     blocks,
     catalog,
+    groups,
     health,
     keys,
     metrics,
@@ -200,7 +201,7 @@ def api_routes() -> tuple[BaseRoute, ...]:
     api.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
     api.include_router(metrics.router)  # the server password only, when there is one (not an API key)
     secured = [Depends(organization), Depends(storable_url), Depends(storable_body)]
-    for module in (agents, archival, agent_files, tools, blocks, catalog):
+    for module in (agents, archival, agent_files, tools, blocks, catalog, groups):
         api.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
     api.include_router(
         agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES

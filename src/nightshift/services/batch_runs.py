@@ -179,7 +179,7 @@ async def batch_run_view(conn: AsyncConnection, org_id: str, run_id: str) -> Bat
     run = await batch_run_store.get_run(conn, org_id, run_id)
     if run is None:
         raise NotFound(f"batch run {run_id} not found")
-    (view,) = await _views(conn, [run])
+    (view,) = await views_of(conn, [run])
     return view
 
 
@@ -194,7 +194,7 @@ async def list_batch_run_views(
     """A page of the organization's runs; ``has_failures``: only those that failed or had an agent
     fail (True), or neither (False)."""
     runs = await batch_run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures)
-    return await _views(conn, runs)
+    return await views_of(conn, runs)
 
 
 async def messages_of_batch_run(
@@ -242,7 +242,7 @@ async def _get(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun:
     return run
 
 
-async def _views(conn: AsyncConnection, runs: Sequence[BatchRun]) -> list[BatchRunView]:
+async def views_of(conn: AsyncConnection, runs: Sequence[BatchRun]) -> list[BatchRunView]:
     """The runs with their progress, provider batches and failed agents: two to five statements in all,
     whatever the runs' sizes (see ``batch_run_views.runs_progress``)."""
     ids = [run.id for run in runs]
@@ -268,5 +268,5 @@ async def _same_request(conn: AsyncConnection, org_id: str, key: str, digest: st
             f"Idempotency-Key {key!r} was used for another request (run {earlier.id}); use a new key",
             field="Idempotency-Key",
         )
-    (view,) = await _views(conn, [earlier])
+    (view,) = await views_of(conn, [earlier])
     return view

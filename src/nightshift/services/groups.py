@@ -9,6 +9,7 @@ run is ``batch/sleeptime.py``'s.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -18,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nightshift.batch import sleeptime
 from nightshift.clock import Clock
 from nightshift.domain.agents import Agent, AgentType
-from nightshift.domain.batches import BatchRun
 from nightshift.domain.groups import (
     DEFAULT_SLEEPTIME_FREQUENCY,
     SLEEPTIME_SUFFIX,
@@ -32,6 +32,7 @@ from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.runtime.prompts import SLEEPTIME_PERSONA
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
+from nightshift.services.batch_runs import BatchRunView, views_of
 from nightshift.store import agents as agent_store
 from nightshift.store import groups as group_store
 from nightshift.store import messages as message_store
@@ -222,8 +223,19 @@ async def group_messages(conn: AsyncConnection, org_id: str, group_id: str, page
 
 
 async def run_due(
-    engine: AsyncEngine, clock: Clock, org_id: str, *, everything: bool = False, max_steps: int = 10
-) -> list[BatchRun]:
+    engine: AsyncEngine,
+    clock: Clock,
+    org_id: str,
+    *,
+    everything: bool = False,
+    max_steps: int = 10,
+    queued: asyncio.Event | None = None,
+) -> list[BatchRunView]:
     """Step the organization's due sleep-time agents now, as batch runs (``everything``: every one
-    whose main agent said anything since its last run). Returns the runs queued."""
-    return await sleeptime.gather(engine, clock, org_id=org_id, everything=everything, max_steps=max_steps)
+    whose main agent said anything since its last run). Returns the runs queued; ``queued`` (the
+    poller's event on this loop, if any) is set when there is one."""
+    runs = await sleeptime.gather(engine, clock, org_id=org_id, everything=everything, max_steps=max_steps)
+    if runs and queued is not None:
+        queued.set()
+    async with engine.connect() as conn:
+        return await views_of(conn, runs)
