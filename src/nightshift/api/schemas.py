@@ -6,13 +6,14 @@ These are the wire layer only: routers turn them into domain calls and domain ob
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from nightshift.api.batch_schemas import TextPart
+from nightshift.api.group_schemas import GroupPublic
 from nightshift.api.input import Body, Name, Tags, Text, copied_fields
 from nightshift.api.tool_schemas import ToolPublic
 from nightshift.domain.agents import (
@@ -22,6 +23,7 @@ from nightshift.domain.agents import (
     LLMConfig,
 )
 from nightshift.domain.blocks import Block
+from nightshift.domain.groups import Group
 from nightshift.domain.limits import (
     DEFAULT_BLOCK_LIMIT,
     MAX_BLOCK_LIMIT,
@@ -312,7 +314,7 @@ class MemoryPublic(BaseModel):
 
 
 # Letta's ``include`` on agent reads: the relations a client wants. Those nightshift has no such
-# relation for (identities, sources, groups, approvals) are accepted and give nothing.
+# relation for (identities, sources, approvals) are accepted and give nothing.
 AgentRelation = Literal[
     "agent.blocks",
     "agent.identities",
@@ -346,14 +348,23 @@ class AgentPublic(BaseModel):
     message_buffer_autoclear: bool
     secrets: list[AgentSecretPublic]
     tool_exec_environment_variables: list[AgentSecretPublic]
+    enable_sleeptime: bool = Field(description="Whether the agent has a sleep-time agent (it manages a group)")
+    managed_group: GroupPublic | None = Field(description="The sleep-time group the agent manages")
+    multi_agent_group: GroupPublic | None = Field(description="Letta's older name for managed_group")
     created_at: datetime
     updated_at: datetime
 
     @classmethod
-    def many(cls, agents: Iterable[Agent], *, include: Collection[AgentRelation] | None = None) -> list[AgentPublic]:
+    def many(
+        cls,
+        agents: Iterable[Agent],
+        *,
+        include: Collection[AgentRelation] | None = None,
+        groups: Mapping[str, Group] | None = None,
+    ) -> list[AgentPublic]:
         """Several agents; a tool they share (the base tools: every agent has them) is mapped once."""
         shared: dict[str, ToolPublic] = {}
-        return [cls.of(agent, tools=shared, include=include) for agent in agents]
+        return [cls.of(agent, tools=shared, include=include, groups=groups) for agent in agents]
 
     @classmethod
     def of(
@@ -362,11 +373,13 @@ class AgentPublic(BaseModel):
         *,
         tools: dict[str, ToolPublic] | None = None,
         include: Collection[AgentRelation] | None = None,
+        groups: Mapping[str, Group] | None = None,
     ) -> AgentPublic:
         """The agent in Letta's shape. ``tools``: the tools already mapped, by id, to reuse and add to
         (a page of agents is mostly the same ten tools with their JSON schemas). ``include``: Letta's,
-        the relations to fill (blocks, tags, tools, secrets); the others are empty. None: all of
-        them (Letta's own default is none: nightshift keeps what its clients always had)."""
+        the relations to fill (blocks, tags, tools, secrets, managed group); the others are empty.
+        None: all of them (Letta's own default is none: nightshift keeps what its clients always
+        had). ``groups``: the groups the agents shown manage, by id (``services.groups.groups_of``)."""
 
         def wanted(relation: AgentRelation) -> bool:
             return include is None or relation in include
@@ -379,6 +392,8 @@ class AgentPublic(BaseModel):
         blocks = [BlockPublic.of(b) for b in agent.blocks] if wanted("agent.blocks") else []
         secret_keys = sorted(agent.secrets) if wanted("agent.secrets") else []
         secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in secret_keys]
+        group = managed_group(agent, groups) if wanted("agent.managed_group") else None
+        shown_group = None if group is None else GroupPublic.of(group)
         own = {
             "model": agent.llm_config.handle,
             "llm_config": LLMConfigPublic(**llm_config_fields(agent.llm_config)),
@@ -389,8 +404,18 @@ class AgentPublic(BaseModel):
             "tags": list(agent.tags) if wanted("agent.tags") else [],
             "secrets": secrets,
             "tool_exec_environment_variables": secrets,
+            "enable_sleeptime": agent.managed_group_id is not None,
+            "managed_group": shown_group,
+            "multi_agent_group": shown_group,
         }
         return cls(**{**agent_copied(agent), **own})
+
+
+def managed_group(agent: Agent, groups: Mapping[str, Group] | None) -> Group | None:
+    """The group the agent manages, among ``groups`` (by id)."""
+    if agent.managed_group_id is None or groups is None:
+        return None
+    return groups.get(agent.managed_group_id)
 
 
 _AGENT_COPIED = copied_fields(AgentPublic, Agent)
