@@ -1,8 +1,8 @@
 """Agent Files (``.af``) written: nightshift's agents in Letta's layout, with ids local to the file.
 
 The other half of :mod:`nightshift.domain.agent_files` (which reads them): pure, from domain
-objects to the JSON document, with the file's own ids (``agent-0``, ``block-0``, ``message-0``...)
-and secrets by name with empty values.
+objects to the JSON document, with the file's own ids (``agent-0``, ``block-0``, ``message-0``,
+``group-0``...) and secrets by name with empty values.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
+from nightshift.domain.groups import Group
 from nightshift.domain.messages import Message, Role
 from nightshift.domain.tool_rules import dump_tool_rules
 from nightshift.domain.tools import Tool
@@ -109,10 +110,34 @@ def _llm_config_json(agent: Agent) -> dict[str, Any]:
     }
 
 
-def export_agent_file(
-    agents: Sequence[Agent], messages: Mapping[str, Sequence[Message]], *, created_at: datetime
+def _group_json(
+    group: Group, file_id: str, agent_ids: Mapping[str, str], block_ids: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The Agent File of ``agents`` with every one of their ``messages`` (by agent id, oldest first).
+    """Letta's GroupSchema: its create fields, with the file's ids (shared blocks the file holds)."""
+    return {
+        "id": file_id,
+        "agent_ids": [agent_ids[i] for i in group.agent_ids],
+        "description": group.description,
+        "manager_config": {
+            "manager_type": group.manager_type.value,
+            "manager_agent_id": agent_ids[group.manager_agent_id] if group.manager_agent_id else None,
+            "sleeptime_agent_frequency": group.sleeptime_agent_frequency,
+        },
+        "project_id": None,
+        "shared_block_ids": [block_ids[i] for i in group.shared_block_ids if i in block_ids],
+        "hidden": group.hidden,
+    }
+
+
+def export_agent_file(
+    agents: Sequence[Agent],
+    messages: Mapping[str, Sequence[Message]],
+    *,
+    created_at: datetime,
+    groups: Sequence[Group] = (),
+) -> dict[str, Any]:
+    """The Agent File of ``agents`` with every one of their ``messages`` (by agent id, oldest first)
+    and the ``groups`` they make (a group some of whose agents are not exported is left out).
 
     Ids become the file's own (``agent-0``, ``block-0``, ``tool-0``, ``message-0``... with blocks
     sorted by label and tools by name, as Letta writes them). Secrets keep their names, never
@@ -122,6 +147,9 @@ def export_agent_file(
     tools = sorted({t.id: t for a in agents for t in a.tools}.values(), key=lambda t: (t.name, t.id))
     block_ids = {b.id: f"block-{i}" for i, b in enumerate(blocks)}
     tool_ids = {t.id: f"tool-{i}" for i, t in enumerate(tools)}
+    agent_ids = {a.id: f"agent-{i}" for i, a in enumerate(agents)}
+    kept = [g for g in groups if g.manager_agent_id in agent_ids and all(i in agent_ids for i in g.agent_ids)]
+    group_ids = {g.id: f"group-{i}" for i, g in enumerate(kept)}
     message_count = 0
     agents_json: list[dict[str, Any]] = []
     for index, agent in enumerate(agents):
@@ -156,14 +184,14 @@ def export_agent_file(
                 "tools": [],
                 "source_ids": [],
                 "files_agents": [],
-                "group_ids": [],
+                "group_ids": [group_ids[agent.managed_group_id]] if agent.managed_group_id in group_ids else [],
                 "messages": [_message_json(m, message_ids[m.id], agent_file_id) for m in own],
                 "in_context_message_ids": [message_ids[i] for i in agent.message_ids if i in message_ids],
             }
         )
     return {
         "agents": agents_json,
-        "groups": [],
+        "groups": [_group_json(g, group_ids[g.id], agent_ids, block_ids) for g in kept],
         "blocks": [_block_json(b, block_ids[b.id]) for b in blocks],
         "files": [],
         "sources": [],
