@@ -3,17 +3,38 @@ manages in its views."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from nightshift.store.keys import create_key
+from nightshift.store.orgs import get_or_create_org
 from support.api import json_list, json_object
 
 # Nothing here starts a batch run: the apps answer the same without a poller looking for work.
 pytestmark = pytest.mark.settings(poller=False)
 
 MODEL = "anthropic/claude-3-5-haiku-20241022"
+
+
+@pytest.fixture
+async def other_org(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of another organization (its own API key); ``client`` is the default organization's."""
+    key = "ns-other-" + secrets.token_urlsafe(24)
+    async with app.state.nightshift.engine.begin() as conn:
+        org = await get_or_create_org(conn, "other", datetime.now(UTC))
+        await create_key(conn, org.id, "otto", key, now=datetime.now(UTC))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://nightshift.test",
+        headers={"authorization": f"Bearer {key}"},
+    ) as http:
+        yield http
 
 
 async def create_agent(client: httpx.AsyncClient, name: str, **overrides: Any) -> dict[str, Any]:
@@ -193,3 +214,24 @@ async def test_a_groups_messages_are_its_main_agents_in_lettas_shapes(client: ht
     newest = json_list(await client.get(f"/v1/groups/{group_id}/messages", params={"limit": 2}))
     assert [m["id"] for m in newest] == [m["id"] for m in reversed(own)][:2]
     assert (await client.get("/v1/groups/group-missing/messages")).status_code == 404
+
+
+async def test_another_organizations_groups_and_agents_are_not_found(
+    client: httpx.AsyncClient, other_org: httpx.AsyncClient
+) -> None:
+    group = (await create_agent(client, "main", enable_sleeptime=True))["managed_group"]
+    outsider = await create_agent(other_org, "outsider")
+    assert json_list(await other_org.get("/v1/groups/")) == []
+    for method, path, body in [
+        ("GET", f"/v1/groups/{group['id']}", None),
+        ("PATCH", f"/v1/groups/{group['id']}", {"description": "mine"}),
+        ("DELETE", f"/v1/groups/{group['id']}", None),
+        ("GET", f"/v1/groups/{group['id']}/messages", None),
+    ]:
+        response = await other_org.request(method, path, json=body)
+        assert response.status_code == 404, (method, path, response.text)
+    # Nor may a group of one organization name another's agents.
+    config = sleeptime_config(outsider["id"])
+    refused = await client.post("/v1/groups/", json={"agent_ids": group["agent_ids"], "manager_config": config})
+    assert refused.status_code == 404 and outsider["id"] in refused.json()["detail"]
+    assert json_object(await client.get(f"/v1/groups/{group['id']}")) == group
