@@ -53,7 +53,7 @@ def test_a_groups_messages_are_its_conversation(letta: Letta) -> None:
     group_id = letta.agents.retrieve(main.id).multi_agent_group.id  # type: ignore[union-attr]
     listed = list(letta.groups.messages.list(group_id, order="asc", limit=100))
     said = [m for m in listed if m.message_type == "user_message"]
-    assert [m.content for m in said] == ["hello there"]  # type: ignore[union-attr]
+    assert [m.content for m in said] == ["hello there"]
     assert "assistant_message" in [m.message_type for m in listed]
     # The client's iterator walks every page once.
     walked = [m.id for m in letta.groups.messages.list(group_id, order="asc", limit=1)]
