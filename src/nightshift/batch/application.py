@@ -155,7 +155,13 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
             and (response := item.result.response) is not None
         ]
         turns = [
-            Turn(agent=agents[item.agent_id], state=item.step_state, response=response, batch_item_id=item.id)
+            Turn(
+                agent=agents[item.agent_id],
+                state=item.step_state,
+                response=response,
+                batch_item_id=item.id,
+                read_at=item.created_at,  # the request was built as the step was written
+            )
             for item, response in answered
             if item.step_state.summary is None
         ]

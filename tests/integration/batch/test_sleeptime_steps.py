@@ -56,3 +56,47 @@ async def test_every_fifth_turn_makes_the_sleeptime_agent_due_and_its_run_edits_
     assert "user: my favourite number is 4\nassistant: noted 4" in transcript
     human = json_object(await stepped.client.get(f"/v1/agents/{main['id']}/core-memory/blocks/human"))
     assert "Favourite numbers: 0 to 4" in human["value"]
+
+
+async def _turns(stepped: SteppedRuns, main: dict[str, Any], count: int, *, said: str = "noted") -> None:
+    for turn in range(count):
+        stepped.model.script(main["id"], say(f"{said} {turn}"))
+        run = await stepped.start([{"agent_id": main["id"], "input": f"turn {turn}"}])
+        assert (await stepped.finish(run["id"]))["status"] == "completed"
+
+
+async def test_the_main_agent_talks_on_while_its_sleeptime_batch_is_open_and_sees_the_new_memory_after(
+    stepped: SteppedRuns,
+) -> None:
+    main = await stepped.agent("pal", agent_type="letta_v1_agent", enable_sleeptime=True)
+    sleeper = await _sleeper_of(stepped, main)
+    await _turns(stepped, main, 5)
+    stepped.model.script(
+        sleeper["id"],
+        call("memory_rethink", label="human", new_memory="Likes turns."),
+        call("memory_finish_edits"),
+    )
+    with stepped.model.holding():
+        (run,) = json_list(await stepped.client.post("/v1/sleeptime/run", json={}))
+        await stepped.step()  # submitted, and held open at the provider
+    assert len(stepped.model.held()) == 1
+    # The main agent is not held by its sleep-time agent's open step: a whole turn goes through,
+    # and an edit of the shared block through the API lands too.
+    await _turns(stepped, main, 1, said="still here")
+    assert (await stepped.run(run["id"]))["status"] == "running"
+    edited = await stepped.client.patch(
+        f"/v1/agents/{main['id']}/core-memory/blocks/human", json={"value": "Lives in Lyon."}
+    )
+    assert edited.status_code == 200, edited.text
+
+    stepped.model.release()
+    assert (await stepped.finish(run["id"]))["status"] == "completed"
+    # The later edit (the sleep-time agent's rewrite) wins, and what it replaced is on record.
+    human = json_object(await stepped.client.get(f"/v1/agents/{main['id']}/core-memory/blocks/human"))
+    assert human["value"] == "Likes turns."
+    messages = json_list(await stepped.client.get(f"/v1/agents/{sleeper['id']}/messages"))
+    returns = [m["tool_return"] for m in messages if m["message_type"] == "tool_return_message"]
+    assert any("your rewrite replaced that edit" in r and "Lives in Lyon." in r for r in returns), returns
+    # The main agent's next request shows the new memory in its system message.
+    await _turns(stepped, main, 1)
+    assert "Likes turns." in stepped.model.requests(main["id"])[-1].system
