@@ -3,8 +3,9 @@ stepping the due ones now.
 
 ``enable_sleeptime`` on an agent (``pair``) makes what Letta makes: a ``sleeptime_agent`` named
 after it, on its model, sharing its blocks and with a ``memory_persona`` block of its own, and a
-group of manager type ``sleeptime`` that ties the two (frequency 5). When the sleep-time agents
-run is ``batch/sleeptime.py``'s.
+group of manager type ``sleeptime`` that ties the two (frequency 5). Unlike Letta's, the sleep-time
+agent clears its window after each run (``message_buffer_autoclear``; its messages stay in recall).
+When the sleep-time agents run is ``batch/sleeptime.py``'s.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ async def pair(
             block_ids=[b.id for b in main.blocks],
             memory_blocks=[] if main.block(PERSONA_LABEL) else [NewBlock(label=PERSONA_LABEL, value=SLEEPTIME_PERSONA)],
             initial_messages=(),
+            # Each run's transcript is folded into the blocks: the next run needs the blocks and its
+            # own transcript, not the earlier ones (a window that grew would be paid at every run).
+            message_buffer_autoclear=True,
         )
         for main in mains
     ]
