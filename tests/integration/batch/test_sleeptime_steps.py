@@ -100,3 +100,20 @@ async def test_the_main_agent_talks_on_while_its_sleeptime_batch_is_open_and_see
     # The main agent's next request shows the new memory in its system message.
     await _turns(stepped, main, 1)
     assert "Likes turns." in stepped.model.requests(main["id"])[-1].system
+
+
+async def test_a_failing_sleeptime_agent_fails_alone_with_its_reason_on_its_run(stepped: SteppedRuns) -> None:
+    mains = [await stepped.agent(f"pal-{i}", agent_type="letta_v1_agent", enable_sleeptime=True) for i in range(2)]
+    sleepers = [await _sleeper_of(stepped, main) for main in mains]
+    for main in mains:
+        await _turns(stepped, main, 5)
+    stepped.model.fail(sleepers[0]["id"], kind="invalid_request_error")
+    stepped.model.script(sleepers[1]["id"], call("memory_finish_edits"))
+    (run,) = json_list(await stepped.client.post("/v1/sleeptime/run", json={}))
+    done = await stepped.finish(run["id"])
+    assert done["status"] == "completed", done
+    assert done["progress"]["agents"] == {"running": 0, "finished": 1, "failed": 1, "cancelled": 0}, done
+    (failure,) = done["progress"]["failures"]
+    assert failure["agent_id"] == sleepers[0]["id"] and "invalid_request_error" in failure["error"], failure
+    # Its main agent is as it was: it takes its next turn.
+    await _turns(stepped, mains[0], 1)
