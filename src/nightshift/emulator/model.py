@@ -2,6 +2,8 @@
 
 Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
 
+0. a sleep-time agent's request (its tools and its framed transcript) is answered as
+   ``emulator/sleeptime.py`` says: the user's stated facts inserted, then ``memory_finish_edits``;
 1. a forced tool (``tool_choice`` naming one) is called;
 2. after a tool ran (a tool result follows the last real user message, heartbeats aside) it calls
    ``send_message`` with a summary of the result, ``request_heartbeat`` false -- unless the user
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from nightshift.emulator.arguments import SKIPPED, TEXT_FIELDS, generate_arguments
+from nightshift.emulator.sleeptime import is_sleeptime_request, sleeptime_call
 
 SEND_MESSAGE: Final = "send_message"
 MEMORY_WRITERS: Final = ("core_memory_append", "rethink_memory")
@@ -165,6 +168,11 @@ def _respond(model_input: ModelInput) -> ModelOutput:
         return ModelOutput(text=_reply_text(model_input))
     user_text, after = _last_user(model_input.turns)
     results = [t for t in after if t.role == "tool"]
+    if choice.mode != "tool" and is_sleeptime_request(list(tools), user_text):
+        name, arguments = sleeptime_call(list(tools), user_text, bool(results), model_input.system)
+        return ModelOutput(
+            calls=(ModelCall(tool_name=name, arguments=arguments_for(tools[name].parameters, arguments)),)
+        )
     if choice.mode == "tool" and choice.name in tools:
         forced = tools[choice.name]
         plan = _plan({forced.name: forced}, user_text, results, model_input)
