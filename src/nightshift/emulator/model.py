@@ -170,9 +170,7 @@ def _respond(model_input: ModelInput) -> ModelOutput:
     results = [t for t in after if t.role == "tool"]
     if choice.mode != "tool" and is_sleeptime_request(list(tools), user_text):
         name, arguments = sleeptime_call(list(tools), user_text, bool(results), model_input.system)
-        return ModelOutput(
-            calls=(ModelCall(tool_name=name, arguments=arguments_for(tools[name].parameters, arguments)),)
-        )
+        return ModelOutput(calls=(ModelCall(tool_name=name, arguments=arguments),))
     if choice.mode == "tool" and choice.name in tools:
         forced = tools[choice.name]
         plan = _plan({forced.name: forced}, user_text, results, model_input)
