@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import orjson
 from fastapi import Response
@@ -127,6 +127,9 @@ class BatchRunPublic(BaseModel):
     id: str
     status: str
     job_type: str = "batch"
+    kind: Literal["main", "sleeptime"] = Field(
+        description="main: made by POST /v1/messages/batches; sleeptime: sleep-time agents gathered by the poller"
+    )
     created_at: datetime
     updated_at: datetime
     completed_at: datetime | None
@@ -213,6 +216,7 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
         "id": run.id,
         "status": run.status.value,
         "job_type": "batch",
+        "kind": run.kind.value,
         "created_at": run.created_at,
         "updated_at": run.updated_at,
         "completed_at": run.completed_at,

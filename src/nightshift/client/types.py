@@ -112,6 +112,7 @@ class BatchRun(_Answer):
     id: str
     status: str
     job_type: str = "batch"
+    kind: str = "main"  # "sleeptime": a run of sleep-time agents the server gathered
     created_at: datetime
     updated_at: datetime
     completed_at: datetime | None

@@ -21,6 +21,7 @@ from nightshift.domain.approvals import Answer
 from nightshift.domain.batches import (
     BatchRun,
     BatchRunFailure,
+    BatchRunKind,
     BatchRunProgress,
     BatchRunRequest,
     BatchRunStatus,
@@ -190,10 +191,11 @@ async def list_batch_run_views(
     *,
     statuses: Sequence[BatchRunStatus] = (),
     has_failures: bool | None = None,
+    kind: BatchRunKind | None = None,
 ) -> list[BatchRunView]:
     """A page of the organization's runs; ``has_failures``: only those that failed or had an agent
     fail (True), or neither (False)."""
-    runs = await batch_run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures)
+    runs = await batch_run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures, kind=kind)
     return await views_of(conn, runs)
 
 

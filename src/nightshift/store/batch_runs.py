@@ -48,10 +48,13 @@ async def list_runs(
     *,
     statuses: Sequence[BatchRunStatus] = (),
     has_failures: bool | None = None,
+    kind: BatchRunKind | None = None,
 ) -> list[BatchRun]:
-    """A page of the organization's runs, with these statuses if any; ``has_failures``: only runs
-    that failed or in which some agent failed (True), or only the others (False)."""
+    """A page of the organization's runs, with these statuses if any, of this kind if given;
+    ``has_failures``: only runs that failed or in which some agent failed (True), or only the others (False)."""
     query = select(batch_runs).where(batch_runs.c.organization_id == org_id)
+    if kind is not None:
+        query = query.where(batch_runs.c.kind == kind.value)
     if statuses:
         query = query.where(batch_runs.c.status.in_([s.value for s in statuses]))
     if has_failures is not None:

@@ -21,7 +21,7 @@ from nightshift.api.batch_views import (
 )
 from nightshift.api.deps import Now, Org, ReadConn, State
 from nightshift.api.routers.params import PageQuery
-from nightshift.domain.batches import BatchRunRequest, BatchRunStatus
+from nightshift.domain.batches import BatchRunKind, BatchRunRequest, BatchRunStatus
 from nightshift.domain.pagination import Page
 from nightshift.services import batch_runs
 
@@ -105,13 +105,19 @@ async def list_batches(
             " failed agents too); false: only the others"
         ),
     ] = None,
+    kind: Annotated[
+        BatchRunKind | None,
+        Query(description="main: the runs POST /v1/messages/batches made; sleeptime: the sleep-time agents' runs"),
+    ] = None,
 ) -> Response:
     """Batch runs of every status (filter with ``status``), oldest first (``order=desc`` for newest).
 
     ``status`` is Letta's: a run is ``completed`` when some agent finished, even if others failed
     (``progress.agents.failed`` counts them); ``has_failures=true`` finds those runs and the failed ones.
     """
-    views = await batch_runs.list_batch_run_views(conn, org, page, statuses=status or (), has_failures=has_failures)
+    views = await batch_runs.list_batch_run_views(
+        conn, org, page, statuses=status or (), has_failures=has_failures, kind=kind
+    )
     return json_response([batch_run_json(view) for view in views])
 
 
