@@ -24,6 +24,7 @@ from nightshift.api.schemas import (
     AgentPublic,
     AgentRelation,
     BlockPublic,
+    agent_group_json,
     llm_config_fields,
 )
 from nightshift.api.tool_schemas import ToolPublic, tool_own
@@ -100,6 +101,9 @@ _AGENT_OWN = (
     "tags",
     "secrets",
     "tool_exec_environment_variables",
+    "enable_sleeptime",
+    "managed_group",
+    "multi_agent_group",
 )
 _write_agent = _writer(AgentPublic, Agent, _AGENT_OWN)
 _write_block = _writer(BlockPublic, Block)
@@ -122,6 +126,7 @@ def _agent(agent: Agent, tools: dict[str, orjson.Fragment], include: Collection[
         if wanted("agent.secrets")
         else []
     )
+    group = agent_group_json(agent, include)
     shown_tools = []
     for tool in agent.tools if wanted("agent.tools") else ():
         if tool.id not in tools:
@@ -137,5 +142,8 @@ def _agent(agent: Agent, tools: dict[str, orjson.Fragment], include: Collection[
         "tags": agent.tags if wanted("agent.tags") else [],
         "secrets": secrets,
         "tool_exec_environment_variables": secrets,
+        "enable_sleeptime": agent.group is not None,
+        "managed_group": group,
+        "multi_agent_group": group,
     }
     return _write_agent(agent, own)

@@ -18,7 +18,7 @@ import orjson
 from fastapi import Response
 from pydantic import BaseModel, Field, TypeAdapter
 
-from nightshift.domain.batches import Costs, ItemOutcome, ProviderBatch, ProviderBatchStatus
+from nightshift.domain.batches import Costs, ItemOutcome, KindCosts, ProviderBatch, ProviderBatchStatus
 from nightshift.domain.messages import Message
 from nightshift.domain.usage import Usage
 from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
@@ -363,4 +363,27 @@ def costs_json(cost: Costs) -> dict[str, float]:
         "cost_without_batch_usd": round(cost.without_batch_usd, 6),
         "batch_savings_usd": round(cost.without_batch_usd - cost.usd, 6),
         "cache_savings_usd": round(cost.cache_savings_usd, 6),
+    }
+
+
+class KindCostsPublic(BaseModel):
+    """What one kind of batch run cost the organization: the users' runs (main) or the sleep-time agents'."""
+
+    kind: Literal["main", "sleeptime"]
+    runs: int
+    requests: int = Field(description="Requests the providers answered")
+    cost_usd: float
+    cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")
+    batch_savings_usd: float
+    cache_savings_usd: float
+
+
+class BatchRunCosts(BaseModel):
+    kinds: list[KindCostsPublic]
+
+
+def kind_costs_json(costs: Sequence[KindCosts]) -> dict[str, Any]:
+    """``BatchRunCosts``' JSON."""
+    return {
+        "kinds": [{"kind": c.kind.value, "runs": c.runs, "requests": c.requests, **costs_json(c.cost)} for c in costs]
     }

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from nightshift.api.batch_schemas import TextPart
-from nightshift.api.input import Body, Name, Tags, Text, copied_fields
+from nightshift.api.group_schemas import GroupPublic, group_json
+from nightshift.api.input import Body, Ids, Name, Tags, Text, copied_fields
 from nightshift.api.tool_schemas import ToolPublic
 from nightshift.domain.agents import (
     DEFAULT_CONTEXT_WINDOW,
@@ -40,7 +41,6 @@ from nightshift.services.agents import InitialMessage, NewBlock
 from nightshift.services.blocks import BlockChanges
 from nightshift.services.catalog import ModelNames, model_context_window
 
-Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
 ContextWindow = Annotated[int, Field(ge=1, le=MAX_CONTEXT_WINDOW)]
 MaxTokens = Annotated[int, Field(ge=1, le=MAX_OUTPUT_TOKENS)]
 BlockLimit = Annotated[int, Field(ge=1, le=MAX_BLOCK_LIMIT)]
@@ -346,6 +346,9 @@ class AgentPublic(BaseModel):
     message_buffer_autoclear: bool
     secrets: list[AgentSecretPublic]
     tool_exec_environment_variables: list[AgentSecretPublic]
+    enable_sleeptime: bool = Field(description="Whether a sleep-time agent keeps this agent's memory")
+    managed_group: GroupPublic | None = Field(description="The sleep-time group the agent manages")
+    multi_agent_group: GroupPublic | None = Field(description="Letta's older name for managed_group")
     created_at: datetime
     updated_at: datetime
 
@@ -379,6 +382,7 @@ class AgentPublic(BaseModel):
         blocks = [BlockPublic.of(b) for b in agent.blocks] if wanted("agent.blocks") else []
         secret_keys = sorted(agent.secrets) if wanted("agent.secrets") else []
         secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in secret_keys]
+        group = agent_group_json(agent, include)
         own = {
             "model": agent.llm_config.handle,
             "llm_config": LLMConfigPublic(**llm_config_fields(agent.llm_config)),
@@ -389,6 +393,9 @@ class AgentPublic(BaseModel):
             "tags": list(agent.tags) if wanted("agent.tags") else [],
             "secrets": secrets,
             "tool_exec_environment_variables": secrets,
+            "enable_sleeptime": agent.group is not None,
+            "managed_group": group,
+            "multi_agent_group": group,
         }
         return cls(**{**agent_copied(agent), **own})
 
@@ -399,6 +406,13 @@ _AGENT_COPIED = copied_fields(AgentPublic, Agent)
 def agent_copied(agent: Agent) -> dict[str, Any]:
     """AgentPublic's fields that are the agent's own, as they are (a tuple stands for a list)."""
     return {name: getattr(agent, name) for name in _AGENT_COPIED}
+
+
+def agent_group_json(agent: Agent, include: Collection[AgentRelation] | None) -> dict[str, Any] | None:
+    """The group the agent manages as JSON, when it has one and ``include`` asks for it (None: all)."""
+    if agent.group is None or (include is not None and "agent.managed_group" not in include):
+        return None
+    return group_json(agent.group)
 
 
 def llm_config_fields(config: LLMConfig) -> dict[str, Any]:

@@ -282,6 +282,16 @@ class Costs:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindCosts:
+    """What an organization's batch runs of one kind cost: runs, answered requests, and their costs."""
+
+    kind: BatchRunKind
+    runs: int = 0
+    requests: int = 0
+    cost: Costs = field(default_factory=Costs)
+
+
 SUMMARY_VERSION = 1
 
 

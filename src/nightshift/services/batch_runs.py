@@ -27,6 +27,7 @@ from nightshift.domain.batches import (
     BatchRunStatus,
     Costs,
     ItemOutcome,
+    KindCosts,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
@@ -197,6 +198,11 @@ async def list_batch_run_views(
     fail (True), or neither (False)."""
     runs = await batch_run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures, kind=kind)
     return await views_of(conn, runs)
+
+
+async def costs_by_kind(conn: AsyncConnection, org_id: str) -> list[KindCosts]:
+    """What the organization's batch runs cost, by kind: the users' runs and the sleep-time agents'."""
+    return list((await batch_run_store.costs_by_kind(conn, org_id)).values())
 
 
 async def messages_of_batch_run(

@@ -92,23 +92,6 @@ async def pair(
     return made
 
 
-async def group_of(conn: AsyncConnection, agent: Agent) -> Group | None:
-    """The group the agent manages, if any."""
-    if agent.managed_group_id is None:
-        return None
-    return (await group_store.get_groups(conn, agent.organization_id, [agent.managed_group_id])).get(
-        agent.managed_group_id
-    )
-
-
-async def groups_of(conn: AsyncConnection, agents: Sequence[Agent]) -> dict[str, Group]:
-    """The groups these agents manage, by group id (no statement when none manages one)."""
-    ids = [a.managed_group_id for a in agents if a.managed_group_id]
-    if not ids:
-        return {}
-    return await group_store.get_groups(conn, agents[0].organization_id, ids)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupSpec:
     """A group to create (``POST /v1/groups``): a sleep-time one, its agents already made."""

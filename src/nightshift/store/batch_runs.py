@@ -6,10 +6,18 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, literal_column, or_, select, text, update
+from sqlalchemy import Row, delete, func, insert, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, BatchRunKind, BatchRunStatus, ItemOutcome
+from nightshift.domain.batches import (
+    TERMINAL_RUN_STATUSES,
+    BatchRun,
+    BatchRunKind,
+    BatchRunStatus,
+    Costs,
+    ItemOutcome,
+    KindCosts,
+)
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
@@ -248,3 +256,26 @@ async def is_queued(conn: AsyncConnection, run_id: str) -> bool:
     """Whether the run still holds queued requests (its first step is not written yet)."""
     query = select(batch_run_requests.c.batch_run_id).where(batch_run_requests.c.batch_run_id == run_id).limit(1)
     return (await conn.scalar(query)) is not None
+
+
+async def costs_by_kind(conn: AsyncConnection, org_id: str) -> dict[BatchRunKind, KindCosts]:
+    """The organization's runs, answered requests and their costs summed by the runs' kind, in one
+    statement (every kind present, zero when it has no run)."""
+    query = (
+        select(
+            batch_runs.c.kind,
+            func.count(func.distinct(batch_runs.c.id)),
+            func.count(batch_items.c.usage),
+            func.coalesce(func.sum(batch_items.c.cost_usd), 0.0),
+            func.coalesce(func.sum(batch_items.c.cost_without_batch_usd), 0.0),
+            func.coalesce(func.sum(batch_items.c.cache_savings_usd), 0.0),
+        )
+        .select_from(batch_runs.outerjoin(batch_items, batch_items.c.batch_run_id == batch_runs.c.id))
+        .where(batch_runs.c.organization_id == org_id)
+        .group_by(batch_runs.c.kind)
+    )
+    found = {kind: KindCosts(kind=kind) for kind in BatchRunKind}
+    for kind, runs, requests, usd, without_batch, cache in await conn.execute(query):
+        cost = Costs(usd=float(usd), without_batch_usd=float(without_batch), cache_savings_usd=float(cache))
+        found[BatchRunKind(kind)] = KindCosts(kind=BatchRunKind(kind), runs=runs, requests=requests, cost=cost)
+    return found

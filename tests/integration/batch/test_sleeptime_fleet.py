@@ -84,7 +84,8 @@ async def test_a_fleet_keeps_its_memory_in_two_sleeptime_runs_without_holding_it
     # shown apart from the main runs'.
     costs = [run["progress"] for run in (first, second)]
     for run, cost in zip((first, second), costs, strict=True):
-        agents = json_list(await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents"))
+        page = await stepped.client.get(f"/v1/messages/batches/{run['id']}/agents", params={"limit": 1000})
+        agents = json_object(page)["agents"]
         assert len(agents) == AGENTS
         assert cost["cost_usd"] > 0
         assert math.isclose(cost["cost_usd"], sum(a["cost_usd"] for a in agents), abs_tol=AGENTS * 1e-6)

@@ -162,20 +162,23 @@ async def listed_view(
     include_return_message_types: Annotated[
         list[LettaMessageType] | None, Query(description="Only these message types (default: all)")
     ] = None,
-    group_id: Annotated[str | None, Query(description="Refused: nightshift has no groups")] = None,
+    group_id: Annotated[
+        str | None, Query(description="Refused: list a group's messages with GET /v1/groups/{group_id}/messages")
+    ] = None,
     conversation_id: Annotated[str | None, Query(description="Refused: nightshift has no conversations")] = None,
 ) -> LettaView:
     """How a listing of messages asks to show them: Letta's query parameters of the same names.
 
     ``group_id`` and ``conversation_id`` would narrow the listing to a group's or a conversation's
-    messages; nightshift has neither, so they are refused rather than ignored.
+    messages; nightshift lists a group's messages apart (``GET /v1/groups/{group_id}/messages``) and
+    has no conversations, so they are refused rather than ignored.
     """
     # async: FastAPI would run a plain function in its thread pool (a thread hop per request).
     for name, value in (("group_id", group_id), ("conversation_id", conversation_id)):
         if value is not None:
             raise InvalidInput(
-                f"{name} is not supported: nightshift agents have one message history, with no groups"
-                " or conversations; leave it unset",
+                f"{name} is not supported: an agent has one message history (a group's messages are"
+                " listed by GET /v1/groups/{group_id}/messages); leave it unset",
                 field=f"query.{name}",
             )
     return view_of(

@@ -12,11 +12,13 @@ from nightshift.api.approval_schemas import client_tools_of
 from nightshift.api.batch_schemas import BatchCreate
 from nightshift.api.batch_views import (
     BatchRunAgents,
+    BatchRunCosts,
     BatchRunMessages,
     BatchRunPublic,
     agent_in_run_json,
     batch_run_json,
     json_response,
+    kind_costs_json,
     run_message_json,
 )
 from nightshift.api.deps import Now, Org, ReadConn, State
@@ -119,6 +121,14 @@ async def list_batches(
         conn, org, page, statuses=status or (), has_failures=has_failures, kind=kind
     )
     return json_response([batch_run_json(view) for view in views])
+
+
+@router.get("/v1/messages/batches/costs", response_model=BatchRunCosts)
+async def batch_costs(conn: ReadConn, org: Org) -> Response:
+    """What the organization's batch runs cost, by kind: ``main`` (the runs POST
+    /v1/messages/batches made) and ``sleeptime`` (the sleep-time agents'), each with what the
+    normal API would have charged for the same tokens and what the prompt cache saved."""
+    return json_response(kind_costs_json(await batch_runs.costs_by_kind(conn, org)))
 
 
 @router.get("/v1/messages/batches/{run_id}", response_model=BatchRunPublic)

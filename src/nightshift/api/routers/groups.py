@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
 from nightshift.api.batch_views import BatchRunPublic, batch_run_json, json_response
-from nightshift.api.deps import Org, State
+from nightshift.api.deps import Conn, Now, Org, ReadConn, State
+from nightshift.api.group_schemas import GroupCreate, GroupPublic, GroupUpdate, group_json
 from nightshift.api.input import Body
+from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.routers.params import PageQuery
+from nightshift.domain.groups import ManagerType, check_manager_type
+from nightshift.domain.unset import UNSET
+from nightshift.errors import InvalidInput
 from nightshift.services import groups
+from nightshift.services.groups import GroupChanges, GroupSpec
 
 router = APIRouter(tags=["groups"])
 
@@ -35,3 +44,79 @@ async def run_sleeptime(body: SleeptimeRunBody, state: State, org: Org) -> Respo
         queued=state.runs_queued,
     )
     return json_response([batch_run_json(view) for view in views])
+
+
+@router.post("/v1/groups/", response_model=GroupPublic)
+@router.post("/v1/groups", include_in_schema=False, response_model=GroupPublic)
+async def create_group(body: GroupCreate, conn: Conn, org: Org, now: Now) -> dict[str, Any]:
+    """Make a sleep-time group of agents that exist: ``manager_config.manager_agent_id`` is the main
+    agent, ``agent_ids`` its sleep-time agents (``enable_sleeptime`` on an agent makes both at once).
+    The other manager types are a 422 that names them."""
+    config = body.manager_config.checked()
+    if config.manager_agent_id is None:
+        raise InvalidInput("a sleeptime group needs manager_config.manager_agent_id", field="manager_config")
+    spec = GroupSpec(
+        agent_ids=body.agent_ids,
+        manager_agent_id=config.manager_agent_id,
+        description=body.description,
+        sleeptime_agent_frequency=config.sleeptime_agent_frequency,
+        shared_block_ids=body.shared_block_ids,
+        hidden=body.hidden,
+    )
+    return group_json(await groups.create_group(conn, org, spec, now=now))
+
+
+@router.get("/v1/groups/", response_model=list[GroupPublic])
+@router.get("/v1/groups", include_in_schema=False, response_model=list[GroupPublic])
+async def list_groups(
+    conn: ReadConn,
+    org: Org,
+    page: PageQuery,
+    manager_type: Annotated[str | None, Query(description="Only groups of this manager type")] = None,
+) -> list[dict[str, Any]]:
+    """A page of the organization's groups, oldest first (``order=desc`` for newest)."""
+    kind = None if manager_type is None else _listed_type(manager_type)
+    return [group_json(g) for g in await groups.list_groups(conn, org, page, manager_type=kind)]
+
+
+def _listed_type(value: str) -> ManagerType:
+    try:
+        return ManagerType(value)
+    except ValueError:
+        return check_manager_type(value, field_name="manager_type")  # raises, naming the types
+
+
+@router.get("/v1/groups/{group_id}", response_model=GroupPublic)
+async def get_group(group_id: str, conn: ReadConn, org: Org) -> dict[str, Any]:
+    return group_json(await groups.get_group(conn, org, group_id))
+
+
+@router.patch("/v1/groups/{group_id}", response_model=GroupPublic)
+async def update_group(group_id: str, body: GroupUpdate, conn: Conn, org: Org, now: Now) -> dict[str, Any]:
+    """Change a group's agents, description, main agent or sleep-time frequency (fields left out or
+    null stay as they are; ``manager_config.sleeptime_agent_frequency`` null keeps it too)."""
+    config = None if body.manager_config is None else body.manager_config.checked()
+    changes = GroupChanges(
+        agent_ids=UNSET if body.agent_ids is None else body.agent_ids,
+        description=UNSET if body.description is None else body.description,
+        manager_agent_id=UNSET if config is None or config.manager_agent_id is None else config.manager_agent_id,
+        sleeptime_agent_frequency=(
+            UNSET if config is None or config.sleeptime_agent_frequency is None else config.sleeptime_agent_frequency
+        ),
+        shared_block_ids=UNSET if body.shared_block_ids is None else body.shared_block_ids,
+    )
+    return group_json(await groups.update_group(conn, org, group_id, changes, now=now))
+
+
+@router.delete("/v1/groups/{group_id}", response_model=None)
+async def delete_group(group_id: str, conn: Conn, org: Org) -> None:
+    """Delete the group; its agents stay, and its main agent has no sleep-time agent any more."""
+    await groups.delete_group(conn, org, group_id)
+
+
+@router.get("/v1/groups/{group_id}/messages")
+async def list_group_messages(group_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
+    """The messages of the group's agents (its main agent's and its sleep-time agents'), in Letta's
+    shapes as its defaults show them, oldest first (``order=desc`` for newest)."""
+    messages = await groups.group_messages(conn, org, group_id, page)
+    return [part for message in messages for part in to_letta_messages(message)]
