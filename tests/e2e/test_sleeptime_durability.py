@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow  # kills and restarts servers
 
 AGENTS = 3
 RUN_TIMEOUT = 60.0  # a deadline only
+BATCH_SECONDS = 5.0
 
 
 def _client(base_url: str) -> httpx.AsyncClient:
@@ -72,8 +73,9 @@ async def test_sleeptime_work_is_done_once_across_kills(
             assert await _sleeptime_runs(client) == []  # due, not gathered: its interval is an hour
         first.kill()
 
-        # The second gathers them at once, submits their batch, and dies with it open.
-        await admin.configure(polls_to_end=1000, seconds_to_end=1000.0)
+        # The second gathers them at once, submits their batch, and dies with it open (it ends at
+        # the provider a few seconds after it was made, by when the third server is up).
+        await admin.configure(seconds_to_end=BATCH_SECONDS)
         second = await servers.start("second", NIGHTSHIFT_SLEEPTIME_INTERVAL_SECONDS="0")
         async with _client(second.base_url) as client:
 
@@ -86,7 +88,7 @@ async def test_sleeptime_work_is_done_once_across_kills(
                 assert time.monotonic() < deadline, "the sleep-time run was not submitted"
                 await asyncio.sleep(0.05)
         second.kill()
-        await admin.configure(polls_to_end=0, seconds_to_end=0.0)
+        await admin.configure(seconds_to_end=0.0)
 
         third = await servers.start("third", NIGHTSHIFT_SLEEPTIME_INTERVAL_SECONDS="0")
         async with _client(third.base_url) as client:
