@@ -77,7 +77,22 @@ BAD_FILES: dict[str, tuple[Callable[[Doc], None], str]] = {
         lambda d: _agent(d, 0)["llm_config"].update(handle="mistral/large", model_endpoint_type="mistral"),
         "unknown provider 'mistral'",
     ),
-    "groups": (lambda d: d["groups"].append({"id": "group-0"}), "groups"),
+    "a group of another kind": (
+        lambda d: d["groups"].append(
+            {"id": "group-0", "agent_ids": ["agent-1"], "manager_config": {"manager_type": "round_robin"}}
+        ),
+        "manager_type 'round_robin' is not supported",
+    ),
+    "a group of an agent not in the file": (
+        lambda d: d["groups"].append(
+            {
+                "id": "group-0",
+                "agent_ids": ["agent-7"],
+                "manager_config": {"manager_type": "sleeptime", "manager_agent_id": "agent-0"},
+            }
+        ),
+        "agent-7",
+    ),
     "window without its system message": (
         lambda d: _agent(d, 0)["in_context_message_ids"].pop(0),
         "must start with the system message",
@@ -320,3 +335,36 @@ async def test_metadata_as_deep_as_the_api_takes_is_imported_and_one_level_more_
     assert agent["metadata"] == _nested(deepest)
     assert (await _counts(client))[0] == before[0] + 2  # the file's two agents, once
     assert deepest == MAX_JSON_DEPTH - 1  # counted from the body's top, where "metadata" is one level
+
+
+async def test_a_sleeptime_group_goes_out_and_comes_back_with_its_agents(client: httpx.AsyncClient) -> None:
+    main = json_object(
+        await client.post(
+            "/v1/agents",
+            json={
+                "name": "pal",
+                "model": "anthropic/claude-3-5-haiku-20241022",
+                "memory_blocks": [{"label": "human", "value": "Ada"}],
+                "enable_sleeptime": True,
+            },
+        )
+    )
+    exported = json_object(await client.get(f"/v1/agents/{main['id']}/export"))
+    assert [a["name"] for a in exported["agents"]] == ["pal", "pal-sleeptime"]
+    (group,) = exported["groups"]
+    assert group["manager_config"] == {
+        "manager_type": "sleeptime",
+        "manager_agent_id": "agent-0",
+        "sleeptime_agent_frequency": 5,
+    }
+    assert group["agent_ids"] == ["agent-1"] and exported["agents"][0]["group_ids"] == [group["id"]]
+
+    imported = json_object(await _import(client, json.dumps(exported).encode()))
+    new_main, new_sleeper = imported["agent_ids"]
+    again = json_object(await client.get(f"/v1/agents/{new_main}"))
+    assert again["enable_sleeptime"] and again["managed_group"]["agent_ids"] == [new_sleeper]
+    assert again["managed_group"]["id"] != main["managed_group"]["id"]
+    sleeper = json_object(await client.get(f"/v1/agents/{new_sleeper}"))
+    assert sleeper["agent_type"] == "sleeptime_agent"
+    # The two share their blocks again, as they did.
+    assert {b["id"] for b in again["blocks"]} <= {b["id"] for b in sleeper["blocks"]}

@@ -13,6 +13,7 @@ from typing import Any
 
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
+from nightshift.domain.groups import Group
 from nightshift.domain.messages import Message, Role
 from nightshift.domain.tool_rules import dump_tool_rules
 from nightshift.domain.tools import Tool
@@ -93,6 +94,24 @@ def _message_json(message: Message, file_id: str, agent_file_id: str) -> dict[st
     }
 
 
+def _group_json(
+    group: Group, file_id: str, agent_ids: Mapping[str, str], block_ids: Mapping[str, str]
+) -> dict[str, Any]:
+    return {
+        "id": file_id,
+        "agent_ids": [agent_ids[a] for a in group.agent_ids if a in agent_ids],
+        "description": group.description,
+        "manager_config": {
+            "manager_type": group.manager_type.value,
+            "manager_agent_id": agent_ids.get(group.manager_agent_id or ""),
+            "sleeptime_agent_frequency": group.sleeptime_agent_frequency,
+        },
+        "shared_block_ids": [block_ids[b] for b in group.shared_block_ids if b in block_ids],
+        "hidden": group.hidden,
+        "project_id": None,
+    }
+
+
 def _llm_config_json(agent: Agent) -> dict[str, Any]:
     config = agent.llm_config
     return {
@@ -110,9 +129,14 @@ def _llm_config_json(agent: Agent) -> dict[str, Any]:
 
 
 def export_agent_file(
-    agents: Sequence[Agent], messages: Mapping[str, Sequence[Message]], *, created_at: datetime
+    agents: Sequence[Agent],
+    messages: Mapping[str, Sequence[Message]],
+    *,
+    groups: Sequence[Group] = (),
+    created_at: datetime,
 ) -> dict[str, Any]:
-    """The Agent File of ``agents`` with every one of their ``messages`` (by agent id, oldest first).
+    """The Agent File of ``agents`` with every one of their ``messages`` (by agent id, oldest first),
+    and the ``groups`` among them (a main agent's sleep-time group).
 
     Ids become the file's own (``agent-0``, ``block-0``, ``tool-0``, ``message-0``... with blocks
     sorted by label and tools by name, as Letta writes them). Secrets keep their names, never
@@ -121,6 +145,8 @@ def export_agent_file(
     blocks = sorted({b.id: b for a in agents for b in a.blocks}.values(), key=lambda b: (b.label, b.id))
     tools = sorted({t.id: t for a in agents for t in a.tools}.values(), key=lambda t: (t.name, t.id))
     block_ids = {b.id: f"block-{i}" for i, b in enumerate(blocks)}
+    agent_ids = {a.id: f"agent-{i}" for i, a in enumerate(agents)}
+    group_ids = {g.id: f"group-{i}" for i, g in enumerate(groups)}
     tool_ids = {t.id: f"tool-{i}" for i, t in enumerate(tools)}
     message_count = 0
     agents_json: list[dict[str, Any]] = []
@@ -156,14 +182,14 @@ def export_agent_file(
                 "tools": [],
                 "source_ids": [],
                 "files_agents": [],
-                "group_ids": [],
+                "group_ids": [group_ids[agent.managed_group_id]] if agent.managed_group_id in group_ids else [],
                 "messages": [_message_json(m, message_ids[m.id], agent_file_id) for m in own],
                 "in_context_message_ids": [message_ids[i] for i in agent.message_ids if i in message_ids],
             }
         )
     return {
         "agents": agents_json,
-        "groups": [],
+        "groups": [_group_json(g, group_ids[g.id], agent_ids, block_ids) for g in groups],
         "blocks": [_block_json(b, block_ids[b.id]) for b in blocks],
         "files": [],
         "sources": [],

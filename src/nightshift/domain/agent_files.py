@@ -29,6 +29,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nightshift.domain.groups import check_frequency, check_manager_type
 from nightshift.domain.json_reader import JSONTooDeep, read_json
 from nightshift.domain.limits import (
     DEFAULT_BLOCK_LIMIT,
@@ -211,13 +212,32 @@ class FileAgent(_Part):
         return list(dict.fromkeys([*(self.tool_exec_environment_variables or {}), *(self.secrets or {})]))
 
 
+class FileManagerConfig(_Part):
+    """A group's manager: its type (nightshift imports sleep-time groups), main agent and frequency."""
+
+    manager_type: str = "round_robin"
+    manager_agent_id: str | None = None
+    sleeptime_agent_frequency: int | None = None
+
+
+class FileGroup(_Part):
+    """A group of the file: its agents and main agent by their file ids."""
+
+    id: str
+    agent_ids: Ids = Field(default_factory=list)
+    description: Text = ""
+    manager_config: FileManagerConfig = Field(default_factory=FileManagerConfig)
+    shared_block_ids: Ids = Field(default_factory=list)
+    hidden: bool | None = None
+
+
 class AgentFile(_Part):
     """A whole Agent File."""
 
     agents: list[FileAgent] = Field(default_factory=list)
     blocks: list[FileBlock] = Field(default_factory=list)
     tools: list[FileTool] = Field(default_factory=list)
-    groups: list[Any] = Field(default_factory=list)
+    groups: list[FileGroup] = Field(default_factory=list)
     files: list[Any] = Field(default_factory=list)
     sources: list[Any] = Field(default_factory=list)
     mcp_servers: list[Any] = Field(default_factory=list)
@@ -324,12 +344,13 @@ def _validated(document: dict[str, Any]) -> AgentFile:
         raise _problem("agents: the file holds no agents")
     if len(agents) > MAX_FILE_AGENTS:
         raise _problem(f"agents: the file holds {len(agents)} agents; an import takes at most {MAX_FILE_AGENTS}")
-    rest = _part(AgentFile, {**document, "agents": [], "blocks": [], "tools": []}, ())
+    rest = _part(AgentFile, {**document, "agents": [], "blocks": [], "tools": [], "groups": []}, ())
     return rest.model_copy(
         update={
             "agents": [_agent_part(given, index) for index, given in enumerate(agents)],
             "blocks": _parts(FileBlock, document, "blocks"),
             "tools": _parts(FileTool, document, "tools"),
+            "groups": _parts(FileGroup, document, "groups"),
         }
     )
 
@@ -350,23 +371,30 @@ def check_agent_file(document: AgentFile) -> None:
 
     Checked: ids are unique; every block, tool and in-context message an agent names is in the
     file; the in-context window starts with a system message; every in-context tool result
-    answers a call made before it; no files, folders, groups or MCP servers.
+    answers a call made before it; groups are sleep-time groups of the file's agents; no files,
+    folders or MCP servers.
 
     Raises:
         InvalidInput: (field ``file``) the first problem found.
     """
-    for part in ("groups", "files", "sources", "mcp_servers"):
+    for part in ("files", "sources", "mcp_servers"):
         if getattr(document, part):
             raise _problem(f"it holds {part}, which nightshift does not support; export the agents without them")
     seen: set[str] = set()
     _check_unique("agent", [a.id for a in document.agents], seen)
     _check_unique("block", [b.id for b in document.blocks], seen)
     _check_unique("tool", [t.id for t in document.tools], seen)
+    _check_unique("group", [g.id for g in document.groups], seen)
     block_ids = {b.id for b in document.blocks}
     tool_ids = {t.id for t in document.tools}
+    _check_groups(document, block_ids)
+    group_ids = {g.id for g in document.groups}
     for agent in document.agents:
         where = f"agent {agent.id} ({agent.name!r})"
-        for part in ("source_ids", "folder_ids", "files_agents", "group_ids", "memory_blocks", "tools"):
+        unknown = [i for i in agent.group_ids or () if i not in group_ids]
+        if unknown:
+            raise _problem(f"{where} names groups the file does not hold: {', '.join(map(str, unknown))}")
+        for part in ("source_ids", "folder_ids", "files_agents", "memory_blocks", "tools"):
             if getattr(agent, part):
                 raise _problem(
                     f"{where} has {part}, which an agent file import does not support"
@@ -379,6 +407,32 @@ def check_agent_file(document: AgentFile) -> None:
         if missing_tools:
             raise _problem(f"{where} names tools the file does not hold: {', '.join(missing_tools)}")
         _check_messages(agent, where, seen)
+
+
+def _check_groups(document: AgentFile, block_ids: set[str]) -> None:
+    """Each group is a sleep-time group of agents of the file (a 422 naming another manager type)."""
+    agent_ids = {a.id for a in document.agents}
+    managers: set[str] = set()
+    for group in document.groups:
+        where = f"group {group.id}"
+        try:
+            check_manager_type(group.manager_config.manager_type)
+            check_frequency(group.manager_config.sleeptime_agent_frequency)
+        except InvalidInput as exc:
+            raise _problem(f"{where}: {exc.message}") from None
+        manager = group.manager_config.manager_agent_id
+        if manager is None or manager not in agent_ids:
+            raise _problem(f"{where}: its manager_agent_id must be an agent of the file, got {manager!r}")
+        missing = [i for i in group.agent_ids if i not in agent_ids] + [
+            i for i in group.shared_block_ids if i not in block_ids
+        ]
+        if missing:
+            raise _problem(f"{where} names agents or blocks the file does not hold: {', '.join(missing)}")
+        if not group.agent_ids or manager in group.agent_ids:
+            raise _problem(f"{where}: its agent_ids must name its sleep-time agents, without its manager")
+        if manager in managers:
+            raise _problem(f"{where}: agent {manager} manages another group of the file already")
+        managers.add(manager)
 
 
 def _check_messages(agent: FileAgent, where: str, seen: set[str]) -> None:

@@ -47,6 +47,7 @@ from nightshift.domain.agents import (
     check_secrets,
 )
 from nightshift.domain.blocks import Block
+from nightshift.domain.groups import Group, ManagerType
 from nightshift.domain.limits import MAX_NAME_CHARS
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.tool_rules import check_tool_rules, dedupe_tool_rules, parse_tool_rules
@@ -60,6 +61,7 @@ from nightshift.services.catalog import ModelNames
 from nightshift.services.tools import ensure_base_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
+from nightshift.store import groups as group_store
 from nightshift.store import messages as message_store
 from nightshift.store import tools as tool_store
 from nightshift.store.pagination import MAX_PAGE, Page
@@ -347,6 +349,7 @@ class _Imported:
     blocks: list[Block]
     agents: list[Agent]
     messages: list[Message]
+    groups: list[Group]
 
 
 def _build(
@@ -384,7 +387,24 @@ def _build(
         agent, own = _with_window(agent, spec, own, now)
         agents.append(agent)
         messages += own
-    return _Imported(blocks=list(blocks.values()), agents=agents, messages=messages)
+    made = {spec.id: agent.id for spec, agent in zip(document.agents, agents, strict=True)}
+    groups = [
+        Group(
+            id=new_id("group"),
+            organization_id=org_id,
+            manager_type=ManagerType.SLEEPTIME,
+            description=given.description,
+            agent_ids=tuple(made[i] for i in given.agent_ids),
+            manager_agent_id=made[given.manager_config.manager_agent_id or ""],
+            sleeptime_agent_frequency=given.manager_config.sleeptime_agent_frequency,
+            shared_block_ids=tuple(blocks[i].id for i in given.shared_block_ids),
+            hidden=given.hidden,
+            created_at=now,
+            updated_at=now,
+        )
+        for given in document.groups
+    ]
+    return _Imported(blocks=list(blocks.values()), agents=agents, messages=messages, groups=groups)
 
 
 async def import_agent_file(
@@ -405,6 +425,7 @@ async def import_agent_file(
         try:
             await block_store.insert_blocks(conn, built.blocks)
             await agent_store.insert_agents(conn, built.agents)
+            await group_store.insert_groups(conn, built.groups)
             for start in range(0, len(built.messages), INSERT_CHUNK):
                 await message_store.insert_messages(conn, built.messages[start : start + INSERT_CHUNK])
         finally:
@@ -438,5 +459,9 @@ async def export_agent_file(conn: AsyncConnection, org_id: str, agent_id: str, *
         NotFound: no such agent in this organization.
     """
     agent = await get_agent(conn, org_id, agent_id)
-    messages = await _all_messages(conn, agent.id)
-    return agent_file_document([agent], {agent.id: messages}, created_at=now)
+    # An agent's sleep-time agents go with it, and their group, as Letta exports them.
+    helpers = await agent_store.load_agents(conn, org_id, agent.group.agent_ids) if agent.group else {}
+    agents = [agent, *helpers.values()]
+    messages = {a.id: await _all_messages(conn, a.id) for a in agents}
+    groups = [agent.group] if agent.group else []
+    return agent_file_document(agents, messages, groups=groups, created_at=now)
