@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nightshift.cli import app
+from nightshift.demo import SLEEPTIME_TURNS
 
 runner = CliRunner()
 
@@ -31,11 +32,16 @@ def test_demo_runs_a_multi_step_batch_to_completion(tmp_path: Path, monkeypatch:
     demo_db = tmp_path / "demo.db"
     assert demo_db.exists() and not (tmp_path / "server.db").exists()
     assert f"  NIGHTSHIFT_DATABASE_URL=sqlite:///{demo_db} nightshift serve\n" in output
+    # Then the sleep-time part: one sleep-time run keeps what each user said in the shared memory.
+    assert "(kind sleeptime), one for all five" in output
+    assert "what the sleep-time run completed changed in their shared memory" in output
+    for said in ("My name is Ada and I work at the observatory.", "I prefer tea to coffee."):
+        assert said in output
 
     # Each demo starts afresh: its database holds this run's agents only.
     again = runner.invoke(app, ["demo", "--agents", "3"])
     assert again.exit_code == 0, again.output
-    assert _agents_in(demo_db) == 3
+    assert _agents_in(demo_db) == 3 + 2 * len(SLEEPTIME_TURNS)  # and the five pairs of the sleep-time part
 
 
 def _agents_in(path: Path) -> int:
