@@ -28,7 +28,7 @@ from nightshift.domain.groups import (
     check_frequency,
 )
 from nightshift.domain.messages import Message
-from nightshift.domain.unset import UNSET, Maybe
+from nightshift.domain.unset import UNSET, Maybe, set_fields
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.runtime.prompts import SLEEPTIME_PERSONA
@@ -179,17 +179,12 @@ async def update_group(
 ) -> Group:
     """Apply ``changes`` to the group (same checks as ``create_group``)."""
     group = await get_group(conn, org_id, group_id)
-    updated = group
-    if changes.agent_ids is not UNSET:
-        updated = replace(updated, agent_ids=tuple(dict.fromkeys(changes.agent_ids)))
-    if changes.description is not UNSET:
-        updated = replace(updated, description=changes.description)
-    if changes.manager_agent_id is not UNSET:
-        updated = replace(updated, manager_agent_id=changes.manager_agent_id)
-    if changes.sleeptime_agent_frequency is not UNSET:
-        updated = replace(updated, sleeptime_agent_frequency=check_frequency(changes.sleeptime_agent_frequency))
-    if changes.shared_block_ids is not UNSET:
-        updated = replace(updated, shared_block_ids=tuple(changes.shared_block_ids))
+    fields = set_fields(changes)
+    for name in ("agent_ids", "shared_block_ids"):
+        if name in fields:
+            fields[name] = tuple(dict.fromkeys(fields[name]))
+    check_frequency(fields.get("sleeptime_agent_frequency"))
+    updated = replace(group, **fields)
     await _check_members(conn, updated, current=group)
     updated = replace(updated, updated_at=now)
     await group_store.update_group(conn, updated)
