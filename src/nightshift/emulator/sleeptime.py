@@ -107,11 +107,20 @@ def _as_fact(sentence: str) -> str | None:
     remembered = _REMEMBER.match(text)
     if remembered is not None:
         text = text[remembered.end() :].strip()
-    elif not any(p.search(text) for p in _STATEMENTS):
+    elif not _states(text):
         return None
+    else:
+        # A greeting before the statement ("Hello, my name is Basil") is not part of the fact.
+        while "," in text and not _states(text.split(",", 1)[0]) and _states(rest := text.split(",", 1)[1]):
+            text = rest.strip()
     if not text:
         return None
     return _third_person(text)
+
+
+def _states(text: str) -> bool:
+    """Whether a piece of a sentence says something about the user."""
+    return any(p.search(text) for p in _STATEMENTS)
 
 
 def _third_person(text: str) -> str:

@@ -127,6 +127,7 @@ def test_facts_are_the_users_statements_about_themselves_in_the_third_person() -
         "assistant: My name is Helper.",  # the assistant's words are not the user's facts
         "user: Can you help me with my taxes?",
         "user: I'm from Oslo",
+        "user: Hello, my name is Basil! Well, I think so, I hate rain",
     )
 
     assert user_facts(chat) == [
@@ -137,6 +138,8 @@ def test_facts_are_the_users_statements_about_themselves_in_the_third_person() -
         "The user goes by Bob",
         "The user has two cats",
         "The user is from Oslo",
+        "The user's name is Basil",
+        "The user hates rain",
     ]
 
 
