@@ -443,7 +443,8 @@ def demo(
         typer.Option(help="Database to use [default: a fresh SQLite file, $NIGHTSHIFT_HOME/demo.db]"),
     ] = None,
 ) -> None:
-    """Create fifty agents and step them through one batch run, with live progress.
+    """Create fifty agents and step them through one batch run, with live progress; then show
+    sleep-time agents keeping what a few users said in memory, in one batch run of their own.
 
     Without --provider it runs offline against the built-in emulator. It has a database of its
     own (made afresh each time), not the server's, unless --database-url names one.
