@@ -86,7 +86,7 @@ def test_nothing_due_then_every_sleeptime_agent_run_listed_and_costed_apart(serv
         assert kind["runs"] == 1 and kind["agents"] == 1, kind
         (shown,) = [line for line in costs.stdout.splitlines() if f" {kind['kind']} " in line]
         cells = [cell.strip() for cell in shown.split("│")]
-        assert cells[1:5] == [kind["kind"], "1", "1", str(kind["steps"])], shown
+        assert cells[1:5] == [kind["kind"], "1", "1", str(kind["requests"])], shown
 
 
 def test_sleeptime_run_needs_a_server(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,9 +88,9 @@ def test_a_sleeptime_run_says_its_kind_and_a_main_run_reads_as_before() -> None:
 
 def test_the_costs_table_shows_each_kind_with_the_normal_apis_price() -> None:
     kinds = [
-        {"kind": "main", "runs": 3, "agents": 2, "steps": 7, "usage": {"input_tokens": 1200, "output_tokens": 80}}
+        {"kind": "main", "runs": 3, "agents": 2, "requests": 7, "usage": {"input_tokens": 1200, "output_tokens": 80}}
         | {"cost_usd": 0.0125, "cost_without_batch_usd": 0.025, "batch_savings_usd": 0.0125, "cache_savings_usd": 0.0},
-        {"kind": "sleeptime", "runs": 1, "agents": 1, "steps": 2, "usage": {"output_tokens": 9}}
+        {"kind": "sleeptime", "runs": 1, "agents": 1, "requests": 2, "usage": {"output_tokens": 9}}
         | {"cost_usd": 0.002, "cost_without_batch_usd": 0.004, "batch_savings_usd": 0.002, "cache_savings_usd": -0.001},
     ]
     console = Console(width=200, record=True)

@@ -92,13 +92,13 @@ def run_kind(run: Mapping[str, Any]) -> str:
 
 
 def costs_table(kinds: Sequence[Mapping[str, Any]]) -> Table:
-    """The organization's batch runs by kind, all told: runs, agents, steps, tokens, cost, and what
+    """The organization's batch runs by kind, all told: runs, agents, requests, tokens, cost, and what
     the normal API would have charged for the same tokens."""
     table = Table()
     table.add_column("kind", no_wrap=True, style="bold")
     table.add_column("runs", justify="right", no_wrap=True)
     table.add_column("agents", justify="right", no_wrap=True)
-    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("requests", justify="right", no_wrap=True)
     table.add_column("tokens", overflow="fold")
     table.add_column("cost", justify="right", no_wrap=True)
     table.add_column("normal API", justify="right", no_wrap=True)
@@ -108,7 +108,7 @@ def costs_table(kinds: Sequence[Mapping[str, Any]]) -> Table:
             kind["kind"],
             str(kind["runs"]),
             str(kind["agents"]),
-            str(kind["steps"]),
+            str(kind["requests"]),
             tokens(kind.get("usage", {})) or "0",
             money(kind["cost_usd"]),
             money(kind["cost_without_batch_usd"]),

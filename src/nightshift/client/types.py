@@ -108,7 +108,7 @@ class KindCosts(_Answer):
     kind: str
     runs: int
     agents: int
-    steps: int
+    requests: int = Field(description="Requests the providers answered")
     usage: TokenUsage
     cost_usd: float
     cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")

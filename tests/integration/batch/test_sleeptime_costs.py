@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.batches import BatchRunKind
 from nightshift.domain.usage import USAGE_KEYS
-from nightshift.store.batch_run_views import costs_by_kind
+from nightshift.store.batch_runs import costs_by_kind
 from nightshift.store.tables import batch_items, batch_runs
 from support.api import json_list, json_object
 from support.scripted import call, say
@@ -117,11 +117,11 @@ async def test_sleeptime_runs_are_shown_filtered_and_costed_apart(stepped: Stepp
         for run_id in ids:
             agents = json_object(await client.get(f"/v1/messages/batches/{run_id}/agents"))["agents"]
             steps += sum(a["steps"] for a in agents)
-        assert by_kind[kind]["steps"] == steps == expected[kind]["items"], kind  # each item was answered
+        assert by_kind[kind]["requests"] == steps == expected[kind]["items"], kind  # each item was answered
     async with engine.connect() as conn:
         org = (await conn.execute(select(batch_runs.c.organization_id).where(batch_runs.c.id == main_ids[0]))).scalar()
         assert org is not None
-        stored = {k.kind.value: k for k in await costs_by_kind(conn, org)}
+        stored = {kind.value: k for kind, k in (await costs_by_kind(conn, org)).items()}
     for kind in ("main", "sleeptime"):
         sums, shown, summed = expected[kind], by_kind[kind], stored[kind]
         assert shown["cost_usd"] > 0, shown
@@ -160,6 +160,6 @@ async def test_an_organization_without_runs_costs_nothing_of_either_kind(stepped
     costs = json_object(await stepped.client.get("/v1/messages/batches/costs"))
     assert [k["kind"] for k in costs["kinds"]] == [kind.value for kind in BatchRunKind]
     for kind in costs["kinds"]:
-        assert kind["runs"] == kind["agents"] == kind["steps"] == 0
+        assert kind["runs"] == kind["agents"] == kind["requests"] == 0
         assert kind["usage"] == {}
         assert kind["cost_usd"] == kind["cost_without_batch_usd"] == kind["cache_savings_usd"] == 0

@@ -104,7 +104,7 @@ function sleeptimeCost(costs) {
     "p",
     {
       class: "sleeptime-cost small",
-      title: `${formatInt(found.steps)} steps of ${formatInt(found.agents)} sleep-time agents in ${formatInt(found.runs)} runs`,
+      title: `${formatInt(found.requests)} requests of ${formatInt(found.agents)} sleep-time agents in ${formatInt(found.runs)} runs`,
     },
     h("span", { class: "kind-tag" }, "sleep-time"),
     ` ${formatUsd(found.cost_usd)} `,
