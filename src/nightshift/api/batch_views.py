@@ -371,7 +371,9 @@ class KindCostsPublic(BaseModel):
 
     kind: Literal["main", "sleeptime"]
     runs: int
+    agents: int = Field(description="Agents the runs stepped (an agent in several runs counts once)")
     requests: int = Field(description="Requests the providers answered")
+    usage: TokenUsage
     cost_usd: float
     cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")
     batch_savings_usd: float
@@ -385,5 +387,15 @@ class BatchRunCosts(BaseModel):
 def kind_costs_json(costs: Sequence[KindCosts]) -> dict[str, Any]:
     """``BatchRunCosts``' JSON."""
     return {
-        "kinds": [{"kind": c.kind.value, "runs": c.runs, "requests": c.requests, **costs_json(c.cost)} for c in costs]
+        "kinds": [
+            {
+                "kind": c.kind.value,
+                "runs": c.runs,
+                "agents": c.agents,
+                "requests": c.requests,
+                "usage": usage_json(c.usage),
+                **costs_json(c.cost),
+            }
+            for c in costs
+        ]
     }

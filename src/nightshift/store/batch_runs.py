@@ -18,6 +18,7 @@ from nightshift.domain.batches import (
     ItemOutcome,
     KindCosts,
 )
+from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
@@ -259,13 +260,16 @@ async def is_queued(conn: AsyncConnection, run_id: str) -> bool:
 
 
 async def costs_by_kind(conn: AsyncConnection, org_id: str) -> dict[BatchRunKind, KindCosts]:
-    """The organization's runs, answered requests and their costs summed by the runs' kind, in one
-    statement (every kind present, zero when it has no run)."""
+    """The organization's runs, the agents they stepped, answered requests, their tokens and costs
+    summed by the runs' kind, in one statement (every kind present, zero when it has no run)."""
     query = (
         select(
             batch_runs.c.kind,
             func.count(func.distinct(batch_runs.c.id)),
+            func.count(func.distinct(batch_items.c.agent_id)),
             func.count(batch_items.c.usage),
+            # A key no item holds (usage stored before it existed) sums to NULL: zero, as for each item.
+            *(func.coalesce(func.sum(batch_items.c.usage[key].as_integer()), 0) for key in USAGE_KEYS),
             func.coalesce(func.sum(batch_items.c.cost_usd), 0.0),
             func.coalesce(func.sum(batch_items.c.cost_without_batch_usd), 0.0),
             func.coalesce(func.sum(batch_items.c.cache_savings_usd), 0.0),
@@ -275,7 +279,11 @@ async def costs_by_kind(conn: AsyncConnection, org_id: str) -> dict[BatchRunKind
         .group_by(batch_runs.c.kind)
     )
     found = {kind: KindCosts(kind=kind) for kind in BatchRunKind}
-    for kind, runs, requests, usd, without_batch, cache in await conn.execute(query):
+    for kind, runs, agents, requests, *sums in await conn.execute(query):
+        tokens, (usd, without_batch, cache) = sums[: len(USAGE_KEYS)], sums[len(USAGE_KEYS) :]
+        usage = Usage.from_json({k: int(t) for k, t in zip(USAGE_KEYS, tokens, strict=True)}) if requests else None
         cost = Costs(usd=float(usd), without_batch_usd=float(without_batch), cache_savings_usd=float(cache))
-        found[BatchRunKind(kind)] = KindCosts(kind=BatchRunKind(kind), runs=runs, requests=requests, cost=cost)
+        found[BatchRunKind(kind)] = KindCosts(
+            kind=BatchRunKind(kind), runs=runs, agents=agents, requests=requests, usage=usage, cost=cost
+        )
     return found
