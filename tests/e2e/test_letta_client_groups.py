@@ -27,7 +27,8 @@ def test_a_sleeptime_group_through_the_groups_calls(letta: Letta) -> None:
     )
     assert (group.manager_type, group.manager_agent_id, group.agent_ids) == ("sleeptime", main.id, [helper.id])
     assert group.sleeptime_agent_frequency == 3 and group.turns_counter == 0
-    assert letta.agents.retrieve(main.id).multi_agent_group.id == group.id
+    managed = letta.agents.retrieve(main.id).multi_agent_group
+    assert managed is not None and managed.id == group.id
 
     paired = _agent(letta, "paired", enable_sleeptime=True)
     listed = [g.id for g in letta.groups.list(manager_type="sleeptime")]

@@ -94,10 +94,10 @@ async def test_sleeptime_work_is_done_once_across_kills(
         async with _client(third.base_url) as client:
             runs = Runs(client)
             (sleeping,) = await _sleeptime_runs(client)
-            done = await runs.wait(sleeping["id"], timeout=RUN_TIMEOUT)
-            assert done["status"] == "completed", done
-            assert len(done["progress"]["provider_batches"]) == 2  # its two steps, one batch each
-            assert await _sleeptime_runs(client) == [done]
+            ended = await runs.wait(sleeping["id"], timeout=RUN_TIMEOUT)
+            assert ended["status"] == "completed", ended
+            assert len(ended["progress"]["provider_batches"]) == 2  # its two steps, one batch each
+            assert await _sleeptime_runs(client) == [ended]
             asked = Counter(
                 c["custom_id"] for c in await admin.model_calls() if c["custom_id"] in set(sleepers.values())
             )

@@ -31,7 +31,7 @@ async def _turn(stepped: SteppedRuns, mains: list[dict[str, Any]], turn: int) ->
 async def _sleeptime_run(stepped: SteppedRuns) -> dict[str, Any]:
     (run,) = json_list(await stepped.client.post("/v1/sleeptime/run", json={}))
     assert run["kind"] == "sleeptime"
-    return run
+    return dict(run)
 
 
 async def test_a_fleet_keeps_its_memory_in_two_sleeptime_runs_without_holding_its_main_agents(

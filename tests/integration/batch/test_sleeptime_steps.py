@@ -13,7 +13,7 @@ from support.stepped import SteppedRuns
 
 async def _sleeper_of(stepped: SteppedRuns, main: dict[str, Any]) -> dict[str, Any]:
     (found,) = json_list(await stepped.client.get("/v1/agents", params={"name": f"{main['name']}-sleeptime"}))
-    return found
+    return dict(found)
 
 
 async def test_every_fifth_turn_makes_the_sleeptime_agent_due_and_its_run_edits_the_shared_block(
