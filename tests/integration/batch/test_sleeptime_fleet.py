@@ -13,8 +13,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
 from support.api import json_list, json_object
 from support.stepped import SteppedRuns
+
+# Two hundred agents made one request at a time, four turns and two sleep-time runs: tens of
+# seconds on two busy cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 
 AGENTS = 200
 FACTS = ("My name is Name-{i:03d}.", "I live in City-{i:03d}.", "I like tea-{i:03d}.", "I work at Firm-{i:03d}.")
