@@ -21,25 +21,6 @@ WATCH = ("--interval", "0.05", "--timeout", "60")
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NIGHTSHIFT_SERVER", raising=False)
-    monkeypatch.delenv("NIGHTSHIFT_API_KEY", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-@pytest.fixture(scope="module")
-def module_db_url(sqlite_module_db_url: str) -> str:
-    """SQLite only (this overrides the SQLite-and-PostgreSQL ``module_db_url`` of conftest)."""
-    return sqlite_module_db_url
-
-
-@pytest.fixture
-def server(base_url: str, api_key: str, emulator: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("NIGHTSHIFT_API_KEY", api_key)
-    return base_url
-
-
 def cli(server: str, *args: str) -> Result:
     return runner.invoke(app, [*args, "--server", server])
 
