@@ -3,11 +3,14 @@
 Runs against a fresh SQLite file (or ``--database-url``) and the provider emulator in a separate
 process, so the figures are nightshift's own: creating the run and submitting its first step,
 then polling, storing the results and applying them (tools, memory edits, messages) and writing
-the next step. Two runs side by side: in one each agent calls a memory tool on step 1, in the
+the next step. Three runs side by side: in one each agent calls a memory tool on step 1, in the
 other a custom tool, which runs in the tool sandbox (a fresh process per call, inside bubblewrap);
-both call send_message on step 2. The sandbox's own CPU (its zygotes and their call processes)
-is counted apart from the server's. Each phase's peak memory (RSS) is its own: the kernel's
-high-water mark is reset as the phase starts (``/proc/self/clear_refs``, Linux).
+both call send_message on step 2. In the third each agent has a sleep-time agent: one turn of the
+main agents makes them all due, and the sleep-time run that gathers them takes two steps (a
+memory insert of what the user stated, then memory_finish_edits). The sandbox's own CPU (its
+zygotes and their call processes) is counted apart from the server's. Each phase's peak memory
+(RSS) is its own: the kernel's high-water mark is reset as the phase starts
+(``/proc/self/clear_refs``, Linux).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from rich.table import Table
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nightshift.batch import sleeptime
 from nightshift.batch.steps import queue_batch_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
@@ -45,6 +49,7 @@ from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.parts import running_parts
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
+from nightshift.services.groups import pair
 from nightshift.services.tools import create_tool
 from nightshift.serving import free_port
 from nightshift.store.batch_run_views import run_progress
@@ -71,6 +76,9 @@ SETUP_SLICE = 10_000
 ASKS = {
     "memory": "Please remember that my favourite colour is teal.",
     "custom": "Please use lookup_order for order 4711.",
+    # Main agents with sleep-time agents: the main agent answers (its memory is its sleep-time
+    # agent's), then the sleep-time agents read the turn and insert what the user stated.
+    "sleeptime": "My name is Ada and I live in Lyon.",
 }
 
 
@@ -233,11 +241,15 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
                     NewBlock(label="human", value="Nothing known yet.", limit=2000),
                 ],
                 tool_ids=tool_ids,
+                enable_sleeptime=tool == "sleeptime",
             )
             for i in range(start, min(start + SETUP_SLICE, agents))
         ]
         async with engine.begin() as conn:
-            agent_ids += [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))]
+            made = await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))
+            if tool == "sleeptime":  # due after every turn: the main run's one turn makes them all due
+                await pair(conn, DEFAULT_ORG_ID, made, now=datetime.now(UTC), frequency=1)
+            agent_ids += [a.id for a in made]
     del specs  # the run is measured with only the ids in hand, as a client would have them
     gc.collect()
     requests = [BatchRunRequest(agent_id=agent_id, messages=(UserInput(text=ASKS[tool]),)) for agent_id in agent_ids]
@@ -278,16 +290,31 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
         await measure("create the run (requests queued: the POST)", create())
         await measure("write step 1 + submit it (the poller)", worker.start_queued_runs())
         # A step of more than BATCH_SLICE agents is several provider batches, one claim each.
-        await measure(f"poll + resume step 1 ({tool} tool) + submit step 2", worker.run_once(limit=1_000))
-        await measure("poll + resume step 2 (run ends)", worker.run_once(limit=1_000))
-    async with engine.connect() as conn:
-        ended = await get_run(conn, DEFAULT_ORG_ID, created[0].id)
-        progress = await run_progress(conn, created[0].id)
+        if tool == "sleeptime":
+            await measure("poll + resume step 1 (turns end: sleep-time agents due)", worker.run_once(limit=1_000))
+
+            async def gather() -> None:
+                created.extend(await sleeptime.gather(engine, parts.clock))
+
+            await measure("gather the due sleep-time agents (a run queued)", gather())
+            await measure("write sleep-time step 1 + submit it", worker.start_queued_runs())
+            await measure("poll + resume sleep-time step 1 (memory_insert)", worker.run_once(limit=1_000))
+            await measure("poll + resume sleep-time step 2 (run ends)", worker.run_once(limit=1_000))
+        else:
+            await measure(f"poll + resume step 1 ({tool} tool) + submit step 2", worker.run_once(limit=1_000))
+            await measure("poll + resume step 2 (run ends)", worker.run_once(limit=1_000))
+    endings = []
+    for run in created:
+        async with engine.connect() as conn:
+            ended = await get_run(conn, DEFAULT_ORG_ID, run.id)
+            progress = await run_progress(conn, run.id)
+        outcomes = ", ".join(f"{count:,} {outcome.value}" for outcome, count in sorted(progress.outcomes.items()))
+        status = ended.status.value if ended else "gone"
+        kind = f"{tool} ({run.kind.value})" if tool == "sleeptime" else tool
+        steps = f"{outcomes or 'none applied'}, {progress.running:,} not applied"
+        endings.append(f"the {kind} run ended {status}; its agents' steps: {steps}")
     await engine.dispose()
-    outcomes = ", ".join(f"{count:,} {outcome.value}" for outcome, count in sorted(progress.outcomes.items()))
-    status = ended.status.value if ended else "gone"
-    steps = f"{outcomes or 'none applied'}, {progress.running:,} not applied"
-    return phases, f"the {tool} run ended {status}; its agents' steps: {steps}"
+    return phases, "\n".join(endings)
 
 
 def _per_agent(seconds: float | None, agents: int) -> str:
@@ -304,13 +331,15 @@ def main(
     agents: Annotated[int, typer.Option(help="Agents in each run")] = 10_000,
     database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file per run)")] = None,
     provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai)")] = "anthropic",
-    tools: Annotated[str, typer.Option(help="Which runs: memory, custom, or both (memory,custom)")] = "memory,custom",
+    tools: Annotated[
+        str, typer.Option(help="Which runs, of memory, custom and sleeptime (comma-separated)")
+    ] = "memory,custom,sleeptime",
 ) -> None:
     """Measure batch runs of AGENTS agents, two steps each, and print the figures."""
     kinds = [t.strip() for t in tools.split(",") if t.strip()]
     unknown = sorted(set(kinds) - set(ASKS))
     if unknown or not kinds:
-        raise typer.BadParameter(f"unknown {unknown}; use memory, custom or both", param_hint="--tools")
+        raise typer.BadParameter(f"unknown {unknown}; use memory, custom, sleeptime", param_hint="--tools")
     provider_info(provider)  # an unknown name stops here, naming the known ones
     table = Table(title=f"batch runs of {agents:,} agents, {provider}")
     columns = (

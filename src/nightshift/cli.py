@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nightshift.cli_commands import agents_app, batch_app
+from nightshift.cli_commands import agents_app, batch_app, sleeptime_app
 from nightshift.cli_commands.tables import JsonOption, print_json, print_table
 from nightshift.collector import no_collection_at_exit
 from nightshift.config import Settings
@@ -35,6 +35,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
 app.add_typer(agents_app, name="agents")
 app.add_typer(batch_app, name="batch")
+app.add_typer(sleeptime_app, name="sleeptime")
 console = Console()
 
 
@@ -443,7 +444,8 @@ def demo(
         typer.Option(help="Database to use [default: a fresh SQLite file, $NIGHTSHIFT_HOME/demo.db]"),
     ] = None,
 ) -> None:
-    """Create fifty agents and step them through one batch run, with live progress.
+    """Create fifty agents and step them through one batch run, with live progress; then show
+    sleep-time agents keeping what a few users said in memory, in one batch run of their own.
 
     Without --provider it runs offline against the built-in emulator. It has a database of its
     own (made afresh each time), not the server's, unless --database-url names one.

@@ -5,6 +5,11 @@ process; the database is a SQLite file of the demo's own, ``$NIGHTSHIFT_HOME/dem
 afresh each time (the server's database is left alone). Each agent gets a persona, memory blocks
 and a custom tool, and one message that takes it through three steps: it calls the tool, saves
 the result to its memory, then tells the user.
+
+Then the sleep-time part: a few agents made with ``enable_sleeptime`` hear their users introduce
+themselves over two turns (a batch run each), and one sleep-time run (``POST /v1/sleeptime/run``)
+has their sleep-time agents keep what the users said in the shared ``human`` blocks: the table
+shows each block before and after, and the run's cost.
 """
 
 from __future__ import annotations
@@ -64,6 +69,15 @@ ROLES = [
     "astronomer counting meteors",
     "beekeeper tracking seven hives",
 ]
+# The sleep-time part's users and what each says about themselves, one turn at a time.
+SLEEPTIME_USERS = [
+    ("Ada", "My name is Ada.", "I live in Lyon. I love jazz."),
+    ("Basil", "Hello, my name is Basil!", "I work as a nurse. I prefer green tea."),
+    ("Cleo", "Hi, my name is Cleo.", "I live in Oslo. My favourite book is Dune."),
+    ("Dmitri", "My name is Dmitri.", "I work at a bakery. I like chess."),
+    ("Esme", "Hey there. My name is Esme.", "I live in Porto. I enjoy surfing."),
+]
+SLEEPTIME_HUMAN = "The user has not introduced themselves yet."
 MOODS = ["cheerful", "dry-witted", "patient", "curious", "blunt"]
 INTERESTS = ["board games", "hiking", "old maps", "tea", "birdwatching", "cycling", "poetry", "robots"]
 
@@ -141,6 +155,7 @@ def run_demo(settings: Settings, console: Console, *, provider: ProviderInfo | N
             run = _start(http, console, model, agents)
             final = _watch(http, console, run["id"], agents)
             _summary(http, console, final)
+            slept = _sleeptime(http, console, model)
     console.print("\n[bold]Next[/]: to look at this run in the dashboard, serve the demo's database")
     console.print(
         f"  NIGHTSHIFT_DATABASE_URL={shlex.quote(str(settings.database_url))} nightshift serve",
@@ -151,7 +166,7 @@ def run_demo(settings: Settings, console: Console, *, provider: ProviderInfo | N
         "and open http://127.0.0.1:8283/ (or `nightshift batch list` and `nightshift batch messages <run id>` "
         "against it); README.md tells how to run against Anthropic or OpenAI."
     )
-    return 0 if final["status"] == "completed" else 1
+    return 0 if final["status"] == slept["status"] == "completed" else 1
 
 
 def _start(http: httpx.Client, console: Console, model: str, count: int) -> dict[str, Any]:
@@ -249,3 +264,67 @@ def _summary(http: httpx.Client, console: Console, run: dict[str, Any]) -> None:
     console.print(lines)
     human = http.get(f"/v1/agents/{agent_id}/core-memory/blocks/human").raise_for_status().json()
     console.print(f"its human memory block now reads: [italic]{human['value']!r}[/]")
+
+
+def _sleeptime(http: httpx.Client, console: Console, model: str) -> dict[str, Any]:
+    """The sleep-time part: agents that talk, then one sleep-time run that keeps what was said."""
+    console.rule("[bold]sleep-time agents")
+    mains = []
+    for name, _, _ in SLEEPTIME_USERS:
+        body = {
+            "name": f"demo-pal-of-{name.lower()}",
+            "model": model,
+            "agent_type": "memgpt_v2_agent",
+            "enable_sleeptime": True,
+            "memory_blocks": [
+                {"label": "persona", "value": "I am a friendly companion.", "limit": 2000},
+                {"label": "human", "value": SLEEPTIME_HUMAN, "limit": 2000},
+            ],
+            "tags": ["demo", "sleeptime"],
+        }
+        mains.append(http.post("/v1/agents/", json=body).raise_for_status().json())
+    console.print(
+        f"created {len(mains)} agents with enable_sleeptime, each paired with a sleep-time agent "
+        f"sharing its memory, e.g. {mains[0]['name']} and {mains[0]['name']}-sleeptime"
+    )
+    before = {m["id"]: _human_value(http, m["id"]) for m in mains}
+    for turn in (1, 2):
+        requests = [
+            {"agent_id": main["id"], "messages": [{"role": "user", "content": said[turn]}]}
+            for main, said in zip(mains, SLEEPTIME_USERS, strict=True)
+        ]
+        run = http.post("/v1/messages/batches", json={"requests": requests}).raise_for_status().json()
+        with console.status(f"turn {turn}: batch run {run['id']}..."):
+            ended = _ended(http, run["id"])
+        console.print(f"turn {turn}: each user says e.g. [italic]{SLEEPTIME_USERS[0][turn]!r}[/]: {ended['status']}")
+    (run,) = http.post("/v1/sleeptime/run", json={"all": True}).raise_for_status().json()
+    console.print(f"sleep-time run [bold]{run['id']}[/]: the {len(mains)} sleep-time agents in one batch")
+    final = _watch(http, console, run["id"], len(mains))
+    table = Table(title=f"memory kept by sleep-time run {run['id']}: {final['status']}")
+    table.add_column("agent", style="bold")
+    table.add_column("human block before")
+    table.add_column("human block after")
+    for main in mains:
+        table.add_row(main["name"], before[main["id"]], _human_value(http, main["id"]))
+    console.print(table)
+    p = final["progress"]
+    console.print(
+        f"sleep-time run: {views.shown_step(p['step'])} steps, cost {views.money(p['cost_usd'])} "
+        f"(without batch {views.money(p['cost_without_batch_usd'])}, {views.saving(p['batch_savings_usd'])})",
+        highlight=False,
+    )
+    return final
+
+
+def _human_value(http: httpx.Client, agent_id: str) -> str:
+    block = http.get(f"/v1/agents/{agent_id}/core-memory/blocks/human").raise_for_status().json()
+    return str(block["value"])
+
+
+def _ended(http: httpx.Client, run_id: str) -> dict[str, Any]:
+    """The run once it is no longer created or running."""
+    while True:
+        run: dict[str, Any] = http.get(f"/v1/messages/batches/{run_id}").raise_for_status().json()
+        if run["status"] not in ("created", "running"):
+            return run
+        time.sleep(0.2)

@@ -4,8 +4,8 @@ of the whole cluster.
 Two kinds of figures (the README's "Metrics" lists them):
 
 * **per process**, counters and a histogram recorded as the work happens, by whatever the worker
-  hands its ``Metrics`` to: stage durations, provider errors by kind, tokens and cost by provider
-  and model, sandbox calls and failures. Each process counts its own work only, so the figures of
+  hands its ``Metrics`` to: stage durations, provider errors by kind, tokens and cost by provider,
+  model and kind of run, sandbox calls and failures. Each process counts its own work only, so the figures of
   several processes add up: Prometheus sums them across the processes it scrapes.
 * **cluster-wide**, gauges read from the shared database when scraped (``BatchCensus``): runs and
   provider batches by status, agents stepping, the poller lag. Every process reports the same
@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from nightshift.domain.batches import BatchCensus, BatchRunStatus, ProviderBatchStatus
+from nightshift.domain.batches import BatchCensus, BatchRunKind, BatchRunStatus, ProviderBatchStatus
 from nightshift.domain.usage import Usage
 
 # From a submit of a few agents (tens of ms) to the apply of a step of 10,000 agents with tools.
@@ -91,15 +91,17 @@ class Metrics:
         )
         self._tokens = Counter(
             "nightshift_tokens",
-            "Tokens of the batch requests whose results this process applied.",
-            ["provider", "model", "kind"],
+            "Tokens of the batch requests whose results this process applied (run_kind: main, or "
+            "sleeptime for sleep-time agents' runs).",
+            ["provider", "model", "kind", "run_kind"],
             registry=registry,
         )
         self._cost = Counter(
             "nightshift_cost_usd",
             "Cost in USD (batch prices) of the batch requests whose results this process applied; "
-            "models without a known price are not counted.",
-            ["provider", "model"],
+            "models without a known price are not counted (run_kind: main, or sleeptime for sleep-time "
+            "agents' runs).",
+            ["provider", "model", "run_kind"],
             registry=registry,
         )
         self._sandbox_calls = Counter(
@@ -142,14 +144,25 @@ class Metrics:
         """Count ``count`` errors of ``kind`` from ``provider``."""
         self._provider_errors.labels(provider=provider, kind=kind, scope=scope.value).inc(count)
 
-    def usage(self, provider: str, model: str, tokens: Usage, cost_usd: float | None) -> None:
-        """Count the tokens (an item's ``usage``, or the sum of several) and their cost, if known."""
+    def usage(
+        self,
+        provider: str,
+        model: str,
+        tokens: Usage,
+        cost_usd: float | None,
+        *,
+        run_kind: BatchRunKind = BatchRunKind.MAIN,
+    ) -> None:
+        """Count the tokens (an item's ``usage``, or the sum of several) and their cost, if known;
+        ``run_kind`` keeps sleep-time agents' upkeep apart from the work users asked for."""
         counted = tokens.to_json()
         for key, kind in TOKEN_KINDS.items():
             if counted[key]:
-                self._tokens.labels(provider=provider, model=model, kind=kind).inc(counted[key])
+                self._tokens.labels(provider=provider, model=model, kind=kind, run_kind=run_kind.value).inc(
+                    counted[key]
+                )
         if cost_usd:
-            self._cost.labels(provider=provider, model=model).inc(cost_usd)
+            self._cost.labels(provider=provider, model=model, run_kind=run_kind.value).inc(cost_usd)
 
     def sandbox_calls(self, calls: int, failures: int) -> None:
         """Count ``calls`` custom tool calls, ``failures`` of which did not return."""

@@ -276,3 +276,46 @@ async def test_the_async_client_on_the_main_path(
     assert sorted(agents) == sorted(agent_ids)
     assert key.key.startswith("ns-") and keys[key.id] == "active"
     assert revoked.status == "revoked" and revoked.revoked_at is not None
+
+
+def test_sleeptime_runs_through_the_client_listed_by_kind_and_costed_apart(client: Client, http: httpx.Client) -> None:
+    made = http.post("/v1/agents/", json={"name": "lark", "model": MODEL, "enable_sleeptime": True})
+    main_id = made.raise_for_status().json()["id"]
+    assert client.sleeptime.run() == []  # nothing due, nothing said yet
+    main_run = client.batches.wait(
+        client.batches.create([BatchRequest(agent_id=main_id, input="I like plums.")]).id,
+        poll_interval=0.05,
+        timeout=60,
+    )
+    assert main_run.kind == "main"
+
+    (queued,) = client.sleeptime.run(all=True)
+    done = client.batches.wait(queued.id, poll_interval=0.05, timeout=60)
+
+    assert queued.kind == done.kind == "sleeptime" and done.status == "completed"
+    assert [r.id for r in client.batches.list(kind="sleeptime")] == [queued.id]
+    assert [r.id for r in client.batches.list(kind="main")] == [main_run.id]
+    costs = client.batches.costs()
+    for kind, run in (("main", main_run), ("sleeptime", done)):
+        found = costs.of(kind)
+        assert found is not None and found.runs == 1 and found.cost_usd > 0
+        assert found.cost_usd == pytest.approx(run.progress.cost_usd, abs=1e-6)
+        assert found.cost_without_batch_usd == pytest.approx(run.progress.cost_without_batch_usd, abs=1e-6)
+
+
+async def test_the_async_client_runs_sleeptime_agents_and_reads_costs(
+    base_url: str, api_key: str, emulator: str, http: httpx.Client
+) -> None:
+    made = http.post("/v1/agents/", json={"name": "wren", "model": MODEL, "enable_sleeptime": True})
+    main_id = made.raise_for_status().json()["id"]
+    async with AsyncClient(base_url, api_key, max_retries=0) as client:
+        nothing = await client.sleeptime.run(all=True)
+        created = await client.batches.create([BatchRequest(agent_id=main_id, input="Night falls.")])
+        await client.batches.wait(created.id, poll_interval=0.05, timeout=60)
+        (queued,) = await client.sleeptime.run(all=True)
+        await client.batches.wait(queued.id, poll_interval=0.05, timeout=60)
+        listed = [r.id async for r in client.batches.list(kind="sleeptime")]
+        costs = await client.batches.costs()
+
+    assert nothing == [] and queued.kind == "sleeptime" and listed == [queued.id]
+    assert [(k.kind, k.runs) for k in costs.kinds] == [("main", 1), ("sleeptime", 1)]

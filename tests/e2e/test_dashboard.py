@@ -573,3 +573,29 @@ async def test_a_protected_server_asks_for_the_key_then_shows_the_runs(browser: 
     await page.locator("#forget").click()
     await expect(page.locator("form.auth")).to_be_visible()
     watched.assert_clean(protected_url)
+
+
+async def test_sleeptime_runs_are_tagged_filtered_and_costed_apart(browser: Browser, base_url: str, runs: Runs) -> None:
+    main = await runs.agent("pal", enable_sleeptime=True)
+    turn = await runs.start([{"agent_id": main["id"], "input": "I like plums."}])
+    assert (await runs.wait(turn["id"]))["status"] == "completed"
+    (queued,) = (await runs.client.post("/v1/sleeptime/run", json={"all": True})).json()
+    done = await runs.wait(queued["id"])
+    assert done["status"] == "completed" and done["kind"] == "sleeptime", done
+    costs = (await runs.client.get("/v1/messages/batches/costs")).json()
+    (sleeptime,) = [k for k in costs["kinds"] if k["kind"] == "sleeptime"]
+
+    watched = await _open(browser)
+    page = watched.page
+    await page.goto(f"{base_url}/")
+    await expect(_run_row(page, done["id"]).locator(".kind-tag")).to_have_text("sleep-time")
+    await expect(_run_row(page, turn["id"]).locator(".kind-tag")).to_have_count(0)
+    card = page.locator(".sleeptime-cost")
+    await expect(card).to_contain_text(money(sleeptime["cost_usd"]))
+    await expect(card).to_contain_text(f"(normal API: {money(sleeptime['cost_without_batch_usd'])})")
+
+    await page.get_by_role("button", name="Sleep-time").click()
+    await expect(page.locator("tr.run-row")).to_have_count(1)
+    await expect(_run_row(page, done["id"])).to_be_visible()
+    assert any("kind=sleeptime" in (r.url or "") for r in watched.api_calls("/v1/messages/batches"))
+    watched.assert_clean(base_url)

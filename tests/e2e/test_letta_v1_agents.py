@@ -232,9 +232,7 @@ def test_agent_type_is_kept_through_create_retrieve_list_update_export_and_impor
     assert v1_back["llm_config"]["put_inner_thoughts_in_kwargs"] is False
 
 
-@pytest.mark.parametrize(
-    "agent_type", ["react_agent", "workflow_agent", "sleeptime_agent", "voice_convo_agent", "split_thread_agent"]
-)
+@pytest.mark.parametrize("agent_type", ["react_agent", "workflow_agent", "voice_convo_agent", "split_thread_agent"])
 def test_a_type_nightshift_does_not_run_is_a_422(http: httpx.Client, agent_type: str) -> None:
     created = http.post("/v1/agents/", json={"name": "x", "model": "openai/gpt-4o-mini", "agent_type": agent_type})
     assert created.status_code == 422, created.text
@@ -251,12 +249,12 @@ def test_an_unknown_type_and_a_file_of_an_unsupported_type_are_422s(http: httpx.
     assert created.status_code == 422, created.text
     assert "nonsense" in created.json()["detail"] and "letta_v1_agent" in created.json()["detail"]
     doc = document(V1_COMPANION)
-    doc["agents"][0]["agent_type"] = "sleeptime_agent"
+    doc["agents"][0]["agent_type"] = "voice_sleeptime_agent"
     imported = http.post(
         "/v1/agents/import", files={"file": ("sleepy.af", json.dumps(doc).encode(), "application/json")}
     )
     assert imported.status_code == 422, imported.text
-    assert "sleeptime_agent" in imported.json()["detail"]
+    assert "voice_sleeptime_agent" in imported.json()["detail"]
     assert http.get("/v1/agents/").json() == []
 
 

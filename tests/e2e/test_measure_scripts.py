@@ -35,11 +35,20 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("NIGHTSHIFT_")} | {"COLUMNS": "160"}
 
 
-def test_bench_prints_each_phase_of_both_runs() -> None:
+def test_bench_prints_each_phase_of_its_runs() -> None:
     output = _run("benchmarks.bench", "--agents", "4")
-    phases = ("create the run", "write step 1 + submit it", "poll + resume step 1 (memory tool)", "(custom tool)")
+    phases = (
+        "create the run",
+        "write step 1 + submit it",
+        "poll + resume step 1 (memory tool)",
+        "(custom tool)",
+        "gather the due sleep-time agents",
+        "poll + resume sleep-time step 2 (run ends)",
+    )
     for phase in phases:
         assert phase in output, output
+    # The sleep-time agents inserted what their users stated, then finished their edits.
+    assert "the sleeptime (sleeptime) run ended completed; its agents' steps: 4 continued, 4 finished" in output
     assert re.search(r"peak memory \(RSS\) of the server process: [\d,]+ MiB", output), output
 
 

@@ -32,12 +32,6 @@ async def _counts(client: httpx.AsyncClient) -> tuple[int, int, int]:
     return len(agents), len(tools), len(blocks)
 
 
-def _group(manager_type: str = "sleeptime", agent_ids: tuple[str, ...] | list[str] = ("agent-1",)) -> Doc:
-    """A group of the support desk's file: agent-0 the main agent, agent-1 its sleep-time agent."""
-    config = {"manager_type": manager_type, "manager_agent_id": "agent-0", "sleeptime_agent_frequency": 3}
-    return {"id": "group-0", "agent_ids": list(agent_ids), "description": "desk", "manager_config": config}
-
-
 def _agent(doc: Doc, index: int) -> Doc:
     agent: Doc = doc["agents"][index]
     return agent
@@ -83,27 +77,22 @@ BAD_FILES: dict[str, tuple[Callable[[Doc], None], str]] = {
         lambda d: _agent(d, 0)["llm_config"].update(handle="mistral/large", model_endpoint_type="mistral"),
         "unknown provider 'mistral'",
     ),
-    "group of Letta's default kind": (
-        lambda d: d["groups"].append({"id": "group-0", "agent_ids": ["agent-1"]}),
-        "group group-0: manager_type 'round_robin' is not supported",
+    "a group of another kind": (
+        lambda d: d["groups"].append(
+            {"id": "group-0", "agent_ids": ["agent-1"], "manager_config": {"manager_type": "round_robin"}}
+        ),
+        "manager_type 'round_robin' is not supported",
     ),
-    "supervisor group": (
-        lambda d: d["groups"].append(_group(manager_type="supervisor")),
-        "manager_type 'supervisor' is not supported",
+    "a group of an agent not in the file": (
+        lambda d: d["groups"].append(
+            {
+                "id": "group-0",
+                "agent_ids": ["agent-7"],
+                "manager_config": {"manager_type": "sleeptime", "manager_agent_id": "agent-0"},
+            }
+        ),
+        "agent-7",
     ),
-    "group of an agent the file lacks": (
-        lambda d: d["groups"].append(_group(agent_ids=["agent-7"])),
-        "group group-0 names agents the file does not hold: agent-7",
-    ),
-    "group managed by one of its agents": (
-        lambda d: d["groups"].append(_group(agent_ids=["agent-0"])),
-        "its main agent agent-0 is also one of its agent_ids",
-    ),
-    "two groups of one main agent": (
-        lambda d: d["groups"].extend([_group(), {**_group(), "id": "group-1"}]),
-        "agent agent-0 manages group group-0 already",
-    ),
-    "unknown group": (lambda d: _agent(d, 0).update(group_ids=["group-3"]), "group-3"),
     "window without its system message": (
         lambda d: _agent(d, 0)["in_context_message_ids"].pop(0),
         "must start with the system message",
@@ -348,42 +337,34 @@ async def test_metadata_as_deep_as_the_api_takes_is_imported_and_one_level_more_
     assert deepest == MAX_JSON_DEPTH - 1  # counted from the body's top, where "metadata" is one level
 
 
-async def test_a_sleep_time_group_goes_through_an_import_and_an_export(client: httpx.AsyncClient) -> None:
-    doc = document(SUPPORT_DESK)
-    doc["groups"].append({**_group(), "shared_block_ids": [doc["blocks"][0]["id"], "block-of-another-server"]})
-    _agent(doc, 0)["group_ids"] = ["group-0"]
-    main_id, helper_id = json_object(await _import(client, double_encoded(doc)))["agent_ids"]
-    main = json_object(await client.get(f"/v1/agents/{main_id}"))
-    group = main["managed_group"]
-    assert main["enable_sleeptime"] is True
-    assert group["manager_type"] == "sleeptime" and group["manager_agent_id"] == main_id
-    assert group["agent_ids"] == [helper_id] and group["sleeptime_agent_frequency"] == 3
-    assert group["description"] == "desk" and group["turns_counter"] == 0
-    shared = {b["label"]: b["id"] for b in main["blocks"]}[doc["blocks"][0]["label"]]
-    assert group["shared_block_ids"] == [shared]  # the file's block, as imported; the other one left out
-    assert [g["id"] for g in json_list(await client.get("/v1/groups/"))] == [group["id"]]
-
-    exported = json_object(await client.get(f"/v1/agents/{main_id}/export"))
-    assert [a["name"] for a in exported["agents"]] == [
-        main["name"],
-        json_object(await client.get(f"/v1/agents/{helper_id}"))["name"],
-    ]
-    (written,) = exported["groups"]
-    assert written["id"] == "group-0" and exported["agents"][0]["group_ids"] == ["group-0"]
-    assert written["agent_ids"] == ["agent-1"] and written["description"] == "desk"
-    assert written["manager_config"] == {
+async def test_a_sleeptime_group_goes_out_and_comes_back_with_its_agents(client: httpx.AsyncClient) -> None:
+    main = json_object(
+        await client.post(
+            "/v1/agents",
+            json={
+                "name": "pal",
+                "model": "anthropic/claude-3-5-haiku-20241022",
+                "memory_blocks": [{"label": "human", "value": "Ada"}],
+                "enable_sleeptime": True,
+            },
+        )
+    )
+    exported = json_object(await client.get(f"/v1/agents/{main['id']}/export"))
+    assert [a["name"] for a in exported["agents"]] == ["pal", "pal-sleeptime"]
+    (group,) = exported["groups"]
+    assert group["manager_config"] == {
         "manager_type": "sleeptime",
         "manager_agent_id": "agent-0",
-        "sleeptime_agent_frequency": 3,
+        "sleeptime_agent_frequency": 5,
     }
-    shared_file_id = next(b["id"] for b in exported["blocks"] if b["label"] == doc["blocks"][0]["label"])
-    assert written["shared_block_ids"] == [shared_file_id]
-    # A sleep-time agent alone goes alone.
-    alone = json_object(await client.get(f"/v1/agents/{helper_id}/export"))
-    assert len(alone["agents"]) == 1 and alone["groups"] == [] and alone["agents"][0]["group_ids"] == []
+    assert group["agent_ids"] == ["agent-1"] and exported["agents"][0]["group_ids"] == [group["id"]]
 
-    again = json_object(await _import(client, json.dumps(exported).encode()))["agent_ids"]
-    assert len(again) == 2
-    copy = json_object(await client.get(f"/v1/agents/{again[0]}"))["managed_group"]
-    assert copy["id"] != group["id"] and copy["manager_agent_id"] == again[0] and copy["agent_ids"] == [again[1]]
-    assert len(json_list(await client.get("/v1/groups/"))) == 2
+    imported = json_object(await _import(client, json.dumps(exported).encode()))
+    new_main, new_sleeper = imported["agent_ids"]
+    again = json_object(await client.get(f"/v1/agents/{new_main}"))
+    assert again["enable_sleeptime"] and again["managed_group"]["agent_ids"] == [new_sleeper]
+    assert again["managed_group"]["id"] != main["managed_group"]["id"]
+    sleeper = json_object(await client.get(f"/v1/agents/{new_sleeper}"))
+    assert sleeper["agent_type"] == "sleeptime_agent"
+    # The two share their blocks again, as they did.
+    assert {b["id"] for b in again["blocks"]} <= {b["id"] for b in sleeper["blocks"]}

@@ -37,6 +37,8 @@ PAIRS: dict[type[BaseModel], str] = {
     types.PromptTokensDetails: "PromptTokensDetails",
     types.CompletionTokensDetails: "CompletionTokensDetails",
     types.RunUsage: "RunUsage",
+    types.BatchRunCosts: "BatchRunCosts",
+    types.KindCosts: "KindCostsPublic",
     types.ApiKey: "KeyPublic",
     types.ApiKeyCreated: "KeyCreatedPublic",
 }
@@ -47,6 +49,8 @@ ROUTES: dict[tuple[str, str], tuple[str, str | None, str]] = {
     ("post", "/v1/messages/batches"): ("one", None, "BatchRunPublic"),
     ("get", "/v1/messages/batches"): ("list", None, "BatchRunPublic"),
     ("get", "/v1/messages/batches/{run_id}"): ("one", None, "BatchRunPublic"),
+    ("get", "/v1/messages/batches/costs"): ("one", None, "BatchRunCosts"),
+    ("post", "/v1/sleeptime/run"): ("list", None, "BatchRunPublic"),
     ("patch", "/v1/messages/batches/{run_id}/cancel"): ("one", None, "BatchRunPublic"),
     ("get", "/v1/messages/batches/{run_id}/agents"): ("list", "agents", "BatchRunAgent"),
     ("get", "/v1/messages/batches/{run_id}/messages"): ("list", "messages", "RunMessage"),

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from nightshift.cli_commands.views import progress_line, runs_table, stats_text
+from nightshift.cli_commands.views import costs_table, progress_line, runs_table, stats_text
 
 ERROR = {
     "provider": "anthropic",
@@ -72,3 +72,31 @@ def test_runs_table_has_a_name_column_when_a_run_has_a_name() -> None:
     assert "nightly [digest]" in next(line for line in lines if "batch-1" in line)  # not read as markup
     console.print(runs_table([run(id="batch-2")]))
     assert "name" not in console.export_text().splitlines()[1]
+
+
+def test_a_sleeptime_run_says_its_kind_and_a_main_run_reads_as_before() -> None:
+    assert progress_line(run(last_error=None, kind="sleeptime")).startswith("batch-1 (sleeptime): running, step 1")
+    assert progress_line(run(last_error=None, kind="main")).startswith("batch-1: running, step 1")
+    assert stats_text(run(kind="sleeptime")).plain.startswith("sleeptime run · step 1")
+    console = Console(width=200, record=True)
+    console.print(runs_table([run(kind="sleeptime"), run(id="batch-2")]))  # a server without kinds: main
+    lines = console.export_text().splitlines()
+    assert "kind" in lines[1]
+    assert "sleeptime" in next(line for line in lines if "batch-1" in line)
+    assert "main" in next(line for line in lines if "batch-2" in line)
+
+
+def test_the_costs_table_shows_each_kind_with_the_normal_apis_price() -> None:
+    kinds = [
+        {"kind": "main", "runs": 3, "agents": 2, "requests": 7, "usage": {"input_tokens": 1200, "output_tokens": 80}}
+        | {"cost_usd": 0.0125, "cost_without_batch_usd": 0.025, "batch_savings_usd": 0.0125, "cache_savings_usd": 0.0},
+        {"kind": "sleeptime", "runs": 1, "agents": 1, "requests": 2, "usage": {"output_tokens": 9}}
+        | {"cost_usd": 0.002, "cost_without_batch_usd": 0.004, "batch_savings_usd": 0.002, "cache_savings_usd": -0.001},
+    ]
+    console = Console(width=200, record=True)
+    console.print(costs_table(kinds))
+    lines = console.export_text().splitlines()
+    main = next(line for line in lines if " main " in line)
+    assert "$0.0125" in main and "$0.0250" in main and "1,200 in" in main
+    sleeptime = next(line for line in lines if "sleeptime" in line)
+    assert "$0.0020" in sleeptime and "$0.0040" in sleeptime and "cost $0.0010 more than it saved" in sleeptime

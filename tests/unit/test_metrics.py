@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from nightshift.domain.batches import BatchCensus, BatchRunStatus, ProviderBatchStatus
+from nightshift.domain.batches import BatchCensus, BatchRunKind, BatchRunStatus, ProviderBatchStatus
 from nightshift.domain.usage import Usage
 from nightshift.metrics import ErrorScope, Metrics
 
@@ -73,7 +73,23 @@ def test_tokens_by_kind_and_cost_only_when_priced() -> None:
         if name == "nightshift_tokens_total" and dict(labels)["model"] == "m1"
     }
     assert tokens == {"input": 15, "output": 4, "cache_write": 7}
-    assert found["nightshift_cost_usd_total", (("model", "m1"), ("provider", "anthropic"))] == 0.25
+    assert (
+        found["nightshift_cost_usd_total", (("model", "m1"), ("provider", "anthropic"), ("run_kind", "main"))] == 0.25
+    )
+
+
+def test_sleeptime_usage_is_counted_apart_from_the_main_runs() -> None:
+    metrics = Metrics()
+    metrics.usage("anthropic", "m1", Usage(output_tokens=4), 0.25)
+    metrics.usage("anthropic", "m1", Usage(output_tokens=3), 0.5, run_kind=BatchRunKind.SLEEPTIME)
+    found = samples(metrics)
+    for run_kind, output, cost in (("main", 4, 0.25), ("sleeptime", 3, 0.5)):
+        tokens = (("kind", "output"), ("model", "m1"), ("provider", "anthropic"), ("run_kind", run_kind))
+        assert found["nightshift_tokens_total", tokens] == output
+        assert (
+            found["nightshift_cost_usd_total", (("model", "m1"), ("provider", "anthropic"), ("run_kind", run_kind))]
+            == cost
+        )
 
 
 def test_a_child_process_figures_add_to_the_parents_series_by_series() -> None:
@@ -95,9 +111,12 @@ def test_a_child_process_figures_add_to_the_parents_series_by_series() -> None:
     assert found["nightshift_stage_duration_seconds_sum", submit] == 2.3
     assert found["nightshift_stage_duration_seconds_bucket", (("le", "0.5"), *submit)] == 1
     assert found["nightshift_stage_duration_seconds_count", (("provider", "openai"), ("stage", "apply"))] == 1
-    tokens = (("kind", "input"), ("model", "claude"), ("provider", "anthropic"))
+    tokens = (("kind", "input"), ("model", "claude"), ("provider", "anthropic"), ("run_kind", "main"))
     assert found["nightshift_tokens_total", tokens] == 12
-    assert found["nightshift_cost_usd_total", (("model", "claude"), ("provider", "anthropic"))] == 0.5
+    assert (
+        found["nightshift_cost_usd_total", (("model", "claude"), ("provider", "anthropic"), ("run_kind", "main"))]
+        == 0.5
+    )
     assert found["nightshift_sandbox_calls_total", ()] == 3
     assert found["nightshift_runs", (("status", "running"),)] == 0  # the cluster's figures: the parent's alone
     assert "nightshift_runs" not in child.process_figures().decode()

@@ -12,26 +12,24 @@ share is copied, the model's own ones are named here (``_writer``). The routes k
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import orjson
 from fastapi import Response
 from pydantic import BaseModel, TypeAdapter
 
-from nightshift.api.group_schemas import group_fields
 from nightshift.api.input import copied_fields
 from nightshift.api.schemas import (
     AgentPublic,
     AgentRelation,
     BlockPublic,
+    agent_group_json,
     llm_config_fields,
-    managed_group,
 )
 from nightshift.api.tool_schemas import ToolPublic, tool_own
 from nightshift.domain.agents import Agent
 from nightshift.domain.blocks import Block
-from nightshift.domain.groups import Group
 from nightshift.domain.tool_rules import dump_tool_rules
 from nightshift.domain.tools import Tool
 
@@ -39,33 +37,23 @@ from nightshift.domain.tools import Tool
 _OPTIONS = orjson.OPT_UTC_Z
 
 
-def agent_response(
-    agent: Agent,
-    *,
-    include: Collection[AgentRelation] | None = None,
-    groups: Mapping[str, Group] | None = None,
-) -> Response:
-    """``agent`` as AgentPublic's JSON; ``include`` and ``groups`` as for :meth:`AgentPublic.of`."""
+def agent_response(agent: Agent, *, include: Collection[AgentRelation] | None = None) -> Response:
+    """``agent`` as AgentPublic's JSON; ``include`` as for :meth:`AgentPublic.of`."""
     try:
-        content = orjson.dumps(_agent(agent, {}, include, groups), option=_OPTIONS)
+        content = orjson.dumps(_agent(agent, {}, include), option=_OPTIONS)
     except TypeError:  # a value orjson refuses (none is expected from stored data): pydantic's way
-        content = _ONE.dump_json(AgentPublic.of(agent, include=include, groups=groups))
+        content = _ONE.dump_json(AgentPublic.of(agent, include=include))
     return Response(content, media_type="application/json")
 
 
-def agents_response(
-    agents: Iterable[Agent],
-    *,
-    include: Collection[AgentRelation] | None = None,
-    groups: Mapping[str, Group] | None = None,
-) -> Response:
+def agents_response(agents: Iterable[Agent], *, include: Collection[AgentRelation] | None = None) -> Response:
     """A list of agents as ``list[AgentPublic]``'s JSON; a tool they share is serialized once."""
     agents = list(agents)
     tools: dict[str, orjson.Fragment] = {}
     try:
-        content = orjson.dumps([_agent(agent, tools, include, groups) for agent in agents], option=_OPTIONS)
+        content = orjson.dumps([_agent(agent, tools, include) for agent in agents], option=_OPTIONS)
     except TypeError:
-        content = _MANY.dump_json(AgentPublic.many(agents, include=include, groups=groups))
+        content = _MANY.dump_json(AgentPublic.many(agents, include=include))
     return Response(content, media_type="application/json")
 
 
@@ -124,12 +112,7 @@ _write_tool = _writer(ToolPublic, Tool, ("source_type", "metadata_"))
 _NOTHING: dict[str, Any] = {}
 
 
-def _agent(
-    agent: Agent,
-    tools: dict[str, orjson.Fragment],
-    include: Collection[AgentRelation] | None,
-    groups: Mapping[str, Group] | None,
-) -> Any:
+def _agent(agent: Agent, tools: dict[str, orjson.Fragment], include: Collection[AgentRelation] | None) -> Any:
     def wanted(relation: AgentRelation) -> bool:
         return include is None or relation in include
 
@@ -143,13 +126,12 @@ def _agent(
         if wanted("agent.secrets")
         else []
     )
+    group = agent_group_json(agent, include)
     shown_tools = []
     for tool in agent.tools if wanted("agent.tools") else ():
         if tool.id not in tools:
             tools[tool.id] = orjson.Fragment(orjson.dumps(_write_tool(tool, tool_own(tool)), option=_OPTIONS))
         shown_tools.append(tools[tool.id])
-    group = managed_group(agent, groups) if wanted("agent.managed_group") else None
-    shown_group = None if group is None else group_fields(group)
     own = {
         "model": agent.llm_config.handle,
         "llm_config": llm_config_fields(agent.llm_config),
@@ -160,8 +142,8 @@ def _agent(
         "tags": agent.tags if wanted("agent.tags") else [],
         "secrets": secrets,
         "tool_exec_environment_variables": secrets,
-        "enable_sleeptime": agent.managed_group_id is not None,
-        "managed_group": shown_group,
-        "multi_agent_group": shown_group,
+        "enable_sleeptime": agent.group is not None,
+        "managed_group": group,
+        "multi_agent_group": group,
     }
     return _write_agent(agent, own)

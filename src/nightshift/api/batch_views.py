@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import orjson
 from fastapi import Response
 from pydantic import BaseModel, Field, TypeAdapter
 
-from nightshift.domain.batches import Costs, ItemOutcome, ProviderBatch, ProviderBatchStatus
+from nightshift.domain.batches import Costs, ItemOutcome, KindCosts, ProviderBatch, ProviderBatchStatus
 from nightshift.domain.messages import Message
 from nightshift.domain.usage import Usage
 from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
@@ -127,6 +127,9 @@ class BatchRunPublic(BaseModel):
     id: str
     status: str
     job_type: str = "batch"
+    kind: Literal["main", "sleeptime"] = Field(
+        description="main: made by POST /v1/messages/batches; sleeptime: sleep-time agents gathered by the poller"
+    )
     created_at: datetime
     updated_at: datetime
     completed_at: datetime | None
@@ -213,6 +216,7 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
         "id": run.id,
         "status": run.status.value,
         "job_type": "batch",
+        "kind": run.kind.value,
         "created_at": run.created_at,
         "updated_at": run.updated_at,
         "completed_at": run.completed_at,
@@ -359,4 +363,39 @@ def costs_json(cost: Costs) -> dict[str, float]:
         "cost_without_batch_usd": round(cost.without_batch_usd, 6),
         "batch_savings_usd": round(cost.without_batch_usd - cost.usd, 6),
         "cache_savings_usd": round(cost.cache_savings_usd, 6),
+    }
+
+
+class KindCostsPublic(BaseModel):
+    """What one kind of batch run cost the organization: the users' runs (main) or the sleep-time agents'."""
+
+    kind: Literal["main", "sleeptime"]
+    runs: int
+    agents: int = Field(description="Agents the runs stepped (an agent in several runs counts once)")
+    requests: int = Field(description="Requests the providers answered")
+    usage: TokenUsage
+    cost_usd: float
+    cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")
+    batch_savings_usd: float
+    cache_savings_usd: float
+
+
+class BatchRunCosts(BaseModel):
+    kinds: list[KindCostsPublic]
+
+
+def kind_costs_json(costs: Sequence[KindCosts]) -> dict[str, Any]:
+    """``BatchRunCosts``' JSON."""
+    return {
+        "kinds": [
+            {
+                "kind": c.kind.value,
+                "runs": c.runs,
+                "agents": c.agents,
+                "requests": c.requests,
+                "usage": usage_json(c.usage),
+                **costs_json(c.cost),
+            }
+            for c in costs
+        ]
     }

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, Tag, ValidationError, model_v
 from pydantic_core import PydanticCustomError
 
 from nightshift.domain.limits import (
+    MAX_LIST_ITEMS,
     MAX_NAME_CHARS,
     MAX_TAGS,
     MAX_TEXT_CHARS,
@@ -43,6 +44,7 @@ from nightshift.errors import InvalidInput
 UNSTORABLE = "unstorable_value"
 
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
 Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 Tags = Annotated[list[Name], Field(max_length=MAX_TAGS)]
 

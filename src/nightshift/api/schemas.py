@@ -6,15 +6,15 @@ These are the wire layer only: routers turn them into domain calls and domain ob
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from nightshift.api.batch_schemas import TextPart
-from nightshift.api.group_schemas import GroupPublic
-from nightshift.api.input import Body, Name, Tags, Text, copied_fields
+from nightshift.api.group_schemas import GroupPublic, group_json
+from nightshift.api.input import Body, Ids, Name, Tags, Text, copied_fields
 from nightshift.api.tool_schemas import ToolPublic
 from nightshift.domain.agents import (
     DEFAULT_CONTEXT_WINDOW,
@@ -23,7 +23,6 @@ from nightshift.domain.agents import (
     LLMConfig,
 )
 from nightshift.domain.blocks import Block
-from nightshift.domain.groups import Group
 from nightshift.domain.limits import (
     DEFAULT_BLOCK_LIMIT,
     MAX_BLOCK_LIMIT,
@@ -42,7 +41,6 @@ from nightshift.services.agents import InitialMessage, NewBlock
 from nightshift.services.blocks import BlockChanges
 from nightshift.services.catalog import ModelNames, model_context_window
 
-Ids = Annotated[list[str], Field(max_length=MAX_LIST_ITEMS)]
 ContextWindow = Annotated[int, Field(ge=1, le=MAX_CONTEXT_WINDOW)]
 MaxTokens = Annotated[int, Field(ge=1, le=MAX_OUTPUT_TOKENS)]
 BlockLimit = Annotated[int, Field(ge=1, le=MAX_BLOCK_LIMIT)]
@@ -314,7 +312,7 @@ class MemoryPublic(BaseModel):
 
 
 # Letta's ``include`` on agent reads: the relations a client wants. Those nightshift has no such
-# relation for (identities, sources, approvals) are accepted and give nothing.
+# relation for (identities, sources, groups, approvals) are accepted and give nothing.
 AgentRelation = Literal[
     "agent.blocks",
     "agent.identities",
@@ -348,23 +346,17 @@ class AgentPublic(BaseModel):
     message_buffer_autoclear: bool
     secrets: list[AgentSecretPublic]
     tool_exec_environment_variables: list[AgentSecretPublic]
-    enable_sleeptime: bool = Field(description="Whether the agent has a sleep-time agent (it manages a group)")
+    enable_sleeptime: bool = Field(description="Whether a sleep-time agent keeps this agent's memory")
     managed_group: GroupPublic | None = Field(description="The sleep-time group the agent manages")
     multi_agent_group: GroupPublic | None = Field(description="Letta's older name for managed_group")
     created_at: datetime
     updated_at: datetime
 
     @classmethod
-    def many(
-        cls,
-        agents: Iterable[Agent],
-        *,
-        include: Collection[AgentRelation] | None = None,
-        groups: Mapping[str, Group] | None = None,
-    ) -> list[AgentPublic]:
+    def many(cls, agents: Iterable[Agent], *, include: Collection[AgentRelation] | None = None) -> list[AgentPublic]:
         """Several agents; a tool they share (the base tools: every agent has them) is mapped once."""
         shared: dict[str, ToolPublic] = {}
-        return [cls.of(agent, tools=shared, include=include, groups=groups) for agent in agents]
+        return [cls.of(agent, tools=shared, include=include) for agent in agents]
 
     @classmethod
     def of(
@@ -373,13 +365,11 @@ class AgentPublic(BaseModel):
         *,
         tools: dict[str, ToolPublic] | None = None,
         include: Collection[AgentRelation] | None = None,
-        groups: Mapping[str, Group] | None = None,
     ) -> AgentPublic:
         """The agent in Letta's shape. ``tools``: the tools already mapped, by id, to reuse and add to
         (a page of agents is mostly the same ten tools with their JSON schemas). ``include``: Letta's,
-        the relations to fill (blocks, tags, tools, secrets, managed group); the others are empty.
-        None: all of them (Letta's own default is none: nightshift keeps what its clients always
-        had). ``groups``: the groups the agents shown manage, by id (``services.groups.groups_of``)."""
+        the relations to fill (blocks, tags, tools, secrets); the others are empty. None: all of
+        them (Letta's own default is none: nightshift keeps what its clients always had)."""
 
         def wanted(relation: AgentRelation) -> bool:
             return include is None or relation in include
@@ -392,8 +382,7 @@ class AgentPublic(BaseModel):
         blocks = [BlockPublic.of(b) for b in agent.blocks] if wanted("agent.blocks") else []
         secret_keys = sorted(agent.secrets) if wanted("agent.secrets") else []
         secrets = [AgentSecretPublic(agent_id=agent.id, key=key) for key in secret_keys]
-        group = managed_group(agent, groups) if wanted("agent.managed_group") else None
-        shown_group = None if group is None else GroupPublic.of(group)
+        group = agent_group_json(agent, include)
         own = {
             "model": agent.llm_config.handle,
             "llm_config": LLMConfigPublic(**llm_config_fields(agent.llm_config)),
@@ -404,18 +393,11 @@ class AgentPublic(BaseModel):
             "tags": list(agent.tags) if wanted("agent.tags") else [],
             "secrets": secrets,
             "tool_exec_environment_variables": secrets,
-            "enable_sleeptime": agent.managed_group_id is not None,
-            "managed_group": shown_group,
-            "multi_agent_group": shown_group,
+            "enable_sleeptime": agent.group is not None,
+            "managed_group": group,
+            "multi_agent_group": group,
         }
         return cls(**{**agent_copied(agent), **own})
-
-
-def managed_group(agent: Agent, groups: Mapping[str, Group] | None) -> Group | None:
-    """The group the agent manages, among ``groups`` (by id)."""
-    if agent.managed_group_id is None or groups is None:
-        return None
-    return groups.get(agent.managed_group_id)
 
 
 _AGENT_COPIED = copied_fields(AgentPublic, Agent)
@@ -424,6 +406,13 @@ _AGENT_COPIED = copied_fields(AgentPublic, Agent)
 def agent_copied(agent: Agent) -> dict[str, Any]:
     """AgentPublic's fields that are the agent's own, as they are (a tuple stands for a list)."""
     return {name: getattr(agent, name) for name in _AGENT_COPIED}
+
+
+def agent_group_json(agent: Agent, include: Collection[AgentRelation] | None) -> dict[str, Any] | None:
+    """The group the agent manages as JSON, when it has one and ``include`` asks for it (None: all)."""
+    if agent.group is None or (include is not None and "agent.managed_group" not in include):
+        return None
+    return group_json(agent.group)
 
 
 def llm_config_fields(config: LLMConfig) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from nightshift.batch.stages import Outcome, Stage, StageOutcome, StageParts, st
 from nightshift.batch.steps import write_step
 from nightshift.batch.submission import end_batch
 from nightshift.domain.batches import (
+    BatchRunKind,
     BatchRunStatus,
     ItemOutcome,
     ItemResult,
@@ -155,7 +156,13 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
             and (response := item.result.response) is not None
         ]
         turns = [
-            Turn(agent=agents[item.agent_id], state=item.step_state, response=response, batch_item_id=item.id)
+            Turn(
+                agent=agents[item.agent_id],
+                state=item.step_state,
+                response=response,
+                batch_item_id=item.id,
+                read_at=item.created_at,  # the request was built as the step was written
+            )
             for item, response in answered
             if item.step_state.summary is None
         ]
@@ -226,7 +233,7 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
         if not next_batches:
             await end_run_if_done(conn, run.id, now)
         await batch_store.release(conn, batch.id, leases.owner, next_poll_at=None)
-    usage.record(parts.metrics)
+    usage.record(parts.metrics, run.kind)
     stage_done(Stage.APPLY, batch, agents=len(items), started=started, metrics=parts.metrics)
     return StageOutcome(outcome=Outcome.APPLIED, batch=batch, next_batches=next_batches)
 
@@ -242,9 +249,9 @@ class _Usage:
         self.tokens[provider, model] += tokens
         self.cost[provider, model] += cost_usd or 0.0
 
-    def record(self, metrics: Metrics) -> None:
+    def record(self, metrics: Metrics, run_kind: BatchRunKind) -> None:
         for (provider, model), tokens in self.tokens.items():
-            metrics.usage(provider, model, tokens, self.cost[provider, model])
+            metrics.usage(provider, model, tokens, self.cost[provider, model], run_kind=run_kind)
 
 
 async def end_run_if_done(conn: AsyncConnection, run_id: str, now: datetime) -> None:

@@ -26,7 +26,7 @@ from nightshift.cli_commands.client import (
 from nightshift.cli_commands.tables import JsonOption, print_json, print_table
 from nightshift.cli_commands.watch import is_final, watch_run
 from nightshift.client.requests_file import with_agent_ids
-from nightshift.domain.batches import BatchRunStatus
+from nightshift.domain.batches import BatchRunKind, BatchRunStatus
 
 if TYPE_CHECKING:
     from nightshift.cli_commands.requests_file import RequestLine
@@ -105,7 +105,7 @@ def submit(
             if not watch:
                 notes.print(f"follow it with: nightshift batch watch {run.id}", markup=False)
                 return
-            final = _watch(client, run.id, interval=interval, timeout=timeout)
+            final = watch_to_the_end(client, run.id, interval=interval, timeout=timeout)
     _finish(final)
 
 
@@ -124,11 +124,11 @@ def watch(
     Exit code 0 when the run completed, 1 when it failed or was cancelled. Ctrl-C stops watching, not the run.
     """
     with reported_errors(), ServerClient(server, api_key) as client:
-        final = _watch(client, run_id, interval=interval, timeout=timeout)
+        final = watch_to_the_end(client, run_id, interval=interval, timeout=timeout)
     _finish(final)
 
 
-def _watch(client: ServerClient, run_id: str, *, interval: float, timeout: float | None) -> dict[str, Any]:
+def watch_to_the_end(client: ServerClient, run_id: str, *, interval: float, timeout: float | None) -> dict[str, Any]:
     """Watch with the progress on stderr; Ctrl-C stops watching (exit code 130), not the run."""
     try:
         return watch_run(client, run_id, console=stderr(), interval=interval, timeout=timeout)
@@ -157,12 +157,18 @@ def list_runs(
             help="Only runs that failed or in which some agent failed (a completed run with failed agents too)",
         ),
     ] = False,
+    kind: Annotated[
+        BatchRunKind | None,
+        typer.Option(
+            "--kind", "-k", help="Only runs users asked for (main) or sleep-time agents' runs", show_default=False
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many runs")] = 20,
     as_json: JsonOption = False,
     server: ServerOption = DEFAULT_SERVER,
     api_key: ApiKeyOption = None,
 ) -> None:
-    """List batch runs, newest first: name, status, agents done (finished), failures, step and cost.
+    """List batch runs, newest first: name, kind, status, agents done (finished), failures, step and cost.
 
     A completed run in which agents failed shows as "completed, 3 of 20 failed". Ids are printed
     whole, however narrow the terminal; --json prints the API's runs as one JSON array.
@@ -170,16 +176,38 @@ def list_runs(
     with reported_errors(), ServerClient(server, api_key) as client:
         statuses = [s.value for s in status] if status else None
         only_failed = {"has_failures": "true"} if failed else {}
-        runs = client.get("/v1/messages/batches", status=statuses, limit=limit, order="desc", **only_failed)
+        of_kind = {"kind": kind.value} if kind is not None else {}
+        runs = client.get("/v1/messages/batches", status=statuses, limit=limit, order="desc", **only_failed, **of_kind)
     if as_json:
         print_json(runs)
         return
     if not runs:
         which = [f"with status {', '.join(statuses)}"] if statuses else []
         which += ["with failures"] if failed else []
+        which += [f"of kind {kind.value}"] if kind is not None else []
         stderr().print(" ".join(["no batch runs", *which]), markup=False)
         return
     print_table(stdout(), views.runs_table(runs))
+
+
+@batch_app.command("costs")
+def costs(
+    as_json: JsonOption = False,
+    server: ServerOption = DEFAULT_SERVER,
+    api_key: ApiKeyOption = None,
+) -> None:
+    """What the organization's batch runs cost, all told, by kind: the runs users asked for (main)
+    apart from the sleep-time agents' upkeep (sleeptime).
+
+    Each row: runs, agents, steps, tokens, the cost, what the normal API would have charged for the
+    same tokens, and what the prompt cache saved. --json prints the API's answer.
+    """
+    with reported_errors(), ServerClient(server, api_key) as client, failures_reported(client.api_key):
+        found = client.client.batches.costs()
+    if as_json:
+        print_json(found.model_dump(mode="json"))
+        return
+    print_table(stdout(), views.costs_table([kind.model_dump(mode="json") for kind in found.kinds]))
 
 
 @batch_app.command("messages")

@@ -46,7 +46,7 @@ def agents_table(agents: Sequence[Mapping[str, Any]], *, title: str | None = Non
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
     """Batch runs: id, name (when some run has one), status, when, agents done (finished), failed,
-    step and cost."""
+    step, cost and kind (main or sleeptime)."""
     names = [run_name(run) for run in runs]
     table = Table()
     table.add_column("id", no_wrap=True)
@@ -58,6 +58,8 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
     table.add_column("failed", justify="right", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("cost", justify="right", no_wrap=True)
+    # Last, so that the columns scripts cut out stay where they were.
+    table.add_column("kind", no_wrap=True)
     for run, name in zip(runs, names, strict=True):
         counts = run["progress"]["agents"]
         done, total = agents_done(counts)
@@ -70,6 +72,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> Table:
             str(counts.get("failed", 0)),
             str(shown_step(run["progress"]["step"])),
             money(run["progress"]["cost_usd"]),
+            run_kind(run),
         )
     return table
 
@@ -79,6 +82,39 @@ def run_name(run: Mapping[str, Any]) -> str | None:
     set), if it is a non-empty string."""
     name = (run.get("metadata") or {}).get("name")
     return name if isinstance(name, str) and name else None
+
+
+def run_kind(run: Mapping[str, Any]) -> str:
+    """``main`` (a run someone asked for) or ``sleeptime`` (sleep-time agents' upkeep); a server
+    older than kinds of runs has main runs only."""
+    kind = run.get("kind") or "main"
+    return str(kind)
+
+
+def costs_table(kinds: Sequence[Mapping[str, Any]]) -> Table:
+    """The organization's batch runs by kind, all told: runs, agents, requests, tokens, cost, and what
+    the normal API would have charged for the same tokens."""
+    table = Table()
+    table.add_column("kind", no_wrap=True, style="bold")
+    table.add_column("runs", justify="right", no_wrap=True)
+    table.add_column("agents", justify="right", no_wrap=True)
+    table.add_column("requests", justify="right", no_wrap=True)
+    table.add_column("tokens", overflow="fold")
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("normal API", justify="right", no_wrap=True)
+    table.add_column("prompt cache", overflow="fold")
+    for kind in kinds:
+        table.add_row(
+            kind["kind"],
+            str(kind["runs"]),
+            str(kind["agents"]),
+            str(kind["requests"]),
+            tokens(kind.get("usage", {})) or "0",
+            money(kind["cost_usd"]),
+            money(kind["cost_without_batch_usd"]),
+            saving(kind.get("cache_savings_usd", 0.0)),
+        )
+    return table
 
 
 def run_summary(run: Mapping[str, Any]) -> RenderableType:
@@ -92,6 +128,7 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
     table.add_column("")
     if run_name(run):
         table.add_row("name", Text(str(run_name(run))))
+    table.add_row("kind", run_kind(run))
     table.add_row("status", run_status_text(run))
     table.add_row("agents", f"{total} ({agent_counts(counts)})")
     table.add_row("steps", str(_steps(run)))
@@ -126,8 +163,10 @@ def progress_line(run: Mapping[str, Any]) -> str:
     provider problem, if any, after it."""
     progress = run["progress"]
     done, total = agents_done(progress["agents"])
+    # A sleep-time run says so; a main run reads as runs always did.
+    kind = f" ({run_kind(run)})" if run_kind(run) != "main" else ""
     line = (
-        f"{run['id']}: {run_status(run)}, step {shown_step(progress['step'])}, {done}/{total} agents done "
+        f"{run['id']}{kind}: {run_status(run)}, step {shown_step(progress['step'])}, {done}/{total} agents done "
         f"({agent_counts(progress['agents'])}), cost {money(progress['cost_usd'])}"
     )
     problem = provider_problem(run)
@@ -158,6 +197,7 @@ def stats_text(run: Mapping[str, Any]) -> Text:
     open_batches = sum(1 for b in batches if b["status"] not in ("applied", "cancelled"))
     end = run.get("completed_at") or datetime.now(UTC).isoformat()
     text = Text()
+    text.append(f"{run_kind(run)} run · ")
     text.append(f"step {shown_step(progress['step'])}", style="bold")
     text.append(f" · provider batches {len(batches)} ({open_batches} open)")
     text.append(f" · {duration(run['created_at'], end)}\n")

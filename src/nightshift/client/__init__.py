@@ -19,9 +19,9 @@ standard library, so that importing it is quick.
             print(result.agent_name, result.state, result.final_message, result.cost_usd)
 """
 
-from nightshift.client._async import AsyncBatches, AsyncClient, AsyncKeys, AsyncRuns
+from nightshift.client._async import AsyncBatches, AsyncClient, AsyncKeys, AsyncRuns, AsyncSleeptime
 from nightshift.client._http import DEFAULT_SERVER
-from nightshift.client._sync import Batches, Client, Keys, Runs
+from nightshift.client._sync import Batches, Client, Keys, Runs, Sleeptime
 from nightshift.client.errors import (
     APIError,
     AuthenticationError,
@@ -46,7 +46,9 @@ from nightshift.client.types import (
     BatchRequest,
     BatchRun,
     BatchRunAgent,
+    BatchRunCosts,
     BatchRunProgress,
+    KindCosts,
     MessagePart,
     ProviderBatch,
     ProviderProblem,
@@ -70,11 +72,13 @@ __all__ = [
     "AsyncClient",
     "AsyncKeys",
     "AsyncRuns",
+    "AsyncSleeptime",
     "AuthenticationError",
     "BadRequest",
     "BatchRequest",
     "BatchRun",
     "BatchRunAgent",
+    "BatchRunCosts",
     "BatchRunProgress",
     "Batches",
     "Client",
@@ -82,6 +86,7 @@ __all__ = [
     "ConnectionFailed",
     "InvalidRequestsFile",
     "Keys",
+    "KindCosts",
     "MessagePart",
     "NightshiftClientError",
     "NotFound",
@@ -95,6 +100,7 @@ __all__ = [
     "RunUsage",
     "Runs",
     "ServerError",
+    "Sleeptime",
     "Timeout",
     "TokenUsage",
     "ToolCall",

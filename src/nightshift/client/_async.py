@@ -41,6 +41,7 @@ from nightshift.client.types import (
     BatchRequest,
     BatchRun,
     BatchRunAgent,
+    BatchRunCosts,
     RunMessage,
     RunStep,
     RunUsage,
@@ -89,6 +90,7 @@ class AsyncClient:
         self.batches = AsyncBatches(self)
         self.runs = AsyncRuns(self)
         self.keys = AsyncKeys(self)
+        self.sleeptime = AsyncSleeptime(self)
 
     async def request(
         self,
@@ -221,11 +223,17 @@ class AsyncBatches:
         """The run with its progress."""
         return await self._client.send(_calls.retrieve_batch(run_id))
 
+    async def costs(self) -> BatchRunCosts:
+        """The organization's batch runs by kind (main, sleeptime), all told: runs, agents, steps,
+        tokens and costs, with what the normal API would have charged for the same tokens."""
+        return await self._client.send(_calls.batch_costs())
+
     def list(
         self,
         *,
         status: str | Sequence[str] | None = None,
         has_failures: bool | None = None,
+        kind: str | None = None,
         order: Order = "desc",
         limit: int = DEFAULT_PAGE,
     ) -> AsyncIterator[BatchRun]:
@@ -234,11 +242,12 @@ class AsyncBatches:
         Args:
             status: Only runs with this status (or one of these).
             has_failures: True: only runs that failed or in which some agent failed; False: the others.
+            kind: ``main``: only the runs users asked for; ``sleeptime``: only sleep-time agents' runs.
             order: ``asc`` (oldest first) or ``desc``.
             limit: The page size (1 to 1000).
         """
         return self._client.pages(
-            _calls.list_batches(status=status, has_failures=has_failures, order=order, limit=limit)
+            _calls.list_batches(status=status, has_failures=has_failures, kind=kind, order=order, limit=limit)
         )
 
     async def cancel(self, run_id: str) -> BatchRun:
@@ -291,6 +300,19 @@ class AsyncBatches:
         agents = [agent async for agent in self.agents(run_id, limit=1000)]
         messages = [message async for message in self.messages(run_id, order="asc", limit=1000)]
         return _calls.results(agents, messages)
+
+
+class AsyncSleeptime:
+    """``/v1/sleeptime``: stepping the organization's sleep-time agents now."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def run(self, *, all: bool = False) -> builtins.list[BatchRun]:
+        """Step the due sleep-time agents now, rather than when the poller next gathers them;
+        ``all``: every one whose main agent said anything since its last run. Returns the runs
+        queued (kind ``sleeptime``), none when nothing is due."""
+        return await self._client.send(_calls.run_sleeptime(everything=all))
 
 
 class AsyncRuns:
@@ -356,4 +378,4 @@ class AsyncKeys:
         return await self._client.send(_calls.revoke_key(key_id))
 
 
-__all__ = ["AsyncBatches", "AsyncClient", "AsyncKeys", "AsyncRuns"]
+__all__ = ["AsyncBatches", "AsyncClient", "AsyncKeys", "AsyncRuns", "AsyncSleeptime"]

@@ -26,6 +26,7 @@ from nightshift.client.types import (
     BatchRequest,
     BatchRun,
     BatchRunAgent,
+    BatchRunCosts,
     RunMessage,
     RunStep,
     RunUsage,
@@ -125,7 +126,12 @@ def cancel_batch(run_id: str) -> Call[BatchRun]:
 
 
 def list_batches(
-    *, status: str | Sequence[str] | None, has_failures: bool | None, order: Order, limit: int
+    *,
+    status: str | Sequence[str] | None,
+    has_failures: bool | None,
+    kind: str | None = None,
+    order: Order,
+    limit: int,
 ) -> Pages[BatchRun]:
     statuses = [status] if isinstance(status, str) else list(status) if status is not None else None
     size = _page_size(limit)
@@ -135,6 +141,7 @@ def list_batches(
         params = {
             "status": statuses,
             "has_failures": _flag(has_failures),
+            "kind": kind,
             "order": order,
             "limit": size,
             "after": after,
@@ -142,6 +149,18 @@ def list_batches(
         return Call(method="GET", path=BATCHES, params=params, read=read)
 
     return Pages(call=call, cursor_of=lambda run: run.id, size=size)
+
+
+def batch_costs() -> Call[BatchRunCosts]:
+    return Call(method="GET", path=_path(BATCHES, "costs"), read=_one(BatchRunCosts))
+
+
+def run_sleeptime(*, everything: bool) -> Call[list[BatchRun]]:
+    """``POST /v1/sleeptime/run``, safe to send again: a second one finds the agents the first
+    queued already gathered (or still due, if it never arrived)."""
+    return Call(
+        method="POST", path="/v1/sleeptime/run", json={"all": everything}, read=_many(BatchRun), retry_sent=True
+    )
 
 
 def batch_agents(run_id: str, *, limit: int) -> Pages[BatchRunAgent]:

@@ -37,6 +37,7 @@ from nightshift.client.types import (
     BatchRequest,
     BatchRun,
     BatchRunAgent,
+    BatchRunCosts,
     RunMessage,
     RunStep,
     RunUsage,
@@ -85,6 +86,7 @@ class Client:
         self.batches = Batches(self)
         self.runs = Runs(self)
         self.keys = Keys(self)
+        self.sleeptime = Sleeptime(self)
 
     def request(
         self,
@@ -216,11 +218,17 @@ class Batches:
         """The run with its progress."""
         return self._client.send(_calls.retrieve_batch(run_id))
 
+    def costs(self) -> BatchRunCosts:
+        """The organization's batch runs by kind (main, sleeptime), all told: runs, agents, steps,
+        tokens and costs, with what the normal API would have charged for the same tokens."""
+        return self._client.send(_calls.batch_costs())
+
     def list(
         self,
         *,
         status: str | Sequence[str] | None = None,
         has_failures: bool | None = None,
+        kind: str | None = None,
         order: Order = "desc",
         limit: int = DEFAULT_PAGE,
     ) -> Iterator[BatchRun]:
@@ -229,11 +237,12 @@ class Batches:
         Args:
             status: Only runs with this status (or one of these).
             has_failures: True: only runs that failed or in which some agent failed; False: the others.
+            kind: ``main``: only the runs users asked for; ``sleeptime``: only sleep-time agents' runs.
             order: ``asc`` (oldest first) or ``desc``.
             limit: The page size (1 to 1000).
         """
         return self._client.pages(
-            _calls.list_batches(status=status, has_failures=has_failures, order=order, limit=limit)
+            _calls.list_batches(status=status, has_failures=has_failures, kind=kind, order=order, limit=limit)
         )
 
     def cancel(self, run_id: str) -> BatchRun:
@@ -286,6 +295,19 @@ class Batches:
         agents = list(self.agents(run_id, limit=1000))
         messages = list(self.messages(run_id, order="asc", limit=1000))
         return _calls.results(agents, messages)
+
+
+class Sleeptime:
+    """``/v1/sleeptime``: stepping the organization's sleep-time agents now."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def run(self, *, all: bool = False) -> builtins.list[BatchRun]:
+        """Step the due sleep-time agents now, rather than when the poller next gathers them;
+        ``all``: every one whose main agent said anything since its last run. Returns the runs
+        queued (kind ``sleeptime``), none when nothing is due."""
+        return self._client.send(_calls.run_sleeptime(everything=all))
 
 
 class Runs:
@@ -349,4 +371,4 @@ class Keys:
         return self._client.send(_calls.revoke_key(key_id))
 
 
-__all__ = ["Batches", "Client", "Keys", "Runs"]
+__all__ = ["Batches", "Client", "Keys", "Runs", "Sleeptime"]

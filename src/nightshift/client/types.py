@@ -102,6 +102,30 @@ class BatchRunProgress(_Answer):
     provider_batches: list[ProviderBatch]
 
 
+class KindCosts(_Answer):
+    """What the organization's batch runs of one kind (main or sleeptime) did and cost, all told."""
+
+    kind: str
+    runs: int
+    agents: int
+    requests: int = Field(description="Requests the providers answered")
+    usage: TokenUsage
+    cost_usd: float
+    cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")
+    batch_savings_usd: float
+    cache_savings_usd: float
+
+
+class BatchRunCosts(_Answer):
+    """The organization's batch costs by kind of run, main first."""
+
+    kinds: list[KindCosts]
+
+    def of(self, kind: str) -> KindCosts | None:
+        """The figures of one kind (``main``, ``sleeptime``), None when the server has no such kind."""
+        return next((k for k in self.kinds if k.kind == kind), None)
+
+
 # A run's statuses once it has ended (``created`` and ``running`` are the others).
 FINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "expired"})
 
@@ -112,6 +136,7 @@ class BatchRun(_Answer):
     id: str
     status: str
     job_type: str = "batch"
+    kind: str = "main"  # "sleeptime": a run of sleep-time agents the server gathered
     created_at: datetime
     updated_at: datetime
     completed_at: datetime | None

@@ -1,8 +1,8 @@
 """Agent Files (``.af``) written: nightshift's agents in Letta's layout, with ids local to the file.
 
 The other half of :mod:`nightshift.domain.agent_files` (which reads them): pure, from domain
-objects to the JSON document, with the file's own ids (``agent-0``, ``block-0``, ``message-0``,
-``group-0``...) and secrets by name with empty values.
+objects to the JSON document, with the file's own ids (``agent-0``, ``block-0``, ``message-0``...)
+and secrets by name with empty values.
 """
 
 from __future__ import annotations
@@ -94,6 +94,24 @@ def _message_json(message: Message, file_id: str, agent_file_id: str) -> dict[st
     }
 
 
+def _group_json(
+    group: Group, file_id: str, agent_ids: Mapping[str, str], block_ids: Mapping[str, str]
+) -> dict[str, Any]:
+    return {
+        "id": file_id,
+        "agent_ids": [agent_ids[a] for a in group.agent_ids if a in agent_ids],
+        "description": group.description,
+        "manager_config": {
+            "manager_type": group.manager_type.value,
+            "manager_agent_id": agent_ids.get(group.manager_agent_id or ""),
+            "sleeptime_agent_frequency": group.sleeptime_agent_frequency,
+        },
+        "shared_block_ids": [block_ids[b] for b in group.shared_block_ids if b in block_ids],
+        "hidden": group.hidden,
+        "project_id": None,
+    }
+
+
 def _llm_config_json(agent: Agent) -> dict[str, Any]:
     config = agent.llm_config
     return {
@@ -110,34 +128,15 @@ def _llm_config_json(agent: Agent) -> dict[str, Any]:
     }
 
 
-def _group_json(
-    group: Group, file_id: str, agent_ids: Mapping[str, str], block_ids: Mapping[str, str]
-) -> dict[str, Any]:
-    """Letta's GroupSchema: its create fields, with the file's ids (shared blocks the file holds)."""
-    return {
-        "id": file_id,
-        "agent_ids": [agent_ids[i] for i in group.agent_ids],
-        "description": group.description,
-        "manager_config": {
-            "manager_type": group.manager_type.value,
-            "manager_agent_id": agent_ids[group.manager_agent_id] if group.manager_agent_id else None,
-            "sleeptime_agent_frequency": group.sleeptime_agent_frequency,
-        },
-        "project_id": None,
-        "shared_block_ids": [block_ids[i] for i in group.shared_block_ids if i in block_ids],
-        "hidden": group.hidden,
-    }
-
-
 def export_agent_file(
     agents: Sequence[Agent],
     messages: Mapping[str, Sequence[Message]],
     *,
-    created_at: datetime,
     groups: Sequence[Group] = (),
+    created_at: datetime,
 ) -> dict[str, Any]:
-    """The Agent File of ``agents`` with every one of their ``messages`` (by agent id, oldest first)
-    and the ``groups`` they make (a group some of whose agents are not exported is left out).
+    """The Agent File of ``agents`` with every one of their ``messages`` (by agent id, oldest first),
+    and the ``groups`` among them (a main agent's sleep-time group).
 
     Ids become the file's own (``agent-0``, ``block-0``, ``tool-0``, ``message-0``... with blocks
     sorted by label and tools by name, as Letta writes them). Secrets keep their names, never
@@ -146,10 +145,9 @@ def export_agent_file(
     blocks = sorted({b.id: b for a in agents for b in a.blocks}.values(), key=lambda b: (b.label, b.id))
     tools = sorted({t.id: t for a in agents for t in a.tools}.values(), key=lambda t: (t.name, t.id))
     block_ids = {b.id: f"block-{i}" for i, b in enumerate(blocks)}
-    tool_ids = {t.id: f"tool-{i}" for i, t in enumerate(tools)}
     agent_ids = {a.id: f"agent-{i}" for i, a in enumerate(agents)}
-    kept = [g for g in groups if g.manager_agent_id in agent_ids and all(i in agent_ids for i in g.agent_ids)]
-    group_ids = {g.id: f"group-{i}" for i, g in enumerate(kept)}
+    group_ids = {g.id: f"group-{i}" for i, g in enumerate(groups)}
+    tool_ids = {t.id: f"tool-{i}" for i, t in enumerate(tools)}
     message_count = 0
     agents_json: list[dict[str, Any]] = []
     for index, agent in enumerate(agents):
@@ -191,7 +189,7 @@ def export_agent_file(
         )
     return {
         "agents": agents_json,
-        "groups": [_group_json(g, group_ids[g.id], agent_ids, block_ids) for g in kept],
+        "groups": [_group_json(g, group_ids[g.id], agent_ids, block_ids) for g in groups],
         "blocks": [_block_json(b, block_ids[b.id]) for b in blocks],
         "files": [],
         "sources": [],

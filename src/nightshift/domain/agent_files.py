@@ -2,18 +2,16 @@
 
 An Agent File is one JSON object: ``agents`` (each with its settings, ``block_ids`` and
 ``tool_ids`` naming entries of the file, its ``messages`` and the ``in_context_message_ids``
-among them), the ``blocks`` and ``tools`` they name, and the ``groups`` they make, with ids
-local to the file (``agent-0``, ``block-1``, ``message-3``, ``group-0``...). Letta's published
-files are double-encoded: the file is a JSON string holding the document, and it is decoded
-twice, as Letta does.
+among them), and the ``blocks`` and ``tools`` they name, with ids local to the file
+(``agent-0``, ``block-1``, ``message-3``...). Letta's published files are double-encoded: the
+file is a JSON string holding the document, and it is decoded twice, as Letta does.
 
 Written by :mod:`nightshift.domain.agent_file_export`.
 
 Everything here is pure: :func:`parse_agent_file` turns bytes into an :class:`AgentFile` or
 raises ``InvalidInput`` naming what is wrong, before anything is written. Unknown fields are
 ignored (Letta writes many that nightshift has no use for); parts that nightshift cannot hold
-(files, folders, MCP servers, groups of a kind other than sleep-time) are refused rather than
-dropped.
+(files, folders, groups, MCP servers) are refused rather than dropped.
 
 What a file would store meets the limits the API sets for the same fields (``domain/limits.py``:
 sizes, and values the databases can hold), so an imported agent is one the API could have made.
@@ -215,20 +213,15 @@ class FileAgent(_Part):
 
 
 class FileManagerConfig(_Part):
-    """A group's manager config (Letta's default kind is ``round_robin``, which nightshift refuses)."""
+    """A group's manager: its type (nightshift imports sleep-time groups), main agent and frequency."""
 
-    manager_type: Name = "round_robin"
+    manager_type: str = "round_robin"
     manager_agent_id: str | None = None
     sleeptime_agent_frequency: int | None = None
 
 
 class FileGroup(_Part):
-    """A group of the file: a main agent (``manager_config.manager_agent_id``) and its sleep-time
-    agents (``agent_ids``), both as the file's agent ids.
-
-    ``shared_block_ids`` that are not the file's blocks are left out: Letta writes its own
-    database's ids there (it does not map them to the file's), which name nothing once imported.
-    """
+    """A group of the file: its agents and main agent by their file ids."""
 
     id: str
     agent_ids: Ids = Field(default_factory=list)
@@ -244,7 +237,7 @@ class AgentFile(_Part):
     agents: list[FileAgent] = Field(default_factory=list)
     blocks: list[FileBlock] = Field(default_factory=list)
     tools: list[FileTool] = Field(default_factory=list)
-    groups: Annotated[list[FileGroup], Field(max_length=MAX_FILE_AGENTS)] = Field(default_factory=list)
+    groups: list[FileGroup] = Field(default_factory=list)
     files: list[Any] = Field(default_factory=list)
     sources: list[Any] = Field(default_factory=list)
     mcp_servers: list[Any] = Field(default_factory=list)
@@ -351,12 +344,13 @@ def _validated(document: dict[str, Any]) -> AgentFile:
         raise _problem("agents: the file holds no agents")
     if len(agents) > MAX_FILE_AGENTS:
         raise _problem(f"agents: the file holds {len(agents)} agents; an import takes at most {MAX_FILE_AGENTS}")
-    rest = _part(AgentFile, {**document, "agents": [], "blocks": [], "tools": []}, ())
+    rest = _part(AgentFile, {**document, "agents": [], "blocks": [], "tools": [], "groups": []}, ())
     return rest.model_copy(
         update={
             "agents": [_agent_part(given, index) for index, given in enumerate(agents)],
             "blocks": _parts(FileBlock, document, "blocks"),
             "tools": _parts(FileTool, document, "tools"),
+            "groups": _parts(FileGroup, document, "groups"),
         }
     )
 
@@ -375,10 +369,10 @@ def _check_unique(kind: str, ids: Sequence[str], seen: set[str]) -> None:
 def check_agent_file(document: AgentFile) -> None:
     """Refuse a file whose parts do not fit together or that holds what nightshift cannot import.
 
-    Checked: ids are unique; every block, tool, group and in-context message an agent names is
-    in the file; the in-context window starts with a system message; every in-context tool result
-    answers a call made before it; groups are sleep-time ones of the file's agents, each main
-    agent managing one at most; no files, folders or MCP servers.
+    Checked: ids are unique; every block, tool and in-context message an agent names is in the
+    file; the in-context window starts with a system message; every in-context tool result
+    answers a call made before it; groups are sleep-time groups of the file's agents; no files,
+    folders or MCP servers.
 
     Raises:
         InvalidInput: (field ``file``) the first problem found.
@@ -393,13 +387,13 @@ def check_agent_file(document: AgentFile) -> None:
     _check_unique("group", [g.id for g in document.groups], seen)
     block_ids = {b.id for b in document.blocks}
     tool_ids = {t.id for t in document.tools}
-    _check_groups(document)
+    _check_groups(document, block_ids)
     group_ids = {g.id for g in document.groups}
     for agent in document.agents:
         where = f"agent {agent.id} ({agent.name!r})"
-        unknown_groups = [str(i) for i in agent.group_ids or [] if i not in group_ids]
-        if unknown_groups:
-            raise _problem(f"{where} names groups the file does not hold: {', '.join(unknown_groups)}")
+        unknown = [i for i in agent.group_ids or () if i not in group_ids]
+        if unknown:
+            raise _problem(f"{where} names groups the file does not hold: {', '.join(map(str, unknown))}")
         for part in ("source_ids", "folder_ids", "files_agents", "memory_blocks", "tools"):
             if getattr(agent, part):
                 raise _problem(
@@ -415,32 +409,30 @@ def check_agent_file(document: AgentFile) -> None:
         _check_messages(agent, where, seen)
 
 
-def _check_groups(document: AgentFile) -> None:
-    """Each group a sleep-time one whose main and sleep-time agents are the file's; a main agent
-    manages one group at most and is none of its own sleep-time agents."""
+def _check_groups(document: AgentFile, block_ids: set[str]) -> None:
+    """Each group is a sleep-time group of agents of the file (a 422 naming another manager type)."""
     agent_ids = {a.id for a in document.agents}
-    managers: dict[str, str] = {}
+    managers: set[str] = set()
     for group in document.groups:
         where = f"group {group.id}"
-        config = group.manager_config
         try:
-            check_manager_type(config.manager_type)
-            check_frequency(config.sleeptime_agent_frequency)
+            check_manager_type(group.manager_config.manager_type)
+            check_frequency(group.manager_config.sleeptime_agent_frequency)
         except InvalidInput as exc:
             raise _problem(f"{where}: {exc.message}") from None
-        manager = config.manager_agent_id
-        if manager is None:
-            raise _problem(f"{where}: a sleeptime group needs its main agent, manager_config.manager_agent_id")
-        if not group.agent_ids:
-            raise _problem(f"{where}: a sleeptime group needs at least one agent in agent_ids")
-        missing = [i for i in [manager, *group.agent_ids] if i not in agent_ids]
+        manager = group.manager_config.manager_agent_id
+        if manager is None or manager not in agent_ids:
+            raise _problem(f"{where}: its manager_agent_id must be an agent of the file, got {manager!r}")
+        missing = [i for i in group.agent_ids if i not in agent_ids] + [
+            i for i in group.shared_block_ids if i not in block_ids
+        ]
         if missing:
-            raise _problem(f"{where} names agents the file does not hold: {', '.join(missing)}")
-        if manager in group.agent_ids:
-            raise _problem(f"{where}: its main agent {manager} is also one of its agent_ids")
+            raise _problem(f"{where} names agents or blocks the file does not hold: {', '.join(missing)}")
+        if not group.agent_ids or manager in group.agent_ids:
+            raise _problem(f"{where}: its agent_ids must name its sleep-time agents, without its manager")
         if manager in managers:
-            raise _problem(f"{where}: agent {manager} manages group {managers[manager]} already")
-        managers[manager] = group.id
+            raise _problem(f"{where}: agent {manager} manages another group of the file already")
+        managers.add(manager)
 
 
 def _check_messages(agent: FileAgent, where: str, seen: set[str]) -> None:

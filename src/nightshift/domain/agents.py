@@ -11,6 +11,7 @@ from typing import Any
 
 from nightshift.domain.blocks import Block
 from nightshift.domain.fast_init import fast_init
+from nightshift.domain.groups import Group
 from nightshift.domain.tool_rules import ToolRule
 from nightshift.domain.tools import Tool
 from nightshift.errors import InvalidInput
@@ -143,6 +144,7 @@ class Agent:
     message_buffer_autoclear: bool = False
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     managed_group_id: str | None = None
+    group: Group | None = None  # the group of ``managed_group_id``, loaded with the agent
     created_at: datetime
     updated_at: datetime
 

@@ -282,6 +282,19 @@ class Costs:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindCosts:
+    """What an organization's batch runs of one kind cost: runs, the agents they stepped, answered
+    requests, their tokens (None when no request was answered) and their costs."""
+
+    kind: BatchRunKind
+    runs: int = 0
+    agents: int = 0
+    requests: int = 0
+    usage: Usage | None = None
+    cost: Costs = field(default_factory=Costs)
+
+
 SUMMARY_VERSION = 1
 
 

@@ -3,27 +3,31 @@
 Pure: no I/O, no state; the same input gives the same answer. Rules, in order:
 
 1. a forced tool (``tool_choice`` naming one) is called;
-2. after a tool ran (a tool result follows the last real user message, heartbeats aside) it calls
+2. a sleep-time agent's request (it has ``memory_finish_edits`` and its last real user message is
+   a sleep-time transcript) gets one ``memory_insert`` of the facts the user stated in the
+   transcript, then ``memory_finish_edits`` (at once when there is nothing new to keep): the rule
+   lives in ``emulator/sleeptime.py``;
+3. after a tool ran (a tool result follows the last real user message, heartbeats aside) it calls
    ``send_message`` with a summary of the result, ``request_heartbeat`` false -- unless the user
    asked to remember something, a memory writer is there and none has run yet: then it saves the
    last result with it first (``request_heartbeat`` true);
-3. when the last user message names a custom tool (not send_message nor a memory tool) it calls
+4. when the last user message names a custom tool (not send_message nor a memory tool) it calls
    that tool with arguments drawn from the message, ``request_heartbeat`` true; when the message
    lists several things for it ("in Paris, Rome and Oslo") it calls it once per thing: all in one
    turn when the request allows parallel calls, else one per turn, then summarises every result;
-4. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
+5. when the message asks to remember something and ``core_memory_append`` or ``rethink_memory`` is
    there (for a letta_v1 request, ``memory_insert`` too), it calls that, ``request_heartbeat``
    true; several facts ("remember: A; B; C") are appended one per call: with parallel calls all
    in one turn together with ``send_message``, else one per turn and then ``send_message``;
-5. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
+6. otherwise it calls ``send_message`` with a reply, ``request_heartbeat`` false.
 
 A tool the client runs itself (Letta's ``client_tools``) is a custom tool to this model, and so
-is one that needs approval: a message that names it gets it called (rule 3), and the call waits
-for the client's answer on the server's side; the answer's results then count as results (rule 2).
+is one that needs approval: a message that names it gets it called (rule 4), and the call waits
+for the client's answer on the server's side; the answer's results then count as results (rule 3).
 
-In rule 2, a result that asks for another call ("... call read_page with page=8") gets it, with
+In rule 3, a result that asks for another call ("... call read_page with page=8") gets it, with
 ``request_heartbeat`` true, as a model follows a paging tool. A turn's results are summarised
-together (rule 2 looks at every result of the last turn). Heartbeats and system alerts (notices,
+together (rule 3 looks at every result of the last turn). Heartbeats and system alerts (notices,
 summaries of evicted messages) are not the user speaking.
 
 Without tools (or with tool choice "none") it answers with text: a reply, or, when the system
@@ -32,7 +36,7 @@ filled: as an argument when the tool's schema has it, as a text block otherwise.
 
 A letta_v1 request (no tool has ``request_heartbeat``; tool choice as sent, usually ``auto``) is
 answered by the same rules, except that a call comes without text (such a model speaks only in its
-final answer) and where rule 2 or 5 would call ``send_message`` and the agent has none, it answers
+final answer) and where rule 3 or 6 would call ``send_message`` and the agent has none, it answers
 in text: the summary of the results, or the reply.
 """
 
@@ -45,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from nightshift.emulator import sleeptime
 from nightshift.emulator.arguments import SKIPPED, TEXT_FIELDS, generate_arguments
 
 SEND_MESSAGE: Final = "send_message"
@@ -172,6 +177,14 @@ def _respond(model_input: ModelInput) -> ModelOutput:
             return plan
         thoughts = f"I was asked to call {forced.name}; filling it in from the conversation."
         return _call(forced, _arguments(forced, user_text), thoughts, heartbeat=True)
+    if sleeptime.is_sleeptime_request(tools, user_text):
+        edit = sleeptime.next_edit(
+            system=model_input.system, transcript=user_text, ran=[r.tool_name for r in results], tool_names=tools
+        )
+        tool = tools[edit.tool_name]
+        return _call(
+            tool, _arguments(tool, "", edit.arguments), edit.thoughts, heartbeat=edit.tool_name != sleeptime.FINISH
+        )
     plan = _plan(tools, user_text, results, model_input)
     if plan is not None:
         return plan

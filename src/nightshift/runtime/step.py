@@ -64,6 +64,9 @@ class Turn:
     # Set when the turn is the client's answer to a parked turn (whose assistant message is
     # stored already): the verdicts by call id; the calls without one run as usual.
     verdicts: Mapping[str, Verdict] | None = None
+    # When the model read the agent's memory (its request was built): a block edited after that by
+    # someone else (another agent sharing it, an API call) is one the model's rewrite did not see.
+    read_at: datetime | None = None
 
 
 class TurnReason(StrEnum):
@@ -342,7 +345,7 @@ async def _advance(
         # Keyed by the label as this step's edits left it (the memory tool may rename a block).
         current = (edited.get(b.id, b) for b in turn.agent.blocks)
         entry.context = AgentContext(
-            agent_id=turn.agent.id, blocks={b.label: b for b in current}, search=search, now=now
+            agent_id=turn.agent.id, blocks={b.label: b for b in current}, search=search, now=now, read_at=turn.read_at
         )
         try:
             entry.output = await run_base_tool(call.name, entry.context, arguments)

@@ -17,10 +17,6 @@ tools cannot be changed by a file). Any other Letta built-in (``tool_type`` othe
 when the organization has a tool of that name already, ``override_existing_tools`` replaces its
 source and schema with the file's (Letta's default), otherwise the existing one is used.
 
-Groups: the file's sleep-time groups are made anew, of the new agents (a main agent and its
-sleep-time agents, as ``POST /v1/groups`` makes them); their turn counts start again. An export
-holds the group the agent manages, with its sleep-time agents, as Letta's export does.
-
 Messages keep the file's order, times and in-context window. The system message (the first of
 the window) is rebuilt from the agent's system prompt and blocks by nightshift, since that is
 what the model will be shown at its next step anyway. Tool-call ids that a provider would
@@ -40,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.collector import collector_paused
 from nightshift.domain.agent_file_export import export_agent_file as agent_file_document
-from nightshift.domain.agent_files import AgentFile, FileAgent, FileGroup, FileMessage, FileTool, parse_agent_file
+from nightshift.domain.agent_files import AgentFile, FileAgent, FileMessage, FileTool, parse_agent_file
 from nightshift.domain.agents import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_MAX_TOKENS,
@@ -62,7 +58,6 @@ from nightshift.providers.registry import parse_model
 from nightshift.runtime.memory import compile_system_message
 from nightshift.services.agents import NewBlock, get_agent, new_block
 from nightshift.services.catalog import ModelNames
-from nightshift.services.groups import group_of
 from nightshift.services.tools import ensure_base_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
@@ -393,29 +388,23 @@ def _build(
         agents.append(agent)
         messages += own
     made = {spec.id: agent.id for spec, agent in zip(document.agents, agents, strict=True)}
-    groups = [_group(org_id, given, agents=made, blocks=blocks, now=now) for given in document.groups]
+    groups = [
+        Group(
+            id=new_id("group"),
+            organization_id=org_id,
+            manager_type=ManagerType.SLEEPTIME,
+            description=given.description,
+            agent_ids=tuple(made[i] for i in given.agent_ids),
+            manager_agent_id=made[given.manager_config.manager_agent_id or ""],
+            sleeptime_agent_frequency=given.manager_config.sleeptime_agent_frequency,
+            shared_block_ids=tuple(blocks[i].id for i in given.shared_block_ids),
+            hidden=given.hidden,
+            created_at=now,
+            updated_at=now,
+        )
+        for given in document.groups
+    ]
     return _Imported(blocks=list(blocks.values()), agents=agents, messages=messages, groups=groups)
-
-
-def _group(
-    org_id: str, given: FileGroup, *, agents: Mapping[str, str], blocks: Mapping[str, Block], now: datetime
-) -> Group:
-    """A sleep-time group of the file (checked: its agents are the file's), of the new agents."""
-    manager = given.manager_config.manager_agent_id
-    assert manager is not None
-    return Group(
-        id=new_id("group"),
-        organization_id=org_id,
-        manager_type=ManagerType.SLEEPTIME,
-        description=given.description,
-        agent_ids=tuple(dict.fromkeys(agents[i] for i in given.agent_ids)),
-        manager_agent_id=agents[manager],
-        sleeptime_agent_frequency=given.manager_config.sleeptime_agent_frequency,
-        shared_block_ids=tuple(blocks[i].id for i in given.shared_block_ids if i in blocks),
-        hidden=given.hidden,
-        created_at=now,
-        updated_at=now,
-    )
 
 
 async def import_agent_file(
@@ -466,18 +455,13 @@ async def _all_messages(conn: AsyncConnection, agent_id: str) -> list[Message]:
 async def export_agent_file(conn: AsyncConnection, org_id: str, agent_id: str, *, now: datetime) -> dict[str, Any]:
     """The agent as an Agent File document (JSON-ready) made at ``now``, with every message it has.
 
-    An agent that manages a sleep-time group is exported with it and its sleep-time agents, as
-    Letta's export pulls a group's agents in; a sleep-time agent alone is exported alone.
-
     Raises:
         NotFound: no such agent in this organization.
     """
     agent = await get_agent(conn, org_id, agent_id)
-    agents = [agent]
-    group = await group_of(conn, agent)
-    if group is not None:
-        helpers = await agent_store.load_agents(conn, org_id, group.agent_ids)
-        agents += [helpers[i] for i in group.agent_ids if i in helpers]
+    # An agent's sleep-time agents go with it, and their group, as Letta exports them.
+    helpers = await agent_store.load_agents(conn, org_id, agent.group.agent_ids) if agent.group else {}
+    agents = [agent, *helpers.values()]
     messages = {a.id: await _all_messages(conn, a.id) for a in agents}
-    groups = [] if group is None else [group]
-    return agent_file_document(agents, messages, created_at=now, groups=groups)
+    groups = [agent.group] if agent.group else []
+    return agent_file_document(agents, messages, groups=groups, created_at=now)

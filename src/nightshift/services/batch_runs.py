@@ -21,11 +21,13 @@ from nightshift.domain.approvals import Answer
 from nightshift.domain.batches import (
     BatchRun,
     BatchRunFailure,
+    BatchRunKind,
     BatchRunProgress,
     BatchRunRequest,
     BatchRunStatus,
     Costs,
     ItemOutcome,
+    KindCosts,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
@@ -190,11 +192,17 @@ async def list_batch_run_views(
     *,
     statuses: Sequence[BatchRunStatus] = (),
     has_failures: bool | None = None,
+    kind: BatchRunKind | None = None,
 ) -> list[BatchRunView]:
     """A page of the organization's runs; ``has_failures``: only those that failed or had an agent
     fail (True), or neither (False)."""
-    runs = await batch_run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures)
+    runs = await batch_run_store.list_runs(conn, org_id, page, statuses=statuses, has_failures=has_failures, kind=kind)
     return await views_of(conn, runs)
+
+
+async def costs_by_kind(conn: AsyncConnection, org_id: str) -> list[KindCosts]:
+    """What the organization's batch runs cost, by kind: the users' runs and the sleep-time agents'."""
+    return list((await batch_run_store.costs_by_kind(conn, org_id)).values())
 
 
 async def messages_of_batch_run(

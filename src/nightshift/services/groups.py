@@ -3,8 +3,9 @@ stepping the due ones now.
 
 ``enable_sleeptime`` on an agent (``pair``) makes what Letta makes: a ``sleeptime_agent`` named
 after it, on its model, sharing its blocks and with a ``memory_persona`` block of its own, and a
-group of manager type ``sleeptime`` that ties the two (frequency 5). When the sleep-time agents
-run is ``batch/sleeptime.py``'s.
+group of manager type ``sleeptime`` that ties the two (frequency 5). Unlike Letta's, the sleep-time
+agent clears its window after each run (``message_buffer_autoclear``; its messages stay in recall).
+When the sleep-time agents run is ``batch/sleeptime.py``'s.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from nightshift.domain.groups import (
     check_frequency,
 )
 from nightshift.domain.messages import Message
-from nightshift.domain.unset import UNSET, Maybe
+from nightshift.domain.unset import UNSET, Maybe, set_fields
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
 from nightshift.runtime.prompts import SLEEPTIME_PERSONA
@@ -66,6 +67,9 @@ async def pair(
             block_ids=[b.id for b in main.blocks],
             memory_blocks=[] if main.block(PERSONA_LABEL) else [NewBlock(label=PERSONA_LABEL, value=SLEEPTIME_PERSONA)],
             initial_messages=(),
+            # Each run's transcript is folded into the blocks: the next run needs the blocks and its
+            # own transcript, not the earlier ones (a window that grew would be paid at every run).
+            message_buffer_autoclear=True,
         )
         for main in mains
     ]
@@ -86,23 +90,6 @@ async def pair(
     ]
     await group_store.insert_groups(conn, made)
     return made
-
-
-async def group_of(conn: AsyncConnection, agent: Agent) -> Group | None:
-    """The group the agent manages, if any."""
-    if agent.managed_group_id is None:
-        return None
-    return (await group_store.get_groups(conn, agent.organization_id, [agent.managed_group_id])).get(
-        agent.managed_group_id
-    )
-
-
-async def groups_of(conn: AsyncConnection, agents: Sequence[Agent]) -> dict[str, Group]:
-    """The groups these agents manage, by group id (no statement when none manages one)."""
-    ids = [a.managed_group_id for a in agents if a.managed_group_id]
-    if not ids:
-        return {}
-    return await group_store.get_groups(conn, agents[0].organization_id, ids)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,15 +166,10 @@ async def get_group(conn: AsyncConnection, org_id: str, group_id: str) -> Group:
 
 
 async def list_groups(
-    conn: AsyncConnection,
-    org_id: str,
-    page: Page,
-    *,
-    manager_type: ManagerType | None = None,
-    show_hidden: bool = False,
+    conn: AsyncConnection, org_id: str, page: Page, *, manager_type: ManagerType | None = None
 ) -> list[Group]:
-    """A page of the organization's groups, in the page's order; hidden ones only with ``show_hidden``."""
-    ids = await group_store.list_group_ids(conn, org_id, page, manager_type=manager_type, show_hidden=show_hidden)
+    """A page of the organization's groups, in the page's order."""
+    ids = await group_store.list_group_ids(conn, org_id, page, manager_type=manager_type)
     found = await group_store.get_groups(conn, org_id, ids)
     return [found[i] for i in ids if i in found]
 
@@ -197,17 +179,12 @@ async def update_group(
 ) -> Group:
     """Apply ``changes`` to the group (same checks as ``create_group``)."""
     group = await get_group(conn, org_id, group_id)
-    updated = group
-    if changes.agent_ids is not UNSET:
-        updated = replace(updated, agent_ids=tuple(dict.fromkeys(changes.agent_ids)))
-    if changes.description is not UNSET:
-        updated = replace(updated, description=changes.description)
-    if changes.manager_agent_id is not UNSET:
-        updated = replace(updated, manager_agent_id=changes.manager_agent_id)
-    if changes.sleeptime_agent_frequency is not UNSET:
-        updated = replace(updated, sleeptime_agent_frequency=check_frequency(changes.sleeptime_agent_frequency))
-    if changes.shared_block_ids is not UNSET:
-        updated = replace(updated, shared_block_ids=tuple(changes.shared_block_ids))
+    fields = set_fields(changes)
+    for name in ("agent_ids", "shared_block_ids"):
+        if name in fields:
+            fields[name] = tuple(dict.fromkeys(fields[name]))
+    check_frequency(fields.get("sleeptime_agent_frequency"))
+    updated = replace(group, **fields)
     await _check_members(conn, updated, current=group)
     updated = replace(updated, updated_at=now)
     await group_store.update_group(conn, updated)
@@ -221,15 +198,10 @@ async def delete_group(conn: AsyncConnection, org_id: str, group_id: str) -> Non
 
 
 async def group_messages(conn: AsyncConnection, org_id: str, group_id: str, page: Page) -> list[Message]:
-    """A page of the group's conversation: its main agent's messages, in the page's order.
-
-    As Letta's: the sleep-time agents' own messages (the transcripts they were given, their
-    memory edits) are theirs, listed with their agent, not the group's.
-    """
+    """A page of the messages of the group's agents (main and sleep-time), in the page's order."""
     group = await get_group(conn, org_id, group_id)
-    if group.manager_agent_id is None:
-        return []
-    return await message_store.list_agent_messages(conn, group.manager_agent_id, page)
+    agent_ids = [a for a in (group.manager_agent_id, *group.agent_ids) if a is not None]
+    return await message_store.list_messages_of_agents(conn, agent_ids, page)
 
 
 async def run_due(

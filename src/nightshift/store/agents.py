@@ -34,6 +34,7 @@ from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.store.blocks import agent_block
 from nightshift.store.bulk import bound_ids, in_bound, in_ids
+from nightshift.store.groups import get_groups
 from nightshift.store.mapping import row_reader, to_values
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, deleted_agents, tools
@@ -83,12 +84,16 @@ _to_agent = row_reader(
     Agent,
     agents,
     after=2,
-    given=("blocks", "tools", "tags"),
+    given=("blocks", "tools", "tags", "group"),
     llm_config=_to_llm_config,
     tool_rules=parse_tool_rules,
     message_ids=tuple,
     agent_type=AgentType,
 )
+
+
+# Where a row of ``agents``' columns holds the group the agent manages.
+_MANAGED = [column.name for column in agents.columns].index("managed_group_id")
 
 
 async def insert_agents(conn: AsyncConnection, new: Sequence[Agent]) -> None:
@@ -115,7 +120,8 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     """The agents of ``org_id`` among ``ids``, fully loaded, keyed by id (missing ids are absent).
 
     Three statements: the agents with their tags and tool links (one row each), their blocks, and
-    the tools they use (each tool once: every agent has the base tools). Each statement costs a
+    the tools they use (each tool once: every agent has the base tools); three more when some of
+    them manage a group (``store.groups.get_groups``). Each statement costs a
     round trip (on SQLite, a hop to its thread and back), which is most of what reading one agent
     costs.
     """
@@ -133,9 +139,16 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     links = {row[0]: _ordered_tool_ids(row[-1]) for row in rows}
     tool_ids = {tool_id for ids_ in links.values() for tool_id in ids_}
     by_id = {row.id: to_tool(row) for row in await conn.execute(tool_query, {"ids": bound_ids(conn, tool_ids)})}
+    # The groups they manage (sleep-time agents'): no statement when none manages one.
+    managed = [row[_MANAGED] for row in rows if row[_MANAGED] is not None]
+    groups = await get_groups(conn, org_id, managed) if managed else {}
     return {
         row[0]: _to_agent(
-            row, tuple(block_map[row[0]]), tuple(by_id[i] for i in links[row[0]]), tuple(sorted(_tag_list(row[-2])))
+            row,
+            tuple(block_map[row[0]]),
+            tuple(by_id[i] for i in links[row[0]]),
+            tuple(sorted(_tag_list(row[-2]))),
+            groups.get(row[_MANAGED]) if row[_MANAGED] is not None else None,
         )
         for row in rows
     }

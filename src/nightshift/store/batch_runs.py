@@ -6,10 +6,19 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, literal_column, or_, select, text, update
+from sqlalchemy import Row, delete, func, insert, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, BatchRunKind, BatchRunStatus, ItemOutcome
+from nightshift.domain.batches import (
+    TERMINAL_RUN_STATUSES,
+    BatchRun,
+    BatchRunKind,
+    BatchRunStatus,
+    Costs,
+    ItemOutcome,
+    KindCosts,
+)
+from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
@@ -48,10 +57,13 @@ async def list_runs(
     *,
     statuses: Sequence[BatchRunStatus] = (),
     has_failures: bool | None = None,
+    kind: BatchRunKind | None = None,
 ) -> list[BatchRun]:
-    """A page of the organization's runs, with these statuses if any; ``has_failures``: only runs
-    that failed or in which some agent failed (True), or only the others (False)."""
+    """A page of the organization's runs, with these statuses if any, of this kind if given;
+    ``has_failures``: only runs that failed or in which some agent failed (True), or only the others (False)."""
     query = select(batch_runs).where(batch_runs.c.organization_id == org_id)
+    if kind is not None:
+        query = query.where(batch_runs.c.kind == kind.value)
     if statuses:
         query = query.where(batch_runs.c.status.in_([s.value for s in statuses]))
     if has_failures is not None:
@@ -245,3 +257,33 @@ async def is_queued(conn: AsyncConnection, run_id: str) -> bool:
     """Whether the run still holds queued requests (its first step is not written yet)."""
     query = select(batch_run_requests.c.batch_run_id).where(batch_run_requests.c.batch_run_id == run_id).limit(1)
     return (await conn.scalar(query)) is not None
+
+
+async def costs_by_kind(conn: AsyncConnection, org_id: str) -> dict[BatchRunKind, KindCosts]:
+    """The organization's runs, the agents they stepped, answered requests, their tokens and costs
+    summed by the runs' kind, in one statement (every kind present, zero when it has no run)."""
+    query = (
+        select(
+            batch_runs.c.kind,
+            func.count(func.distinct(batch_runs.c.id)),
+            func.count(func.distinct(batch_items.c.agent_id)),
+            func.count(batch_items.c.usage),
+            # A key no item holds (usage stored before it existed) sums to NULL: zero, as for each item.
+            *(func.coalesce(func.sum(batch_items.c.usage[key].as_integer()), 0) for key in USAGE_KEYS),
+            func.coalesce(func.sum(batch_items.c.cost_usd), 0.0),
+            func.coalesce(func.sum(batch_items.c.cost_without_batch_usd), 0.0),
+            func.coalesce(func.sum(batch_items.c.cache_savings_usd), 0.0),
+        )
+        .select_from(batch_runs.outerjoin(batch_items, batch_items.c.batch_run_id == batch_runs.c.id))
+        .where(batch_runs.c.organization_id == org_id)
+        .group_by(batch_runs.c.kind)
+    )
+    found = {kind: KindCosts(kind=kind) for kind in BatchRunKind}
+    for kind, runs, agents, requests, *sums in await conn.execute(query):
+        tokens, (usd, without_batch, cache) = sums[: len(USAGE_KEYS)], sums[len(USAGE_KEYS) :]
+        usage = Usage.from_json({k: int(t) for k, t in zip(USAGE_KEYS, tokens, strict=True)}) if requests else None
+        cost = Costs(usd=float(usd), without_batch_usd=float(without_batch), cache_savings_usd=float(cache))
+        found[BatchRunKind(kind)] = KindCosts(
+            kind=BatchRunKind(kind), runs=runs, agents=agents, requests=requests, usage=usage, cost=cost
+        )
+    return found

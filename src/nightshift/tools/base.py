@@ -55,6 +55,7 @@ class AgentContext:
     blocks: dict[str, Block]
     search: MemorySearch
     now: datetime  # what an edited block is stamped with: the step's time, from the caller's clock
+    read_at: datetime | None = None  # when the model read this memory (its request was built), if known
     changed_labels: set[str] = field(default_factory=set)
     new_passages: list[str] = field(default_factory=list)
 
@@ -236,6 +237,11 @@ def memory_insert(agent_state: AgentContext, label: str, new_str: str, insert_li
     return _EDITED.format(label=label)
 
 
+_REPLACED_UNSEEN = (
+    "Block {label!r} had been edited after you read it, and your rewrite replaced that edit; it held:\n{value}"
+)
+
+
 def memory_rethink(agent_state: AgentContext, label: str, new_memory: str) -> str:
     """Rewrite a whole memory block, to reorganise or condense it; for small edits use memory_replace or memory_insert.
 
@@ -247,7 +253,15 @@ def memory_rethink(agent_state: AgentContext, label: str, new_memory: str) -> st
         A confirmation.
     """
     _no_line_numbers("new_memory", new_memory)
+    before = agent_state.block(label)
     agent_state.set_value(label, new_memory)
+    read_at = agent_state.read_at
+    edited_by_others = read_at is not None and read_at < before.updated_at < agent_state.now  # (this turn's: now)
+    if edited_by_others and before.value != new_memory:
+        # Someone else edited the block after the model read it: the rewrite wins, and what it
+        # replaced stays on record in this result (a sleep-time agent's rewrite of a block its
+        # main agent changed meanwhile, say).
+        return f"{_EDITED.format(label=label)} {_REPLACED_UNSEEN.format(label=label, value=before.value)}"
     return _EDITED.format(label=label)
 
 

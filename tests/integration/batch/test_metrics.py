@@ -158,9 +158,11 @@ async def test_metrics_move_as_a_run_steps(app: FastAPI, runs: Runs, admin: Emul
     usage = done["progress"]["usage"]
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     for kind, key in TOKEN_KINDS.items():
-        assert after("nightshift_tokens_total", provider=PROVIDER, model=MODEL, kind=kind) == usage.get(key, 0), kind
+        assert after(
+            "nightshift_tokens_total", provider=PROVIDER, model=MODEL, kind=kind, run_kind="main"
+        ) == usage.get(key, 0), kind
     assert done["progress"]["cost_usd"] > 0
-    assert after("nightshift_cost_usd_total", provider=PROVIDER, model=MODEL) == pytest.approx(
+    assert after("nightshift_cost_usd_total", provider=PROVIDER, model=MODEL, run_kind="main") == pytest.approx(
         done["progress"]["cost_usd"], abs=1e-6
     )
     # Reading the cluster's figures costs the same few statements, whatever is in the database.
@@ -193,8 +195,8 @@ async def test_two_processes_count_their_own_work_and_see_the_same_cluster(
     assert mine.stages() == {"submit": 1, "poll": 0, "apply": 0, "cancel": 0}
     assert theirs.stages() == {"submit": 0, "poll": 1, "apply": 1, "cancel": 0}
     output = done["progress"]["usage"]["output_tokens"]
-    assert mine("nightshift_tokens_total", provider=PROVIDER, model=MODEL, kind="output") == 0
-    assert theirs("nightshift_tokens_total", provider=PROVIDER, model=MODEL, kind="output") == output
+    assert mine("nightshift_tokens_total", provider=PROVIDER, model=MODEL, kind="output", run_kind="main") == 0
+    assert theirs("nightshift_tokens_total", provider=PROVIDER, model=MODEL, kind="output", run_kind="main") == output
     # The cluster's figures come from the shared database: the same in both.
     assert mine.cluster() == theirs.cluster()
     assert mine("nightshift_runs", status="completed") == 1

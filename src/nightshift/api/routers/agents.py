@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.api.agent_json import agent_response, agents_response
 from nightshift.api.context_schemas import ContextWindowOverview
@@ -28,8 +26,7 @@ from nightshift.api.schemas import (
     secrets_of,
 )
 from nightshift.api.tool_schemas import ToolPublic
-from nightshift.domain.agents import Agent, AgentType, LLMConfig, check_agent_type
-from nightshift.domain.groups import Group
+from nightshift.domain.agents import AgentType, LLMConfig, check_agent_type
 from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
 from nightshift.domain.pagination import Page
 from nightshift.domain.unset import UNSET, Maybe, given
@@ -56,20 +53,6 @@ IncludeQuery = Annotated[
     list[AgentRelation] | None,
     Query(description="Letta's: the relations to fill; without it, all of them", max_length=8),
 ]
-
-
-async def groups_shown(
-    conn: AsyncConnection, agents: Sequence[Agent], include: Collection[AgentRelation] | None = None
-) -> dict[str, Group]:
-    """The groups the agents manage, when the view shows them (no statement when none manages one)."""
-    if include is not None and "agent.managed_group" not in include:
-        return {}
-    return await groups.groups_of(conn, agents)
-
-
-async def shown(conn: AsyncConnection, agent: Agent) -> AgentPublic:
-    """The agent's view, with the group it manages."""
-    return AgentPublic.of(agent, groups=await groups.groups_of(conn, [agent]))
 
 
 @router.post("/v1/agents/")
@@ -108,7 +91,7 @@ async def create_agent(body: AgentCreate, conn: Conn, org: Org, state: State, no
     if spec.enable_sleeptime:
         await groups.pair(conn, org, [agent], now=now)
         agent = await service.get_agent(conn, org, agent.id)
-    return await shown(conn, agent)
+    return AgentPublic.of(agent)
 
 
 @router.get("/v1/agents/", response_model=list[AgentPublic])
@@ -128,20 +111,19 @@ async def list_agents(
     """A page of agents, oldest first (``order=desc`` for newest first).
 
     ``include`` names the relations to fill (``agent.blocks``, ``agent.tags``, ``agent.tools``,
-    ``agent.secrets``, ``agent.managed_group``); without it every one is. Leaving ``agent.tools`` out makes a page much
+    ``agent.secrets``); without it every one is. Leaving ``agent.tools`` out makes a page much
     smaller: each agent's tools carry their JSON schemas again.
     """
     agents = await service.list_agents(
         conn, org, page, name=name, tags=tags or (), match_all_tags=match_all_tags, query_text=query_text
     )
-    return agents_response(agents, include=include, groups=await groups_shown(conn, agents, include))
+    return agents_response(agents, include=include)
 
 
 @router.get("/v1/agents/{agent_id}", response_model=AgentPublic)
 async def get_agent(agent_id: str, conn: ReadConn, org: Org, include: IncludeQuery = None) -> Response:
     """The agent; ``include`` as for the list (without it, every relation is filled)."""
-    agent = await service.get_agent(conn, org, agent_id)
-    return agent_response(agent, include=include, groups=await groups_shown(conn, [agent], include))
+    return agent_response(await service.get_agent(conn, org, agent_id), include=include)
 
 
 @router.patch("/v1/agents/{agent_id}")
@@ -161,7 +143,7 @@ async def update_agent(agent_id: str, body: AgentUpdate, conn: Conn, org: Org, s
     agent = await service.update_agent(conn, org, agent_id, changes, now=now)
     if body.enable_sleeptime and await groups.pair(conn, org, [agent], now=now):
         agent = await service.get_agent(conn, org, agent.id)
-    return await shown(conn, agent)
+    return AgentPublic.of(agent)
 
 
 async def _new_llm_config(
@@ -205,7 +187,7 @@ async def list_agent_tools(agent_id: str, conn: ReadConn, org: Org, page: PageQu
 
 @router.patch("/v1/agents/{agent_id}/tools/attach/{tool_id}")
 async def attach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
-    return await shown(conn, await service.attach_tool(conn, org, agent_id, tool_id, now=now))
+    return AgentPublic.of(await service.attach_tool(conn, org, agent_id, tool_id, now=now))
 
 
 class ApprovalSetting(Body):
@@ -232,13 +214,13 @@ async def set_tool_approval(
     if requires is None:
         raise InvalidInput("give requires_approval (true or false) in the body", field="requires_approval")
     agent = await service.set_requires_approval(conn, org, agent_id, tool_name, requires, now=now)
-    return await shown(conn, agent)
+    return AgentPublic.of(agent)
 
 
 @router.patch("/v1/agents/{agent_id}/tools/detach/{tool_id}")
 async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
     """Detach a tool; tool rules that name it stay, and hold again if it comes back."""
-    return await shown(conn, await service.detach_tool(conn, org, agent_id, tool_id, now=now))
+    return AgentPublic.of(await service.detach_tool(conn, org, agent_id, tool_id, now=now))
 
 
 @router.get("/v1/agents/{agent_id}/core-memory/blocks")
@@ -267,12 +249,12 @@ async def update_agent_block(
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/attach/{block_id}")
 async def attach_block(agent_id: str, block_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
-    return await shown(conn, await service.attach_block(conn, org, agent_id, block_id, now=now))
+    return AgentPublic.of(await service.attach_block(conn, org, agent_id, block_id, now=now))
 
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/detach/{block_id}")
 async def detach_block(agent_id: str, block_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
-    return await shown(conn, await service.detach_block(conn, org, agent_id, block_id, now=now))
+    return AgentPublic.of(await service.detach_block(conn, org, agent_id, block_id, now=now))
 
 
 @router.get("/v1/agents/{agent_id}/context")
@@ -329,7 +311,7 @@ async def reset_messages(
     while the agent is stepping.
     """
     add = body.add_default_initial_messages if body is not None else False
-    return await shown(conn, await service.reset_messages(conn, org, agent_id, add_default_messages=add, now=now))
+    return AgentPublic.of(await service.reset_messages(conn, org, agent_id, add_default_messages=add, now=now))
 
 
 class GenerateBody(Body):

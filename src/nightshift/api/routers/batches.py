@@ -12,16 +12,18 @@ from nightshift.api.approval_schemas import client_tools_of
 from nightshift.api.batch_schemas import BatchCreate
 from nightshift.api.batch_views import (
     BatchRunAgents,
+    BatchRunCosts,
     BatchRunMessages,
     BatchRunPublic,
     agent_in_run_json,
     batch_run_json,
     json_response,
+    kind_costs_json,
     run_message_json,
 )
 from nightshift.api.deps import Now, Org, ReadConn, State
 from nightshift.api.routers.params import PageQuery
-from nightshift.domain.batches import BatchRunRequest, BatchRunStatus
+from nightshift.domain.batches import BatchRunKind, BatchRunRequest, BatchRunStatus
 from nightshift.domain.pagination import Page
 from nightshift.services import batch_runs
 
@@ -105,14 +107,28 @@ async def list_batches(
             " failed agents too); false: only the others"
         ),
     ] = None,
+    kind: Annotated[
+        BatchRunKind | None,
+        Query(description="main: the runs POST /v1/messages/batches made; sleeptime: the sleep-time agents' runs"),
+    ] = None,
 ) -> Response:
     """Batch runs of every status (filter with ``status``), oldest first (``order=desc`` for newest).
 
     ``status`` is Letta's: a run is ``completed`` when some agent finished, even if others failed
     (``progress.agents.failed`` counts them); ``has_failures=true`` finds those runs and the failed ones.
     """
-    views = await batch_runs.list_batch_run_views(conn, org, page, statuses=status or (), has_failures=has_failures)
+    views = await batch_runs.list_batch_run_views(
+        conn, org, page, statuses=status or (), has_failures=has_failures, kind=kind
+    )
     return json_response([batch_run_json(view) for view in views])
+
+
+@router.get("/v1/messages/batches/costs", response_model=BatchRunCosts)
+async def batch_costs(conn: ReadConn, org: Org) -> Response:
+    """What the organization's batch runs cost, by kind: ``main`` (the runs POST
+    /v1/messages/batches made) and ``sleeptime`` (the sleep-time agents'), each with what the
+    normal API would have charged for the same tokens and what the prompt cache saved."""
+    return json_response(kind_costs_json(await batch_runs.costs_by_kind(conn, org)))
 
 
 @router.get("/v1/messages/batches/{run_id}", response_model=BatchRunPublic)

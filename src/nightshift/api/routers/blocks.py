@@ -10,7 +10,6 @@ from nightshift.api.deps import Conn, Now, Org, ReadConn
 from nightshift.api.routers.params import PageQuery
 from nightshift.api.schemas import AgentPublic, BlockCreate, BlockPublic, BlockUpdate
 from nightshift.services import blocks as service
-from nightshift.services import groups
 
 router = APIRouter(tags=["blocks"])
 
@@ -52,5 +51,4 @@ async def delete_block(block_id: str, conn: Conn, org: Org) -> dict[str, str]:
 @router.get("/v1/blocks/{block_id}/agents")
 async def block_agents(block_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[AgentPublic]:
     """The agents sharing this block, oldest first (``order=desc`` for newest first)."""
-    agents = await service.block_agents(conn, org, block_id, page)
-    return AgentPublic.many(agents, groups=await groups.groups_of(conn, agents))
+    return AgentPublic.many(await service.block_agents(conn, org, block_id, page))

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
 from nightshift.api.batch_views import BatchRunPublic, batch_run_json, json_response
 from nightshift.api.deps import Conn, Now, Org, ReadConn, State
-from nightshift.api.group_schemas import GroupCreate, GroupPublic, GroupUpdate
+from nightshift.api.group_schemas import GroupCreate, GroupPublic, GroupUpdate, group_json
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import to_letta_messages
-from nightshift.api.routers.agent_messages import ShownView
 from nightshift.api.routers.params import PageQuery
-from nightshift.domain.groups import ManagerType
-from nightshift.domain.pagination import Page
+from nightshift.domain.groups import ManagerType, check_manager_type
+from nightshift.domain.unset import UNSET
 from nightshift.errors import InvalidInput
 from nightshift.services import groups
+from nightshift.services.groups import GroupChanges, GroupSpec
 
 router = APIRouter(tags=["groups"])
 
@@ -48,15 +48,22 @@ async def run_sleeptime(body: SleeptimeRunBody, state: State, org: Org) -> Respo
 
 @router.post("/v1/groups/", response_model=GroupPublic)
 @router.post("/v1/groups", include_in_schema=False, response_model=GroupPublic)
-async def create_group(body: GroupCreate, conn: Conn, org: Org, now: Now) -> GroupPublic:
-    """Make a sleep-time group of agents that exist: ``manager_config.manager_agent_id`` is the
-    main agent (the one the user talks to), ``agent_ids`` its sleep-time agents. Without
-    ``sleeptime_agent_frequency`` they run after every turn of the main agent, as in Letta.
-
-    Other manager types (round_robin, Letta's default, supervisor, dynamic, voice_sleeptime,
-    swarm) are a 422; a main agent that manages a group already is a 409.
-    """
-    return GroupPublic.of(await groups.create_group(conn, org, body.to_spec(), now=now))
+async def create_group(body: GroupCreate, conn: Conn, org: Org, now: Now) -> dict[str, Any]:
+    """Make a sleep-time group of agents that exist: ``manager_config.manager_agent_id`` is the main
+    agent, ``agent_ids`` its sleep-time agents (``enable_sleeptime`` on an agent makes both at once).
+    The other manager types are a 422 that names them."""
+    config = body.manager_config.checked()
+    if config.manager_agent_id is None:
+        raise InvalidInput("a sleeptime group needs manager_config.manager_agent_id", field="manager_config")
+    spec = GroupSpec(
+        agent_ids=body.agent_ids,
+        manager_agent_id=config.manager_agent_id,
+        description=body.description,
+        sleeptime_agent_frequency=config.sleeptime_agent_frequency,
+        shared_block_ids=body.shared_block_ids,
+        hidden=body.hidden,
+    )
+    return group_json(await groups.create_group(conn, org, spec, now=now))
 
 
 @router.get("/v1/groups/", response_model=list[GroupPublic])
@@ -65,60 +72,51 @@ async def list_groups(
     conn: ReadConn,
     org: Org,
     page: PageQuery,
-    manager_type: Annotated[str | None, Query(max_length=64, description="Only groups of this manager type")] = None,
-    show_hidden_groups: Annotated[bool, Query(description="Include the groups marked hidden")] = False,
-) -> list[GroupPublic]:
-    """A page of the organization's groups, oldest first (``order=desc`` for newest first); as
-    Letta's, hidden groups only with ``show_hidden_groups``."""
+    manager_type: Annotated[str | None, Query(description="Only groups of this manager type")] = None,
+) -> list[dict[str, Any]]:
+    """A page of the organization's groups, oldest first (``order=desc`` for newest)."""
     kind = None if manager_type is None else _listed_type(manager_type)
-    found = await groups.list_groups(conn, org, page, manager_type=kind, show_hidden=show_hidden_groups)
-    return [GroupPublic.of(g) for g in found]
+    return [group_json(g) for g in await groups.list_groups(conn, org, page, manager_type=kind)]
 
 
 def _listed_type(value: str) -> ManagerType:
-    """A manager type to filter on: any of Letta's (the others simply have no groups here)."""
     try:
         return ManagerType(value)
     except ValueError:
-        raise InvalidInput(
-            f"unknown manager_type {value!r}; Letta's are {', '.join(t.value for t in ManagerType)}",
-            field="query.manager_type",
-        ) from None
+        return check_manager_type(value, field_name="manager_type")  # raises, naming the types
 
 
 @router.get("/v1/groups/{group_id}", response_model=GroupPublic)
-async def get_group(group_id: str, conn: ReadConn, org: Org) -> GroupPublic:
-    return GroupPublic.of(await groups.get_group(conn, org, group_id))
+async def get_group(group_id: str, conn: ReadConn, org: Org) -> dict[str, Any]:
+    return group_json(await groups.get_group(conn, org, group_id))
 
 
 @router.patch("/v1/groups/{group_id}", response_model=GroupPublic)
-async def update_group(group_id: str, body: GroupUpdate, conn: Conn, org: Org, now: Now) -> GroupPublic:
-    """Change a group's agents, description, main agent, frequency or shared blocks; absent or
-    null fields stay as they are. The same checks as on creation."""
-    return GroupPublic.of(await groups.update_group(conn, org, group_id, body.to_changes(), now=now))
+async def update_group(group_id: str, body: GroupUpdate, conn: Conn, org: Org, now: Now) -> dict[str, Any]:
+    """Change a group's agents, description, main agent or sleep-time frequency (fields left out or
+    null stay as they are; ``manager_config.sleeptime_agent_frequency`` null keeps it too)."""
+    config = None if body.manager_config is None else body.manager_config.checked()
+    changes = GroupChanges(
+        agent_ids=UNSET if body.agent_ids is None else body.agent_ids,
+        description=UNSET if body.description is None else body.description,
+        manager_agent_id=UNSET if config is None or config.manager_agent_id is None else config.manager_agent_id,
+        sleeptime_agent_frequency=(
+            UNSET if config is None or config.sleeptime_agent_frequency is None else config.sleeptime_agent_frequency
+        ),
+        shared_block_ids=UNSET if body.shared_block_ids is None else body.shared_block_ids,
+    )
+    return group_json(await groups.update_group(conn, org, group_id, changes, now=now))
 
 
-@router.delete("/v1/groups/{group_id}")
-async def delete_group(group_id: str, conn: Conn, org: Org) -> dict[str, str]:
-    """Delete a group; its agents stay (the main agent has no sleep-time agent any more, and the
-    sleep-time agents are ordinary agents of type sleeptime_agent)."""
+@router.delete("/v1/groups/{group_id}", response_model=None)
+async def delete_group(group_id: str, conn: Conn, org: Org) -> None:
+    """Delete the group; its agents stay, and its main agent has no sleep-time agent any more."""
     await groups.delete_group(conn, org, group_id)
-    return {"message": f"Group id={group_id} successfully deleted"}
 
 
 @router.get("/v1/groups/{group_id}/messages")
-async def list_group_messages(
-    group_id: str,
-    conn: ReadConn,
-    org: Org,
-    view: ShownView,
-    before: Annotated[str | None, Query(description="A message id: the messages before it in the sort order")] = None,
-    after: Annotated[str | None, Query(description="A message id: the messages after it in the sort order")] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
-    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
-) -> list[dict[str, Any]]:
-    """The group's conversation: its main agent's messages in Letta's shapes, newest first by
-    default, paged as ``GET /v1/agents/{agent_id}/messages`` is (Letta's default page is 10)."""
-    page = Page(before=before, after=after, limit=limit, order=order)
+async def list_group_messages(group_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
+    """The messages of the group's agents (its main agent's and its sleep-time agents'), in Letta's
+    shapes as its defaults show them, oldest first (``order=desc`` for newest)."""
     messages = await groups.group_messages(conn, org, group_id, page)
-    return [part for message in messages for part in to_letta_messages(message, view)]
+    return [part for message in messages for part in to_letta_messages(message)]

@@ -20,6 +20,8 @@ const state = {
   filter: "all",
   limit: PAGE,
   runs: null, // the list view's runs, newest first
+  costs: null, // the organization's costs by kind of run (main, sleeptime), for the list's header
+  costsFor: null, // the list's ended runs when the costs were read
   run: null, // the run view's run
   messages: null, // the run view's latest messages, newest first
   messagesTruncated: false,
@@ -134,8 +136,20 @@ async function loadList() {
     limit: state.limit,
     ...FILTERS[state.filter].params,
   });
+  // The costs add up every run of the organization: read again when a shown run has ended since
+  // (or on Refresh), not at each poll of a running one.
+  const ended = runs
+    .filter((run) => !isActive(run))
+    .map((run) => run.id)
+    .join();
+  const reread = state.costs === null || state.forceReload || ended !== state.costsFor;
+  const costs = reread ? await getJson("/v1/messages/batches/costs") : null;
   return () => {
     state.runs = runs;
+    if (costs) {
+      state.costs = costs;
+      state.costsFor = ended;
+    }
   };
 }
 

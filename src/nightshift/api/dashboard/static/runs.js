@@ -1,6 +1,16 @@
 // The list of batch runs, newest first, and the empty state that says how to start one.
 
-import { formatAgo, formatClock, formatDuration, formatInt, fullTime, h, icon, parseTime } from "./format.js";
+import {
+  formatAgo,
+  formatClock,
+  formatDuration,
+  formatInt,
+  formatUsd,
+  fullTime,
+  h,
+  icon,
+  parseTime,
+} from "./format.js";
 import {
   agentCounts,
   costCell,
@@ -15,13 +25,15 @@ import {
 } from "./parts.js";
 
 // Each filter's query to GET /v1/messages/batches. "Failed" finds runs that failed and completed
-// runs in which some agent failed (the API's has_failures); the statuses are Letta's.
+// runs in which some agent failed (the API's has_failures); the statuses are Letta's. "Sleep-time"
+// keeps the sleep-time agents' runs (the API's kind), which the poller gathers on its own.
 export const FILTERS = {
   all: { label: "All", params: {} },
   active: { label: "Active", params: { status: ["created", "running"] } },
   completed: { label: "Completed", params: { status: ["completed"] } },
   failed: { label: "Failed", params: { has_failures: true } },
   cancelled: { label: "Cancelled", params: { status: ["cancelled"] } },
+  sleeptime: { label: "Sleep-time", params: { kind: "sleeptime" } },
 };
 
 export function renderRuns(state, actions) {
@@ -54,12 +66,18 @@ function header(state, actions) {
   return h(
     "div",
     { class: "page-head" },
-    h("div", {}, h("h1", {}, "Batch runs"), h("p", { class: "muted subtitle" }, summary.join(" · ") || "\u00a0")),
+    h(
+      "div",
+      {},
+      h("h1", {}, "Batch runs"),
+      h("p", { class: "muted subtitle" }, summary.join(" · ") || "\u00a0"),
+      sleeptimeCost(state.costs),
+    ),
     nothingYet
       ? null
       : h(
           "div",
-          { class: "chips", role: "group", "aria-label": "Filter runs by status" },
+          { class: "chips", role: "group", "aria-label": "Filter runs by status or kind" },
           Object.entries(FILTERS).map(([name, filter]) =>
             h(
               "button",
@@ -72,6 +90,25 @@ function header(state, actions) {
             ),
           ),
         ),
+  );
+}
+
+/**
+ * What the sleep-time agents' runs cost, apart from the runs users asked for, with what the
+ * normal API would have charged for the same tokens; nothing when there is no sleep-time run.
+ */
+function sleeptimeCost(costs) {
+  const found = (costs?.kinds || []).find((kind) => kind.kind === "sleeptime");
+  if (!found || !found.runs) return null;
+  return h(
+    "p",
+    {
+      class: "sleeptime-cost small",
+      title: `${formatInt(found.requests)} requests of ${formatInt(found.agents)} sleep-time agents in ${formatInt(found.runs)} runs`,
+    },
+    h("span", { class: "kind-tag" }, "sleep-time"),
+    ` ${formatUsd(found.cost_usd)} `,
+    h("span", { class: "muted" }, `(normal API: ${formatUsd(found.cost_without_batch_usd)})`),
   );
 }
 
@@ -129,6 +166,9 @@ function row(run, actions) {
       name ? h("a", { class: "run-name", href }, name) : null,
       h("a", { class: `mono run-id${name ? " muted small" : ""}`, href }, run.id),
       metadata ? h("div", { class: "muted small run-metadata" }, metadata) : null,
+      run.kind === "sleeptime"
+        ? h("span", { class: "kind-tag", title: "Sleep-time agents' run, gathered by the poller" }, "sleep-time")
+        : null,
     ),
     h("td", {}, runBadge(run)),
     h("td", { class: "col-progress" }, progressBar(counts), progressLabel(counts)),

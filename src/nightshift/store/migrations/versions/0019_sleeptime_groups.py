@@ -92,46 +92,42 @@ def upgrade() -> None:
     with op.batch_alter_table("group_agents", schema=None) as batch_op:
         batch_op.create_index("ix_group_agents_agent_id", ["agent_id"], unique=False)
 
-    with op.batch_alter_table("agents", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column(
-                "managed_group_id",
-                sa.String(length=64),
-                nullable=True,
-                comment="the group it manages (its sleep-time agent's); no foreign key: deleting a group clears it",
-            )
-        )
-        batch_op.create_index(
-            "ix_agents_managed_group_id",
-            ["managed_group_id"],
-            unique=False,
-            sqlite_where=sa.text("managed_group_id IS NOT NULL"),
-            postgresql_where=sa.text("managed_group_id IS NOT NULL"),
-        )
-
-    with op.batch_alter_table("batch_runs", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column(
-                "kind",
-                sa.String(length=16),
-                server_default=sa.text("'main'"),
-                nullable=False,
-                comment="main: the user's agents; sleeptime: sleep-time agents gathered by the poller",
-            )
-        )
+    # Plain ALTER TABLE ADD COLUMN on both databases: in batch mode SQLite may copy the table, and
+    # dropping the old copy of batch_runs would take its provider batches and items with it.
+    op.add_column(
+        "agents",
+        sa.Column(
+            "managed_group_id",
+            sa.String(length=64),
+            nullable=True,
+            comment="the group it manages (its sleep-time agent's); no foreign key: deleting a group clears it",
+        ),
+    )
+    op.create_index(
+        "ix_agents_managed_group_id",
+        "agents",
+        ["managed_group_id"],
+        unique=False,
+        sqlite_where=sa.text("managed_group_id IS NOT NULL"),
+        postgresql_where=sa.text("managed_group_id IS NOT NULL"),
+    )
+    op.add_column(
+        "batch_runs",
+        sa.Column(
+            "kind",
+            sa.String(length=16),
+            server_default=sa.text("'main'"),
+            nullable=False,
+            comment="main: the user's agents; sleeptime: sleep-time agents gathered by the poller",
+        ),
+    )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("batch_runs", schema=None) as batch_op:
-        batch_op.drop_column("kind")
-
-    with op.batch_alter_table("agents", schema=None) as batch_op:
-        batch_op.drop_index(
-            "ix_agents_managed_group_id",
-            sqlite_where=sa.text("managed_group_id IS NOT NULL"),
-            postgresql_where=sa.text("managed_group_id IS NOT NULL"),
-        )
-        batch_op.drop_column("managed_group_id")
+    # DROP COLUMN in place (SQLite 3.35 and later, PostgreSQL), for the reason upgrade adds them so.
+    op.execute("ALTER TABLE batch_runs DROP COLUMN kind")
+    op.drop_index("ix_agents_managed_group_id", table_name="agents")
+    op.execute("ALTER TABLE agents DROP COLUMN managed_group_id")
 
     with op.batch_alter_table("group_agents", schema=None) as batch_op:
         batch_op.drop_index("ix_group_agents_agent_id")

@@ -19,31 +19,12 @@ from typer.testing import CliRunner, Result
 
 from nightshift.cli import app
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # Long names with no space to break at: they compete with the ids for the width.
 NAMES = ("a-rather-long-agent-name-for-a-narrow-terminal-one", "a-rather-long-agent-name-for-a-narrow-terminal-two")
 WATCH = ("--interval", "0.05", "--timeout", "60")
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NIGHTSHIFT_SERVER", raising=False)
-    monkeypatch.delenv("NIGHTSHIFT_API_KEY", raising=False)
-    monkeypatch.delenv("COLUMNS", raising=False)
-
-
-@pytest.fixture(scope="module")
-def module_db_url(sqlite_module_db_url: str) -> str:
-    """SQLite only (this overrides the SQLite-and-PostgreSQL ``module_db_url`` of conftest)."""
-    return sqlite_module_db_url
-
-
-@pytest.fixture
-def server(base_url: str, api_key: str, emulator: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("NIGHTSHIFT_API_KEY", api_key)
-    return base_url
 
 
 def cli(server: str, *args: str, columns: int | None = None, monkeypatch: pytest.MonkeyPatch | None = None) -> Result:

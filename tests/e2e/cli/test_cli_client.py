@@ -23,34 +23,13 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.serving import free_port
 from support.orgs import SERVER_PASSWORD
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 AGENTS_FILE = EXAMPLES / "agents.yaml"
 REQUESTS_FILE = EXAMPLES / "requests.jsonl"
 EXAMPLE_AGENTS = ("ada-shop-assistant", "marco-travel-planner", "tess-maths-tutor", "odile-night-poet")
 WATCH = ("--interval", "0.05", "--timeout", "60")
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The developer's own server settings must not leak into the commands under test."""
-    monkeypatch.delenv("NIGHTSHIFT_SERVER", raising=False)
-    monkeypatch.delenv("NIGHTSHIFT_API_KEY", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
-
-
-@pytest.fixture(scope="module")
-def module_db_url(sqlite_module_db_url: str) -> str:
-    """SQLite only (this overrides the SQLite-and-PostgreSQL ``module_db_url`` of conftest)."""
-    return sqlite_module_db_url
-
-
-@pytest.fixture
-def server(base_url: str, api_key: str, emulator: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The module's server, the commands acting in the test's own organization (its key in the environment)."""
-    monkeypatch.setenv("NIGHTSHIFT_API_KEY", api_key)
-    return base_url
 
 
 @pytest.fixture
