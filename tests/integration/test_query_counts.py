@@ -291,6 +291,40 @@ async def test_listing_messages_tags_and_agents_and_the_context_cost_the_same_st
     print({what: len(read[20][what]) for what in read[20]})
 
 
+async def test_listing_sleep_time_agents_costs_the_same_statements_for_2_as_for_20(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """The groups of a page of main agents are read together; a page of plain agents reads none."""
+    log = StatementLog(app.state.nightshift.engine)
+    read: dict[int, dict[str, list[str]]] = {}
+    for size in (2, 20):
+        for index in range(size):
+            made = await client.post(
+                "/v1/agents/",
+                json={"name": f"sleepy-{size}-{index}", "model": ANTHROPIC_MODEL, "enable_sleeptime": True},
+            )
+            assert made.status_code == 200, made.text
+            plain = await client.post("/v1/agents/", json={"name": f"awake-{size}-{index}", "model": ANTHROPIC_MODEL})
+            assert plain.status_code == 200, plain.text
+        read[size] = {}
+        for what in ("sleepy", "awake"):
+            with log.recording() as statements:
+                found = (
+                    await client.get("/v1/agents/", params={"query_text": f"{what}-{size}-", "limit": 1000})
+                ).json()
+            read[size][what] = statements
+            managed = [a for a in found if a["managed_group"] is not None]
+            assert len(managed) == (size if what == "sleepy" else 0), found
+        with log.recording() as statements:
+            groups = (await client.get("/v1/groups/", params={"limit": 1000})).json()
+        read[size]["groups"] = statements
+        assert len(groups) >= size
+    for what in ("sleepy", "awake", "groups"):
+        assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
+    assert not [s for s in read[20]["awake"] if "groups" in s], read[20]["awake"]
+    print({what: len(read[20][what]) for what in read[20]})
+
+
 async def test_reading_archival_memory_costs_the_same_statements_for_2_passages_as_for_20(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +13,7 @@ from nightshift.api.agent_json import agent_response, agents_response
 from nightshift.api.schemas import AgentPublic, AgentRelation
 from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.blocks import Block
+from nightshift.domain.groups import Group, ManagerType
 from nightshift.domain.tool_rules import (
     ChildToolRule,
     ConditionalToolRule,
@@ -115,6 +117,23 @@ FULL = Agent(
     updated_at=PRECISE,
 )
 
+GROUP = Group(
+    id="group-1",
+    organization_id="org-1",
+    manager_type=ManagerType.SLEEPTIME,
+    description="keeps — «memory»",
+    agent_ids=("agent-helper",),
+    manager_agent_id="agent-main",
+    sleeptime_agent_frequency=None,
+    turns_counter=7,
+    last_processed_message_id="message-9",
+    shared_block_ids=("block-persona",),
+    hidden=False,
+    created_at=WHOLE,
+    updated_at=PRECISE,
+)
+MAIN = replace(PLAIN, id="agent-main", managed_group_id=GROUP.id, group=GROUP)
+
 INCLUDES: list[list[AgentRelation] | None] = [
     None,
     [],
@@ -139,6 +158,22 @@ def test_agents_sharing_tools_are_what_pydantic_writes(include: list[AgentRelati
     expected = TypeAdapter(list[AgentPublic]).dump_json(AgentPublic.many(agents, include=include))
     assert agents_response(agents, include=include).body == expected
     assert agents_response([]).body == b"[]"
+
+
+@pytest.mark.parametrize("include", [*INCLUDES, ["agent.managed_group"]])
+def test_agents_with_their_groups_are_what_pydantic_writes(include: list[AgentRelation] | None) -> None:
+    agents = [MAIN, FULL, MAIN]
+    expected = TypeAdapter(list[AgentPublic]).dump_json(AgentPublic.many(agents, include=include))
+    assert agents_response(agents, include=include).body == expected
+    one = TypeAdapter(AgentPublic).dump_json(AgentPublic.of(MAIN, include=include))
+    assert agent_response(MAIN, include=include).body == one
+    shown = AgentPublic.of(MAIN, include=include)
+    assert shown.enable_sleeptime is True
+    if include is None or "agent.managed_group" in include:
+        assert shown.managed_group is not None and shown.managed_group.agent_ids == ["agent-helper"]
+        assert shown.multi_agent_group == shown.managed_group
+    else:
+        assert shown.managed_group is None and shown.multi_agent_group is None
 
 
 def test_secrets_never_show_their_values() -> None:

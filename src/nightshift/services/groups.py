@@ -166,10 +166,15 @@ async def get_group(conn: AsyncConnection, org_id: str, group_id: str) -> Group:
 
 
 async def list_groups(
-    conn: AsyncConnection, org_id: str, page: Page, *, manager_type: ManagerType | None = None
+    conn: AsyncConnection,
+    org_id: str,
+    page: Page,
+    *,
+    manager_type: ManagerType | None = None,
+    show_hidden: bool = False,
 ) -> list[Group]:
-    """A page of the organization's groups, in the page's order."""
-    ids = await group_store.list_group_ids(conn, org_id, page, manager_type=manager_type)
+    """A page of the organization's groups, in the page's order; hidden ones only with ``show_hidden``."""
+    ids = await group_store.list_group_ids(conn, org_id, page, manager_type=manager_type, show_hidden=show_hidden)
     found = await group_store.get_groups(conn, org_id, ids)
     return [found[i] for i in ids if i in found]
 

@@ -103,12 +103,20 @@ async def _with_links(conn: AsyncConnection, rows: Sequence[Row[Any]]) -> dict[s
 
 
 async def list_group_ids(
-    conn: AsyncConnection, org_id: str, page: Page, *, manager_type: ManagerType | None = None
+    conn: AsyncConnection,
+    org_id: str,
+    page: Page,
+    *,
+    manager_type: ManagerType | None = None,
+    show_hidden: bool = False,
 ) -> list[str]:
-    """Ids of a page of the organization's groups (of one manager type, if given)."""
+    """Ids of a page of the organization's groups (of one manager type, if given; hidden ones
+    only with ``show_hidden``)."""
     query = select(groups.c.id).where(groups.c.organization_id == org_id)
     if manager_type is not None:
         query = query.where(groups.c.manager_type == manager_type.value)
+    if not show_hidden:
+        query = query.where(or_(groups.c.hidden.is_(None), groups.c.hidden.is_(False)))
     return [row[0] for row in await conn.execute(paginate(query, groups.c.id, page))]
 
 

@@ -73,10 +73,13 @@ async def list_groups(
     org: Org,
     page: PageQuery,
     manager_type: Annotated[str | None, Query(description="Only groups of this manager type")] = None,
+    show_hidden_groups: Annotated[bool, Query(description="Include the groups marked hidden")] = False,
 ) -> list[dict[str, Any]]:
-    """A page of the organization's groups, oldest first (``order=desc`` for newest)."""
+    """A page of the organization's groups, oldest first (``order=desc`` for newest); as Letta's,
+    the groups made with ``hidden: true`` only with ``show_hidden_groups``."""
     kind = None if manager_type is None else _listed_type(manager_type)
-    return [group_json(g) for g in await groups.list_groups(conn, org, page, manager_type=kind)]
+    found = await groups.list_groups(conn, org, page, manager_type=kind, show_hidden=show_hidden_groups)
+    return [group_json(g) for g in found]
 
 
 def _listed_type(value: str) -> ManagerType:
@@ -108,10 +111,12 @@ async def update_group(group_id: str, body: GroupUpdate, conn: Conn, org: Org, n
     return group_json(await groups.update_group(conn, org, group_id, changes, now=now))
 
 
-@router.delete("/v1/groups/{group_id}", response_model=None)
-async def delete_group(group_id: str, conn: Conn, org: Org) -> None:
-    """Delete the group; its agents stay, and its main agent has no sleep-time agent any more."""
+@router.delete("/v1/groups/{group_id}")
+async def delete_group(group_id: str, conn: Conn, org: Org) -> dict[str, str]:
+    """Delete the group; its agents stay, and its main agent has no sleep-time agent any more.
+    Answers as Letta does, with a message naming the group."""
     await groups.delete_group(conn, org, group_id)
+    return {"message": f"Group id={group_id} successfully deleted"}
 
 
 @router.get("/v1/groups/{group_id}/messages")
