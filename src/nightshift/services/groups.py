@@ -203,10 +203,15 @@ async def delete_group(conn: AsyncConnection, org_id: str, group_id: str) -> Non
 
 
 async def group_messages(conn: AsyncConnection, org_id: str, group_id: str, page: Page) -> list[Message]:
-    """A page of the messages of the group's agents (main and sleep-time), in the page's order."""
+    """A page of the group's conversation: its main agent's messages, in the page's order.
+
+    As Letta's: the sleep-time agents' own messages (the transcripts they were given, their
+    memory edits) are theirs, listed with their agent, not the group's.
+    """
     group = await get_group(conn, org_id, group_id)
-    agent_ids = [a for a in (group.manager_agent_id, *group.agent_ids) if a is not None]
-    return await message_store.list_messages_of_agents(conn, agent_ids, page)
+    if group.manager_agent_id is None:
+        return []
+    return await message_store.list_agent_messages(conn, group.manager_agent_id, page)
 
 
 async def run_due(

@@ -178,12 +178,6 @@ async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) 
     return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
 
 
-async def list_messages_of_agents(conn: AsyncConnection, agent_ids: Sequence[str], page: Page) -> list[Message]:
-    """A page of the messages of several agents together, in one statement (ids order them by time)."""
-    query = select(messages).where(in_ids(conn, messages.c.agent_id, list(agent_ids)))
-    return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
-
-
 async def delete_agent_messages(conn: AsyncConnection, agent_id: str, *, keep: Sequence[str]) -> None:
     """Delete the agent's stored messages but those in ``keep``, in one statement."""
     statement = delete(messages).where(messages.c.agent_id == agent_id)

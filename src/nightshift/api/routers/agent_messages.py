@@ -153,7 +153,7 @@ def view_of(config: dict[str, Any]) -> LettaView:
     )
 
 
-async def listed_view(
+async def shown_view(
     use_assistant_message: Annotated[
         bool, Query(description="Show a call of the assistant tool as an assistant_message")
     ] = True,
@@ -162,25 +162,10 @@ async def listed_view(
     include_return_message_types: Annotated[
         list[LettaMessageType] | None, Query(description="Only these message types (default: all)")
     ] = None,
-    group_id: Annotated[
-        str | None, Query(description="Refused: list a group's messages with GET /v1/groups/{group_id}/messages")
-    ] = None,
-    conversation_id: Annotated[str | None, Query(description="Refused: nightshift has no conversations")] = None,
 ) -> LettaView:
-    """How a listing of messages asks to show them: Letta's query parameters of the same names.
-
-    ``group_id`` and ``conversation_id`` would narrow the listing to a group's or a conversation's
-    messages; nightshift lists a group's messages apart (``GET /v1/groups/{group_id}/messages``) and
-    has no conversations, so they are refused rather than ignored.
-    """
+    """How a listing of messages asks to show them: Letta's query parameters of the same names
+    (an agent's messages, a group's)."""
     # async: FastAPI would run a plain function in its thread pool (a thread hop per request).
-    for name, value in (("group_id", group_id), ("conversation_id", conversation_id)):
-        if value is not None:
-            raise InvalidInput(
-                f"{name} is not supported: an agent has one message history (a group's messages are"
-                " listed by GET /v1/groups/{group_id}/messages); leave it unset",
-                field=f"query.{name}",
-            )
     return view_of(
         {
             "use_assistant_message": use_assistant_message,
@@ -189,6 +174,32 @@ async def listed_view(
             "include_return_message_types": include_return_message_types,
         }
     )
+
+
+ShownView = Annotated[LettaView, Depends(shown_view)]
+
+
+async def listed_view(
+    view: ShownView,
+    group_id: Annotated[
+        str | None, Query(description="Refused: list a group's messages with GET /v1/groups/{group_id}/messages")
+    ] = None,
+    conversation_id: Annotated[str | None, Query(description="Refused: nightshift has no conversations")] = None,
+) -> LettaView:
+    """How a listing of an agent's messages asks to show them (``shown_view``).
+
+    ``group_id`` and ``conversation_id`` would narrow the listing to a group's or a conversation's
+    messages; nightshift lists a group's messages apart (``GET /v1/groups/{group_id}/messages``) and
+    has no conversations, so they are refused rather than ignored.
+    """
+    for name, value in (("group_id", group_id), ("conversation_id", conversation_id)):
+        if value is not None:
+            raise InvalidInput(
+                f"{name} is not supported: an agent has one message history (a group's messages are"
+                " listed by GET /v1/groups/{group_id}/messages); leave it unset",
+                field=f"query.{name}",
+            )
+    return view
 
 
 ListedView = Annotated[LettaView, Depends(listed_view)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
@@ -12,8 +12,10 @@ from nightshift.api.deps import Conn, Now, Org, ReadConn, State
 from nightshift.api.group_schemas import GroupCreate, GroupPublic, GroupUpdate, group_json
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.routers.agent_messages import ShownView
 from nightshift.api.routers.params import PageQuery
 from nightshift.domain.groups import ManagerType, check_manager_type
+from nightshift.domain.pagination import Page
 from nightshift.domain.unset import UNSET
 from nightshift.errors import InvalidInput
 from nightshift.services import groups
@@ -120,8 +122,21 @@ async def delete_group(group_id: str, conn: Conn, org: Org) -> dict[str, str]:
 
 
 @router.get("/v1/groups/{group_id}/messages")
-async def list_group_messages(group_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
-    """The messages of the group's agents (its main agent's and its sleep-time agents'), in Letta's
-    shapes as its defaults show them, oldest first (``order=desc`` for newest)."""
+async def list_group_messages(
+    group_id: str,
+    conn: ReadConn,
+    org: Org,
+    view: ShownView,
+    before: Annotated[str | None, Query(description="A message id: the messages before it in the sort order")] = None,
+    after: Annotated[str | None, Query(description="A message id: the messages after it in the sort order")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+) -> list[dict[str, Any]]:
+    """The group's conversation, as Letta lists it: its main agent's messages in Letta's shapes,
+    newest first and 10 a page by default (Letta's defaults), paged and shown as
+    ``GET /v1/agents/{agent_id}/messages`` (``use_assistant_message`` and the rest). The
+    sleep-time agents' own messages (the transcripts they read, their memory edits) are listed
+    with them."""
+    page = Page(before=before, after=after, limit=limit, order=order)
     messages = await groups.group_messages(conn, org, group_id, page)
-    return [part for message in messages for part in to_letta_messages(message)]
+    return [part for message in messages for part in to_letta_messages(message, view)]
