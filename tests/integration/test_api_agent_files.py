@@ -368,3 +368,22 @@ async def test_a_sleeptime_group_goes_out_and_comes_back_with_its_agents(client:
     assert sleeper["agent_type"] == "sleeptime_agent"
     # The two share their blocks again, as they did.
     assert {b["id"] for b in again["blocks"]} <= {b["id"] for b in sleeper["blocks"]}
+
+
+async def test_a_groups_shared_blocks_that_the_file_lacks_are_left_out(client: httpx.AsyncClient) -> None:
+    """Letta's export writes its own database's ids in a group's shared_block_ids: they name
+    nothing here, and the file's own blocks are shared again."""
+    body = {
+        "name": "pal",
+        "model": MODEL,
+        "memory_blocks": [{"label": "human", "value": "Ada"}],
+        "enable_sleeptime": True,
+    }
+    main = json_object(await client.post("/v1/agents", json=body))
+    exported = json_object(await client.get(f"/v1/agents/{main['id']}/export"))
+    (group,) = exported["groups"]
+    assert group["shared_block_ids"] == [b["id"] for b in exported["blocks"] if b["label"] == "human"]
+    group["shared_block_ids"].append("block-3f1c2a9e-0000-4000-8000-000000000000")
+    new_main, _ = json_object(await _import(client, json.dumps(exported).encode()))["agent_ids"]
+    again = json_object(await client.get(f"/v1/agents/{new_main}"))
+    assert again["managed_group"]["shared_block_ids"] == [b["id"] for b in again["blocks"]]

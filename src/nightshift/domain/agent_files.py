@@ -221,7 +221,12 @@ class FileManagerConfig(_Part):
 
 
 class FileGroup(_Part):
-    """A group of the file: its agents and main agent by their file ids."""
+    """A group of the file: its agents and main agent by their file ids.
+
+    ``shared_block_ids`` that are not the file's blocks are left out on import: Letta's export
+    writes its own database's block ids there (it maps a group's agents to the file's ids, not
+    its blocks), which name nothing here.
+    """
 
     id: str
     agent_ids: Ids = Field(default_factory=list)
@@ -387,7 +392,7 @@ def check_agent_file(document: AgentFile) -> None:
     _check_unique("group", [g.id for g in document.groups], seen)
     block_ids = {b.id for b in document.blocks}
     tool_ids = {t.id for t in document.tools}
-    _check_groups(document, block_ids)
+    _check_groups(document)
     group_ids = {g.id for g in document.groups}
     for agent in document.agents:
         where = f"agent {agent.id} ({agent.name!r})"
@@ -409,7 +414,7 @@ def check_agent_file(document: AgentFile) -> None:
         _check_messages(agent, where, seen)
 
 
-def _check_groups(document: AgentFile, block_ids: set[str]) -> None:
+def _check_groups(document: AgentFile) -> None:
     """Each group is a sleep-time group of agents of the file (a 422 naming another manager type)."""
     agent_ids = {a.id for a in document.agents}
     managers: set[str] = set()
@@ -423,11 +428,9 @@ def _check_groups(document: AgentFile, block_ids: set[str]) -> None:
         manager = group.manager_config.manager_agent_id
         if manager is None or manager not in agent_ids:
             raise _problem(f"{where}: its manager_agent_id must be an agent of the file, got {manager!r}")
-        missing = [i for i in group.agent_ids if i not in agent_ids] + [
-            i for i in group.shared_block_ids if i not in block_ids
-        ]
+        missing = [i for i in group.agent_ids if i not in agent_ids]
         if missing:
-            raise _problem(f"{where} names agents or blocks the file does not hold: {', '.join(missing)}")
+            raise _problem(f"{where} names agents the file does not hold: {', '.join(missing)}")
         if not group.agent_ids or manager in group.agent_ids:
             raise _problem(f"{where}: its agent_ids must name its sleep-time agents, without its manager")
         if manager in managers:

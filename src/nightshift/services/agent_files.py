@@ -397,7 +397,7 @@ def _build(
             agent_ids=tuple(made[i] for i in given.agent_ids),
             manager_agent_id=made[given.manager_config.manager_agent_id or ""],
             sleeptime_agent_frequency=given.manager_config.sleeptime_agent_frequency,
-            shared_block_ids=tuple(blocks[i].id for i in given.shared_block_ids),
+            shared_block_ids=tuple(blocks[i].id for i in given.shared_block_ids if i in blocks),
             hidden=given.hidden,
             created_at=now,
             updated_at=now,
