@@ -37,6 +37,7 @@ async def test_one_sleeptime_run_keeps_each_users_facts_in_its_own_agents_human_
         assert await _human(runs, main["id"]) == "Nothing known yet."  # the main agents kept nothing
 
     (run,) = json_list(await runs.client.post("/v1/sleeptime/run", json={"all": True}))
+    assert run["kind"] == "sleeptime"
     done = await runs.wait(run["id"])
     assert done["status"] == "completed", done
     assert done["progress"]["agents"]["finished"] == len(USERS)
