@@ -406,7 +406,7 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now
     # Its sleep-time group goes with it (after the agent's row: the order a turn takes them in),
     # and a main agent's sleep-time agents too, as in Letta.
     groups = await group_store.get_groups(conn, org_id, await group_store.groups_with_agents(conn, [agent_id]))
-    await group_store.delete_groups(conn, list(groups))
+    await group_store.delete_groups(conn, list(groups), now)
     if not await agent_store.delete_agent(conn, org_id, agent_id, now):
         raise NotFound(f"agent {agent_id} not found")
     for helper in (a for g in groups.values() if g.manager_agent_id == agent_id for a in g.agent_ids):

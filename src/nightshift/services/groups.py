@@ -196,10 +196,10 @@ async def update_group(
     return updated
 
 
-async def delete_group(conn: AsyncConnection, org_id: str, group_id: str) -> None:
+async def delete_group(conn: AsyncConnection, org_id: str, group_id: str, *, now: datetime) -> None:
     """Delete the group; its agents stay, and its main agent has no sleep-time agent any more."""
     await get_group(conn, org_id, group_id)
-    await group_store.delete_groups(conn, [group_id])
+    await group_store.delete_groups(conn, [group_id], now)
 
 
 async def group_messages(conn: AsyncConnection, org_id: str, group_id: str, page: Page) -> list[Message]:

@@ -39,10 +39,14 @@ async def _link(conn: AsyncConnection, linked: Sequence[Group]) -> None:
     rows = [{"group_id": g.id, "agent_id": a, "position": i} for g in linked for i, a in enumerate(g.agent_ids)]
     if rows:
         await conn.execute(insert(group_agents), rows)
-    managers = [{"agent": g.manager_agent_id, "group": g.id} for g in linked if g.manager_agent_id]
+    # The agent's row moves on with its link (``updated_at``), so that a step in flight for it
+    # reads it again before it writes (``agents.reload_changed``) and counts its turn.
+    managers = [{"agent": g.manager_agent_id, "group": g.id, "at": g.updated_at} for g in linked if g.manager_agent_id]
     if managers:
         await conn.execute(
-            update(agents).where(agents.c.id == bindparam("agent")).values(managed_group_id=bindparam("group")),
+            update(agents)
+            .where(agents.c.id == bindparam("agent"))
+            .values(managed_group_id=bindparam("group"), updated_at=bindparam("at")),
             managers,
         )
 
@@ -52,16 +56,18 @@ async def update_group(conn: AsyncConnection, group: Group) -> None:
     values = {k: v for k, v in _values(group).items() if k not in ("id", "organization_id", "created_at")}
     await conn.execute(update(groups).where(groups.c.id == group.id).values(values))
     await conn.execute(delete(group_agents).where(group_agents.c.group_id == group.id))
-    await conn.execute(update(agents).where(agents.c.managed_group_id == group.id).values(managed_group_id=None))
+    unlinked = update(agents).where(agents.c.managed_group_id == group.id)
+    await conn.execute(unlinked.values(managed_group_id=None, updated_at=group.updated_at))
     await _link(conn, [group])
 
 
-async def delete_groups(conn: AsyncConnection, group_ids: Sequence[str]) -> None:
-    """Delete the groups (their agents stay); their main agents manage nothing any more."""
+async def delete_groups(conn: AsyncConnection, group_ids: Sequence[str], now: datetime) -> None:
+    """Delete the groups (their agents stay); their main agents manage nothing any more from ``now``."""
     if not group_ids:
         return
     ids = list(group_ids)
-    await conn.execute(update(agents).where(in_ids(conn, agents.c.managed_group_id, ids)).values(managed_group_id=None))
+    unlinked = update(agents).where(in_ids(conn, agents.c.managed_group_id, ids))
+    await conn.execute(unlinked.values(managed_group_id=None, updated_at=now))
     await conn.execute(delete(groups).where(in_ids(conn, groups.c.id, ids)))
 
 

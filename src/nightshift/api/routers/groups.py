@@ -114,10 +114,10 @@ async def update_group(group_id: str, body: GroupUpdate, conn: Conn, org: Org, n
 
 
 @router.delete("/v1/groups/{group_id}")
-async def delete_group(group_id: str, conn: Conn, org: Org) -> dict[str, str]:
+async def delete_group(group_id: str, conn: Conn, org: Org, now: Now) -> dict[str, str]:
     """Delete the group; its agents stay, and its main agent has no sleep-time agent any more.
     Answers as Letta does, with a message naming the group."""
-    await groups.delete_group(conn, org, group_id)
+    await groups.delete_group(conn, org, group_id, now=now)
     return {"message": f"Group id={group_id} successfully deleted"}
 
 
