@@ -1,4 +1,4 @@
-"""A local emulator of the Anthropic and OpenAI batch APIs, with a deterministic scripted model.
+"""A local emulator of the Anthropic, OpenAI and Gemini batch APIs, with a deterministic scripted model.
 
 ``create_app`` builds the FastAPI app (its routes are in ``routes/``, one module per API), ``serve``
 runs it (``nightshift emulator``) and ``running_emulator`` runs it in a thread for tests. Knobs are

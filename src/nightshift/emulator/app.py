@@ -1,4 +1,4 @@
-"""The emulator's FastAPI app: the Anthropic, OpenAI and admin routes over a state of its own.
+"""The emulator's FastAPI app: the Anthropic, OpenAI, Gemini and admin routes over a state of its own.
 
 Errors are answered in the shape of the API the path belongs to, never FastAPI's default bodies.
 """
@@ -17,6 +17,7 @@ from nightshift.emulator.routes import (
     admin,
     anthropic_batches,
     anthropic_messages,
+    gemini,
     openai_batches,
     openai_chat,
     openai_files,
@@ -41,6 +42,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     app.include_router(openai_chat.router)
     app.include_router(openai_files.router)
     app.include_router(openai_batches.router)
+    app.include_router(gemini.router)
     app.include_router(admin.router)
     app.add_middleware(EmulatorMiddleware, state=state)
 

@@ -27,7 +27,7 @@ class ScriptedToolCall(_Frozen):
 
 
 class ScriptedError(_Frozen):
-    """An error to answer with, by Anthropic error type (mapped to OpenAI's shape for OpenAI)."""
+    """An error to answer with, by Anthropic error type (in OpenAI's or Google's shape for theirs)."""
 
     type: str = "overloaded_error"
     message: str | None = None
@@ -90,6 +90,11 @@ class EmulatorConfig(_Frozen):
     faults: list[HttpFault] = Field(default_factory=list)
 
     openai_unrun_lines: bool = True  # OpenAI: error-file lines (batch_expired...) for requests never run
+    # Gemini: the largest inline batch body (the API's limit is about 20 MB; over it, a 400), and
+    # whether requests an expired or cancelled batch never ran come back as errors (RPC code 4
+    # DEADLINE_EXCEEDED / 1 CANCELLED) or are left out of its results.
+    gemini_inline_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    gemini_unrun_entries: bool = True
 
     api_key: str | None = None  # when set, only this key is accepted
     # Context windows in tokens, by model name; other models get the default. A request whose

@@ -41,8 +41,8 @@ def running_emulator(config: EmulatorConfig | None = None, *, host: str = "127.0
         host: Loopback interface to listen on.
 
     Yields:
-        The base URL, e.g. ``http://127.0.0.1:54321`` (Anthropic's base URL; OpenAI's is this
-        plus ``/v1``).
+        The base URL, e.g. ``http://127.0.0.1:54321`` (Anthropic's and Gemini's base URL; OpenAI's
+        is this plus ``/v1``).
 
     Raises:
         RuntimeError: The server did not start within ten seconds.

@@ -25,13 +25,17 @@ NORMAL_SCRIPT_KEY = "*"
 
 @dataclass(slots=True, kw_only=True)
 class StoredFile:
-    """An OpenAI file: an upload (one chunk) or a batch's output / error file (one chunk per line)."""
+    """A file: an upload, or a batch's output / error / results file (one chunk per line).
+
+    ``public`` is OpenAI's file object; Gemini's is ``gemini_api.file_json``.
+    """
 
     id: str
     filename: str
     purpose: str
     created_at: int
     chunks: list[bytes] = field(default_factory=list)
+    mime_type: str = "application/octet-stream"  # Gemini's files say theirs
 
     @property
     def size(self) -> int:
@@ -72,6 +76,9 @@ class EmulatorState:
         self.anthropic_batches: dict[str, BatchJob] = {}
         self.openai_batches: dict[str, BatchJob] = {}
         self.files: dict[str, StoredFile] = {}
+        self.gemini_batches: dict[str, BatchJob] = {}
+        self.gemini_files: dict[str, StoredFile] = {}  # by name, ``files/...``
+        self.gemini_uploads: dict[str, StoredFile] = {}  # resumable uploads under way, by upload id
         self._counters: dict[str, int] = {}
         self.cache = PromptCache()
         self.reset()
@@ -85,6 +92,9 @@ class EmulatorState:
         self.anthropic_batches.clear()
         self.openai_batches.clear()
         self.files.clear()
+        self.gemini_batches.clear()
+        self.gemini_files.clear()
+        self.gemini_uploads.clear()
         self.requests.clear()
         self.model_calls.clear()
         self.cache.clear()
@@ -169,7 +179,7 @@ class EmulatorState:
 
         Args:
             model_input: What the model reads.
-            api: ``anthropic`` or ``openai`` (for the log).
+            api: ``anthropic``, ``openai`` or ``gemini`` (for the log).
             body: The request as received (for the log).
             custom_id: The batch request's custom_id; None for a normal call.
             batch_id: The batch it belongs to, if any.

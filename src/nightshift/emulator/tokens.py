@@ -47,7 +47,12 @@ def count_openai_tokens(text: str) -> int:
 
 
 def context_window_error(api: str, *, window: int, prompt: int, max_tokens: int | None) -> ApiError | None:
-    """The refusal of a prompt of ``prompt`` tokens asking for ``max_tokens`` more, or None if it fits."""
+    """The refusal of a prompt of ``prompt`` tokens asking for ``max_tokens`` more, or None if it fits
+    (Gemini counts the input alone against the window)."""
+    if api == "gemini":
+        if prompt <= window:
+            return None
+        return invalid(f"The input token count ({prompt}) exceeds the maximum number of tokens allowed ({window}).")
     answer = max_tokens or 0
     if prompt + answer <= window:
         return None
