@@ -46,6 +46,7 @@ from nightshift.domain.agents import LLMConfig
 from nightshift.domain.batches import BatchRun, BatchRunRequest
 from nightshift.domain.messages import UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
+from nightshift.emulator.environment import sdk_environment
 from nightshift.parts import running_parts
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
@@ -330,7 +331,7 @@ def time_now() -> Any:
 def main(
     agents: Annotated[int, typer.Option(help="Agents in each run")] = 10_000,
     database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file per run)")] = None,
-    provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai)")] = "anthropic",
+    provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai, google_ai)")] = "anthropic",
     tools: Annotated[
         str, typer.Option(help="Which runs, of memory, custom and sleeptime (comma-separated)")
     ] = "memory,custom,sleeptime",
@@ -357,12 +358,7 @@ def main(
     peak_of_phases: list[float | None] = []
     endings: list[str] = []
     with emulator_process() as (url, emulator_pid):
-        os.environ.update(
-            ANTHROPIC_BASE_URL=url,
-            ANTHROPIC_API_KEY="bench",
-            OPENAI_BASE_URL=f"{url}/v1",
-            OPENAI_API_KEY="bench",
-        )
+        os.environ.update(sdk_environment(url, api_key="bench"))
         for kind in kinds:
             fresh_emulator(url)
             with tempfile.TemporaryDirectory() as tmp:

@@ -45,6 +45,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from benchmarks.bench import ASKS, emulator_process
+from nightshift.emulator.environment import sdk_environment
 from nightshift.providers.registry import provider_info
 from nightshift.serving import free_port
 
@@ -89,11 +90,8 @@ def server_process(database_url: str, home: Path, emulator_url: str) -> Iterator
         NIGHTSHIFT_DATABASE_URL=database_url,
         NIGHTSHIFT_POLL_INTERVAL_SECONDS="0.2",
         NIGHTSHIFT_LOG_LEVEL="WARNING",
-        ANTHROPIC_BASE_URL=emulator_url,
-        ANTHROPIC_API_KEY="load",
-        OPENAI_BASE_URL=f"{emulator_url}/v1",
-        OPENAI_API_KEY="load",
     )
+    env.update(sdk_environment(emulator_url, api_key="load"))
     log = (home / "server.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "nightshift", "serve", "--port", str(port)], env=env, stdout=log, stderr=log
@@ -338,7 +336,7 @@ def main(
     clients: Annotated[int, typer.Option(help="Concurrent readers")] = 50,
     seconds: Annotated[float, typer.Option(help="Length of the quiet phase (the run's phase ends with the run)")] = 20,
     database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file)")] = None,
-    provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai)")] = "anthropic",
+    provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai, google_ai)")] = "anthropic",
     rate: Annotated[
         float, typer.Option(help="Requests a second per reader (0: the next as soon as the last is answered)")
     ] = 0.0,

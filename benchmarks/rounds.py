@@ -31,6 +31,7 @@ from nightshift.domain.messages import Role, UserInput, said_text
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.domain.tool_rules import ChildToolRule, InitToolRule, TerminalToolRule, ToolRule
 from nightshift.emulator import EmulatorAdmin
+from nightshift.emulator.environment import sdk_environment
 from nightshift.parts import running_parts
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
@@ -174,7 +175,7 @@ async def run_tasks(database_url: str, provider: str, emulator_url: str, *, para
 
 
 def main(
-    provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai)")] = "anthropic",
+    provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai, google_ai)")] = "anthropic",
 ) -> None:
     """Run the task set with and without parallel tool calls and print the rounds per task."""
     provider_info(provider)  # an unknown name stops here, naming the known ones
@@ -182,12 +183,7 @@ def main(
     for column in ("task", "rounds, parallel tool calls", "rounds, one call per turn", "answer (parallel)"):
         table.add_column(column, justify="right" if column.startswith("rounds") else "left")
     with emulator_process() as (url, _pid):
-        os.environ.update(
-            ANTHROPIC_BASE_URL=url,
-            ANTHROPIC_API_KEY="rounds",
-            OPENAI_BASE_URL=f"{url}/v1",
-            OPENAI_API_KEY="rounds",
-        )
+        os.environ.update(sdk_environment(url, api_key="rounds"))
         results = {}
         for parallel in (True, False):
             with tempfile.TemporaryDirectory() as tmp:

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from nightshift.api.app import create_app
 from nightshift.config import Settings, async_database_url
 from nightshift.emulator import EmulatorAdmin, running_emulator
+from nightshift.emulator.environment import sdk_environment
 from nightshift.store.db import opened, upgrade
 from support.clock import ManualClock
 
@@ -328,6 +329,7 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 ANTHROPIC_KEY = "sk-ant-test"
 OPENAI_KEY = "sk-openai-test"
+GEMINI_KEY = "gemini-test-key"
 _FOREIGN_VARIABLES = (
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_CUSTOM_HEADERS",
@@ -353,10 +355,11 @@ def _resetter(emulator_url: str) -> Iterator[httpx.Client]:
 def _point_sdks_at(emulator_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _FOREIGN_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", emulator_url)
+    for name, value in sdk_environment(emulator_url).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-    monkeypatch.setenv("OPENAI_BASE_URL", f"{emulator_url}/v1")
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("GEMINI_API_KEY", GEMINI_KEY)
 
 
 @pytest.fixture

@@ -423,21 +423,27 @@ def emulator(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on")] = 8765,
 ) -> None:
-    """Run the local provider emulator (Anthropic and OpenAI, normal and batch APIs)."""
+    """Run the local provider emulator (Anthropic, OpenAI and Gemini, normal and batch APIs)."""
+    from nightshift.emulator.environment import sdk_environment
     from nightshift.emulator.server import serve as serve_emulator
 
-    console.print(
-        f"emulator on http://{host}:{port}: set ANTHROPIC_BASE_URL=http://{host}:{port} "
-        f"and OPENAI_BASE_URL=http://{host}:{port}/v1"
-    )
+    url = f"http://{host}:{port}"
+    variables = " ".join(f"{k}={v}" for k, v in sdk_environment(url).items())
+    console.print(f"emulator on {url}: point the SDKs at it with\n  export {variables}", soft_wrap=True)
     serve_emulator(host, port)
 
 
 @app.command()
 def demo(
     provider: Annotated[
-        str | None, typer.Option(help="Run against a real provider: anthropic or openai (needs its API key)")
+        str | None,
+        typer.Option(
+            help="Whose models the agents run on: anthropic, openai or google_ai (gemini) [default: anthropic]"
+        ),
     ] = None,
+    real: Annotated[
+        bool, typer.Option("--real", help="Send the batches to the provider's real API (needs its API key)")
+    ] = False,
     agents: Annotated[int, typer.Option(min=1, max=10_000, help="How many agents")] = 50,
     database_url: Annotated[
         str | None,
@@ -447,7 +453,7 @@ def demo(
     """Create fifty agents and step them through one batch run, with live progress; then show
     sleep-time agents keeping what a few users said in memory, in one batch run of their own.
 
-    Without --provider it runs offline against the built-in emulator. It has a database of its
+    Without --real it runs offline against the built-in emulator. It has a database of its
     own (made afresh each time), not the server's, unless --database-url names one.
     """
     from nightshift.demo import fresh_demo_database, run_demo
@@ -463,7 +469,7 @@ def demo(
     settings = Settings()
     settings = settings.model_copy(update={"database_url": database_url or fresh_demo_database(settings.home)})
     _run(_migrate(settings.resolved_database_url))
-    raise typer.Exit(run_demo(settings, console, provider=chosen, agents=agents))
+    raise typer.Exit(run_demo(settings, console, provider=chosen, real=real, agents=agents))
 
 
 def _shown(path: Path) -> str:

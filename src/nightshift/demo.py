@@ -1,10 +1,11 @@
 """``nightshift demo``: fifty agents, one batch run, several steps, watched live.
 
-The server and (unless ``--provider`` names a real one) the provider emulator run in this
-process; the database is a SQLite file of the demo's own, ``$NIGHTSHIFT_HOME/demo.db``, made
-afresh each time (the server's database is left alone). Each agent gets a persona, memory blocks
-and a custom tool, and one message that takes it through three steps: it calls the tool, saves
-the result to its memory, then tells the user.
+The server and (unless ``--real``) the provider emulator run in this process; ``--provider``
+picks whose models the agents run on (the first registered provider's by default). The database
+is a SQLite file of the demo's own, ``$NIGHTSHIFT_HOME/demo.db``, made afresh each time (the
+server's database is left alone). Each agent gets a persona, memory blocks and a custom tool, and
+one message that takes it through three steps: it calls the tool, saves the result to its memory,
+then tells the user.
 
 Then the sleep-time part: a few agents made with ``enable_sleeptime`` hear their users introduce
 themselves over two turns (a batch run each), and one sleep-time run (``POST /v1/sleeptime/run``)
@@ -32,6 +33,7 @@ from nightshift.api.app import create_app
 from nightshift.cli_commands import views
 from nightshift.config import Settings
 from nightshift.emulator.config import EmulatorConfig
+from nightshift.emulator.environment import sdk_environment
 from nightshift.emulator.server import running_emulator
 from nightshift.providers.registry import ProviderInfo, providers
 from nightshift.serving import running_server
@@ -117,17 +119,18 @@ def personas(count: int) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def provider_environment(provider: ProviderInfo | None) -> Iterator[str]:
-    """Point the SDKs at an in-process emulator, or check the real provider's key. Yields a label."""
-    if provider is not None:
+def provider_environment(provider: ProviderInfo, *, real: bool) -> Iterator[str]:
+    """Point the SDKs at an in-process emulator, or (``real``) leave them at the provider. Yields a label."""
+    if real:
         yield f"{provider.name} (real API, batch pricing)"
         return
-    saved = {k: os.environ.get(k) for k in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")}
     # Batches end after a few polls, so the steps can be watched.
     with running_emulator(EmulatorConfig(polls_to_end=3)) as url:
-        os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="emulator")
+        variables = sdk_environment(url)
+        saved = {k: os.environ.get(k) for k in variables}
+        os.environ.update(variables)
         try:
-            yield f"the built-in emulator at {url}"
+            yield f"the built-in emulator at {url} (as {provider.name})"
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -136,19 +139,28 @@ def provider_environment(provider: ProviderInfo | None) -> Iterator[str]:
                     os.environ[key] = value
 
 
-def run_demo(settings: Settings, console: Console, *, provider: ProviderInfo | None = None, agents: int = 50) -> int:
+def run_demo(
+    settings: Settings,
+    console: Console,
+    *,
+    provider: ProviderInfo | None = None,
+    real: bool = False,
+    agents: int = 50,
+) -> int:
     """Run the demo; returns the exit code (0 when the run completed)."""
-    if provider is not None and not os.environ.get(provider.key_variable):
+    provider = provider or providers()[0]
+    if real and not os.environ.get(provider.key_variable):
         console.print(
             f"[red]{provider.key_variable} is not set.[/] Export it to run the demo against {provider.name}, "
-            "or run `nightshift demo` without --provider to use the built-in emulator."
+            "or run `nightshift demo` without --real to use the built-in emulator."
         )
         return 1
-    model = (provider or providers()[0]).example_handle
-    settings = settings.model_copy(update={"poll_interval_seconds": 0.2 if provider is None else 10.0})
+    model = provider.example_handle
+    settings = settings.model_copy(update={"poll_interval_seconds": 10.0 if real else 0.2})
     console.rule("[bold]nightshift demo")
-    with provider_environment(provider) as where:
+    with provider_environment(provider, real=real) as where:
         console.print(f"provider: {where}")
+        console.print(f"model:    {model}")
         console.print(f"database: {settings.resolved_database_url}")
         with running_server(create_app(settings)) as base, httpx.Client(base_url=base, timeout=60) as http:
             console.print(f"server:   {base} (dashboard at {base}/, API docs at {base}/docs)")
@@ -164,7 +176,7 @@ def run_demo(settings: Settings, console: Console, *, provider: ProviderInfo | N
     )
     console.print(
         "and open http://127.0.0.1:8283/ (or `nightshift batch list` and `nightshift batch messages <run id>` "
-        "against it); README.md tells how to run against Anthropic or OpenAI."
+        "against it); README.md tells how to run against a real provider."
     )
     return 0 if final["status"] == slept["status"] == "completed" else 1
 

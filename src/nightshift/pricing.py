@@ -31,7 +31,7 @@ from nightshift.domain.batches import Costs
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.usage import Usage
 from nightshift.providers.base import CacheTtl
-from nightshift.providers.registry import providers
+from nightshift.providers.registry import ProviderInfo, providers
 
 # Both providers bill every token of a batch at half the normal price (used where the price data
 # has no batch rates of its own for a model, and for the settings' overrides).
@@ -151,8 +151,11 @@ class PriceTable:
         override = self._override(handle)
         if override is not None:
             return override.times(BATCH_DISCOUNT) if batch else override
-        provider, _, model = handle.partition("/")
-        card = _card(provider, model, batch, on or datetime.now(UTC).date())
+        prefix, _, model = handle.partition("/")
+        info = _providers().get(prefix)
+        if info is None or not model.startswith(info.model_prefix):
+            return None
+        card = _card(info.price_id, model, batch, on or datetime.now(UTC).date())
         return None if card is None else card.at(prompt_tokens)
 
     def cost(self, handle: str, usage: Usage, *, batch: bool) -> Costs | None:
@@ -186,8 +189,13 @@ class PriceTable:
 
 
 def _batch_ttl(provider: str) -> CacheTtl | None:
-    known = {info.name: info for info in providers()}
-    return known[provider].batch_cache_ttl if provider in known else None
+    info = _providers().get(provider)
+    return info.batch_cache_ttl if info is not None else None
+
+
+@cache
+def _providers() -> dict[str, ProviderInfo]:
+    return {info.name: info for info in providers()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,12 +318,15 @@ def known_models() -> list[KnownModel]:
         listed = {
             model.id: model.context_window
             for provider in _snapshot().providers
-            if provider.id == info.name
+            if provider.id == info.price_id
             for model in provider.models
-            if model.context_window and not model.deprecated and not any(word in model.id for word in _NOT_CHAT)
+            if model.context_window
+            and not model.deprecated
+            and model.id.startswith(info.model_prefix)
+            and not any(word in model.id for word in _NOT_CHAT)
         }
         if info.example_model not in listed:
-            _, example = _snapshot().find_provider_model(info.example_model, None, info.name, None)
+            _, example = _snapshot().find_provider_model(info.example_model, None, info.price_id, None)
             listed[info.example_model] = example.context_window or 0
         found += [
             KnownModel(provider=info.name, name=name, context_window=window)
@@ -327,9 +338,9 @@ def known_models() -> list[KnownModel]:
 
 def known_embedding_models() -> list[tuple[str, str]]:
     """``(provider, model)`` of every embedding model of a registered provider in the price data."""
-    names = {info.name for info in providers()}
+    names = {info.price_id: info.name for info in providers()}
     return sorted(
-        (provider.id, model.id)
+        (names[provider.id], model.id)
         for provider in _snapshot().providers
         if provider.id in names
         for model in provider.models

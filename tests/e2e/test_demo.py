@@ -49,9 +49,13 @@ def test_demo_runs_a_multi_step_batch_to_completion(tmp_path: Path, monkeypatch:
         assert f"name is {name}" in own
         assert not [other for other, _, _ in SLEEPTIME_USERS if other != name and f"name is {other}" in own]
 
-    # Each demo starts afresh: its database holds this run's agents only.
-    again = runner.invoke(app, ["demo", "--agents", "3"])
+    # Each demo starts afresh: its database holds this run's agents only. This one's run on Gemini
+    # (through the emulator), at Gemini's batch prices.
+    again = runner.invoke(app, ["demo", "--agents", "3", "--provider", "gemini"])
     assert again.exit_code == 0, again.output
+    assert "model:    google_ai/gemini-2.5-flash" in again.output
+    assert "agents finished / failed" in again.output and "3 / 0" in again.output
+    assert "sleep-time run: 2 steps, cost $" in again.output
     # (its three, and the sleep-time part's main agents with their sleep-time agents)
     assert _agents_in(demo_db) == 3 + 2 * len(SLEEPTIME_USERS)
 
@@ -79,7 +83,7 @@ def _agents_in(path: Path) -> int:
 def test_demo_against_a_real_provider_needs_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NIGHTSHIFT_HOME", str(tmp_path))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    result = runner.invoke(app, ["demo", "--provider", "openai"])
+    result = runner.invoke(app, ["demo", "--provider", "openai", "--real"])
     assert result.exit_code == 1
     assert "OPENAI_API_KEY is not set" in result.output
     unknown = runner.invoke(app, ["demo", "--provider", "mistral"])

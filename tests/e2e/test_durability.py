@@ -7,9 +7,10 @@ Three places to die, on SQLite and on PostgreSQL:
 * during resume: the agents' tools are running, before the transaction that writes their results.
 
 Every agent takes two steps (a tool call with ``request_heartbeat``, then ``send_message``), half
-of them on Anthropic and half on OpenAI. After the restart the run must complete and every agent
-must hold each of its messages exactly once: in its stored messages, in its context window, in
-the run's messages, and in its memory (a memory edit applied twice would show twice).
+of them on Anthropic and half on OpenAI (after submit: taking turns at Anthropic, OpenAI and
+Gemini). After the restart the run must complete and every agent must hold each of its messages
+exactly once: in its stored messages, in its context window, in the run's messages, and in its
+memory (a memory edit applied twice would show twice).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from support.processes import (
     slow_tool_source,
     stored_before,
 )
-from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
+from support.runs import ANTHROPIC_MODEL, GEMINI_MODEL, OPENAI_MODEL, Runs
 
 pytestmark = pytest.mark.slow  # each test kills and restarts servers
 
@@ -161,22 +162,22 @@ async def test_killed_after_submit(servers: Servers, admin: EmulatorAdmin) -> No
     first = await servers.start("first")
     async with client_of(first) as client:
         runs = Runs(client)
-        agents = await create_agents(runs)
+        agents = await create_agents(runs, models=(ANTHROPIC_MODEL, OPENAI_MODEL, GEMINI_MODEL))
         await script_memory_step(admin, agents)
         before = await stored_before(client, [a["id"] for a in agents])
         run = await start_run(runs, agents)
         assert run["status"] == "running", run
         # Submitted by the POST, one batch per provider, and not ended yet.
-        assert [b["status"] for b in run["progress"]["provider_batches"]] == ["running", "running"], run
-        assert len(await batch_creates(admin)) == 2
+        assert [b["status"] for b in run["progress"]["provider_batches"]] == ["running"] * 3, run
+        assert len(await batch_creates(admin)) == 3
     first.kill()
     # The next step's batches end at their first poll.
     await admin.configure(polls_to_end=0, seconds_to_end=0.0)
 
     second = await servers.start("second")
     async with client_of(second) as client:
-        await assert_completed(client, run["id"])
-        assert len(await batch_creates(admin)) == 4, "a step was submitted twice"
+        await assert_completed(client, run["id"], providers=3)
+        assert len(await batch_creates(admin)) == 6, "a step was submitted twice"
         await assert_exactly_once(client, admin, run["id"], agents, MEMORY_CALL, before)
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 # What the server would load at start if it did not wait until it needs it.
-LATER = ["alembic", "anthropic", "openai", "jsonschema"]
+LATER = ["alembic", "anthropic", "openai", "google", "jsonschema"]
 
 _SERVER_START = """
 import asyncio, json, sys
@@ -28,7 +28,7 @@ async def main():
     async with opened(sys.argv[1]) as engine:
         await upgrade(engine)  # already at head: known without Alembic
     async with ProviderSet() as providers:
-        providers.get("anthropic"), providers.get("openai")  # looked up, never called
+        providers.get("anthropic"), providers.get("openai"), providers.get("google_ai")  # looked up, never called
     create_app(Settings())
 
 asyncio.run(main())
@@ -37,7 +37,7 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[2:
 
 
 def loaded(code: str, *args: str) -> list[str]:
-    env = {**os.environ, "ANTHROPIC_API_KEY": "key", "OPENAI_API_KEY": "key"}
+    env = {**os.environ, "ANTHROPIC_API_KEY": "key", "OPENAI_API_KEY": "key", "GEMINI_API_KEY": "key"}
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stderr
     found: list[str] = json.loads(done.stdout.splitlines()[-1])

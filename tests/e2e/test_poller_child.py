@@ -46,11 +46,17 @@ def pollers(server: Server) -> list[int]:
     return [pid for pid in children if command_line(pid)[1:3] == ["-m", "nightshift"]]
 
 
-async def one_poller(server: Server, *, other_than: int | None = None) -> int:
-    """The server's poller child, once there is exactly one (and not ``other_than``)."""
+async def one_poller(server: Server, *, other_than: int | None = None, command: str | None = None) -> int:
+    """The server's poller child, once there is exactly one (and not ``other_than``); with
+    ``command``, one that runs it (a child being spawned shows the server's command line until
+    its exec)."""
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
-        found = [pid for pid in pollers(server) if pid != other_than]
+        found = [
+            pid
+            for pid in pollers(server)
+            if pid != other_than and (command is None or command_line(pid)[3:4] == [command])
+        ]
         if len(found) == 1:
             return found[0]
         await asyncio.sleep(0.05)
@@ -78,7 +84,7 @@ async def test_a_poller_that_exits_is_replaced_and_steps_runs(servers: Servers) 
     server = await servers.start("A")
     forked = await one_poller(server)
     os.kill(forked, signal.SIGKILL)
-    replaced = await one_poller(server, other_than=forked)
+    replaced = await one_poller(server, other_than=forked, command="poll")
     assert command_line(replaced)[3:6] == ["poll", "--parent", str(server.process.pid)]
     assert f"the poller process {forked} exited with -9" in server.log_path.read_text()
 

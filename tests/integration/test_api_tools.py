@@ -350,3 +350,50 @@ async def test_agent_tools_page_to_an_end(client: httpx.AsyncClient) -> None:
         order[3],
         order[2],
     ]
+
+
+GRADE = '''
+from typing import Literal
+
+
+def grade(score: Literal[1, 2, 3]) -> str:
+    """Grade the answer.
+
+    Args:
+        score: 1 (poor) to 3 (good).
+    """
+    return str(score)
+'''
+
+GEMINI = "google_ai/gemini-2.5-flash"
+
+
+async def test_a_tool_gemini_cannot_take_is_refused_where_it_meets_a_gemini_agent(client: httpx.AsyncClient) -> None:
+    grade = await create_tool(client, GRADE)
+    forecast = await create_tool(client, FORECAST)
+    # Other providers take it; Gemini's schemas have enums of strings only.
+    claude = await create_agent(client, tool_ids=[grade["id"]])
+
+    refused = await client.post(
+        "/v1/agents/", json={"name": "g", "model": GEMINI, "include_base_tools": False, "tool_ids": [grade["id"]]}
+    )
+    assert refused.status_code == 422
+    assert (
+        "tool 'grade' cannot be given to google_ai agents: parameters.score: "
+        "an enum of values that are not strings is not supported by Gemini" in refused.text
+    )
+    gemini = await create_agent(client, model=GEMINI, tool_ids=[forecast["id"]])
+    attached = await client.patch(f"/v1/agents/{gemini['id']}/tools/attach/{grade['id']}")
+    assert attached.status_code == 422
+    moved = await client.patch(f"/v1/agents/{claude['id']}", json={"model": GEMINI})
+    assert moved.status_code == 422
+    assert (await client.get(f"/v1/agents/{claude['id']}")).json()["llm_config"]["model"] == MODEL.partition("/")[2]
+    # A tool a Gemini agent has cannot change into one Gemini cannot take.
+    changed = await client.patch(
+        f"/v1/tools/{forecast['id']}", json={"source_code": GRADE.replace("grade", "forecast")}
+    )
+    assert changed.status_code == 422
+    assert "cannot be given to google_ai agents" in changed.text
+    assert (await client.get(f"/v1/tools/{forecast['id']}")).json()["json_schema"] == forecast["json_schema"]
+    tools = (await client.get(f"/v1/agents/{gemini['id']}/tools")).json()
+    assert [t["name"] for t in tools] == ["forecast"]

@@ -25,6 +25,7 @@ from schemathesis.checks import (
 from conftest import ANTHROPIC_KEY, OPENAI_KEY
 from nightshift.api.app import create_app
 from nightshift.config import Settings
+from nightshift.emulator.environment import sdk_environment
 from nightshift.serving import running_server
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -43,9 +44,9 @@ schema = schemathesis.openapi.from_dict(
 def api_url(tmp_path_factory: pytest.TempPathFactory, emulator_url: str) -> Iterator[str]:
     home: Path = tmp_path_factory.mktemp("schemathesis")
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("ANTHROPIC_BASE_URL", emulator_url)
+        for name, value in sdk_environment(emulator_url).items():
+            env.setenv(name, value)
         env.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-        env.setenv("OPENAI_BASE_URL", f"{emulator_url}/v1")
         env.setenv("OPENAI_API_KEY", OPENAI_KEY)
         app_settings = Settings(
             home=home, database_url=f"sqlite:///{home / 'nightshift.db'}", poll_interval_seconds=0.05

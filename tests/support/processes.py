@@ -270,10 +270,11 @@ def fact_of(agent: dict[str, Any]) -> str:
 
 
 async def batch_creates(admin: EmulatorAdmin) -> list[dict[str, Any]]:
-    """Every batch the emulator was asked to create, on either API."""
+    """Every batch the emulator was asked to create, on any of its APIs."""
     anthropic = await admin.requests(path="/v1/messages/batches", method="POST")
     openai = await admin.requests(path="/v1/batches", method="POST")
-    return anthropic + openai
+    gemini = [r for r in await admin.requests(method="POST") if r["path"].endswith(":batchGenerateContent")]
+    return anthropic + openai + gemini
 
 
 # Reading back what the servers stored, to check that every message is there exactly once.

@@ -12,6 +12,7 @@ from support.api import json_list, json_object
 
 ANTHROPIC_MODEL = "anthropic/claude-3-5-haiku-20241022"
 OPENAI_MODEL = "openai/gpt-4o-mini"
+GEMINI_MODEL = "google_ai/gemini-2.5-flash"
 
 LOOKUP_TOOL = '''
 def lookup_order(order_id: str) -> str:

@@ -45,6 +45,7 @@ from nightshift.providers.base import (
     ModelResponse,
     StreamEnd,
     StreamEvent,
+    one_model,
     parse_json_line,
 )
 from nightshift.providers.errors import kind_for_status, kind_of
@@ -290,10 +291,8 @@ class ScriptedProvider:
     ) -> str:
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
-        if self._api == "openai" and len({r.model for r in requests.values()}) > 1:
-            raise ProviderError(
-                "an OpenAI batch takes requests for one model only", kind=ProviderErrorKind.INVALID_REQUEST
-            )
+        if self._api == "openai":
+            one_model(requests, provider="OpenAI")
         self._check_size(requests, max_bytes)
         refused = self._model.take_refusal()
         if refused is not None:

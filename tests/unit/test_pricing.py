@@ -13,7 +13,7 @@ import pytest
 from genai_prices.data_snapshot import DataSnapshot, get_snapshot, set_custom_snapshot
 
 from nightshift.domain.usage import Usage
-from nightshift.pricing import Price, PriceTable
+from nightshift.pricing import Price, PriceTable, known_models
 
 HAIKU_45 = "anthropic/claude-haiku-4-5-20251001"
 HAIKU_35 = "anthropic/claude-3-5-haiku-20241022"
@@ -130,3 +130,18 @@ def test_prices_come_from_the_bundled_data_whatever_genai_prices_was_told_to_use
         assert PriceTable().price(HAIKU_45, batch=False) is not None
     finally:
         set_custom_snapshot(before if before.from_auto_update else None)
+
+
+def test_gemini_models_are_priced_from_googles_data_batch_at_half() -> None:
+    # Gemini 2.5 Flash: $0.30 input, $2.50 output, $0.03 cached input; the batch API bills half
+    # of input and output (the data's own batch rates).
+    table = PriceTable()
+    normal = table.price("google_ai/gemini-2.5-flash", batch=False)
+    batch = table.price("google_ai/gemini-2.5-flash", batch=True)
+    assert normal is not None and batch is not None
+    assert (normal.input, normal.output, normal.cache_read) == (0.3, 2.5, 0.03)
+    assert (batch.input, batch.output) == (0.15, 1.25)
+    # Google's data lists Vertex's Claude models too: they are no Gemini API models.
+    assert table.price("google_ai/claude-4-sonnet", batch=False) is None
+    gemini = [m.name for m in known_models() if m.provider == "google_ai"]
+    assert "gemini-2.5-flash" in gemini and not [n for n in gemini if not n.startswith("gemini-")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from nightshift.emulator.environment import sdk_environment
 from nightshift.errors import InvalidInput, ProviderError
 from nightshift.providers.base import CacheTtl
 from nightshift.providers.clients import ProviderSet
@@ -15,13 +16,14 @@ def test_a_model_handle_names_its_provider() -> None:
 
     assert (info.name, model) == ("openai", "gpt-4o-mini")
     assert info is provider_info("openai")
-    assert [p.name for p in providers()] == ["anthropic", "openai"]
+    assert [p.name for p in providers()] == ["anthropic", "openai", "google_ai"]
+    assert parse_model("google_ai/gemini-2.5-flash")[0] is provider_info("google_ai")
 
 
 @pytest.mark.parametrize(
     ("handle", "message"),
     [
-        ("mistral/large", "unknown provider 'mistral'; use one of: anthropic, openai"),
+        ("mistral/large", "unknown provider 'mistral'; use one of: anthropic, openai, google_ai"),
         ("claude-3-5-haiku", "model must be 'provider/model-name' (e.g. anthropic/claude-3-5-haiku-20241022)"),
         ("anthropic/", "model must be 'provider/model-name'"),
     ],
@@ -36,7 +38,7 @@ def test_an_unknown_or_malformed_handle_says_what_is_known(handle: str, message:
 
 async def test_a_provider_builtrefuses_an_unknown_provider_by_name() -> None:
     async with ProviderSet() as built:
-        with pytest.raises(ProviderError, match="unknown provider 'mistral'; use one of: anthropic, openai"):
+        with pytest.raises(ProviderError, match="unknown provider 'mistral'; use one of: anthropic, openai, google_ai"):
             built.get("mistral")
 
 
@@ -54,3 +56,25 @@ def test_each_provider_owns_its_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (anthropic.batch_cache_ttl, openai.batch_cache_ttl) == (CacheTtl.ONE_HOUR, None)
     with pytest.raises(ProviderError, match="OPENAI_API_KEY is not set: export it to call openai"):
         openai.api_key()
+
+
+def test_gemini_is_google_ai_in_handles_and_google_in_the_price_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    gemini = provider_info("gemini")  # the alias people use
+    monkeypatch.delenv("GEMINI_BASE_URL", raising=False)
+
+    assert gemini is provider_info("google_ai")
+    assert parse_model("gemini/gemini-2.5-flash") == (gemini, "gemini-2.5-flash")
+    assert gemini.endpoint() == "https://generativelanguage.googleapis.com"
+    assert (gemini.key_variable, gemini.one_model_per_batch, gemini.batch_cache_ttl) == ("GEMINI_API_KEY", True, None)
+    assert (gemini.price_id, provider_info("openai").price_id) == ("google", "openai")
+    assert gemini.tool_problem is not None and provider_info("anthropic").tool_problem is None
+    assert gemini.tool_problem({"type": "object", "properties": {"n": {"enum": [1, 2]}}}) is not None
+
+
+def test_the_emulator_points_every_providers_variables_at_itself() -> None:
+    variables = sdk_environment("http://127.0.0.1:9/", api_key="k")
+
+    named = {name for info in providers() for name in (info.base_url_variable, info.key_variable)}
+    assert set(variables) == named
+    assert {variables[info.key_variable] for info in providers()} == {"k"}
+    assert all(variables[info.base_url_variable].startswith("http://127.0.0.1:9") for info in providers())

@@ -41,7 +41,7 @@ from nightshift.domain.batches import (
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError
 from nightshift.metrics import ErrorScope, Metrics
-from nightshift.providers.base import BatchState, BatchStatus, OutcomeStatus
+from nightshift.providers.base import BatchOutcome, BatchState, BatchStatus, OutcomeStatus
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, take_turns
@@ -122,7 +122,10 @@ async def poll(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Stage
         return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=exc.retryable)
     answered += len(results)
     for item_id in waiting.values():  # a request the provider never answered
-        results.append(failed_result(item_id, "the provider returned no result for this request"))
+        if status.unanswered is OutcomeStatus.ERRORED:
+            results.append(failed_result(item_id, "the provider returned no result for this request"))
+        else:  # it expired or was cancelled before it ran, as its batch did
+            results.append(outcome_result(item_id, BatchOutcome(status=status.unanswered)))
     ended = await end_batch(
         parts,
         leases,

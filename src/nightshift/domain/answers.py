@@ -113,7 +113,7 @@ class StoredResult:
 
 def _response_json(response: ModelResponse) -> dict[str, Any]:
     return {
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
+        "tool_calls": [c.to_json() for c in response.tool_calls],
         "reasoning": response.reasoning,
         "request_heartbeat": response.request_heartbeat,
         "text": response.text,
@@ -125,7 +125,7 @@ def _response_json(response: ModelResponse) -> dict[str, Any]:
 
 def _response_from_json(data: dict[str, Any]) -> ModelResponse:
     return ModelResponse(
-        tool_calls=tuple(ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in data["tool_calls"]),
+        tool_calls=tuple(ToolCall.from_json(c) for c in data["tool_calls"]),
         reasoning=data.get("reasoning"),
         request_heartbeat=bool(data.get("request_heartbeat")),
         text=data.get("text"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -26,12 +27,27 @@ class ToolCall:
     """One call the model asked for. ``arguments`` is the JSON text as the model wrote it.
 
     The text is kept as written (not parsed) so that malformed arguments survive to be reported
-    to the model as a tool error instead of being lost.
+    to the model as a tool error instead of being lost. ``signature`` is the provider's opaque
+    token of the reasoning behind the call (Gemini's ``thoughtSignature``), which its API wants
+    back with the call in the next request.
     """
 
     id: str
     name: str
     arguments: str
+    signature: str | None = None
+
+    def to_json(self) -> dict[str, str]:
+        """The call as stored (a message's ``tool_calls``, an item's result)."""
+        out = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.signature is not None:
+            out["signature"] = self.signature
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolCall:
+        """A call as ``to_json`` stored it."""
+        return cls(id=data["id"], name=data["name"], arguments=data["arguments"], signature=data.get("signature"))
 
     def parsed_arguments(self) -> dict[str, Any]:
         """The arguments as a dict; raises ``ValueError`` when they are not a JSON object."""

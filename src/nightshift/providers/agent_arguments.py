@@ -3,7 +3,7 @@
 The model writes its reasoning as the ``inner_thoughts`` argument of the tool it calls and asks to
 be called again with ``request_heartbeat``. This module adds them to tool schemas, strips them
 from the model's tool calls, and puts the reasoning back into past calls shown to the model.
-Shared by both providers' wire translation; pure.
+Shared by every provider's wire translation; pure.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ from its wire format. A provider batch moves through::
                          |
                    cancel_batch -> CANCELING -> ENDED    (unprocessed requests come back canceled)
 
-and each request of an ended batch has exactly one outcome: succeeded, errored, canceled or expired.
+and each request of an ended batch has exactly one outcome: succeeded, errored, canceled or expired
+(its result, or for a request without one, what ``BatchStatus.unanswered`` says).
 
 A streamed call (``ChatProvider.stream``) yields ``TextDelta`` and ``ToolCallDelta`` as the model
 writes, then one ``StreamEnd`` holding the whole answer, the same ``ModelResponse`` as ``complete``.
@@ -30,6 +31,7 @@ from nightshift.domain.answers import ModelResponse as ModelResponse
 from nightshift.domain.answers import OutcomeStatus as OutcomeStatus
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Message
+from nightshift.errors import ProviderError, ProviderErrorKind
 
 
 @fast_init
@@ -179,7 +181,9 @@ class BatchStatus:
     """A provider batch as last seen. ``provider_status`` is the provider's own word for it.
 
     ``error`` is set when the provider refused the whole batch (OpenAI's ``failed`` after
-    validating the input file); every request then comes back errored.
+    validating the input file); every request then comes back errored. ``unanswered`` is what a
+    request of an ended batch for which ``batch_results`` yields nothing ended as (a provider
+    that cannot list a batch's requests after it expired or was cancelled says so here).
     """
 
     id: str
@@ -190,6 +194,7 @@ class BatchStatus:
     expires_at: datetime | None = None
     ended_at: datetime | None = None
     error: str | None = None
+    unanswered: OutcomeStatus = OutcomeStatus.ERRORED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,8 +245,9 @@ class BatchProvider(Protocol):
         may be the one submitted with ``tag`` and ``requests`` requests (by the tag where the
         provider keeps it, else by the count; see ``FoundBatches``): after a crash between the
         provider accepting a batch and our recording it, the batch is adopted, not sent again.
-      * ``batch_results`` may be called once ``retrieve_batch`` reports ``ENDED``. It yields exactly
-        one ``(custom_id, outcome)`` per submitted request, in no particular order, reading the
+      * ``batch_results`` may be called once ``retrieve_batch`` reports ``ENDED``. It yields at most
+        one ``(custom_id, outcome)`` per submitted request (a request it does not name ended as
+        ``BatchStatus.unanswered`` says), in no particular order, reading the
         provider's result file as a stream (memory does not grow with the batch). Close it with
         ``contextlib.aclosing`` when you may stop early.
       * Per-request errors inside a batch are outcomes, not exceptions.
@@ -285,3 +291,21 @@ def parse_json_line(line: str | bytes) -> Any:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
         return json.loads(line)
+
+
+def one_model(requests: Mapping[str, ModelRequest], *, provider: str) -> str:
+    """The model of a batch's requests, for a provider whose batch takes one model.
+
+    Raises:
+        ProviderError: there is no request, or requests for several models.
+    """
+    models = sorted({request.model for request in requests.values()})
+    if not models:
+        raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
+    if len(models) > 1:
+        raise ProviderError(
+            f"{provider}'s batches take requests for one model only; got {', '.join(models)}: "
+            "submit one batch per model",
+            kind=ProviderErrorKind.INVALID_REQUEST,
+        )
+    return models[0]

@@ -1,7 +1,8 @@
 """The providers of one process: each built from its registered ``ProviderInfo`` on first use.
 
-Keys and base URLs are the SDKs' own variables (``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``,
-``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``). A provider is looked up when it is first needed, so a
+Keys and base URLs are the variables each provider names (``ANTHROPIC_API_KEY`` /
+``ANTHROPIC_BASE_URL``, ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``, ``GEMINI_API_KEY`` /
+``GEMINI_BASE_URL``). A provider is looked up when it is first needed, so a
 missing key fails that call with a ``ProviderError`` naming the variable, never the import or the
 startup of a server that does not use that provider. Its SDK (heavy to import: it defines every
 type of the provider's API) is imported at the provider's first call, on a thread so that the

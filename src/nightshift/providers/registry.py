@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nightshift.errors import InvalidInput, ProviderError, ProviderErrorKind
 from nightshift.providers.base import CacheTtl
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from nightshift.providers.base import ModelProvider
 
 # The provider packages, in the order they are listed to users.
-_PACKAGES = ("nightshift.providers.anthropic", "nightshift.providers.openai")
+_PACKAGES = ("nightshift.providers.anthropic", "nightshift.providers.openai", "nightshift.providers.google_ai")
 
 
 Closer = Callable[[], Awaitable[None]]
@@ -50,6 +50,13 @@ class ProviderInfo:
         encoding: The tiktoken encoding that counts its tokens (None: they are estimated from the
             characters, see ``providers.tokens``).
         client: The module whose ``connect(max_retries)`` builds the provider over its SDK.
+        price_data_id: The provider's id in the price data, where it is not ``name``.
+        model_prefix: What its chat models' names start with, where the price data lists other
+            models under its id (Google's lists Vertex's Claude models beside Gemini).
+        tool_problem: Why a tool's parameter schema cannot be given to this provider (None: it
+            can), for a provider that takes a subset of JSON Schema: a tool is checked when it
+            meets an agent of the provider, not when a step is sent.
+        aliases: Other names people call it by (``gemini``), taken wherever a provider is named.
     """
 
     name: str
@@ -63,6 +70,15 @@ class ProviderInfo:
     batch_cache_ttl: CacheTtl | None
     client: str
     encoding: str | None = None
+    price_data_id: str | None = None
+    model_prefix: str = ""
+    tool_problem: Callable[[Mapping[str, Any] | None], str | None] | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def price_id(self) -> str:
+        """Its id in the price data."""
+        return self.price_data_id or self.name
 
     @property
     def example_handle(self) -> str:
@@ -106,19 +122,19 @@ def providers() -> tuple[ProviderInfo, ...]:
 
 
 def provider_info(name: str) -> ProviderInfo:
-    """The provider of this name.
+    """The provider of this name (or one of its aliases: ``gemini`` is ``google_ai``).
 
     Raises:
         InvalidInput: No provider has this name (the message names the known ones).
     """
     for info in providers():
-        if info.name == name:
+        if name == info.name or name in info.aliases:
             return info
     raise InvalidInput(f"unknown provider {name!r}; use one of: {known_names()}", field="model")
 
 
 def known_names() -> str:
-    """The providers' names, for messages: ``anthropic, openai``."""
+    """The providers' names, for messages: ``anthropic, openai, google_ai``."""
     return ", ".join(info.name for info in providers())
 
 

@@ -28,7 +28,7 @@ from nightshift.runtime.memory import compile_system_message
 from nightshift.runtime.prompts import FIRST_ASSISTANT_MESSAGE, default_system_prompt
 from nightshift.runtime.window import ContextOverview, request_tokens, system_change_tokens
 from nightshift.runtime.window import context_overview as window_overview
-from nightshift.services.tools import ensure_base_tools, resolve_tools
+from nightshift.services.tools import check_tools_fit, ensure_base_tools, resolve_tools
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import groups as group_store
@@ -223,6 +223,7 @@ async def create_agents(
 
     created_blocks: list[Block] = []
     created: list[Agent] = []
+    fitting: dict[str, set[str]] = {}  # tools checked for a provider already, by the provider
     first_messages: list[Message] = []
     for spec in specs:
         if not spec.name.strip():
@@ -240,6 +241,9 @@ async def create_agents(
         tools = list({t.id: t for t in tools}.values())
         rules = with_default_approvals(rules, tools)
         check_tool_rules(rules, [t.name for t in tools])
+        checked = fitting.setdefault(spec.llm_config.provider, set())
+        check_tools_fit([t for t in tools if t.id not in checked], [spec.llm_config.provider])
+        checked.update(t.id for t in tools)
         agent_id = new_id("agent")
         system = spec.system if spec.system and spec.system.strip() else default_system_prompt(spec.agent_type)
         system_text = compile_system_message(system, blocks, now=now, recall_count=0, archival_count=0)
@@ -300,10 +304,11 @@ async def save_agent(conn: AsyncConnection, before: Agent, after: Agent, *, now:
     """Store ``after`` (links too when they changed), updated at ``now``, and refresh its system message if its
     prompt or memory changed."""
     after = replace(after, updated_at=now)
+    if (before.tools, before.llm_config.provider) != (after.tools, after.llm_config.provider):
+        check_tools_fit(after.tools, [after.llm_config.provider])
+        after = replace(after, context_tokens=None)  # its window is counted again at its next step
     if (before.tags, before.blocks, before.tools) != (after.tags, after.blocks, after.tools):
         await agent_store.set_links(conn, after)
-    if (before.tools, before.llm_config.provider) != (after.tools, after.llm_config.provider):
-        after = replace(after, context_tokens=None)  # its window is counted again at its next step
     await agent_store.update_agents(conn, [after])
     return await refresh_system_message(conn, after, now=now)
 

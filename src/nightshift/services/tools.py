@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -16,6 +16,7 @@ from nightshift.domain.tools import Tool, ToolType
 from nightshift.domain.unset import UNSET, Maybe
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.ids import new_id
+from nightshift.providers.registry import provider_info
 from nightshift.runtime.run_tool import ToolRun, run_agent_tool
 from nightshift.store import tools as tool_store
 from nightshift.tools.base import BASE_TOOLS
@@ -122,6 +123,7 @@ async def create_tool(
             default_requires_approval=default_requires_approval,
             updated_at=now,
         )
+        check_tools_fit([tool], await tool_store.providers_of_agents_using(conn, tool.id))
         await tool_store.update_tool(conn, tool)
         return tool
     tool = Tool(
@@ -141,6 +143,23 @@ async def create_tool(
     )
     await tool_store.insert_tools(conn, [tool])
     return tool
+
+
+def check_tools_fit(tools: Iterable[Tool], providers: Iterable[str]) -> None:
+    """Refuse a tool some of ``providers`` cannot be given (Gemini takes a subset of JSON Schema):
+    when a tool meets an agent of such a provider, not when a step is sent.
+
+    Raises:
+        InvalidInput: names the tool, the provider and what in the schema it cannot take.
+    """
+    for name in sorted(set(providers)):
+        problem_of = provider_info(name).tool_problem
+        if problem_of is None:
+            continue
+        for tool in {t.id: t for t in tools}.values():
+            problem = problem_of(tool.json_schema.get("parameters"))
+            if problem is not None:
+                raise InvalidInput(f"tool {tool.name!r} cannot be given to {name} agents: {problem}", field="tools")
 
 
 async def list_tools(
@@ -203,6 +222,8 @@ async def update_tool(
     if changes.default_requires_approval is not UNSET:
         updated = replace(updated, default_requires_approval=changes.default_requires_approval)
     updated = replace(updated, updated_at=now)
+    if updated.json_schema != tool.json_schema:
+        check_tools_fit([updated], await tool_store.providers_of_agents_using(conn, tool.id))
     await tool_store.update_tool(conn, updated)
     return updated
 

@@ -90,3 +90,13 @@ async def rules_of_agents_using(conn: AsyncConnection, tool_id: str) -> list[tup
         .where(agent_tools.c.tool_id == tool_id)
     )
     return [(row.id, row.tool_rules) for row in await conn.execute(query)]
+
+
+async def providers_of_agents_using(conn: AsyncConnection, tool_id: str) -> set[str]:
+    """The providers of the agents the tool is attached to."""
+    query = (
+        select(agents.c.llm_config)
+        .join(agent_tools, agent_tools.c.agent_id == agents.c.id)
+        .where(agent_tools.c.tool_id == tool_id)
+    )
+    return {str(row.llm_config["provider"]) for row in await conn.execute(query)}

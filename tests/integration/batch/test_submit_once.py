@@ -18,14 +18,18 @@ from nightshift.batch.worker import Worker
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import HttpFault
 from nightshift.providers.base import ModelRequest
-from nightshift.providers.clients import ProviderSet
+from nightshift.providers.clients import DEFAULT_MAX_RETRIES, ProviderSet
 from nightshift.store.db import opened
 from nightshift.store.tables import provider_batches
 from support.clock import ManualClock, clock_of
-from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
+from support.runs import ANTHROPIC_MODEL, GEMINI_MODEL, OPENAI_MODEL, Runs
 
-MODELS = {"anthropic": ANTHROPIC_MODEL, "openai": OPENAI_MODEL}
-CREATE = {"anthropic": "/v1/messages/batches", "openai": "/v1/batches"}
+MODELS = {"anthropic": ANTHROPIC_MODEL, "openai": OPENAI_MODEL, "google_ai": GEMINI_MODEL}
+CREATE = {
+    "anthropic": "/v1/messages/batches",
+    "openai": "/v1/batches",
+    "google_ai": "/v1beta/models/gemini-2.5-flash:batchGenerateContent",
+}
 
 
 @pytest.fixture
@@ -43,21 +47,23 @@ async def _provider_batches(db_url: str) -> list[Any]:
 
 
 @pytest.mark.settings(error_backoff_seconds=600)
-@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "google_ai"])
 async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
     runs: Runs, admin: EmulatorAdmin, db_url: str, provider: str, clock: ManualClock
 ) -> None:
     agents = [await runs.agent(f"once-{i}", model=MODELS[provider]) for i in range(3)]
     # The first submission fails (as a crash would end it): the intent is recorded, then nothing.
-    await admin.fault(HttpFault(path=CREATE[provider], method="POST", status=500, should_retry=False))
+    # Google's API has no "do not retry" header: its SDK tries every attempt it is given.
+    attempts = DEFAULT_MAX_RETRIES + 1 if provider == "google_ai" else 1
+    await admin.fault(HttpFault(path=CREATE[provider], method="POST", status=500, count=attempts, should_retry=False))
     run = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in agents])
     assert run["status"] == "created", run
     ours = run["progress"]["provider_batches"][0]["id"]
     (row,) = await _provider_batches(db_url)
     assert row.submit_started_at is not None and row.submit_attempts == 1
 
-    # What the lost attempt got to the provider (twice, for a tag to tell the copies apart).
-    copies = 2 if provider == "openai" else 1
+    # What the lost attempt got to the provider (twice, where a tag tells the copies apart).
+    copies = 1 if provider == "anthropic" else 2
     async with ProviderSet() as providers:
         requests = {
             a["id"]: ModelRequest(model=MODELS[provider].split("/")[1], system="s", messages=()) for a in agents

@@ -28,19 +28,9 @@ from nightshift.providers.base import (
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.registry import provider_info
 from nightshift.serving import free_port
-from support.messages import msg
+from support.messages import SEND, WEATHER, msg
 
 MODELS = {"anthropic": "claude-3-5-haiku-20241022", "openai": "gpt-4o-mini"}
-SEND = {
-    "name": "send_message",
-    "description": "Send a message to the user.",
-    "parameters": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
-}
-WEATHER = {
-    "name": "get_weather",
-    "description": "The weather of a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 APPEND = {
     "name": "core_memory_append",
     "description": "Append to a memory block.",

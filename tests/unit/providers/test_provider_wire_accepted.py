@@ -9,14 +9,31 @@ from __future__ import annotations
 import pytest
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall
-from nightshift.emulator import anthropic_checks, openai_checks
+from nightshift.emulator import anthropic_checks, gemini_checks, openai_checks
 from nightshift.providers.anthropic import wire as anthropic_wire
 from nightshift.providers.base import ModelRequest
+from nightshift.providers.google_ai import wire as google_ai_wire
 from nightshift.providers.openai import wire as openai_wire
 from support.messages import msg
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 TOOL = {"name": "send_message", "description": "Send.", "parameters": {"type": "object", "properties": {}}}
+# A tool with typed, nested and optional arguments (Gemini takes an OpenAPI subset of JSON Schema).
+NOTE = {
+    "name": "note",
+    "description": "Take a note.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}},
+            "due": {"type": ["string", "null"], "format": "date-time"},
+            "meta": {"$ref": "#/$defs/meta"},
+        },
+        "required": ["text"],
+        "$defs": {"meta": {"type": "object", "properties": {"weight": {"type": "integer"}}}},
+    },
+}
 
 
 def call(call_id: str, arguments: str = "{}") -> tuple[ToolCall, ...]:
@@ -92,3 +109,19 @@ def test_openai_accepts(history: list[Message]) -> None:
     request = ModelRequest(model="gpt", system="S", messages=tuple(history), tools=(TOOL,), temperature=0.5)
 
     openai_checks.check_body(openai_wire.build_request(request))
+
+
+@pytest.mark.parametrize("agent_arguments", [True, False], ids=["memgpt", "letta_v1"])
+@pytest.mark.parametrize("history", HISTORIES.values(), ids=HISTORIES.keys())
+def test_gemini_accepts(history: list[Message], agent_arguments: bool) -> None:
+    request = ModelRequest(
+        model="gemini-2.5-flash",
+        system="S",
+        messages=tuple(history),
+        tools=(TOOL, NOTE),
+        temperature=0.5,
+        forced_tool="send_message",
+        agent_arguments=agent_arguments,
+    )
+
+    gemini_checks.check_body(google_ai_wire.build_request(request))

@@ -42,7 +42,7 @@ async def list_tags(
 @router.get("/v1/models/")
 @router.get("/v1/models", include_in_schema=False)
 async def list_models(
-    provider_name: Annotated[str | None, Query(description="Only this provider's models (anthropic, openai)")] = None,
+    provider_name: Annotated[str | None, Query(description="Only this provider's models (a handle's prefix)")] = None,
     provider_type: Annotated[str | None, Query(description="The same as provider_name")] = None,
     provider_category: Annotated[list[str] | None, Query(description="Letta's base/byok: every model is base")] = None,
 ) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from nightshift.providers.base import (
     ModelResponse,
     StreamEnd,
     StreamEvent,
+    one_model,
     parse_json_line,
 )
 from nightshift.providers.errors import kind_for_status, unreachable
@@ -82,15 +83,7 @@ class OpenAIProvider:
         self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
     ) -> str:
         """Upload the input file and create the batch, ``tag`` in its metadata; returns its ``batch_...`` id."""
-        if not requests:
-            raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
-        models = sorted({request.model for request in requests.values()})
-        if len(models) > 1:
-            raise ProviderError(
-                f"an OpenAI batch takes requests for one model only; got {', '.join(models)}: "
-                "submit one batch per model",
-                kind=ProviderErrorKind.INVALID_REQUEST,
-            )
+        one_model(requests, provider="OpenAI")
         # The input file is spooled to disk as its lines are serialised (see ``spool``) and uploaded
         # from there, a chunk at a time.
         with SpooledBody() as data:
