@@ -196,7 +196,8 @@ async def run_through_both(
             await admin.script(agent["id"], *replies)
         before = await stored_before(through_a, [a["id"] for a in agents])
         started = await runs_b.start([{"agent_id": a["id"], "input": INPUT} for a in agents])
-        done = await runs_a.wait(started["id"], timeout=20)
+        # Generous: each process's first submit imports its provider SDKs, seconds on a loaded machine.
+        done = await runs_a.wait(started["id"], timeout=120)
         assert done["status"] == "completed", done
         assert done["progress"]["agents"] == {"running": 0, "finished": AGENTS, "failed": 0, "cancelled": 0}
         return done, agents, before
