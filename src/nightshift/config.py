@@ -86,7 +86,12 @@ class Settings(BaseSettings):
     # How long a request's body may take to arrive whole, from its first byte read (a 408 past it);
     # the default leaves a batch run's largest body a slow link.
     body_timeout_seconds: float = Field(default=300.0, gt=0)
+    # The longest and the shortest gap between two polls of one running provider batch: it is
+    # polled often while young and across the span in which its provider's batches usually end,
+    # never more often than the shortest gap (the providers' rate limits) allows
+    # (``domain/polling.py``). The poller's passes are never further apart than the longest.
     poll_interval_seconds: float = 30.0
+    poll_min_seconds: float = Field(default=5.0, gt=0)
     poller: bool = True
     # serve: run the poller in a child process (``nightshift poll``), so that the API process's
     # event loop serves requests only; false: inside the API process, on its event loop.

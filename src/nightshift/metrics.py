@@ -36,6 +36,22 @@ from nightshift.domain.usage import Usage
 
 # From a submit of a few agents (tens of ms) to the apply of a step of 10,000 agents with tools.
 STAGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# A provider batch's turnaround, submit to end: from a few seconds to the providers' 24-hour window.
+TURNAROUND_BUCKETS = (
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1_200.0,
+    1_800.0,
+    3_600.0,
+    7_200.0,
+    14_400.0,
+    43_200.0,
+    86_400.0,
+)
 # The token counts of an item's usage, by the ``kind`` label they are counted under.
 TOKEN_KINDS = {
     "input_tokens": "input",
@@ -49,6 +65,7 @@ TOKEN_KINDS = {
 PER_PROCESS = frozenset(
     {
         "nightshift_stage_duration_seconds",
+        "nightshift_provider_batch_turnaround_seconds",
         "nightshift_provider_errors",
         "nightshift_tokens",
         "nightshift_cost_usd",
@@ -80,6 +97,14 @@ class Metrics:
             "stored, apply: the results applied and the next step written, cancel).",
             ["stage", "provider"],
             buckets=STAGE_BUCKETS,
+            registry=registry,
+        )
+        self._turnaround = Histogram(
+            "nightshift_provider_batch_turnaround_seconds",
+            "How long the provider batches this process saw end took, from their submit to the poll "
+            "that saw the end (what the poll schedule follows).",
+            ["provider"],
+            buckets=TURNAROUND_BUCKETS,
             registry=registry,
         )
         self._provider_errors = Counter(
@@ -139,6 +164,10 @@ class Metrics:
     def stage_done(self, stage: str, provider: str, seconds: float) -> None:
         """Count one stage of a provider batch of ``provider`` that took ``seconds``."""
         self._stage_seconds.labels(stage=stage, provider=provider).observe(seconds)
+
+    def batch_ended(self, provider: str, turnaround: float) -> None:
+        """Count a provider batch of ``provider`` seen ended ``turnaround`` seconds after its submit."""
+        self._turnaround.labels(provider=provider).observe(turnaround)
 
     def provider_error(self, provider: str, kind: str, scope: ErrorScope, count: int = 1) -> None:
         """Count ``count`` errors of ``kind`` from ``provider``."""

@@ -88,8 +88,8 @@ async def poll(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Stage
         return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=exc.retryable)
     snapshot = snapshot_of(status, parts.clock.now())
     if status.state is not BatchState.ENDED:
+        next_poll_at = await parts.poll_schedule.next_poll_at(batch, snapshot.polled_at)
         async with parts.engine.begin() as conn:
-            next_poll_at = parts.clock.now() + parts.poll_interval
             await batch_store.record_poll(conn, batch.id, leases.owner, snapshot, next_poll_at=next_poll_at)
         return StageOutcome(outcome=Outcome.POLLED, batch=batch)
     async with parts.engine.connect() as conn:
@@ -136,6 +136,8 @@ async def poll(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Stage
         snapshot=snapshot,
         release=False,  # resume follows at once in this pass
     )
+    if status.error is None and batch.submit_started_at is not None:
+        parts.metrics.batch_ended(batch.provider, (snapshot.polled_at - batch.submit_started_at).total_seconds())
     for kind, count in errors.items():
         parts.metrics.provider_error(batch.provider, kind, ErrorScope.REQUEST, count)
     stage_done(Stage.POLL, ended, agents=answered + len(waiting), started=started, metrics=parts.metrics)

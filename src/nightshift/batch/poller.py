@@ -40,7 +40,8 @@ async def poll_forever(
     wake: asyncio.Event | None = None,
     queue_seconds: float = 0.25,
 ) -> None:
-    """Poll every ``worker.poll_interval`` seconds until cancelled or ``worker.draining`` is set;
+    """Pass when the first provider batch is due (every ``worker.poll_interval`` seconds at the
+    most; see ``Worker.next_pass_in``) until cancelled or ``worker.draining`` is set;
     errors are logged, never fatal. ``after_pass`` is called after each pass (failed or not).
     The next pass starts at once when a run is queued (see ``run_queue.watch_queue``: SQLite is
     looked at every ``queue_seconds``), or when ``wake`` is set (by an API on this event loop)."""
@@ -49,8 +50,10 @@ async def poll_forever(
     try:
         while not worker.draining.is_set():
             wake.clear()  # what is queued from here on is seen by this pass, or wakes the next
+            wait = worker.poll_interval
             try:
                 await poll_once(worker, callbacks)
+                wait = await worker.next_pass_in()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -59,7 +62,7 @@ async def poll_forever(
                 after_pass()
             waits = [asyncio.ensure_future(worker.draining.wait()), asyncio.ensure_future(wake.wait())]
             try:
-                await asyncio.wait(waits, timeout=worker.poll_interval, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for waiting in waits:
                     waiting.cancel()

@@ -23,6 +23,7 @@ from enum import StrEnum
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nightshift.batch.polling import PollSchedule
 from nightshift.batch.steps import WrittenBatch
 from nightshift.clock import Clock
 from nightshift.domain.batches import BatchItem, ItemResult, ProviderBatch
@@ -55,8 +56,10 @@ class StageParts:
     prices: PriceTable
     metrics: Metrics
     clock: Clock
-    # How long a running batch waits between two polls.
+    # The longest wait between two polls of a running batch (and two passes of the poller).
     poll_interval: timedelta
+    # When each running batch is polled next, within that interval.
+    poll_schedule: PollSchedule
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
     # The most bytes of requests in one provider batch, estimated when a step is written and real

@@ -149,7 +149,7 @@ async def _send(
     return StageOutcome(
         outcome=Outcome.SUBMITTED if running else Outcome.LEFT,
         batch=current,
-        due_in=parts.poll_interval if running else timedelta(0),
+        due_in=parts.poll_schedule.first_gap if running else timedelta(0),
     )
 
 
@@ -318,7 +318,7 @@ async def _submitted(
     async with parts.engine.begin() as conn:
         await batch_run_store.lock_run(conn, batch.batch_run_id)
         moved = await batch_store.mark_running(
-            conn, batch.id, provider_batch_id, now, next_poll_at=now + parts.poll_interval
+            conn, batch.id, provider_batch_id, now, next_poll_at=now + parts.poll_schedule.first_gap
         )
         current = await batch_store.get_provider_batch(conn, batch.id)
         assert current is not None

@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nightshift.batch import application, run_queue, sleeptime, submission
 from nightshift.batch.leases import Leases, worker_id
 from nightshift.batch.outcomes import failed_result
+from nightshift.batch.polling import PollSchedule
 from nightshift.batch.sleeptime import SleeptimeRules
 from nightshift.batch.stages import Outcome, Prepared, Stage, StageOutcome, StageParts, stage_done
 from nightshift.batch.steps import WrittenBatch
@@ -93,6 +94,20 @@ class Worker:
     def poll_interval(self) -> float:
         """Seconds between two polls of a running batch (and two passes of the poller)."""
         return self.parts.poll_interval.total_seconds()
+
+    async def next_pass_in(self) -> float:
+        """Seconds until the poller's next pass: when the first provider batch is due, within the
+        poll interval, and no sooner than the shortest gap between two polls (a batch due now is
+        leased by another process)."""
+        schedule = self.parts.poll_schedule
+        if schedule.fixed:
+            return self.poll_interval
+        async with self.engine.connect() as conn:
+            earliest = await batch_store.earliest_due(conn)
+        if earliest is None:
+            return self.poll_interval
+        due_in = (earliest - self.parts.clock.now()).total_seconds()
+        return min(self.poll_interval, max(schedule.shortest.total_seconds(), due_in))
 
     def for_request(self) -> Worker:
         """This worker under a lease name of its own, for work done outside the poller (an API
@@ -289,6 +304,11 @@ def worker_of(parts: Parts) -> Worker:
             metrics=parts.metrics,
             clock=parts.clock,
             poll_interval=timedelta(seconds=settings.poll_interval_seconds),
+            poll_schedule=PollSchedule(
+                engine=parts.engine,
+                shortest=timedelta(seconds=settings.poll_min_seconds),
+                longest=timedelta(seconds=settings.poll_interval_seconds),
+            ),
             summary_model=settings.summary_model,
             batch_bytes=settings.batch_bytes,
         ),

@@ -150,6 +150,33 @@ async def claim_due(
     return [to_provider_batch(r) for r in claimed]
 
 
+async def earliest_due(conn: AsyncConnection) -> datetime | None:
+    """When the first batch a claim may pick up is due (None: none is), leased or not."""
+    due = select(func.min(provider_batches.c.next_poll_at)).where(provider_batches.c.status.in_(CLAIMABLE))
+    earliest: datetime | None = await conn.scalar(due)
+    return earliest
+
+
+async def recent_turnarounds(conn: AsyncConnection, *, latest: int) -> dict[str, list[timedelta]]:
+    """How long the ``latest`` batches that ended at their provider took, from the last submit to
+    the poll that saw the end, by provider (batches that failed or were cancelled left out)."""
+    ended = (
+        select(provider_batches.c.provider, provider_batches.c.submit_started_at, provider_batches.c.ended_at)
+        .where(
+            provider_batches.c.status.in_((ProviderBatchStatus.ENDED.value, ProviderBatchStatus.APPLIED.value)),
+            provider_batches.c.ended_at.is_not(None),
+            provider_batches.c.submit_started_at.is_not(None),
+            provider_batches.c.error.is_(None),
+        )
+        .order_by(provider_batches.c.ended_at.desc())
+        .limit(latest)
+    )
+    found: dict[str, list[timedelta]] = {}
+    for provider, submitted, ended_at in await conn.execute(ended):
+        found.setdefault(provider, []).append(ended_at - submitted)
+    return found
+
+
 async def renew_lease(conn: AsyncConnection, batch_id: str, owner: str, expires_at: datetime) -> bool:
     """Push back the expiry of ``owner``'s lease on a batch; False when ``owner`` no longer holds it."""
     result = await conn.execute(

@@ -1,0 +1,139 @@
+"""Running provider batches are polled on the schedule of ``domain/polling.py``: often while
+young, by the turnaround their provider's batches showed (read from the store), within
+NIGHTSHIFT_POLL_MIN_SECONDS and NIGHTSHIFT_POLL_INTERVAL_SECONDS; the poller's next pass is when
+the first batch is due. Over the scripted provider, stepped by explicit passes on a manual clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from nightshift.api.app import create_app
+from nightshift.config import Settings
+from nightshift.domain.batches import ProviderBatch
+from nightshift.emulator import EmulatorAdmin
+from nightshift.store import provider_batches as batch_store
+from support.clock import ManualClock
+from support.runs import Runs
+from support.scripted import ScriptedModel, call, say
+from support.stepped import SteppedRuns
+
+SHORTEST = 5.0
+LONGEST = 3_600.0
+# The turnaround of the batches that end in the second test: submit to end, as the clock says.
+TURNAROUND = 600.0
+# The slack of a gap read back: the manual clock runs on between two readings.
+SLACK = timedelta(seconds=2)
+
+pytestmark = pytest.mark.settings(poller=False, poll_interval_seconds=LONGEST, poll_min_seconds=SHORTEST)
+
+
+@pytest.fixture
+async def stepped(settings: Settings, clock: ManualClock) -> AsyncIterator[SteppedRuns]:
+    model = ScriptedModel()
+    application = create_app(settings, clock=clock, providers=model.providers())
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://nightshift.test") as http:
+            yield SteppedRuns(http, application.state.nightshift.worker, model)
+
+
+async def held_run(stepped: SteppedRuns, name: str) -> tuple[dict[str, Any], ProviderBatch]:
+    """A one-agent run whose provider batch stays in progress; and that batch, as stored."""
+    agent = await stepped.agent(name)
+    stepped.model.script(agent["id"], say("hello"))
+    with stepped.model.holding():
+        run = await stepped.start([{"agent_id": agent["id"], "input": "hello"}])
+    return run, await stored_batch(stepped, run["id"])
+
+
+async def stored_batch(stepped: SteppedRuns, run_id: str) -> ProviderBatch:
+    async with stepped.worker.engine.connect() as conn:
+        (batch,) = await batch_store.provider_batches_of_run(conn, run_id)
+    return batch
+
+
+def gap(batch: ProviderBatch, expected: float) -> None:
+    """The batch is due ``expected`` seconds after its last poll (its submit, before any)."""
+    assert batch.next_poll_at is not None
+    since = batch.polled_at or batch.submit_started_at
+    assert since is not None
+    assert abs(batch.next_poll_at - since - timedelta(seconds=expected)) <= SLACK, (batch.next_poll_at, since)
+
+
+async def test_a_young_batch_is_polled_often_then_less_as_it_ages(stepped: SteppedRuns, clock: ManualClock) -> None:
+    _, batch = await held_run(stepped, "young")
+    gap(batch, SHORTEST)  # the first poll: the shortest gap after its submit
+    assert SHORTEST - 1 <= await stepped.worker.next_pass_in() <= SHORTEST
+
+    clock.advance(100)
+    assert await stepped.step() == 1
+    polled = await stored_batch(stepped, batch.batch_run_id)
+    gap(polled, 100 * 0.2)  # a fifth of its age
+    # Not due before then: a pass does nothing, and the poller's next pass is set for it.
+    clock.advance(10)
+    assert await stepped.step() == 0
+    assert 8 <= await stepped.worker.next_pass_in() <= 10
+    clock.advance(10)
+    assert await stepped.step() == 1
+
+    clock.advance(LONGEST * 10)  # ten hours old: the longest gap
+    assert await stepped.step() == 1
+    gap(await stored_batch(stepped, batch.batch_run_id), LONGEST)
+
+
+async def test_the_observed_turnaround_brings_the_polls_to_where_batches_end(
+    stepped: SteppedRuns, clock: ManualClock
+) -> None:
+    for index in range(5):
+        run, _ = await held_run(stepped, f"seen-{index}")
+        clock.advance(TURNAROUND)
+        stepped.model.release()
+        done = await stepped.finish(run["id"])
+        assert done["status"] == "completed", done
+
+    # Just before the usual end, a batch is polled as it comes instead of a fifth of its age later.
+    _, batch = await held_run(stepped, "watched")
+    clock.advance(TURNAROUND - 10)
+    assert await stepped.step() == 1
+    gap(await stored_batch(stepped, batch.batch_run_id), 10)
+
+    # Each end was counted where Prometheus reads it, with its turnaround.
+    metrics = (await stepped.client.get("/metrics")).text
+    lines = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if not line.startswith("#"))
+    count = float(lines['nightshift_provider_batch_turnaround_seconds_count{provider="anthropic"}'])
+    total = float(lines['nightshift_provider_batch_turnaround_seconds_sum{provider="anthropic"}'])
+    assert count == 5
+    assert TURNAROUND * 5 <= total <= TURNAROUND * 5 + 30
+
+
+@pytest.mark.settings(poll_min_seconds=LONGEST * 2)
+async def test_a_shortest_gap_over_the_interval_polls_at_the_interval(stepped: SteppedRuns, clock: ManualClock) -> None:
+    _, batch = await held_run(stepped, "fixed")
+    gap(batch, LONGEST)
+    assert await stepped.worker.next_pass_in() == LONGEST
+    clock.advance(LONGEST)
+    assert await stepped.step() == 1
+    gap(await stored_batch(stepped, batch.batch_run_id), LONGEST)
+
+
+@pytest.mark.settings(poller=True, poll_interval_seconds=LONGEST, poll_min_seconds=0.05)
+async def test_a_live_poller_finds_batches_that_end_in_seconds_under_an_hour_long_interval(
+    runs: Runs, admin: EmulatorAdmin
+) -> None:
+    """The poller on the app's loop, the emulator for provider: each batch ends at its third poll.
+    At the interval alone the run would take hours; the schedule and the poller's pass at the
+    first due batch finish it in the time of a few short gaps."""
+    await admin.configure(polls_to_end=3)
+    agents = [await runs.agent(f"quick-{i}") for i in range(3)]
+    for agent in agents:
+        await admin.script(agent["id"], call("core_memory_append", heartbeat=True, label="human", content="hi"))
+    run = await runs.start([{"agent_id": a["id"], "input": "remember"} for a in agents])
+    done = await runs.wait(run["id"], timeout=LONGEST / 60)
+    assert done["status"] == "completed", done
+    assert [b["step_number"] for b in done["progress"]["provider_batches"]] == [0, 1]
