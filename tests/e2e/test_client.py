@@ -301,6 +301,9 @@ def test_sleeptime_runs_through_the_client_listed_by_kind_and_costed_apart(clien
         assert found is not None and found.runs == 1 and found.cost_usd > 0
         assert found.cost_usd == pytest.approx(run.progress.cost_usd, abs=1e-6)
         assert found.cost_without_batch_usd == pytest.approx(run.progress.cost_without_batch_usd, abs=1e-6)
+    # Both runs' batches ended: too few for a spread, counted (the organization is the test's own).
+    (turnaround,) = client.batches.turnaround().providers
+    assert (turnaround.provider, turnaround.ended, turnaround.p50_seconds) == ("anthropic", 2, None)
 
 
 async def test_the_async_client_runs_sleeptime_agents_and_reads_costs(
@@ -316,6 +319,8 @@ async def test_the_async_client_runs_sleeptime_agents_and_reads_costs(
         await client.batches.wait(queued.id, poll_interval=0.05, timeout=60)
         listed = [r.id async for r in client.batches.list(kind="sleeptime")]
         costs = await client.batches.costs()
+        turnaround = await client.batches.turnaround()
 
+    assert [(t.provider, t.ended) for t in turnaround.providers] == [("anthropic", 2)]
     assert nothing == [] and queued.kind == "sleeptime" and listed == [queued.id]
     assert [(k.kind, k.runs) for k in costs.kinds] == [("main", 1), ("sleeptime", 1)]

@@ -39,6 +39,8 @@ PAIRS: dict[type[BaseModel], str] = {
     types.RunUsage: "RunUsage",
     types.BatchRunCosts: "BatchRunCosts",
     types.KindCosts: "KindCostsPublic",
+    types.BatchTurnarounds: "BatchTurnarounds",
+    types.ProviderTurnaround: "ProviderTurnaroundPublic",
     types.ApiKey: "KeyPublic",
     types.ApiKeyCreated: "KeyCreatedPublic",
 }
@@ -50,6 +52,7 @@ ROUTES: dict[tuple[str, str], tuple[str, str | None, str]] = {
     ("get", "/v1/messages/batches"): ("list", None, "BatchRunPublic"),
     ("get", "/v1/messages/batches/{run_id}"): ("one", None, "BatchRunPublic"),
     ("get", "/v1/messages/batches/costs"): ("one", None, "BatchRunCosts"),
+    ("get", "/v1/messages/batches/turnaround"): ("one", None, "BatchTurnarounds"),
     ("post", "/v1/sleeptime/run"): ("list", None, "BatchRunPublic"),
     ("patch", "/v1/messages/batches/{run_id}/cancel"): ("one", None, "BatchRunPublic"),
     ("get", "/v1/messages/batches/{run_id}/agents"): ("list", "agents", "BatchRunAgent"),

@@ -10,7 +10,7 @@ that a live answer has no key its model does not name.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from nightshift.domain.batches import Costs, ItemOutcome, KindCosts, ProviderBatch, ProviderBatchStatus
 from nightshift.domain.messages import Message
+from nightshift.domain.polling import Turnaround
 from nightshift.domain.usage import Usage
 from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
 
@@ -382,6 +383,35 @@ class KindCostsPublic(BaseModel):
 
 class BatchRunCosts(BaseModel):
     kinds: list[KindCostsPublic]
+
+
+class ProviderTurnaroundPublic(BaseModel):
+    provider: str
+    ended: int = Field(description="How many of the latest provider batches (1,000 at most) ended")
+    p10_seconds: float | None = Field(description="Submit to end: the 10th percentile (null under 5 ends)")
+    p50_seconds: float | None = Field(description="The median")
+    p90_seconds: float | None = Field(description="The 90th percentile")
+
+
+class BatchTurnarounds(BaseModel):
+    providers: list[ProviderTurnaroundPublic]
+
+
+def turnarounds_json(seen: Mapping[str, tuple[int, Turnaround | None]]) -> dict[str, Any]:
+    """``BatchTurnarounds``' JSON."""
+    return {
+        "providers": [
+            {
+                "provider": provider,
+                "ended": ended,
+                **{
+                    f"{name}_seconds": None if spread is None else getattr(spread, name).total_seconds()
+                    for name in ("p10", "p50", "p90")
+                },
+            }
+            for provider, (ended, spread) in seen.items()
+        ]
+    }
 
 
 def kind_costs_json(costs: Sequence[KindCosts]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from nightshift.client.types import (
     BatchRun,
     BatchRunAgent,
     BatchRunCosts,
+    BatchTurnarounds,
     RunMessage,
     RunStep,
     RunUsage,
@@ -227,6 +228,10 @@ class AsyncBatches:
         """The organization's batch runs by kind (main, sleeptime), all told: runs, agents, steps,
         tokens and costs, with what the normal API would have charged for the same tokens."""
         return await self._client.send(_calls.batch_costs())
+
+    async def turnaround(self) -> BatchTurnarounds:
+        """How long the organization's latest provider batches took, submit to end, by provider."""
+        return await self._client.send(_calls.batch_turnaround())
 
     def list(
         self,

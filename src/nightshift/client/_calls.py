@@ -27,6 +27,7 @@ from nightshift.client.types import (
     BatchRun,
     BatchRunAgent,
     BatchRunCosts,
+    BatchTurnarounds,
     RunMessage,
     RunStep,
     RunUsage,
@@ -153,6 +154,10 @@ def list_batches(
 
 def batch_costs() -> Call[BatchRunCosts]:
     return Call(method="GET", path=_path(BATCHES, "costs"), read=_one(BatchRunCosts))
+
+
+def batch_turnaround() -> Call[BatchTurnarounds]:
+    return Call(method="GET", path=_path(BATCHES, "turnaround"), read=_one(BatchTurnarounds))
 
 
 def run_sleeptime(*, everything: bool) -> Call[list[BatchRun]]:

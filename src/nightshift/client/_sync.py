@@ -38,6 +38,7 @@ from nightshift.client.types import (
     BatchRun,
     BatchRunAgent,
     BatchRunCosts,
+    BatchTurnarounds,
     RunMessage,
     RunStep,
     RunUsage,
@@ -222,6 +223,10 @@ class Batches:
         """The organization's batch runs by kind (main, sleeptime), all told: runs, agents, steps,
         tokens and costs, with what the normal API would have charged for the same tokens."""
         return self._client.send(_calls.batch_costs())
+
+    def turnaround(self) -> BatchTurnarounds:
+        """How long the organization's latest provider batches took, submit to end, by provider."""
+        return self._client.send(_calls.batch_turnaround())
 
     def list(
         self,

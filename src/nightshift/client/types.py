@@ -126,6 +126,22 @@ class BatchRunCosts(_Answer):
         return next((k for k in self.kinds if k.kind == kind), None)
 
 
+class ProviderTurnaround(_Answer):
+    """How long a provider's latest batches took, from submit to the poll that saw the end."""
+
+    provider: str
+    ended: int = Field(description="How many of the latest provider batches (1,000 at most) ended")
+    p10_seconds: float | None = Field(description="The 10th percentile (None under 5 ends)")
+    p50_seconds: float | None
+    p90_seconds: float | None
+
+
+class BatchTurnarounds(_Answer):
+    """The organization's provider batches' turnarounds, by provider."""
+
+    providers: list[ProviderTurnaround]
+
+
 # A run's statuses once it has ended (``created`` and ``running`` are the others).
 FINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "expired"})
 

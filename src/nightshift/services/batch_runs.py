@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.callbacks import CallbackRules, check_callback_url
+from nightshift.batch.polling import LATEST_ENDS
 from nightshift.batch.steps import cancel_batch_run, queue_batch_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.approvals import Answer
@@ -34,6 +35,7 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.domain.messages import Message
+from nightshift.domain.polling import Turnaround
 from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.runtime.answers import prepare_answers, release, run_answers, write_answers
@@ -203,6 +205,13 @@ async def list_batch_run_views(
 async def costs_by_kind(conn: AsyncConnection, org_id: str) -> list[KindCosts]:
     """What the organization's batch runs cost, by kind: the users' runs and the sleep-time agents'."""
     return list((await batch_run_store.costs_by_kind(conn, org_id)).values())
+
+
+async def turnarounds(conn: AsyncConnection, org_id: str) -> dict[str, tuple[int, Turnaround | None]]:
+    """How long the organization's latest provider batches took, submit to end, by provider: how
+    many ended, and their spread once there are enough (what the poll schedule follows)."""
+    seen = await batch_store.recent_turnarounds(conn, latest=LATEST_ENDS, org_id=org_id)
+    return {provider: (len(durations), Turnaround.of(durations)) for provider, durations in sorted(seen.items())}
 
 
 async def messages_of_batch_run(

@@ -157,9 +157,12 @@ async def earliest_due(conn: AsyncConnection) -> datetime | None:
     return earliest
 
 
-async def recent_turnarounds(conn: AsyncConnection, *, latest: int) -> dict[str, list[timedelta]]:
-    """How long the ``latest`` batches that ended at their provider took, from the last submit to
-    the poll that saw the end, by provider (batches that failed or were cancelled left out)."""
+async def recent_turnarounds(
+    conn: AsyncConnection, *, latest: int, org_id: str | None = None
+) -> dict[str, list[timedelta]]:
+    """How long the ``latest`` batches that ended at their provider took (of one organization, or
+    of all), from the last submit to the poll that saw the end, by provider (batches that failed or
+    were cancelled left out)."""
     ended = (
         select(provider_batches.c.provider, provider_batches.c.submit_started_at, provider_batches.c.ended_at)
         .where(
@@ -171,6 +174,8 @@ async def recent_turnarounds(conn: AsyncConnection, *, latest: int) -> dict[str,
         .order_by(provider_batches.c.ended_at.desc())
         .limit(latest)
     )
+    if org_id is not None:
+        ended = ended.where(provider_batches.c.organization_id == org_id)
     found: dict[str, list[timedelta]] = {}
     for provider, submitted, ended_at in await conn.execute(ended):
         found.setdefault(provider, []).append(ended_at - submitted)

@@ -18,7 +18,9 @@ from nightshift.config import Settings
 from nightshift.domain.batches import ProviderBatch
 from nightshift.emulator import EmulatorAdmin
 from nightshift.store import provider_batches as batch_store
+from support.api import json_object
 from support.clock import ManualClock
+from support.orgs import new_organization_key
 from support.runs import Runs
 from support.scripted import ScriptedModel, call, say
 from support.stepped import SteppedRuns
@@ -110,6 +112,29 @@ async def test_the_observed_turnaround_brings_the_polls_to_where_batches_end(
     total = float(lines['nightshift_provider_batch_turnaround_seconds_sum{provider="anthropic"}'])
     assert count == 5
     assert TURNAROUND * 5 <= total <= TURNAROUND * 5 + 30
+
+    # The API shows the organization's turnarounds; another organization has none of them.
+    (shown,) = json_object(await stepped.client.get("/v1/messages/batches/turnaround"))["providers"]
+    assert (shown["provider"], shown["ended"]) == ("anthropic", 5)
+    for name in ("p10_seconds", "p50_seconds", "p90_seconds"):
+        assert TURNAROUND <= shown[name] <= TURNAROUND + 6, shown
+    other = await new_organization_key(stepped.worker.engine)
+    theirs = await stepped.client.get("/v1/messages/batches/turnaround", headers={"authorization": f"Bearer {other}"})
+    assert json_object(theirs) == {"providers": []}
+
+
+async def test_a_provider_with_few_ends_shows_them_without_a_spread(stepped: SteppedRuns, clock: ManualClock) -> None:
+    assert json_object(await stepped.client.get("/v1/messages/batches/turnaround")) == {"providers": []}
+    run, _ = await held_run(stepped, "once")
+    clock.advance(TURNAROUND)
+    stepped.model.release()
+    assert (await stepped.finish(run["id"]))["status"] == "completed"
+    shown = json_object(await stepped.client.get("/v1/messages/batches/turnaround"))
+    assert shown == {
+        "providers": [
+            {"provider": "anthropic", "ended": 1, "p10_seconds": None, "p50_seconds": None, "p90_seconds": None}
+        ]
+    }
 
 
 @pytest.mark.settings(poll_min_seconds=LONGEST * 2)

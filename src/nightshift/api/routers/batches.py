@@ -15,11 +15,13 @@ from nightshift.api.batch_views import (
     BatchRunCosts,
     BatchRunMessages,
     BatchRunPublic,
+    BatchTurnarounds,
     agent_in_run_json,
     batch_run_json,
     json_response,
     kind_costs_json,
     run_message_json,
+    turnarounds_json,
 )
 from nightshift.api.deps import Now, Org, ReadConn, State
 from nightshift.api.routers.params import PageQuery
@@ -129,6 +131,14 @@ async def batch_costs(conn: ReadConn, org: Org) -> Response:
     /v1/messages/batches made) and ``sleeptime`` (the sleep-time agents'), each with what the
     normal API would have charged for the same tokens and what the prompt cache saved."""
     return json_response(kind_costs_json(await batch_runs.costs_by_kind(conn, org)))
+
+
+@router.get("/v1/messages/batches/turnaround", response_model=BatchTurnarounds)
+async def batch_turnaround(conn: ReadConn, org: Org) -> Response:
+    """How long the organization's latest provider batches took at their providers, from submit to
+    the poll that saw the end, by provider (batches that failed or were cancelled left out): what
+    the poll schedule follows to poll often where batches usually end."""
+    return json_response(turnarounds_json(await batch_runs.turnarounds(conn, org)))
 
 
 @router.get("/v1/messages/batches/{run_id}", response_model=BatchRunPublic)
