@@ -1,4 +1,4 @@
-"""``make bench`` and ``make load`` keep working: each runs end to end on four agents and prints its
+"""``make bench``, ``make load`` and ``make polling`` keep working: each runs end to end on a few agents and prints its
 figures (the figures themselves are for people to read, never asserted on)."""
 
 from __future__ import annotations
@@ -94,3 +94,15 @@ def test_paced_load_states_its_offered_load() -> None:
     # ...and each phase says how many requests took over 100 ms (by second, when there are some).
     assert re.search(r"no run going: \d+ requests over 100 ms", output), output
     assert re.search(r"while the run steps: \d+ requests over 100 ms", output), output
+
+
+def test_polling_steps_its_run_at_the_interval_then_on_the_schedule() -> None:
+    output = _run(
+        "benchmarks.polling", "--agents", "2", "--steps", "2", "--batch-seconds", "0.5", "--interval", "2",
+        "--shortest", "0.1",
+    )  # fmt: skip
+    rows = [line.split("│") for line in output.splitlines() if "(fixed)" in line or "schedule," in line]
+    assert len(rows) == 2, output
+    for row in rows:
+        seconds, polls = float(row[2]), int(row[3])
+        assert seconds > 0 and polls >= 2, output  # two steps, each polled at least once
