@@ -1,5 +1,5 @@
-"""``make bench``, ``make load`` and ``make polling`` keep working: each runs end to end on a few agents and prints its
-figures (the figures themselves are for people to read, never asserted on)."""
+"""``make bench``, ``make load`` and ``make polling`` keep working: each runs end to end on a few
+agents and prints its figures (the figures themselves are for people to read, never asserted on)."""
 
 from __future__ import annotations
 
