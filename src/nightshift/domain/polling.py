@@ -33,9 +33,8 @@ MIN_OBSERVED = 5
 
 @dataclass(frozen=True, slots=True)
 class Turnaround:
-    """How long a provider's batches took, submit to end, as seen: their count and spread."""
+    """How long a provider's batches took, submit to end, as seen: their spread."""
 
-    count: int
     p10: timedelta
     p50: timedelta
     p90: timedelta
@@ -48,7 +47,6 @@ class Turnaround:
         seconds = sorted(d.total_seconds() for d in durations)
         deciles = statistics.quantiles(seconds, n=10, method="inclusive")
         return cls(
-            count=len(seconds),
             p10=timedelta(seconds=deciles[0]),
             p50=timedelta(seconds=statistics.median(seconds)),
             p90=timedelta(seconds=deciles[-1]),

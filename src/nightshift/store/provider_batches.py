@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, and_, case, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, case, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import BatchSummary, PollSnapshot, ProviderBatch, ProviderBatchStatus
@@ -163,19 +163,20 @@ async def recent_turnarounds(
     """How long the ``latest`` batches that ended at their provider took (of one organization, or
     of all), from the last submit to the poll that saw the end, by provider (batches that failed or
     were cancelled left out)."""
+    conditions: list[ColumnElement[bool]] = [
+        provider_batches.c.status.in_((ProviderBatchStatus.ENDED.value, ProviderBatchStatus.APPLIED.value)),
+        provider_batches.c.ended_at.is_not(None),
+        provider_batches.c.submit_started_at.is_not(None),
+        provider_batches.c.error.is_(None),
+    ]
+    if org_id is not None:
+        conditions.append(provider_batches.c.organization_id == org_id)
     ended = (
         select(provider_batches.c.provider, provider_batches.c.submit_started_at, provider_batches.c.ended_at)
-        .where(
-            provider_batches.c.status.in_((ProviderBatchStatus.ENDED.value, ProviderBatchStatus.APPLIED.value)),
-            provider_batches.c.ended_at.is_not(None),
-            provider_batches.c.submit_started_at.is_not(None),
-            provider_batches.c.error.is_(None),
-        )
+        .where(*conditions)
         .order_by(provider_batches.c.ended_at.desc())
         .limit(latest)
     )
-    if org_id is not None:
-        ended = ended.where(provider_batches.c.organization_id == org_id)
     found: dict[str, list[timedelta]] = {}
     for provider, submitted, ended_at in await conn.execute(ended):
         found.setdefault(provider, []).append(ended_at - submitted)
