@@ -23,6 +23,7 @@ from typing import Annotated, Any, cast
 import typer
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from benchmarks.bench import emulator_process
 from nightshift.batch.callbacks import CallbackRules
@@ -81,20 +82,15 @@ def replies(steps: int) -> list[ScriptedReply]:
     return [ScriptedReply(tool_call=remember)] * (steps - 1) + [ScriptedReply(tool_call=done)]
 
 
-async def until_ended(settings: Settings, run_ids: list[str]) -> None:
-    engine = create_engine(settings.resolved_database_url)
-    try:
-        while True:
-            async with engine.connect() as conn:
-                runs = [await batch_run_store.get_run(conn, DEFAULT_ORG_ID, run_id) for run_id in run_ids]
-            if all(
-                r is not None and r.status is not BatchRunStatus.RUNNING and r.status is not BatchRunStatus.CREATED
-                for r in runs
-            ):
-                return
-            await asyncio.sleep(0.05)
-    finally:
-        await engine.dispose()
+async def until_ended(engine: AsyncEngine, run_ids: list[str]) -> None:
+    """Wait until every one of these runs has ended."""
+    open_statuses = (BatchRunStatus.CREATED, BatchRunStatus.RUNNING)
+    while True:
+        async with engine.connect() as conn:
+            runs = [await batch_run_store.get_run(conn, DEFAULT_ORG_ID, run_id) for run_id in run_ids]
+        if all(r is not None and r.status not in open_statuses for r in runs):
+            return
+        await asyncio.sleep(0.05)
 
 
 async def measure(
@@ -144,10 +140,10 @@ async def measure(
             worker = worker_of(parts)
             poller = asyncio.create_task(poll_forever(worker, CallbackRules.of(settings), queue_seconds=0.05))
             try:
-                await until_ended(settings, [await queue([a]) for a in warm])
+                await until_ended(engine, [await queue([a]) for a in warm])
                 polls_before = counted.polls
                 started = time.monotonic()
-                await until_ended(settings, [await queue(measured)])
+                await until_ended(engine, [await queue(measured)])
                 seconds = time.monotonic() - started
                 polls = counted.polls - polls_before
             finally:
