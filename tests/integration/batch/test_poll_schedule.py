@@ -1,7 +1,8 @@
 """Running provider batches are polled on the schedule of ``domain/polling.py``: often while
 young, by the turnaround their provider's batches showed (read from the store), within
 NIGHTSHIFT_POLL_MIN_SECONDS and NIGHTSHIFT_POLL_INTERVAL_SECONDS; the poller's next pass is when
-the first batch is due. Over the scripted provider, stepped by explicit passes on a manual clock.
+the first batch is due. Over the scripted provider, stepped by explicit passes on a manual clock;
+the last test lets a live poller step a run through the emulator.
 """
 
 from __future__ import annotations
