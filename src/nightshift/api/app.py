@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, NoMatchFound
 from nightshift import __version__
 from nightshift.api import errors
 from nightshift.api.body_limit import MEGABYTE, BodyLimit, Bounds
-from nightshift.api.credentials import CredentialsFirst
+from nightshift.api.credentials import WEBHOOK_BYTES, WEBHOOK_PATH, CredentialsFirst
 from nightshift.api.dashboard import routes as dashboard
 from nightshift.api.deps import AppState, organization
 from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
@@ -35,6 +35,7 @@ from nightshift.api.routers import (
     metrics,
     runs,
     tools,
+    webhooks,
 )
 from nightshift.api.routers.health import Readiness, set_readiness
 from nightshift.batch.callbacks import CallbackRules
@@ -175,7 +176,8 @@ def create_app(
             "/v1/messages/batches": Bounds(
                 size=max(MAX_BATCH_REQUEST_MB, settings.max_request_mb) * MEGABYTE,
                 values=max(MAX_BATCH_REQUEST_VALUES, settings.max_request_values),
-            )
+            ),
+            WEBHOOK_PATH: Bounds(size=WEBHOOK_BYTES, values=WEBHOOK_BYTES),
         },
         body_seconds=settings.body_timeout_seconds,
     )
@@ -200,6 +202,7 @@ def api_routes() -> tuple[BaseRoute, ...]:
     api.include_router(health.router)  # public: liveness and readiness, no data
     api.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
     api.include_router(metrics.router)  # the server password only, when there is one (not an API key)
+    api.include_router(webhooks.router, responses=ERROR_RESPONSES)  # public: taken on the provider's signature
     secured = [Depends(organization), Depends(storable_url), Depends(storable_body)]
     for module in (agents, archival, agent_files, tools, blocks, catalog, groups):
         api.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)

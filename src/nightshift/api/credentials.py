@@ -20,7 +20,12 @@ from nightshift.api.errors import ErrorResponse
 from nightshift.errors import Unauthorized
 
 # The routes anyone may call: liveness and readiness, the dashboard's page (its API calls carry the
-# key) and the API's description. Every other path, an unknown one too, needs credentials.
+# key), the API's description and the providers' webhooks (each taken only with the provider's
+# signature). Every other path, an unknown one too, needs credentials.
+# OpenAI's batch webhooks (``routers/webhooks.py``).
+WEBHOOK_PATH: Final = "/v1/webhooks/openai"
+# A webhook's body is an event of a few hundred bytes: read no more than this of a stranger's.
+WEBHOOK_BYTES: Final = 64 * 1024
 PUBLIC_PATHS: Final = frozenset(
     {
         "/v1/health",
@@ -32,6 +37,7 @@ PUBLIC_PATHS: Final = frozenset(
         "/docs",
         "/docs/oauth2-redirect",
         "/redoc",
+        WEBHOOK_PATH,
     }
 )
 PUBLIC_PREFIXES: Final = ("/dashboard/",)

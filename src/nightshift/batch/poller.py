@@ -46,7 +46,9 @@ async def poll_forever(
     The next pass starts at once when a run is queued (see ``run_queue.watch_queue``: SQLite is
     looked at every ``queue_seconds``), or when ``wake`` is set (by an API on this event loop)."""
     wake = wake or asyncio.Event()
-    watching = asyncio.create_task(watch_queue(worker.engine, wake, every=queue_seconds), name="run-queue")
+    watching = asyncio.create_task(
+        watch_queue(worker.engine, wake, every=queue_seconds, clock=worker.parts.clock), name="run-queue"
+    )
     try:
         while not worker.draining.is_set():
             wake.clear()  # what is queued from here on is seen by this pass, or wakes the next

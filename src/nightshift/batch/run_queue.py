@@ -29,8 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nightshift.batch.leases import Leases
 from nightshift.batch.stages import StageParts
 from nightshift.batch.steps import write_first_step
+from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.domain.batches import BatchRunRequest, BatchRunStatus, ProviderBatch
 from nightshift.store import batch_runs as batch_run_store
+from nightshift.store import provider_batches as batch_store
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +95,17 @@ async def _fail(parts: StageParts, run_id: str) -> None:
         await batch_run_store.forget_queued_requests(conn, run_id)
 
 
-async def watch_queue(engine: AsyncEngine, wake: asyncio.Event, *, every: float) -> None:
-    """Set ``wake`` whenever a run is queued, until cancelled: on PostgreSQL when its ``NOTIFY``
-    comes, elsewhere when a look every ``every`` seconds finds one."""
+async def watch_queue(engine: AsyncEngine, wake: asyncio.Event, *, every: float, clock: Clock = SYSTEM_CLOCK) -> None:
+    """Set ``wake`` whenever a run is queued or a provider batch is made due at once (a provider's
+    webhook), until cancelled: on PostgreSQL when their ``NOTIFY`` comes, elsewhere when a look
+    every ``every`` seconds finds a queued run or a due batch that no process holds."""
     if engine.dialect.name == "postgresql":
         await _listen(engine, wake)
         return
     while True:
         try:
             async with engine.connect() as conn:
-                if await batch_run_store.any_queued(conn):
+                if await batch_run_store.any_queued(conn) or await batch_store.any_due(conn, clock.now()):
                     wake.set()
         except Exception:
             log.warning("looking for queued runs failed; trying again", exc_info=True)

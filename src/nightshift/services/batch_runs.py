@@ -38,6 +38,7 @@ from nightshift.domain.messages import Message
 from nightshift.domain.polling import Turnaround
 from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
+from nightshift.providers.openai import webhooks as openai_webhooks
 from nightshift.runtime.answers import prepare_answers, release, run_answers, write_answers
 from nightshift.store import batch_run_views
 from nightshift.store import batch_runs as batch_run_store
@@ -205,6 +206,16 @@ async def list_batch_run_views(
 async def costs_by_kind(conn: AsyncConnection, org_id: str) -> list[KindCosts]:
     """What the organization's batch runs cost, by kind: the users' runs and the sleep-time agents'."""
     return list((await batch_run_store.costs_by_kind(conn, org_id)).values())
+
+
+async def openai_webhook(engine: AsyncEngine, payload: bytes, headers: Mapping[str, str], now: datetime) -> bool:
+    """Take a webhook of OpenAI's: when it says a batch ended, that batch is due at once. True when
+    it made a running batch due. The check runs on a thread: the first one imports the SDK."""
+    batch_id = await asyncio.to_thread(openai_webhooks.ended_batch_id, payload, headers)
+    if batch_id is None:
+        return False
+    async with engine.begin() as conn:
+        return await batch_store.make_due(conn, "openai", batch_id, now)
 
 
 async def turnarounds(conn: AsyncConnection, org_id: str) -> dict[str, tuple[int, Turnaround | None]]:

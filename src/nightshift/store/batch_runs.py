@@ -24,7 +24,8 @@ from nightshift.store.mapping import from_row, to_values
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import batch_items, batch_run_requests, batch_runs
 
-# The PostgreSQL channel a new run is announced on (``NOTIFY``), which pollers listen to.
+# The PostgreSQL channel pollers listen to (``NOTIFY``): a new run is queued, or a provider said a
+# batch ended (``provider_batches.make_due``).
 RUNS_CHANNEL = "nightshift_runs"
 
 

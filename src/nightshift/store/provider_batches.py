@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, case, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, case, func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batches import BatchSummary, PollSnapshot, ProviderBatch, ProviderBatchStatus
+from nightshift.store.batch_runs import RUNS_CHANNEL
 from nightshift.store.bulk import in_ids
 from nightshift.store.mapping import from_row, to_values
 from nightshift.store.tables import provider_batches
@@ -155,6 +156,34 @@ async def earliest_due(conn: AsyncConnection) -> datetime | None:
     due = select(func.min(provider_batches.c.next_poll_at)).where(provider_batches.c.status.in_(CLAIMABLE))
     earliest: datetime | None = await conn.scalar(due)
     return earliest
+
+
+async def make_due(conn: AsyncConnection, provider: str, provider_batch_id: str, now: datetime) -> bool:
+    """The running batch of ``provider`` with this id due at once (its provider said it ended),
+    and the pollers told on PostgreSQL; False when no such batch runs."""
+    result = await conn.execute(
+        update(provider_batches)
+        .where(
+            provider_batches.c.provider == provider,
+            provider_batches.c.provider_batch_id == provider_batch_id,
+            provider_batches.c.status == ProviderBatchStatus.RUNNING.value,
+        )
+        .values(next_poll_at=now)
+    )
+    if result.rowcount and conn.dialect.name == "postgresql":
+        await conn.execute(text(f"NOTIFY {RUNS_CHANNEL}"))
+    return result.rowcount > 0
+
+
+async def any_due(conn: AsyncConnection, now: datetime) -> bool:
+    """Whether a batch no process holds is due (one look at an index)."""
+    free = or_(provider_batches.c.lease_owner.is_(None), provider_batches.c.lease_expires_at < now)
+    due = (
+        select(provider_batches.c.id)
+        .where(provider_batches.c.status.in_(CLAIMABLE), provider_batches.c.next_poll_at <= now, free)
+        .limit(1)
+    )
+    return (await conn.scalar(due)) is not None
 
 
 async def recent_turnarounds(

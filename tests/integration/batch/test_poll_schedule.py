@@ -7,11 +7,18 @@ the last test lets a live poller step a run through the emulator.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
+import hmac
+import secrets
+import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from nightshift.api.app import create_app
@@ -22,7 +29,7 @@ from nightshift.store import provider_batches as batch_store
 from support.api import json_object
 from support.clock import ManualClock
 from support.orgs import new_organization_key
-from support.runs import Runs
+from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
 from support.scripted import ScriptedModel, call, say
 from support.stepped import SteppedRuns
 
@@ -46,9 +53,11 @@ async def stepped(settings: Settings, clock: ManualClock) -> AsyncIterator[Stepp
             yield SteppedRuns(http, application.state.nightshift.worker, model)
 
 
-async def held_run(stepped: SteppedRuns, name: str) -> tuple[dict[str, Any], ProviderBatch]:
+async def held_run(
+    stepped: SteppedRuns, name: str, model: str = ANTHROPIC_MODEL
+) -> tuple[dict[str, Any], ProviderBatch]:
     """A one-agent run whose provider batch stays in progress; and that batch, as stored."""
-    agent = await stepped.agent(name)
+    agent = await stepped.agent(name, model=model)
     stepped.model.script(agent["id"], say("hello"))
     with stepped.model.holding():
         run = await stepped.start([{"agent_id": agent["id"], "input": "hello"}])
@@ -163,3 +172,97 @@ async def test_a_live_poller_finds_batches_that_end_in_seconds_under_an_hour_lon
     done = await runs.wait(run["id"], timeout=LONGEST / 60)
     assert done["status"] == "completed", done
     assert [b["step_number"] for b in done["progress"]["provider_batches"]] == [0, 1]
+
+
+# OpenAI's batch webhooks: a signed word that a batch ended makes it due at once.
+
+WEBHOOK = "/v1/webhooks/openai"
+
+
+@pytest.fixture
+def webhook_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The secret OpenAI gives for a webhook endpoint, as the server reads it."""
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", secret)
+    return secret
+
+
+def signed(secret: str, event_type: str, batch_id: str) -> tuple[bytes, dict[str, str]]:
+    """An event as OpenAI sends it: the body, and the Standard Webhooks headers signing it."""
+    sent = int(time.time())
+    body = orjson.dumps({"id": f"evt_{secrets.token_hex(8)}", "object": "event", "created_at": sent,
+                         "type": event_type, "data": {"id": batch_id}})  # fmt: skip
+    message_id = f"wh_{secrets.token_hex(8)}"
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    digest = hmac.new(key, f"{message_id}.{sent}.".encode() + body, hashlib.sha256).digest()
+    headers = {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(sent),
+        "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
+        "content-type": "application/json",
+    }
+    return body, headers
+
+
+async def test_a_signed_batch_webhook_makes_its_batch_due_at_once(
+    stepped: SteppedRuns, webhook_secret: str, clock: ManualClock
+) -> None:
+    _, batch = await held_run(stepped, "hooked", model=OPENAI_MODEL)
+    assert batch.provider_batch_id is not None
+    clock.advance(SHORTEST * 2)
+    assert await stepped.step() == 1  # polled: still in progress, next due a while later
+    assert await stepped.step() == 0
+
+    # Refused: no signature, another secret's, or a stale one; nothing changes.
+    body, headers = signed(webhook_secret, "batch.completed", batch.provider_batch_id)
+    assert (await stepped.client.post(WEBHOOK, content=body)).status_code == 401
+    _, theirs = signed("whsec_" + base64.b64encode(b"x" * 32).decode(), "batch.completed", batch.provider_batch_id)
+    assert (await stepped.client.post(WEBHOOK, content=body, headers=theirs)).status_code == 401
+    stale = {**headers, "webhook-timestamp": str(int(time.time()) - 3_600)}
+    assert (await stepped.client.post(WEBHOOK, content=body, headers=stale)).status_code == 401
+    # Taken and ignored: an event of something else, a batch nightshift does not know.
+    for other in (signed(webhook_secret, "response.completed", batch.provider_batch_id),
+                  signed(webhook_secret, "batch.completed", "batch_unknown")):  # fmt: skip
+        assert (await stepped.client.post(WEBHOOK, content=other[0], headers=other[1])).status_code == 204
+    assert await stepped.step() == 0
+
+    # The batch's own event, without the credentials the rest of the API wants: due at once.
+    stepped.model.release()
+    answered = await stepped.client.post(WEBHOOK, content=body, headers={**headers, "authorization": ""})
+    assert answered.status_code == 204, answered.text
+    assert await stepped.step() == 1
+    assert (await stored_batch(stepped, batch.batch_run_id)).status.value in ("ended", "applied")
+
+
+async def test_without_a_secret_no_webhook_is_taken(stepped: SteppedRuns, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_WEBHOOK_SECRET", raising=False)
+    body, headers = signed("whsec_" + base64.b64encode(b"y" * 32).decode(), "batch.completed", "batch_1")
+    refused = await stepped.client.post(WEBHOOK, content=body, headers=headers)
+    assert refused.status_code == 404 and "OPENAI_WEBHOOK_SECRET" in refused.text
+
+
+@pytest.mark.settings(poller=True, poll_interval_seconds=LONGEST, poll_min_seconds=LONGEST)
+async def test_a_webhook_wakes_a_live_poller(runs: Runs, admin: EmulatorAdmin, webhook_secret: str) -> None:
+    """Batches polled once an hour: each step goes on when its webhook comes (PostgreSQL's NOTIFY,
+    SQLite's look for due batches)."""
+    agent = await runs.agent("woken", model=OPENAI_MODEL)
+    await admin.script(agent["id"], call("core_memory_append", heartbeat=True, label="human", content="hi"))
+    run = await runs.start([{"agent_id": agent["id"], "input": "remember"}])
+    for step in (0, 1):
+        provider_batch_id = await submitted(runs, run["id"], step)
+        body, headers = signed(webhook_secret, "batch.completed", provider_batch_id)
+        assert (await runs.client.post(WEBHOOK, content=body, headers=headers)).status_code == 204
+    done = await runs.wait(run["id"], timeout=LONGEST / 60)
+    assert done["status"] == "completed", done
+
+
+async def submitted(runs: Runs, run_id: str, step: int) -> str:
+    """The provider's id of the run's batch of ``step``, once it is submitted."""
+    deadline = asyncio.get_running_loop().time() + LONGEST / 60
+    while True:
+        current = json_object(await runs.client.get(f"/v1/messages/batches/{run_id}"))
+        for batch in current["progress"]["provider_batches"]:
+            if batch["step_number"] == step and batch["status"] == "running" and batch["provider_batch_id"]:
+                return str(batch["provider_batch_id"])
+        assert asyncio.get_running_loop().time() < deadline, current["progress"]
+        await asyncio.sleep(0.05)
