@@ -19,13 +19,13 @@ from nightshift.api.deps import CALLER_STATE, AppState, authenticate
 from nightshift.api.errors import ErrorResponse
 from nightshift.errors import Unauthorized
 
-# The routes anyone may call: liveness and readiness, the dashboard's page (its API calls carry the
-# key), the API's description and the providers' webhooks (each taken only with the provider's
-# signature). Every other path, an unknown one too, needs credentials.
 # OpenAI's batch webhooks (``routers/webhooks.py``).
 WEBHOOK_PATH: Final = "/v1/webhooks/openai"
 # A webhook's body is an event of a few hundred bytes: read no more than this of a stranger's.
 WEBHOOK_BYTES: Final = 64 * 1024
+# The routes anyone may call: liveness and readiness, the dashboard's page (its API calls carry the
+# key), the API's description and the providers' webhooks (each taken only with the provider's
+# signature). Every other path, an unknown one too, needs credentials.
 PUBLIC_PATHS: Final = frozenset(
     {
         "/v1/health",

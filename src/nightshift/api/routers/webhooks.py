@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from nightshift.api.credentials import WEBHOOK_PATH
 from nightshift.api.deps import Now, State
 from nightshift.services import batch_runs
 
 router = APIRouter(tags=["webhooks"])
 
 
-@router.post("/v1/webhooks/openai", status_code=204, response_class=Response)
+@router.post(WEBHOOK_PATH, status_code=204, response_class=Response)
 async def openai_webhook(request: Request, state: State, now: Now) -> Response:
     """OpenAI's batch webhooks (``batch.completed``, ``failed``, ``expired``, ``cancelled``): the
     batch is polled at once by the first poller free, instead of at its next scheduled poll.
