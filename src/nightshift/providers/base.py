@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -32,6 +32,11 @@ from nightshift.domain.answers import OutcomeStatus as OutcomeStatus
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Message
 from nightshift.errors import ProviderError, ProviderErrorKind
+
+# What the wire layers send where a provider wants a turn the stored conversation lacks: a user turn
+# before the first answer (Anthropic, Gemini), a result for a tool call that has none (all of them).
+FIRST_USER_TURN: Final = "(The conversation so far follows.)"
+MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
 
 
 @fast_init

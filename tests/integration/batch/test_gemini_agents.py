@@ -26,10 +26,10 @@ async def creates(admin: EmulatorAdmin) -> list[dict[str, Any]]:
     return await admin.requests(path=CREATE, method="POST")
 
 
-async def test_a_gemini_agent_steps_in_a_batch_run_with_its_tool_results_sent_back(
-    runs: Runs, admin: EmulatorAdmin
-) -> None:
-    agent = await runs.agent("gem", model=GEMINI_MODEL)
+async def likes_tea(runs: Runs, admin: EmulatorAdmin, name: str, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An agent of ``model`` told "I like tea." in a run, which it stores, then answers: the agent
+    and the run, completed."""
+    agent = await runs.agent(name, model=model)
     await admin.script(
         agent["id"],
         call("core_memory_append", heartbeat=True, label="human", content="Likes tea."),
@@ -37,11 +37,17 @@ async def test_a_gemini_agent_steps_in_a_batch_run_with_its_tool_results_sent_ba
     )
     run = await runs.start([{"agent_id": agent["id"], "input": "I like tea."}])
     done = await runs.wait(run["id"])
-
     assert done["status"] == "completed", done
+    return agent, done
+
+
+async def test_a_gemini_agent_steps_in_a_batch_run_with_its_tool_results_sent_back(
+    runs: Runs, admin: EmulatorAdmin
+) -> None:
+    agent, done = await likes_tea(runs, admin, "gem", GEMINI_MODEL)
     assert [b["provider"] for b in done["progress"]["provider_batches"]] == ["google_ai", "google_ai"]
     assert done["progress"]["cost_usd"] > 0
-    roles = [m["role"] for m in await runs.messages(run["id"])]
+    roles = [m["role"] for m in await runs.messages(done["id"])]
     assert roles == ["user", "assistant", "tool", "user", "assistant", "tool"]
     first, second = await admin.model_calls(api="gemini", custom_id=agent["id"])
     assert "I am gem." in first["body"]["systemInstruction"]["parts"][0]["text"]  # its memory, in the system prompt
@@ -61,16 +67,7 @@ async def test_a_gemini_3_agent_sends_its_calls_back_with_their_thought_signatur
 ) -> None:
     # Gemini 3 refuses a call sent back without its signature (the emulator too): the signature
     # the first step's answer carried must come back, from the store, in the second step.
-    agent = await runs.agent("signed", model="google_ai/gemini-3-flash-preview")
-    await admin.script(
-        agent["id"],
-        call("core_memory_append", heartbeat=True, label="human", content="Likes tea."),
-        say("Noted."),
-    )
-    run = await runs.start([{"agent_id": agent["id"], "input": "I like tea."}])
-    done = await runs.wait(run["id"])
-
-    assert done["status"] == "completed", done
+    agent, done = await likes_tea(runs, admin, "signed", "google_ai/gemini-3-flash-preview")
     assert done["progress"]["agents"]["finished"] == 1
     _, second = await admin.model_calls(api="gemini", custom_id=agent["id"])
     model_turn = next(c for c in reversed(second["body"]["contents"]) if c["role"] == "model")

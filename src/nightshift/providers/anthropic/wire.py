@@ -34,6 +34,8 @@ from nightshift.providers.agent_arguments import (
     with_reasoning,
 )
 from nightshift.providers.base import (
+    FIRST_USER_TURN,
+    MISSING_TOOL_RESULT,
     BatchCounts,
     BatchOutcome,
     BatchState,
@@ -47,9 +49,6 @@ from nightshift.providers.base import (
     ToolCallDelta,
 )
 from nightshift.providers.tool_call_ids import anthropic_tool_use_id
-
-FIRST_USER_TURN: Final = "(The conversation so far follows.)"
-MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
 
 Block = dict[str, Any]
 

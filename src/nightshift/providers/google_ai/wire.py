@@ -42,6 +42,8 @@ from nightshift.providers.agent_arguments import (
     with_reasoning,
 )
 from nightshift.providers.base import (
+    FIRST_USER_TURN,
+    MISSING_TOOL_RESULT,
     BatchOutcome,
     ModelError,
     ModelRequest,
@@ -53,8 +55,6 @@ from nightshift.providers.base import (
 from nightshift.providers.errors import kind_for_status
 from nightshift.providers.google_ai.schema import gemini_schema
 
-FIRST_USER_TURN: Final = "(The conversation so far follows.)"
-MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
 EMPTY_PARAMETERS: Final[Mapping[str, Any]] = {"type": "object", "properties": {}}
 
 Part = dict[str, Any]

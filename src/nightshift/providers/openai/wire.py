@@ -36,6 +36,7 @@ from nightshift.providers.agent_arguments import (
     with_reasoning,
 )
 from nightshift.providers.base import (
+    MISSING_TOOL_RESULT,
     BatchCounts,
     BatchOutcome,
     BatchState,
@@ -51,7 +52,6 @@ from nightshift.providers.errors import kind_for_status
 from nightshift.providers.tool_call_ids import openai_tool_call_id
 
 ENDPOINT: Final = "/v1/chat/completions"
-MISSING_TOOL_RESULT: Final = "No result was recorded for this tool call."
 EXPIRED_CODE: Final = "batch_expired"
 CANCELLED_CODE: Final = "batch_cancelled"
 MAX_DESCRIPTION: Final = 1024  # the API refuses a longer function description
