@@ -8,7 +8,14 @@ from typing import Any
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.providers.anthropic import wire
-from nightshift.providers.base import BatchState, CacheTtl, ModelRequest, OutcomeStatus
+from nightshift.providers.base import (
+    FIRST_USER_TURN,
+    MISSING_TOOL_RESULT,
+    BatchState,
+    CacheTtl,
+    ModelRequest,
+    OutcomeStatus,
+)
 from support.messages import NOW, msg
 
 WEATHER = {
@@ -123,7 +130,7 @@ def test_same_role_turns_are_merged() -> None:
 def test_history_starting_with_the_assistant_gets_a_first_user_turn() -> None:
     messages = wire.to_messages([msg(Role.ASSISTANT, "Hello!"), msg(Role.USER, "hi")])
 
-    assert messages[0] == {"role": "user", "content": [{"type": "text", "text": wire.FIRST_USER_TURN}]}
+    assert messages[0] == {"role": "user", "content": [{"type": "text", "text": FIRST_USER_TURN}]}
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
 
 
@@ -161,7 +168,7 @@ def test_orphan_result_becomes_text_and_open_call_gets_an_error_result() -> None
 
     assert messages[0]["content"][0] == {"type": "text", "text": "Tool result: stale"}
     assert messages[-1]["content"] == [
-        {"type": "tool_result", "tool_use_id": "t1", "content": wire.MISSING_TOOL_RESULT, "is_error": True}
+        {"type": "tool_result", "tool_use_id": "t1", "content": MISSING_TOOL_RESULT, "is_error": True}
     ]
 
 

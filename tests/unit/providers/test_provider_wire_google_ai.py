@@ -9,7 +9,14 @@ import pytest
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.emulator.gemini_checks import check_body, check_signatures
-from nightshift.providers.base import ModelRequest, OutcomeStatus, TextDelta, ToolCallDelta
+from nightshift.providers.base import (
+    FIRST_USER_TURN,
+    MISSING_TOOL_RESULT,
+    ModelRequest,
+    OutcomeStatus,
+    TextDelta,
+    ToolCallDelta,
+)
 from nightshift.providers.google_ai import wire
 from nightshift.providers.google_ai.schema import UnsupportedSchema, gemini_schema, unsupported
 from support.messages import msg
@@ -134,15 +141,15 @@ def test_history_repairs_gemini_would_refuse() -> None:
         ]
     )
 
-    assert contents[0] == {"role": "user", "parts": [{"text": wire.FIRST_USER_TURN}]}
+    assert contents[0] == {"role": "user", "parts": [{"text": FIRST_USER_TURN}]}
     assert contents[1] == {"role": "model", "parts": [{"text": "Hello, I am Sam."}]}
     assert contents[2] == {"role": "user", "parts": [{"text": "Tool result: stale"}, {"text": "hi"}]}
-    missing = {"functionResponse": {"name": "send_message", "response": {"error": wire.MISSING_TOOL_RESULT}}}
+    missing = {"functionResponse": {"name": "send_message", "response": {"error": MISSING_TOOL_RESULT}}}
     assert contents[4] == {"role": "user", "parts": [missing, {"text": "still there?"}]}
     trailing = wire.to_contents([msg(Role.USER, "hi"), msg(Role.ASSISTANT, tool_calls=calls(("c9", "x")))])
     assert trailing[-1] == {
         "role": "user",
-        "parts": [{"functionResponse": {"name": "x", "response": {"error": wire.MISSING_TOOL_RESULT}}}],
+        "parts": [{"functionResponse": {"name": "x", "response": {"error": MISSING_TOOL_RESULT}}}],
     }
 
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from nightshift.domain.messages import Image, Message, Role, ToolCall
-from nightshift.providers.base import BatchState, ModelRequest, OutcomeStatus
+from nightshift.providers.base import MISSING_TOOL_RESULT, BatchState, ModelRequest, OutcomeStatus
 from nightshift.providers.openai import wire
 from support.messages import NOW, msg
 
@@ -80,7 +80,7 @@ def test_orphan_result_becomes_user_text_and_open_call_is_answered() -> None:
     )
 
     assert messages[0] == {"role": "user", "content": "Tool result: stale"}
-    assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": wire.MISSING_TOOL_RESULT}
+    assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": MISSING_TOOL_RESULT}
     assert messages[3] == {"role": "user", "content": "hi"}
 
 
@@ -113,7 +113,7 @@ def test_a_too_long_stored_id_is_the_same_short_id_in_the_call_and_its_result() 
     assert len(sent) <= 40 and sent != old_greeting
     assert messages[1] == {"role": "tool", "tool_call_id": sent, "content": "Sent."}
     assert messages[2]["tool_calls"][0]["id"] == sent
-    assert messages[3] == {"role": "tool", "tool_call_id": sent, "content": wire.MISSING_TOOL_RESULT}
+    assert messages[3] == {"role": "tool", "tool_call_id": sent, "content": MISSING_TOOL_RESULT}
 
 
 def test_an_anthropic_id_is_replayed_to_openai_as_it_is() -> None:
@@ -308,7 +308,7 @@ def test_a_call_of_the_turn_left_without_a_result_is_answered_with_an_error() ->
     )
 
     assert [m.get("tool_call_id") for m in messages[2:4]] == ["call_2", "call_1"]
-    assert messages[3]["content"] == wire.MISSING_TOOL_RESULT
+    assert messages[3]["content"] == MISSING_TOOL_RESULT
 
 
 def test_every_tool_call_of_an_answer_is_kept_and_any_heartbeat_counts() -> None:
