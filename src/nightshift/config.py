@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from nightshift.domain.caching import CachePolicy
 from nightshift.domain.limits import (
     DEFAULT_MAX_REQUEST_MB,
     DEFAULT_MAX_REQUEST_VALUES,
@@ -92,6 +93,10 @@ class Settings(BaseSettings):
     # (``domain/polling.py``). The poller's passes are never further apart than the longest.
     poll_interval_seconds: float = 30.0
     poll_min_seconds: float = Field(default=5.0, gt=0)
+    # Where the prompt-cache breakpoints of Anthropic requests go and for how long they are written:
+    # auto chooses per request what makes the agent's task cheapest (``domain/caching.py``); 1h,
+    # 5m write every breakpoint for that long; off writes none.
+    cache_policy: CachePolicy = CachePolicy.AUTO
     poller: bool = True
     # serve: run the poller in a child process (``nightshift poll``), so that the API process's
     # event loop serves requests only; false: inside the API process, on its event loop.

@@ -161,9 +161,10 @@ class PriceTable:
     def cost(self, handle: str, usage: Usage, *, batch: bool) -> Costs | None:
         """What ``usage`` cost on ``handle``.
 
-        Cache writes the provider did not attribute to a lifetime are priced at the one the
-        provider's requests asked for (``ProviderInfo.batch_cache_ttl`` in a batch, else five
-        minutes). None when the model's prices are unknown.
+        Cache writes the provider did not attribute to a lifetime (usage stored before the split
+        was recorded) are priced at the one its requests then asked for: an hour in a batch to a
+        provider with a choice of lifetime, else five minutes. None when the model's prices are
+        unknown.
         """
         provider = handle.partition("/")[0]
         ttl = CacheTtl.FIVE_MINUTES
@@ -190,7 +191,7 @@ class PriceTable:
 
 def _batch_ttl(provider: str) -> CacheTtl | None:
     info = _providers().get(provider)
-    return info.batch_cache_ttl if info is not None else None
+    return CacheTtl.ONE_HOUR if info is not None and info.cache_rates is not None else None
 
 
 @cache

@@ -193,7 +193,7 @@ class ScriptedModel:
             reply = chosen.reply if isinstance(chosen, Reply) else chosen
             usage = chosen.usage if isinstance(chosen, Reply) else None
             self.state.add_script(key, [reply])
-        body = orjson.loads(orjson.dumps(_wire_body(api, request, batch=custom_id is not None)))
+        body = orjson.loads(orjson.dumps(_wire_body(api, request)))
         if api == "anthropic":
             result = anthropic_api.run(
                 self.state, body, version=ANTHROPIC_VERSION, custom_id=custom_id, batch_id=batch_id
@@ -355,14 +355,13 @@ class ScriptedProvider:
         info = anthropic_info.INFO if self._api == "anthropic" else openai_info.INFO
         with SpooledBody() as body:
             for custom_id, request in requests.items():
-                body.write_request(custom_id, orjson.dumps(_wire_body(self._api, request, batch=True)) + b",")
+                body.write_request(custom_id, orjson.dumps(_wire_body(self._api, request)) + b",")
             body.check_size(info.max_batch_bytes, what=f"the batch of {len(requests)} requests", split_above=max_bytes)
 
 
-def _wire_body(api: Api, request: ModelRequest, *, batch: bool) -> dict[str, Any]:
+def _wire_body(api: Api, request: ModelRequest) -> dict[str, Any]:
     if api == "anthropic":
-        ttl = anthropic_info.INFO.batch_cache_ttl if batch else None
-        return anthropic_wire.build_request(request, cache_ttl=ttl)
+        return anthropic_wire.build_request(request)
     return openai_wire.build_request(request)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from nightshift.domain.caching import ANTHROPIC_RATES
 from nightshift.emulator.environment import sdk_environment
 from nightshift.errors import InvalidInput, ProviderError
-from nightshift.providers.base import CacheTtl
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.registry import parse_model, provider_info, providers
 
@@ -52,8 +52,8 @@ def test_each_provider_owns_its_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert openai.endpoint() == "https://api.openai.com/v1"
     assert (anthropic.max_batch_requests, openai.max_batch_requests) == (100_000, 50_000)
     assert (anthropic.one_model_per_batch, openai.one_model_per_batch) == (False, True)
-    # Anthropic batch requests ask for a one-hour cache; OpenAI has no choice of lifetime.
-    assert (anthropic.batch_cache_ttl, openai.batch_cache_ttl) == (CacheTtl.ONE_HOUR, None)
+    # Anthropic's cache is written where a request marks it, by lifetime; OpenAI's on its own.
+    assert (anthropic.cache_rates, openai.cache_rates) == (ANTHROPIC_RATES, None)
     with pytest.raises(ProviderError, match="OPENAI_API_KEY is not set: export it to call openai"):
         openai.api_key()
 
@@ -65,7 +65,7 @@ def test_gemini_is_google_ai_in_handles_and_google_in_the_price_data(monkeypatch
     assert gemini is provider_info("google_ai")
     assert parse_model("gemini/gemini-2.5-flash") == (gemini, "gemini-2.5-flash")
     assert gemini.endpoint() == "https://generativelanguage.googleapis.com"
-    assert (gemini.key_variable, gemini.one_model_per_batch, gemini.batch_cache_ttl) == ("GEMINI_API_KEY", True, None)
+    assert (gemini.key_variable, gemini.one_model_per_batch, gemini.cache_rates) == ("GEMINI_API_KEY", True, None)
     assert (gemini.price_id, provider_info("openai").price_id) == ("google", "openai")
     assert gemini.tool_problem is not None and provider_info("anthropic").tool_problem is None
     assert gemini.tool_problem({"type": "object", "properties": {"n": {"enum": [1, 2]}}}) is not None

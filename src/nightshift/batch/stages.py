@@ -27,6 +27,7 @@ from nightshift.batch.polling import PollSchedule
 from nightshift.batch.steps import WrittenBatch
 from nightshift.clock import Clock
 from nightshift.domain.batches import BatchItem, ItemResult, ProviderBatch
+from nightshift.domain.caching import CachePolicy
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.base import ModelRequest
@@ -60,6 +61,8 @@ class StageParts:
     poll_interval: timedelta
     # When each running batch is polled next, within that interval.
     poll_schedule: PollSchedule
+    # How the prompt-cache breakpoints of the steps' requests are chosen (``domain/caching.py``).
+    cache_policy: CachePolicy = CachePolicy.AUTO
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
     # The most bytes of requests in one provider batch, estimated when a step is written and real

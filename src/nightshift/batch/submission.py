@@ -53,6 +53,7 @@ from nightshift.errors import ProviderError
 from nightshift.ids import new_id
 from nightshift.providers.base import BatchState, ModelError, ModelProvider
 from nightshift.providers.spool import BatchTooLarge
+from nightshift.runtime.caching import in_batch
 from nightshift.runtime.context import build_requests
 from nightshift.store import agents as agent_store
 from nightshift.store import batch_runs as batch_run_store
@@ -85,6 +86,7 @@ async def submit(
     database otherwise; its agents that changed since are read again all the same.
     """
     started = time.monotonic()
+    turnaround = (await parts.poll_schedule.turnarounds(parts.clock.now())).get(batch.provider)
     async with parts.engine.connect() as conn:
         if written is None:
             items = await item_store.items_of(conn, batch.id)
@@ -94,7 +96,10 @@ async def submit(
             agents = await agent_store.reload_changed(conn, batch.organization_id, written.agents)
         present = [i for i in items if i.agent_id in agents]
         requests, problems = await build_requests(
-            conn, [agents[i.agent_id] for i in present], {i.agent_id: i.step_state for i in present}
+            conn,
+            [agents[i.agent_id] for i in present],
+            {i.agent_id: i.step_state for i in present},
+            in_batch(parts.cache_policy, turnaround),
         )
     refused = [
         failed_result(i.id, f"the request could not be built: {problems[i.agent_id]}")

@@ -310,6 +310,7 @@ def worker_of(parts: Parts) -> Worker:
                 longest=timedelta(seconds=settings.poll_interval_seconds),
             ),
             summary_model=settings.summary_model,
+            cache_policy=settings.cache_policy,
             batch_bytes=settings.batch_bytes,
         ),
         leases=Leases(

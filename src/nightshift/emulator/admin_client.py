@@ -56,6 +56,10 @@ class EmulatorAdmin:
         data: list[dict[str, Any]] = response.json()["data"]
         return data
 
+    async def advance(self, seconds: float) -> float:
+        """Let ``seconds`` pass at once for the batches and the prompt cache; returns the emulator's time."""
+        return float((await self._post("/clock", {"advance": seconds}))["now"])
+
     async def reset(self) -> None:
         """Back to the starting config; forget batches, files, logs, scripts and the prompt cache."""
         await self._post("/reset", {})

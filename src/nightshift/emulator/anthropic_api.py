@@ -132,7 +132,7 @@ def run(
             ok=False, status=status_for("anthropic", answer.type), body={"type": answer.type, "message": message}
         )
     prompt = segments(checked)
-    usage = state.cache.account(checked["model"], prompt, min_tokens=state.config.cache_min_tokens)
+    usage = state.cache.account(checked["model"], prompt, now=state.now(), min_tokens=state.config.cache_min_tokens)
     seed = hashlib.sha256(("".join(s.text for s in prompt) + (custom_id or "")).encode()).hexdigest()
     message_body = _message(checked, answer, seed=seed, tier="batch" if custom_id is not None else "standard")
     message_body["usage"].update(

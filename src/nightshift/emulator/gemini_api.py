@@ -149,7 +149,9 @@ def run(
             ok=False, status=status_for("gemini", answer.type), body=google_error(answer.type, message)
         )
     prompt = segments(checked)
-    usage = state.cache.account(model, prompt, min_tokens=state.config.cache_min_tokens, counter=count_tokens)
+    usage = state.cache.account(
+        model, prompt, now=state.now(), min_tokens=state.config.cache_min_tokens, counter=count_tokens
+    )
     seed = hashlib.sha256(("".join(s.text for s in prompt) + (custom_id or "")).encode()).hexdigest()
     generation = checked.get("generationConfig") or {}
     thinking = bool((generation.get("thinkingConfig") or {}).get("includeThoughts"))

@@ -139,7 +139,7 @@ def run(state: EmulatorState, body: Any, *, custom_id: str | None = None, batch_
         )
     prompt = segments(checked)
     usage = state.cache.account(
-        checked["model"], prompt, min_tokens=state.config.cache_min_tokens, counter=count_openai_tokens
+        checked["model"], prompt, now=state.now(), min_tokens=state.config.cache_min_tokens, counter=count_openai_tokens
     )
     seed = hashlib.sha256(("".join(s.text for s in prompt) + (custom_id or "")).encode()).hexdigest()
     limit = checked.get("max_completion_tokens") or checked.get("max_tokens")

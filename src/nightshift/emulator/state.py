@@ -81,7 +81,20 @@ class EmulatorState:
         self.gemini_uploads: dict[str, StoredFile] = {}  # resumable uploads under way, by upload id
         self._counters: dict[str, int] = {}
         self.cache = PromptCache()
+        self._ahead = 0.0
         self.reset()
+
+    def now(self) -> float:
+        """The emulator's time (Unix seconds): the machine's, plus what ``advance`` let pass."""
+        return time.time() + self._ahead
+
+    def advance(self, seconds: float) -> float:
+        """Let ``seconds`` pass at once for the batches and the prompt cache; returns the new time.
+
+        What a reset forgets, the time keeps: it never goes back.
+        """
+        self._ahead += seconds
+        return self.now()
 
     def reset(self) -> None:
         """Back to the config the app was created with; forget batches, files, logs and the cache.
@@ -162,9 +175,7 @@ class EmulatorState:
     def log_request(self, method: str, path: str, body: Any, headers: Mapping[str, str]) -> None:
         """Remember a request the API received."""
         kept = {k: v for k, v in headers.items() if k.startswith(("anthropic-", "openai-", "x-stainless-retry"))}
-        self.requests.append(
-            {"method": method, "path": path, "headers": kept, "body": body, "received_at": time.time()}
-        )
+        self.requests.append({"method": method, "path": path, "headers": kept, "body": body, "received_at": self.now()})
 
     def answer(
         self,

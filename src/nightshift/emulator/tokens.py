@@ -7,10 +7,12 @@ pixels (scaled down to a bounded size), not by the bytes of its base64. A reques
 room for its ``max_tokens``, is over its model's context window is refused as the real APIs refuse
 it (``context_window_error``). The cache works like Anthropic's: a request is a sequence of segments
 (each tool, system block and content block, in that order); a segment marked ``cache_control`` is a
-breakpoint. The longest prefix ending at a breakpoint already seen is read from the cache, the rest
-up to the last breakpoint is written. The first request for a given system + tools prefix writes,
-the later ones read. Written tokens count under the lifetime (``ttl``: "5m", the default, or "1h")
-of the breakpoint that ends their part.
+breakpoint. The longest prefix still in the cache that ends at a breakpoint or at one of the
+``LOOKBACK`` segment ends before one is read, the rest up to the last breakpoint is written: the
+first request for a given system + tools prefix writes, the later ones read, and a request that
+adds a few messages to the last one reads what that one wrote. Written tokens count under the
+lifetime (``ttl``: "5m", the default, or "1h") of the breakpoint that ends their part; an entry is
+gone that long after it was last written or read (a read keeps it alive), on the emulator's clock.
 """
 
 from __future__ import annotations
@@ -109,24 +111,37 @@ def prompt_tokens(segments: Sequence[Segment], counter: Counter = count_tokens) 
     return sum(segment.count(counter) for segment in segments)
 
 
+# Segment ends before a breakpoint at which a cached prefix is looked for (Anthropic: about 20
+# blocks).
+LOOKBACK = 20
+_LIFETIMES = {"5m": 300.0, "1h": 3600.0}
+
+
 class PromptCache:
-    """The prefixes seen so far (digests only). Not thread-safe: the event loop owns it."""
+    """The prefixes cached (digests only) and until when. Not thread-safe: the event loop owns it."""
 
     def __init__(self) -> None:
-        self._seen: set[str] = set()
+        self._until: dict[str, tuple[float, float]] = {}  # digest -> (gone at, lifetime)
 
     def clear(self) -> None:
         """Forget every prefix."""
-        self._seen.clear()
+        self._until.clear()
 
     def account(
-        self, model: str, segments: Sequence[Segment], *, min_tokens: int = 0, counter: Counter = count_tokens
+        self,
+        model: str,
+        segments: Sequence[Segment],
+        *,
+        now: float,
+        min_tokens: int = 0,
+        counter: Counter = count_tokens,
     ) -> PromptUsage:
         """Count a request's input tokens, reading and writing the cache at its breakpoints.
 
         Args:
             model: The model name (caches are per model).
             segments: The prompt, in order.
+            now: The emulator's time, in seconds.
             min_tokens: Prefixes shorter than this are not cached.
             counter: How the provider counts a text's tokens.
 
@@ -135,26 +150,41 @@ class PromptCache:
         """
         digest = hashlib.sha256(model.encode())
         total = 0
-        # (digest, tokens up to there, lifetime) at each breakpoint
-        prefixes: list[tuple[str, int, str]] = []
+        ends: list[tuple[str, int]] = []  # (digest, tokens up to there) at each segment's end
+        marks: list[tuple[int, str]] = []  # (index into ends, lifetime) at each breakpoint
         for segment in segments:
             digest.update(segment.text.encode())
             total += segment.count(counter)
+            ends.append((digest.copy().hexdigest(), total))
             if segment.breakpoint and total >= min_tokens:
-                prefixes.append((digest.copy().hexdigest(), total, segment.ttl))
-        if not prefixes:
+                marks.append((len(ends) - 1, segment.ttl))
+        if not marks:
             return PromptUsage(input_tokens=total)
-        read = max((tokens for key, tokens, _ in prefixes if key in self._seen), default=0)
-        written = prefixes[-1][1] - read
+        looked = {j for index, _ in marks for j in range(max(index - LOOKBACK, 0), index + 1)}
+        hits = [j for j in looked if ends[j][1] >= min_tokens and self._alive(ends[j][0], now)]
+        read = 0
+        if hits:
+            key, read = ends[max(hits)]
+            gone, lifetime = self._until[key]
+            self._until[key] = (max(gone, now + lifetime), lifetime)
+        written = ends[marks[-1][0]][1] - read
         hour, start = 0, 0
-        for _, end, ttl in prefixes:
+        for index, ttl in marks:
+            end = ends[index][1]
             if ttl == "1h":
                 hour += max(end - max(start, read), 0)
             start = end
-        self._seen.update(key for key, _, _ in prefixes)
+            key, lifetime = ends[index][0], _LIFETIMES.get(ttl, 300.0)
+            if self._alive(key, now):
+                lifetime = max(lifetime, self._until[key][1])
+            self._until[key] = (now + lifetime, lifetime)
         return PromptUsage(
             input_tokens=total - read - written,
             cache_read_tokens=read,
             cache_write_tokens=written,
             cache_write_1h_tokens=hour,
         )
+
+    def _alive(self, key: str, now: float) -> bool:
+        entry = self._until.get(key)
+        return entry is not None and entry[0] > now

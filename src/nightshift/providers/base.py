@@ -29,6 +29,9 @@ from nightshift.domain.agents import LLMConfig
 from nightshift.domain.answers import ModelError as ModelError
 from nightshift.domain.answers import ModelResponse as ModelResponse
 from nightshift.domain.answers import OutcomeStatus as OutcomeStatus
+from nightshift.domain.caching import NO_CACHE
+from nightshift.domain.caching import CachePlan as CachePlan
+from nightshift.domain.caching import CacheTtl as CacheTtl
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import Message
 from nightshift.errors import ProviderError, ProviderErrorKind
@@ -51,7 +54,9 @@ class ModelRequest:
     without (letta_v1) the tools go as they are. With ``require_tool_call``
     the model must call a tool; ``forced_tool`` names the one it must call. With
     ``parallel_tool_calls`` it may call several in one turn. ``temperature`` is dropped for
-    Anthropic, whose current API version refuses it.
+    Anthropic, whose current API version refuses it. ``cache`` says where the prompt-cache
+    breakpoints go, with which lifetime (``domain/caching.py``; providers that cache on their own
+    and bill no write leave it aside).
     """
 
     model: str
@@ -64,6 +69,7 @@ class ModelRequest:
     forced_tool: str | None = None
     parallel_tool_calls: bool = False
     agent_arguments: bool = True
+    cache: CachePlan = NO_CACHE
 
     @classmethod
     def from_config(
@@ -106,13 +112,6 @@ class ModelRequest:
             parallel_tool_calls=config.parallel_tool_calls,
             agent_arguments=agent_arguments,
         )
-
-
-class CacheTtl(StrEnum):
-    """How long a prompt-cache entry lives; a write costs more the longer (Anthropic's ``ttl``)."""
-
-    FIVE_MINUTES = "5m"  # the API's default lifetime
-    ONE_HOUR = "1h"  # what batch requests ask for: an agent's steps are minutes apart
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from nightshift.domain.caching import CacheRates
 from nightshift.errors import InvalidInput, ProviderError, ProviderErrorKind
-from nightshift.providers.base import CacheTtl
 
 if TYPE_CHECKING:
     from nightshift.providers.base import ModelProvider
@@ -45,8 +45,9 @@ class ProviderInfo:
             or an input file).
         one_model_per_batch: Whether a batch may hold requests for one model only.
         example_model: A cheap model of it, for the demo and examples.
-        batch_cache_ttl: The prompt-cache lifetime its batch requests ask for (None: it has no
-            choice of lifetime), which is also what their unattributed cache writes are priced at.
+        cache_rates: What its prompt-cache writes (by lifetime) and reads cost against its input
+            price, for a provider whose cache is written where a request marks it: each request
+            carries a cache plan (``domain/caching.py``). None: it caches on its own, no write billed.
         encoding: The tiktoken encoding that counts its tokens (None: they are estimated from the
             characters, see ``providers.tokens``).
         client: The module whose ``connect(max_retries)`` builds the provider over its SDK.
@@ -67,7 +68,7 @@ class ProviderInfo:
     max_batch_bytes: int
     one_model_per_batch: bool
     example_model: str
-    batch_cache_ttl: CacheTtl | None
+    cache_rates: CacheRates | None
     client: str
     encoding: str | None = None
     price_data_id: str | None = None

@@ -23,6 +23,8 @@ from nightshift.domain.solver import ToolRulesSolver
 from nightshift.domain.tools import Tool, schema_problem
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
+from nightshift.providers.registry import provider_info
+from nightshift.runtime.caching import IN_CALL, CacheTiming, with_cache_plans
 from nightshift.runtime.memory import compile_system_message, memory_changed
 from nightshift.runtime.window import (
     added_tokens,
@@ -202,9 +204,13 @@ async def refresh_system_messages(
 
 
 async def build_requests(
-    conn: AsyncConnection, agents: Sequence[Agent], states: Mapping[str, StepState]
+    conn: AsyncConnection,
+    agents: Sequence[Agent],
+    states: Mapping[str, StepState],
+    caching: CacheTiming = IN_CALL,
 ) -> tuple[dict[str, ModelRequest], dict[str, str]]:
-    """One request per agent from its in-context window, with the tools its step allows.
+    """One request per agent from its in-context window, with the tools its step allows and, for
+    a provider whose cache is written where a request marks it, the breakpoints ``caching`` gives.
 
     Returns the requests and, for each agent whose request cannot be built (no system message
     in its window, a window too big for its context window, a tool with an unusable schema), why;
@@ -250,6 +256,14 @@ async def build_requests(
             require_tool_call=_must_call(agent, states[agent.id]),
             agent_arguments=agent.agent_type.heartbeats,
         )
+    # A summarizing request is asked once: nothing reads its prompt back.
+    marked = {
+        a.id
+        for a in agents
+        if a.id in requests and states[a.id].summary is None and provider_info(a.llm_config.provider).cache_rates
+    }
+    if marked:
+        requests |= with_cache_plans({i: requests[i] for i in marked}, states, caching)
     return requests, problems
 
 

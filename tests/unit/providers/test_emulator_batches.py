@@ -105,8 +105,8 @@ def test_refused_batch_fails_at_first_poll() -> None:
 def test_cache_writes_first_then_reads() -> None:
     cache = PromptCache()
     prompt = [Segment(text="tools" * 100, breakpoint=True), Segment(text="system" * 100, breakpoint=True)]
-    first = cache.account("m", [*prompt, Segment(text="hello")])
-    second = cache.account("m", [*prompt, Segment(text="other")])
+    first = cache.account("m", [*prompt, Segment(text="hello")], now=0.0)
+    second = cache.account("m", [*prompt, Segment(text="other")], now=0.0)
 
     prefix = count_tokens("tools" * 100) + count_tokens("system" * 100)
     assert (first.cache_write_tokens, first.cache_read_tokens) == (prefix, 0)
@@ -117,8 +117,8 @@ def test_cache_writes_first_then_reads() -> None:
 def test_cache_reads_the_tools_when_the_system_changed() -> None:
     cache = PromptCache()
     tools = Segment(text="tools" * 100, breakpoint=True)
-    cache.account("m", [tools, Segment(text="old system", breakpoint=True)])
-    usage = cache.account("m", [tools, Segment(text="new system", breakpoint=True)])
+    cache.account("m", [tools, Segment(text="old system", breakpoint=True)], now=0.0)
+    usage = cache.account("m", [tools, Segment(text="new system", breakpoint=True)], now=0.0)
 
     assert usage.cache_read_tokens == count_tokens("tools" * 100)
     assert usage.cache_write_tokens == count_tokens("new system")
@@ -128,17 +128,47 @@ def test_cache_writes_count_under_the_lifetime_of_their_breakpoint() -> None:
     cache = PromptCache()
     tools = Segment(text="tools" * 100, breakpoint=True, ttl="1h")
     system = Segment(text="system" * 100, breakpoint=True, ttl="5m")
-    first = cache.account("m", [tools, system])
+    first = cache.account("m", [tools, system], now=0.0)
     assert first.cache_write_1h_tokens == count_tokens("tools" * 100)
     assert first.cache_write_5m_tokens == count_tokens("system" * 100)
     # The tools are read back; only the new system prompt is written, for five minutes.
-    second = cache.account("m", [tools, Segment(text="new system", breakpoint=True, ttl="5m")])
+    second = cache.account("m", [tools, Segment(text="new system", breakpoint=True, ttl="5m")], now=0.0)
     assert (second.cache_write_5m_tokens, second.cache_write_1h_tokens) == (count_tokens("new system"), 0)
 
 
 def test_cache_min_tokens_and_models() -> None:
     cache = PromptCache()
     prompt = [Segment(text="short", breakpoint=True)]
-    assert cache.account("m", prompt, min_tokens=1000).cache_write_tokens == 0
-    cache.account("m", prompt)
-    assert cache.account("other-model", prompt).cache_read_tokens == 0
+    assert cache.account("m", prompt, min_tokens=1000, now=0.0).cache_write_tokens == 0
+    cache.account("m", prompt, now=0.0)
+    assert cache.account("other-model", prompt, now=0.0).cache_read_tokens == 0
+
+
+def test_an_entry_is_gone_its_lifetime_after_its_last_use_and_a_read_keeps_it() -> None:
+    cache = PromptCache()
+    prompt = [Segment(text="system" * 100, breakpoint=True, ttl="5m")]
+    cache.account("m", prompt, now=0.0)
+    assert cache.account("m", prompt, now=299.0).cache_read_tokens > 0  # read: alive until 599
+    assert cache.account("m", prompt, now=598.0).cache_read_tokens > 0
+    assert cache.account("m", prompt, now=899.0).cache_read_tokens == 0  # five minutes unread
+
+    hour = [Segment(text="system" * 100, breakpoint=True, ttl="1h")]
+    cache.account("m", hour, now=0.0)
+    assert cache.account("m", hour, now=3_000.0).cache_read_tokens > 0
+    assert cache.account("m", hour, now=6_601.0).cache_read_tokens == 0
+
+
+def test_a_request_reads_the_history_the_one_before_wrote() -> None:
+    # The agent's next request carries its breakpoint further on: the prefix its last request
+    # marked is found a few blocks before it.
+    cache = PromptCache()
+    system = Segment(text="system" * 100, breakpoint=True)
+    turns = [Segment(text=f"turn {i} " * 50) for i in range(4)]
+    cache.account("m", [system, *turns[:2], Segment(text="input", breakpoint=True)], now=0.0)
+    later = cache.account(
+        "m", [system, *turns[:2], Segment(text="input"), *turns[2:], Segment(text="next", breakpoint=True)], now=10.0
+    )
+
+    read = count_tokens("system" * 100) + sum(count_tokens(t.text) for t in turns[:2]) + count_tokens("input")
+    assert later.cache_read_tokens == read
+    assert later.cache_write_tokens == sum(count_tokens(t.text) for t in turns[2:]) + count_tokens("next")

@@ -12,6 +12,7 @@ from nightshift.providers.base import (
     FIRST_USER_TURN,
     MISSING_TOOL_RESULT,
     BatchState,
+    CachePlan,
     CacheTtl,
     ModelRequest,
     OutcomeStatus,
@@ -36,21 +37,36 @@ def request(*messages: Message, **fields: Any) -> ModelRequest:
     )
 
 
-def test_system_is_top_level_and_cached_with_the_last_tool() -> None:
+def test_system_is_top_level_and_a_request_without_a_cache_plan_marks_nothing() -> None:
     params = wire.build_request(request(msg(Role.USER, "hi")))
 
-    assert params["system"] == [{"type": "text", "text": "You are Sam.", "cache_control": {"type": "ephemeral"}}]
-    assert "cache_control" not in params["tools"][0]
-    assert params["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert params["system"] == [{"type": "text", "text": "You are Sam."}]
+    assert all("cache_control" not in t for t in params["tools"])
     assert params["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     assert params["max_tokens"] == 4096
 
 
-def test_cache_ttl_is_set_when_asked() -> None:
-    params = wire.build_request(request(msg(Role.USER, "hi")), cache_ttl=CacheTtl.ONE_HOUR)
+def test_the_cache_plan_marks_the_last_tool_the_system_and_the_last_message() -> None:
+    plan = CachePlan(tools=CacheTtl.ONE_HOUR, system=CacheTtl.ONE_HOUR, history=CacheTtl.FIVE_MINUTES)
+    sent = request(msg(Role.USER, "hi"), msg(Role.ASSISTANT, "hello"), msg(Role.USER, "how are you?"), cache=plan)
+    params = wire.build_request(sent)
 
-    assert params["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert "cache_control" not in params["tools"][0]
     assert params["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert params["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert [b.get("cache_control") for m in params["messages"] for b in m["content"]] == [
+        None,
+        None,
+        {"type": "ephemeral", "ttl": "5m"},
+    ]
+
+
+def test_a_plan_without_a_history_mark_leaves_the_messages_as_they_are() -> None:
+    params = wire.build_request(request(msg(Role.USER, "hi"), cache=CachePlan(system=CacheTtl.FIVE_MINUTES)))
+
+    assert params["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
+    assert "cache_control" not in params["tools"][-1]
+    assert params["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 
 
 def test_temperature_is_never_sent() -> None:

@@ -6,6 +6,8 @@
 * ``GET /_emulator/requests?path=&method=&limit=`` the API requests received, oldest first
 * ``GET /_emulator/model_calls?custom_id=&batch_id=&api=&limit=`` what the model was asked
 * ``POST /_emulator/reset`` back to the starting config, every batch, file and log forgotten
+* ``POST /_emulator/clock`` ``{"advance": seconds}`` lets time pass at once for the batches and the
+  prompt cache (what a test or ``make cost`` does instead of waiting an hour)
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from nightshift.emulator.config import HttpFault, ScriptedReply
 from nightshift.emulator.routes.deps import State
@@ -28,6 +30,12 @@ class ScriptRequest(BaseModel):
 
     custom_id: str = NORMAL_SCRIPT_KEY
     replies: list[ScriptedReply]
+
+
+class ClockRequest(BaseModel):
+    """Seconds to let pass."""
+
+    advance: float = Field(ge=0)
 
 
 class FaultsRequest(BaseModel):
@@ -120,3 +128,13 @@ async def reset(state: State) -> dict[str, bool]:
     """Back to the starting config; every batch, file, log, script and fault forgotten."""
     state.reset()
     return {"ok": True}
+
+
+@router.post("/clock", response_model=None)
+async def advance_clock(request: Request, state: State) -> dict[str, float] | JSONResponse:
+    """Let the time given pass; answers the emulator's time (Unix seconds)."""
+    try:
+        clock = ClockRequest.model_validate(await request.json())
+    except ValidationError as error:
+        return _invalid(error)
+    return {"now": state.advance(clock.advance)}

@@ -7,7 +7,6 @@ Every answer of a batch is computed when it is created; retrieves move it along 
 from __future__ import annotations
 
 import asyncio
-import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -28,7 +27,7 @@ def find_batch(state: EmulatorState, batch_id: str, *, poll: bool) -> BatchJob:
     job = state.anthropic_batches.get(batch_id)
     if job is None:
         raise not_found(f"No message batch found with id {batch_id!r}")
-    job.refresh(time.time(), poll=poll)
+    job.refresh(state.now(), poll=poll)
     return job
 
 
@@ -38,7 +37,7 @@ async def create_batch(request: Request, state: State) -> JSONResponse:
     body = await read_json(request, state)
     requests = check_batch(body)
     version = request.headers.get("anthropic-version")
-    now = time.time()
+    now = state.now()
     batch_id = state.next_id("msgbatch_")
     results = [
         api.run(state, params, version=version, custom_id=custom_id, batch_id=batch_id)
@@ -63,7 +62,7 @@ async def list_batches(
     """A page of batches, newest first (listing does not count as a poll)."""
     if not 1 <= limit <= 1000:
         raise invalid("limit: Input should be between 1 and 1000")
-    now = time.time()
+    now = state.now()
     ordered = list(reversed(state.anthropic_batches.values()))  # newest first
     ids = [job.id for job in ordered]
     if after_id is not None:
@@ -101,7 +100,7 @@ async def cancel_batch(request: Request, state: State, batch_id: str) -> JSONRes
     """Start cancelling the batch (logged, so a test can see that the cancel reached the provider)."""
     state.log_request(request.method, request.url.path, None, request.headers)
     job = find_batch(state, batch_id, poll=False)
-    job.cancel(time.time())
+    job.cancel(state.now())
     return JSONResponse(api.batch_json(job))
 
 

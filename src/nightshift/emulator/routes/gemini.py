@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -56,7 +55,7 @@ async def _create_batch(state: EmulatorState, model: str, body: Any) -> JSONResp
     if not isinstance(batch, dict):
         raise invalid("* BatchGenerateContentRequest.batch: batch is required")
     source = batch.get("inputConfig") or {}
-    now = time.time()
+    now = state.now()
     batch_id = state.next_id("batches/")
     metadata: dict[str, Any] = {}
     if "requests" in source:
@@ -126,13 +125,13 @@ def find_batch(state: EmulatorState, name: str, *, poll: bool) -> BatchJob:
     job = state.gemini_batches.get(name)
     if job is None:
         raise not_found(f"Batch {name} not found.")
-    job.refresh(time.time(), poll=poll)
+    job.refresh(state.now(), poll=poll)
     return job
 
 
 def _json(state: EmulatorState, job: BatchJob) -> dict[str, Any]:
     output = api.batch_output(state, job) if job.phase is Phase.ENDED else None
-    return api.batch_json(job, time.time(), output)
+    return api.batch_json(job, state.now(), output)
 
 
 @router.get("/v1beta/batches")
@@ -169,7 +168,7 @@ async def cancel_batch(request: Request, state: State, segment: str) -> JSONResp
     job = find_batch(state, f"batches/{name}", poll=False)
     if job.phase is Phase.ENDED:
         raise ApiError(400, "invalid_request_error", f"Batch batches/{name} has ended: it cannot be cancelled.")
-    job.cancel(time.time())
+    job.cancel(state.now())
     return JSONResponse({})
 
 
@@ -196,7 +195,7 @@ async def upload(request: Request, state: State, upload_id: str | None = None) -
             id=name,
             filename=str(described.get("displayName") or name),
             purpose="upload",
-            created_at=int(time.time()),
+            created_at=int(state.now()),
             mime_type=str(described.get("mimeType") or request.headers.get("x-goog-upload-header-content-type", "")),
         )
         url = f"{request.base_url}upload/v1beta/files?upload_id={name.removeprefix('files/')}"

@@ -8,7 +8,6 @@ output and error files are written when it is first seen ended.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -31,7 +30,7 @@ def find_batch(state: EmulatorState, batch_id: str, *, poll: bool) -> BatchJob:
     job = state.openai_batches.get(batch_id)
     if job is None:
         raise not_found(f"No batch found with id '{batch_id}'.")
-    job.refresh(time.time(), poll=poll)
+    job.refresh(state.now(), poll=poll)
     if job.phase is Phase.ENDED and "files_written" not in job.extra:
         _write_files(state, job)
     return job
@@ -55,7 +54,7 @@ async def create_batch(request: Request, state: State) -> JSONResponse:
     if window != "24h":
         raise invalid("Invalid value for 'completion_window': only '24h' is supported.", param="completion_window")
     _check_metadata(metadata)
-    now = time.time()
+    now = state.now()
     batch_id = state.next_id("batch_")
     requests, errors = parse_input_file(b"".join(stored.chunks), endpoint)
     if errors:
@@ -89,7 +88,7 @@ async def list_batches(state: State, limit: int = 20, after: str | None = None) 
             raise invalid(f"Invalid 'after': no batch with id {after!r}.", param="after")
         start = ids.index(after) + 1
     page = [find_batch(state, job.id, poll=False) for job in ordered[start : start + limit]]
-    now = time.time()
+    now = state.now()
     return JSONResponse(
         {
             "object": "list",
@@ -104,7 +103,7 @@ async def list_batches(state: State, limit: int = 20, after: str | None = None) 
 @router.get("/v1/batches/{batch_id}")
 async def retrieve_batch(state: State, batch_id: str) -> JSONResponse:
     """The batch, after counting this retrieve as a poll."""
-    return JSONResponse(api.batch_json(find_batch(state, batch_id, poll=True), time.time()))
+    return JSONResponse(api.batch_json(find_batch(state, batch_id, poll=True), state.now()))
 
 
 @router.post("/v1/batches/{batch_id}/cancel")
@@ -114,7 +113,7 @@ async def cancel_batch(request: Request, state: State, batch_id: str) -> JSONRes
     job = find_batch(state, batch_id, poll=False)
     if job.phase is Phase.ENDED:
         raise invalid(f"Cannot cancel a batch with status '{api.status(job)}'.")
-    now = time.time()
+    now = state.now()
     job.cancel(now)
     return JSONResponse(api.batch_json(job, now))
 
@@ -139,7 +138,7 @@ def _write_files(state: EmulatorState, job: BatchJob) -> None:
                 id=state.next_id("file-"),
                 filename=f"{job.id}_{key.removesuffix('_file_id')}.jsonl",
                 purpose="batch_output",
-                created_at=int(time.time()),
+                created_at=int(state.now()),
                 chunks=lines,
             )
             state.files[stored.id] = stored

@@ -6,8 +6,6 @@ first seen ended (``openai_batches``).
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -53,7 +51,7 @@ async def create_file(request: Request, state: State) -> JSONResponse:
         id=state.next_id("file-"),
         filename=filename,
         purpose=purpose_text,
-        created_at=int(time.time()),
+        created_at=int(state.now()),
         chunks=[upload.data],
     )
     state.files[stored.id] = stored

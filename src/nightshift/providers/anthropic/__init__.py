@@ -1,6 +1,6 @@
 """Anthropic: Messages and Message Batches (``wire`` translates, ``client`` calls the SDK)."""
 
-from nightshift.providers.base import CacheTtl
+from nightshift.domain.caching import ANTHROPIC_RATES
 from nightshift.providers.registry import ProviderInfo
 
 INFO = ProviderInfo(
@@ -13,6 +13,6 @@ INFO = ProviderInfo(
     max_batch_bytes=256_000_000,
     one_model_per_batch=False,
     example_model="claude-3-5-haiku-20241022",
-    batch_cache_ttl=CacheTtl.ONE_HOUR,
+    cache_rates=ANTHROPIC_RATES,
     client="nightshift.providers.anthropic.client",
 )

@@ -19,7 +19,6 @@ from nightshift.providers.anthropic import INFO, wire
 from nightshift.providers.base import (
     BatchOutcome,
     BatchStatus,
-    CacheTtl,
     FoundBatches,
     ModelRequest,
     ModelResponse,
@@ -43,18 +42,10 @@ def connect(info: ProviderInfo, *, max_retries: int) -> tuple[AnthropicProvider,
 
 
 class AnthropicProvider:
-    """Anthropic as a ``ModelProvider``.
+    """Anthropic as a ``ModelProvider``; each request's cache breakpoints are its own ``cache`` plan."""
 
-    Batch requests set the prompt-cache lifetime of ``INFO.batch_cache_ttl`` (one hour) by
-    default: the steps of an agent are minutes apart when they go through batches, longer than
-    the default five minutes. The price table reads the same fact to price the cache writes.
-    """
-
-    def __init__(
-        self, client: anthropic.AsyncAnthropic, *, batch_cache_ttl: CacheTtl | None = INFO.batch_cache_ttl
-    ) -> None:
+    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
         self._client = client
-        self._batch_cache_ttl = batch_cache_ttl
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one request through ``POST /v1/messages``."""
@@ -98,7 +89,7 @@ class AnthropicProvider:
         with SpooledBody() as body:
             body.write(b'{"requests":[')
             for index, (custom_id, request) in enumerate(requests.items()):
-                params = wire.build_request(request, cache_ttl=self._batch_cache_ttl)
+                params = wire.build_request(request)
                 if index:
                     body.write_request(custom_id, b",")
                 body.write_request(custom_id, orjson.dumps({"custom_id": custom_id, "params": params}))

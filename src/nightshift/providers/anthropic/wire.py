@@ -51,34 +51,41 @@ from nightshift.providers.base import (
 from nightshift.providers.tool_call_ids import anthropic_tool_use_id
 
 Block = dict[str, Any]
+# Blocks the API refuses a ``cache_control`` on (they are cached with the turn they belong to).
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
 
 
-def build_request(request: ModelRequest, *, cache_ttl: CacheTtl | None = None) -> dict[str, Any]:
-    """Messages API params (without ``stream``) for one request.
-
-    Args:
-        request: The neutral request.
-        cache_ttl: The cache lifetime to ask for; None for the API default (5 min).
+def build_request(request: ModelRequest) -> dict[str, Any]:
+    """Messages API params (without ``stream``) for one request, with the breakpoints of its
+    ``cache`` plan: after the last tool, after the system prompt, after the last message.
 
     Returns:
         The params, as sent in ``POST /v1/messages`` or as a batch request's ``params``.
     """
-    cache: dict[str, Any] = {"type": "ephemeral"}
-    if cache_ttl is not None:
-        cache["ttl"] = cache_ttl.value
+    plan = request.cache
     params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
         "messages": to_messages(request.messages, agent_arguments=request.agent_arguments),
     }
     if request.system:
-        params["system"] = [{"type": "text", "text": request.system, "cache_control": dict(cache)}]
+        params["system"] = [_marked({"type": "text", "text": request.system}, plan.system)]
     if request.tools:
         tools = to_tools(request.tools, agent_arguments=request.agent_arguments)
-        tools[-1]["cache_control"] = dict(cache)
+        tools[-1] = _marked(tools[-1], plan.tools)
         params["tools"] = tools
         params["tool_choice"] = _tool_choice(request)
+    last = params["messages"][-1]["content"]
+    if plan.history is not None and last[-1].get("type") not in _UNMARKABLE:
+        last[-1] = _marked(last[-1], plan.history)
     return params
+
+
+def _marked(block: Block, ttl: CacheTtl | None) -> Block:
+    """``block`` as a cache breakpoint of lifetime ``ttl`` (None: as it is)."""
+    if ttl is None:
+        return block
+    return {**block, "cache_control": {"type": "ephemeral", "ttl": ttl.value}}
 
 
 def to_tools(tools: Sequence[Mapping[str, Any]], *, agent_arguments: bool = True) -> list[dict[str, Any]]:

