@@ -13,8 +13,8 @@ from nightshift.domain.caching import (
     CachePolicy,
     CacheTtl,
     Outlook,
+    Task,
     cheapest,
-    later_requests,
     plan,
     prefix_cost,
     turns_per_input,
@@ -30,7 +30,9 @@ CALL = {"next_request_in": timedelta(seconds=5)}
 
 
 def auto(later: float, *, tools: int = 1, system: int = 1, timing: dict[str, timedelta] = BATCH) -> CachePlan:
-    return plan(CachePolicy.AUTO, later_requests=later, tools_sharers=tools, system_sharers=system, **timing)
+    """The plan of an agent's first request, ``later`` more expected (it made ``later + 1`` before)."""
+    task = Task(usual=later + 1)
+    return plan(CachePolicy.AUTO, task, tools_sharers=tools, system_sharers=system, **timing)
 
 
 def test_an_agent_that_answers_once_alone_writes_nothing() -> None:
@@ -84,8 +86,8 @@ def test_sharers_spread_over_a_long_batch_still_read_each_others_entry() -> None
 def test_a_fixed_policy_marks_every_breakpoint_whatever_is_expected(policy: CachePolicy) -> None:
     ttl = CacheTtl(policy.value)
     for later in (0, 5):
-        assert plan(policy, later_requests=later, **BATCH) == CachePlan(tools=ttl, system=ttl, history=ttl)
-    assert plan(CachePolicy.OFF, later_requests=5, tools_sharers=1_000, **BATCH) == NO_CACHE
+        assert plan(policy, Task(usual=later + 1), **BATCH) == CachePlan(tools=ttl, system=ttl, history=ttl)
+    assert plan(CachePolicy.OFF, Task(usual=6), tools_sharers=1_000, **BATCH) == NO_CACHE
 
 
 def test_auto_is_never_dearer_than_a_fixed_lifetime_by_its_own_measure() -> None:
@@ -105,14 +107,30 @@ def test_an_agent_is_expected_to_take_as_many_turns_as_it_took_before() -> None:
     window = [msg(assistant, "hello"), *earlier_task, msg(user, "and next week?")]
 
     assert turns_per_input(window) == 3  # the greeting before any input is not a task's
-    assert later_requests(window, step_number=0, max_steps=10) == 2
-    assert later_requests(window, step_number=2, max_steps=10) == 0  # its third turn, the usual last
-    assert later_requests(window, step_number=4, max_steps=10) == 1  # ran past the usual: maybe one more
-    assert later_requests(window, step_number=0, max_steps=2) == 1  # no more than its steps allow
+
+    def later(step_number: int, max_steps: int = 10) -> float:
+        return Task.of(window, step_number=step_number, max_steps=max_steps).later_requests()
+
+    assert later(0) == 2
+    assert later(2) == 0  # its third turn, the usual last
+    assert later(4) == 1  # ran past the usual: maybe one more
+    assert later(0, max_steps=2) == 1  # no more than its steps allow
 
 
 def test_a_new_agent_is_expected_to_go_on_as_long_as_it_has_gone() -> None:
     window = [msg(Role.USER, "first"), msg(Role.USER, "inputs in a row are one")]
     assert turns_per_input(window) is None
-    assert later_requests(window, step_number=0, max_steps=10) == 0
-    assert later_requests(window, step_number=3, max_steps=10) == 3
+    assert Task.of(window, step_number=0, max_steps=10).later_requests() == 0
+    assert Task.of(window, step_number=3, max_steps=10).later_requests() == 3
+
+
+def test_a_mark_whose_entry_is_still_there_is_kept_to_the_end_of_the_task() -> None:
+    # Three turns expected: an hour's write at the first; the second and third expect too little
+    # to write anew, but read what the first wrote (a tenth of the price) and keep it alive.
+    steps = [plan(CachePolicy.AUTO, Task(usual=3, step_number=s), **BATCH) for s in range(3)]
+    assert steps == [CachePlan.everywhere(HOUR)] * 3
+    # A new agent: nothing at first, one more expected at its second (not worth an hour), then an hour.
+    new = [plan(CachePolicy.AUTO, Task(step_number=s), **BATCH) for s in range(4)]
+    assert new == [NO_CACHE, NO_CACHE, CachePlan.everywhere(HOUR), CachePlan.everywhere(HOUR)]
+    # In calls, seconds apart: five minutes, kept likewise.
+    assert plan(CachePolicy.AUTO, Task(usual=3, step_number=2), **CALL) == CachePlan.everywhere(FIVE)

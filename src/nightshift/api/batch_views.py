@@ -143,8 +143,22 @@ class BatchRunPublic(BaseModel):
     progress: BatchRunProgress
 
 
+class BatchRunRequest(BaseModel):
+    """One request of an agent in a run: its step, whether it summarized the window, its tokens
+    and costs (what its caching saved, negative where a cache write cost more than it saved)."""
+
+    step_number: int
+    summary: bool = Field(description="It summarized the agent's window rather than stepping it")
+    status: str = Field(description="created, running, completed, failed, cancelled or expired")
+    usage: TokenUsage | None
+    cost_usd: float
+    cost_without_batch_usd: float
+    batch_savings_usd: float
+    cache_savings_usd: float
+
+
 class BatchRunAgent(BaseModel):
-    """One agent of a run: its state, steps answered, tokens, costs and last error."""
+    """One agent of a run: its state, steps answered, tokens, costs and last error, and each request's."""
 
     agent_id: str
     agent_name: str
@@ -158,6 +172,7 @@ class BatchRunAgent(BaseModel):
     batch_savings_usd: float
     cache_savings_usd: float
     error: str | None
+    requests: list[BatchRunRequest]
 
 
 class BatchRunAgents(BaseModel):
@@ -320,6 +335,16 @@ def agent_in_run_json(agent: AgentInBatchRun) -> dict[str, Any]:
         "usage": usage_json(agent.usage),
         **costs_json(agent.cost),
         "error": agent.error,
+        "requests": [
+            {
+                "step_number": item.step_state.step_number,
+                "summary": item.step_state.summary is not None,
+                "status": item.request_status.value,
+                "usage": None if item.usage is None else usage_json(item.usage),
+                **costs_json(item.cost),
+            }
+            for item in agent.items
+        ],
     }
 
 

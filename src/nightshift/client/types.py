@@ -176,8 +176,22 @@ class BatchRun(_Answer):
         return self.status in FINAL_STATUSES
 
 
+class BatchRunRequest(_Answer):
+    """One request of an agent in a run: its step, its tokens and what it cost, and what its
+    caching saved (negative where a cache write cost more than it saved)."""
+
+    step_number: int
+    summary: bool = Field(description="It summarized the agent's window rather than stepping it")
+    status: str = Field(description="created, running, completed, failed, cancelled or expired")
+    usage: TokenUsage | None
+    cost_usd: float
+    cost_without_batch_usd: float
+    batch_savings_usd: float
+    cache_savings_usd: float
+
+
 class BatchRunAgent(_Answer):
-    """One agent of a run: its state, steps answered, tokens, costs and last error."""
+    """One agent of a run: its state, steps answered, tokens, costs and last error, and each request's."""
 
     agent_id: str
     agent_name: str
@@ -191,6 +205,7 @@ class BatchRunAgent(_Answer):
     batch_savings_usd: float
     cache_savings_usd: float
     error: str | None
+    requests: list[BatchRunRequest] = Field(default_factory=list)
 
 
 class MessagePart(_Answer):

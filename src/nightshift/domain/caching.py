@@ -14,7 +14,7 @@ agent's own history, read back by its next request). For each, with
 
 * ``n``: the step's requests that share the prefix, processed over the batch's ``spread``
   (``spread / n`` apart; each read keeps the entry alive for the next);
-* ``k``: the requests the agent is expected to make after this one in the task (``later_requests``);
+* ``k``: the requests the agent is expected to make after this one in its task (``Task``);
 * ``g``: the time until its next request (a batch step's turnaround; a few seconds in a call),
 
 the expected cost per agent of the prefix's tokens, in plain input prices, is::
@@ -134,12 +134,42 @@ class CachePlan:
 NO_CACHE: Final = CachePlan()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task:
+    """Where an agent is in its task: the request it makes is its ``step_number``-th (from 0) of
+    at most ``max_steps``; ``usual`` is how many it made for an input before (None: unknown)."""
+
+    step_number: int = 0
+    max_steps: int = 10
+    usual: float | None = None
+
+    @classmethod
+    def of(cls, messages: Sequence[Message], *, step_number: int, max_steps: int) -> Task:
+        """The task of an agent whose window (the system message left out) is ``messages``."""
+        return cls(step_number=step_number, max_steps=max_steps, usual=turns_per_input(messages))
+
+    def later_requests(self, step_number: int | None = None) -> float:
+        """How many more requests the agent is expected to make after its ``step_number``-th
+        (this one by default): as many as it usually makes; one more once it has run past that;
+        with nothing to go by, as many more as it has made (a task that has run long is likely to
+        run on). Never more than its steps allow."""
+        step = self.step_number if step_number is None else step_number
+        made = step + 1
+        if self.usual is None:
+            expected = float(step)
+        elif made < self.usual:
+            expected = self.usual - made
+        else:
+            expected = 1.0 if step >= self.usual else 0.0
+        return max(min(expected, float(self.max_steps - made)), 0.0)
+
+
 # The agents of a step mostly expect the same, and the plan is asked for each of them.
 @lru_cache(maxsize=4096)
 def plan(
     policy: CachePolicy,
+    task: Task,
     *,
-    later_requests: float,
     next_request_in: timedelta,
     spread: timedelta = timedelta(0),
     tools_sharers: int = 1,
@@ -148,10 +178,14 @@ def plan(
 ) -> CachePlan:
     """The breakpoints of one request under ``policy`` (see the module docstring).
 
+    A mark the agent's previous request of the task made is kept (or lengthened) while its entry
+    lives until this request: reading it back costs a tenth of sending it again, whatever comes
+    after. The earlier requests' marks are worked out again by the same rule.
+
     Args:
         policy: The setting.
-        later_requests: The requests the agent is expected to make after this one in its task.
-        next_request_in: The time until its next request.
+        task: Where the agent is in its task.
+        next_request_in: The time from one request of the agent to its next.
         spread: How long the step's requests take to be processed (a batch's turnaround).
         tools_sharers: The step's requests with the same tools.
         system_sharers: The step's requests with the same tools and system prompt.
@@ -161,35 +195,24 @@ def plan(
         return NO_CACHE
     if policy is not CachePolicy.AUTO:
         return CachePlan.everywhere(CacheTtl(policy.value))
+    marks: tuple[CacheTtl | None, ...] = (None, None, None)
+    for step in range(task.step_number + 1):
+        k = task.later_requests(step)
+        chosen = [
+            cheapest(Outlook(later_requests=k, next_request_in=next_request_in, sharers=n, spread=spread), rates)
+            for n in (tools_sharers, system_sharers, 1)
+        ]
+        kept = [_kept(now, before, next_request_in) for now, before in zip(chosen, marks, strict=True)]
+        ordered = CachePlan.ordered(*kept)
+        marks = (ordered.tools, ordered.system, ordered.history)
+    return CachePlan(tools=marks[0], system=marks[1], history=marks[2])
 
-    def choose(sharers: int) -> CacheTtl | None:
-        outlook = Outlook(
-            later_requests=later_requests, next_request_in=next_request_in, sharers=sharers, spread=spread
-        )
-        return cheapest(outlook, rates)
 
-    return CachePlan.ordered(choose(tools_sharers), choose(system_sharers), choose(1))
-
-
-def later_requests(messages: Sequence[Message], *, step_number: int, max_steps: int) -> float:
-    """How many more requests the agent is expected to make in its task after this one.
-
-    ``messages`` is its window (the system message left out), ending in the task so far:
-    ``step_number`` requests of this task were answered already. The agent's earlier tasks in the
-    window say how many requests it usually makes for one input (its model turns per input), and
-    it is expected to make as many; one more once it has run past that, and with no earlier task to
-    go by, as many more as it has made (a task that has run long is likely to run on). Never more
-    than its steps allow.
-    """
-    usual = turns_per_input(messages)
-    made = step_number + 1
-    if usual is None:
-        expected = float(step_number)
-    elif made < usual:
-        expected = usual - made
-    else:
-        expected = 1.0 if step_number >= usual else 0.0
-    return max(min(expected, float(max_steps - made)), 0.0)
+def _kept(chosen: CacheTtl | None, before: CacheTtl | None, gap: timedelta) -> CacheTtl | None:
+    """``chosen``, or the longer ``before`` where the entry it wrote is still there."""
+    if before is None or gap.total_seconds() > before.seconds:
+        return chosen
+    return before if chosen is None or before.seconds > chosen.seconds else chosen
 
 
 def turns_per_input(messages: Sequence[Message]) -> float | None:

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Final
 
 from nightshift.domain.batches import StepState
-from nightshift.domain.caching import CachePolicy, later_requests, plan
+from nightshift.domain.caching import CachePolicy, Task, plan
 from nightshift.domain.polling import Turnaround
 from nightshift.providers.base import ModelRequest
 
@@ -52,7 +52,7 @@ def with_cache_plans(
         state = states[agent_id]
         cache = plan(
             timing.policy,
-            later_requests=later_requests(request.messages, step_number=state.step_number, max_steps=state.max_steps),
+            Task.of(request.messages, step_number=state.step_number, max_steps=state.max_steps),
             next_request_in=timing.next_request_in,
             spread=timing.spread,
             tools_sharers=tools_sharers[tools_of[agent_id]],

@@ -20,6 +20,7 @@ from nightshift.batch.steps import cancel_batch_run, queue_batch_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.approvals import Answer
 from nightshift.domain.batches import (
+    BatchItem,
     BatchRun,
     BatchRunFailure,
     BatchRunKind,
@@ -72,6 +73,7 @@ class AgentInBatchRun:
     cost: Costs
     error: str | None
     agent_deleted: bool = False  # since the run: its name is the one it had
+    items: Sequence[BatchItem] = ()  # its requests, one per step (and summary), in order
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +260,7 @@ async def agents_of_batch_run(
                 # the reason: it tells why it stopped (a cancelled run's steps hold none).
                 error=last.error if last.outcome in (ItemOutcome.FAILED, ItemOutcome.CANCELLED) else None,
                 agent_deleted=agent.agent_deleted,
+                items=items,
             )
         )
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,13 @@ EXAMPLE_AGENTS = ("ada-shop-assistant", "marco-travel-planner", "tess-maths-tuto
 WATCH = ("--interval", "0.05", "--timeout", "60")
 
 runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def server_options() -> dict[str, Any]:
+    """Every request writes its prompt for an hour: the example agents answer in one step, for
+    which the default policy writes nothing, and the watch's cache figure would be zero."""
+    return {"cache_policy": "1h"}
 
 
 @pytest.fixture
@@ -275,10 +283,15 @@ def test_the_failed_filter_lists_completed_runs_with_failed_agents(
     assert "tess-maths-tutor (deleted)" in row, row
 
 
-def test_watch_gives_up_at_its_timeout(server: str, emulator: str) -> None:
+def test_watch_gives_up_at_its_timeout(server: str, emulator: str, api: httpx.Client) -> None:
     create_examples(server)
     configure_emulator(emulator, polls_to_end=1000)
     run_id = run_id_of(cli("batch", "submit", str(REQUESTS_FILE), server=server))
+    # Its first step submitted (a server's first submit loads the providers' SDKs: a while).
+    for _ in range(600):
+        if api.get(f"/v1/messages/batches/{run_id}").json()["status"] == "running":
+            break
+        time.sleep(0.05)
 
     watched = cli("batch", "watch", run_id, "--interval", "0.05", "--timeout", "0.3", server=server)
 

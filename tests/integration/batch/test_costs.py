@@ -1,4 +1,4 @@
-"""A run's costs at the providers' published prices, with the one-hour cache its batches ask for."""
+"""A run's costs at the providers' published prices, with one-hour cache writes."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def by_hand(usage: dict[str, Any]) -> tuple[float, float, float]:
     return cost, cost * 2, savings
 
 
+@pytest.mark.settings(cache_policy="1h")
 async def test_a_run_with_one_hour_cache_writes_costs_the_published_rates(stepped: SteppedRuns) -> None:
     # Two agents share their tools (the first writes them to the cache, the second reads them);
     # one takes a second step, which reads its own system prompt back.

@@ -16,6 +16,8 @@ from nightshift.errors import ProviderError
 from nightshift.providers.base import (
     BatchOutcome,
     BatchState,
+    CachePlan,
+    CacheTtl,
     ModelProvider,
     ModelRequest,
     ModelResponse,
@@ -90,8 +92,10 @@ async def test_complete_calls_the_named_tool(provider: ModelProvider, provider_n
 
 
 async def test_cache_is_written_then_read(provider: ModelProvider, provider_name: str) -> None:
-    first = await provider.complete(request(provider_name, msg(Role.USER, "hi")))
-    second = await provider.complete(request(provider_name, msg(Role.USER, "hi again")))
+    # Anthropic writes where the request's plan marks it; OpenAI caches on its own.
+    plan = CachePlan(tools=CacheTtl.FIVE_MINUTES, system=CacheTtl.FIVE_MINUTES)
+    first = await provider.complete(request(provider_name, msg(Role.USER, "hi"), cache=plan))
+    second = await provider.complete(request(provider_name, msg(Role.USER, "hi again"), cache=plan))
 
     assert first.usage.cache_read_tokens == 0
     assert second.usage.cache_read_tokens > 0
@@ -101,14 +105,15 @@ async def test_cache_is_written_then_read(provider: ModelProvider, provider_name
 
 
 async def test_anthropic_request_on_the_wire(providers: ProviderSet, admin: EmulatorAdmin) -> None:
-    await providers.get("anthropic").complete(request("anthropic", temperature=0.9))
+    plan = CachePlan(tools=CacheTtl.ONE_HOUR, system=CacheTtl.FIVE_MINUTES)
+    await providers.get("anthropic").complete(request("anthropic", temperature=0.9, cache=plan))
 
     sent = (await admin.requests(path="/v1/messages"))[0]
     assert sent["headers"]["anthropic-version"] == "2026-10-21"
     body = sent["body"]
     assert "temperature" not in body
-    assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
-    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert body["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
 
 
