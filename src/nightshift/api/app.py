@@ -106,6 +106,7 @@ def create_app(
                     sandbox=parts.sandbox,
                     clock=clock,
                     summary_model=settings.summary_model,
+                    cache_policy=settings.cache_policy,
                 )
                 key_usage = KeyUsage(engine, clock=clock)
                 lease = timedelta(seconds=lease_seconds(settings.poll_interval_seconds, settings.lease_seconds))

@@ -21,6 +21,7 @@ from nightshift.domain.agent_runs import AgentRunStep
 from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.approvals import Answer, ClientTool
 from nightshift.domain.batches import StepState
+from nightshift.domain.caching import CachePolicy
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.messages import Message, UserInput
 from nightshift.domain.usage import Usage
@@ -36,6 +37,7 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.clients import ProviderSet
 from nightshift.runtime.answers import answer_turn
+from nightshift.runtime.caching import CacheTiming
 from nightshift.runtime.context import StepInputs, build_requests, heartbeat_message, user_message
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
@@ -131,6 +133,7 @@ async def step_agent(
     clock: Clock,
     listener: SyncListener | None = None,
     summary_model: str | None = None,
+    cache_policy: CachePolicy = CachePolicy.AUTO,
     overrides: Overrides = NO_OVERRIDES,
     answer: Answer | None = None,
     client_tools: Sequence[ClientTool] = (),
@@ -146,8 +149,9 @@ async def step_agent(
 
     ``listener``, if given, hears the messages as they are written and the streamed answers.
     Before a request that would overflow the agent's context window, its oldest messages are
-    summarized (by ``summary_model``, or the agent's own model) through the normal API.
-    ``overrides`` change the step's calls for this send only (see :class:`Overrides`).
+    summarized (by ``summary_model``, or the agent's own model) through the normal API. The
+    calls' prompt-cache marks follow ``cache_policy``. ``overrides`` change the step's calls for
+    this send only (see :class:`Overrides`).
 
     ``answer`` is the client's answer to the approval request the agent awaits (then ``inputs``
     is empty): its calls run, are denied or take the client's results before the first model
@@ -226,7 +230,7 @@ async def step_agent(
             else:
                 async with engine.connect() as conn:
                     requests, problems = await build_requests(
-                        conn, [replace(agent, llm_config=asked)], {agent.id: state}
+                        conn, [replace(agent, llm_config=asked)], {agent.id: state}, CacheTiming(policy=cache_policy)
                     )
                     # A window read after its agent was deleted is empty: the run was cancelled with it.
                     if agent.id in problems and await agent_run_store.is_cancelled(conn, run_id):

@@ -30,6 +30,7 @@ from nightshift.batch.cancel_agent import AGENT_CANCELLED, leave_runs
 from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.approvals import Answer, ClientTool
+from nightshift.domain.caching import CachePolicy
 from nightshift.domain.messages import Message, UserInput
 from nightshift.domain.run_chunks import ChunkKind
 from nightshift.domain.usage import Usage
@@ -115,6 +116,7 @@ class Stepping:
     clock: Clock  # what runs, steps and messages are stamped with
     # The model that summarizes agents' evicted messages (provider/model); None: each agent's own.
     summary_model: str | None = None
+    cache_policy: CachePolicy = CachePolicy.AUTO  # the prompt cache's marks (``domain/caching.py``)
 
 
 class BackgroundRuns:
@@ -247,6 +249,7 @@ async def _step(
             listener=listener,
             clock=stepping.clock,
             summary_model=stepping.summary_model,
+            cache_policy=stepping.cache_policy,
             overrides=send.overrides(),
             answer=send.answer,
             client_tools=send.client_tools,

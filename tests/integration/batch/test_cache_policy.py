@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from integration.batch.kit import call, say
+from support.scripted import NORMAL_CALLS
 from support.stepped import SteppedRuns
 
 HAIKU = "anthropic/claude-haiku-4-5-20251001"
@@ -93,3 +94,33 @@ async def test_a_fixed_lifetime_marks_every_breakpoint(stepped: SteppedRuns) -> 
     await three_turns(stepped, agent["id"], "what do I drink?")
 
     assert {marks(body) for body in stepped.model.calls(agent["id"])} == {("5m", "5m", "5m")}
+
+
+async def test_calls_write_for_five_minutes_once_the_agent_goes_on(stepped: SteppedRuns) -> None:
+    # Through the normal API the next call follows within seconds: a five-minute write pays from
+    # the first read back, and is kept to the end of the task.
+    agent = await stepped.agent("chatty", model=HAIKU)
+    stepped.model.script(
+        NORMAL_CALLS,
+        call("conversation_search", heartbeat=True, query="tea"),
+        call("conversation_search", heartbeat=True, query="coffee"),
+        say("done"),
+    )
+    response = await stepped.client.post(
+        f"/v1/agents/{agent['id']}/messages", json={"messages": [{"role": "user", "content": "what do I drink?"}]}
+    )
+    assert response.status_code == 200, response.text
+
+    bodies = stepped.model.calls()
+    assert [marks(body) for body in bodies] == [(None, None, None), ("5m", "5m", "5m"), ("5m", "5m", "5m")]
+
+
+@pytest.mark.settings(cache_policy="off")
+async def test_off_marks_no_call_either(stepped: SteppedRuns) -> None:
+    agent = await stepped.agent("chatty", model=HAIKU)
+    stepped.model.script(NORMAL_CALLS, call("conversation_search", heartbeat=True, query="tea"), say("done"))
+    response = await stepped.client.post(
+        f"/v1/agents/{agent['id']}/messages", json={"messages": [{"role": "user", "content": "what do I drink?"}]}
+    )
+    assert response.status_code == 200, response.text
+    assert {marks(body) for body in stepped.model.calls()} == {(None, None, None)}
