@@ -9,7 +9,7 @@ LETTA_CLIENT_1_12 := tests/letta-client-1.12.lock
 UV := uv==0.13.8
 PY_VERSION := 3.11
 
-.PHONY: demo test test-fast test-quick lint format lock bench load rounds polling migration wheel clean
+.PHONY: demo test test-fast test-quick lint format lock bench load rounds polling cost migration wheel clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -105,6 +105,10 @@ rounds: $(STAMP)
 # How soon a run's batches are found ended, and the polls it takes: a fixed interval beside the poll schedule.
 polling: $(STAMP)
 	$(BIN)/python -m benchmarks.polling $(ARGS)
+
+# What a task costs under each cache policy and through the normal API (the README's table).
+cost: $(STAMP)
+	$(BIN)/python -m benchmarks.cost $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -70,7 +70,7 @@ def _system_text(system: Any) -> str:
 
 def segments(params: Mapping[str, Any]) -> list[Segment]:
     """The prompt in cache order (tools, system, messages), breakpoints where ``cache_control`` is."""
-    out = [_segment(json.dumps(t, sort_keys=True), t) for t in params.get("tools") or []]
+    out = [_segment(_unmarked(t), t) for t in params.get("tools") or []]
     system = params.get("system")
     if isinstance(system, str) and system:
         out.append(Segment(text=system))
@@ -81,8 +81,13 @@ def segments(params: Mapping[str, Any]) -> list[Segment]:
         if isinstance(content, str):
             out.append(Segment(text=content))
         else:
-            out.extend(_segment(json.dumps(b, sort_keys=True), b) for b in content)
+            out.extend(_segment(_unmarked(b), b) for b in content)
     return out
+
+
+def _unmarked(block: Mapping[str, Any]) -> str:
+    """A block's text as the cache knows it: its mark is not part of what is cached."""
+    return json.dumps({k: v for k, v in block.items() if k != "cache_control"}, sort_keys=True)
 
 
 def _segment(text: str, block: Mapping[str, Any]) -> Segment:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nightshift.emulator.anthropic_api import segments
 from nightshift.emulator.batches import BatchJob, EndKind, Phase, RequestResult, Timing
 from nightshift.emulator.tokens import PromptCache, Segment, count_tokens
 
@@ -172,3 +173,13 @@ def test_a_request_reads_the_history_the_one_before_wrote() -> None:
     read = count_tokens("system" * 100) + sum(count_tokens(t.text) for t in turns[:2]) + count_tokens("input")
     assert later.cache_read_tokens == read
     assert later.cache_write_tokens == sum(count_tokens(t.text) for t in turns[2:]) + count_tokens("next")
+
+
+def test_a_blocks_mark_is_not_part_of_what_is_cached() -> None:
+    # The block an agent's request marked is unmarked in its next request: the same prefix.
+    block = {"type": "text", "text": "where is my order?"}
+    marked = {**block, "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+    first = segments({"messages": [{"role": "user", "content": [marked]}]})
+    later = segments({"messages": [{"role": "user", "content": [block]}]})
+    assert [s.text for s in first] == [s.text for s in later]
+    assert (first[0].breakpoint, first[0].ttl, later[0].breakpoint) == (True, "1h", False)
