@@ -51,7 +51,7 @@ HANDLE = f"{MODEL.provider}/{MODEL.model}"
 CACHE_MIN_TOKENS = 2_048
 # About 3,000 tokens of instructions, the "long system prompt".
 INSTRUCTIONS = "Answer as the support desk of a bicycle shop; check the order history before you answer. " * 140
-STEPS = (1, 3, 10)
+STEPS = [1, 3, 10]
 POLICIES = (CachePolicy.ONE_HOUR, CachePolicy.FIVE_MINUTES, CachePolicy.OFF, CachePolicy.AUTO)
 # Between two tasks of an agent: every cache entry is gone.
 BETWEEN_TASKS = timedelta(hours=3)
@@ -193,9 +193,9 @@ async def server(policy: CachePolicy, admin: EmulatorAdmin, home: Path) -> Async
 
 
 async def measure(
-    url: str, *, agents: int, turnaround: timedelta
+    url: str, *, agents: int, steps: Sequence[int], turnaround: timedelta
 ) -> tuple[dict[Shape, dict[str, Costs]], dict[Shape, tuple[str, str]]]:
-    shapes = [Shape(steps=s, shared=shared) for s in STEPS for shared in (False, True)]
+    shapes = [Shape(steps=s, shared=shared) for s in steps for shared in (False, True)]
     costs: dict[Shape, dict[str, Costs]] = {shape: {} for shape in shapes}
     chosen: dict[Shape, tuple[str, str]] = {}  # auto's marks: first task, again
     per_thousand = 1_000 / agents
@@ -248,13 +248,14 @@ def print_tables(
 
 def main(
     agents: Annotated[int, typer.Option(help="Agents per task shape")] = 20,
+    steps: Annotated[list[int] | None, typer.Option(help="Steps of a task (repeat for several shapes)")] = None,
     turnaround: Annotated[float, typer.Option(help="Minutes each provider batch takes")] = 20.0,
 ) -> None:
     """Run every task shape under every cache policy and through the normal API, and print the costs."""
     with emulator_process() as (url, _pid):
         os.environ.update(sdk_environment(url, api_key="cost"))
         took = timedelta(minutes=turnaround)
-        costs, chosen = asyncio.run(measure(url, agents=agents, turnaround=took))
+        costs, chosen = asyncio.run(measure(url, agents=agents, steps=steps or STEPS, turnaround=took))
     print_tables(costs, chosen, agents=agents, turnaround=took)
 
 

@@ -106,3 +106,17 @@ def test_polling_steps_its_run_at_the_interval_then_on_the_schedule() -> None:
     for row in rows:
         seconds, polls = float(row[2]), int(row[3])
         assert seconds > 0 and polls >= 2, output  # two steps, each polled at least once
+
+
+def test_cost_prices_each_shape_under_each_policy() -> None:
+    output = _run("benchmarks.cost", "--agents", "3", "--steps", "1", "--steps", "3")
+    for title in ("agents that did the task before", "new agents (their first task)"):
+        assert title in output, output
+    rows = [line.split("│") for line in output.splitlines() if "system prompt " in line]
+    assert len(rows) == 8, output  # 2 tables x (1 and 3 steps) x (own and shared prompts)
+    for row in rows:
+        one_hour, five, off, _auto, normal, fixed = (float(cell) for cell in row[2:8])
+        assert fixed == min(one_hour, five, off) and normal > 0, output
+    # A task of one request, its prompt its own: auto writes nothing, as off.
+    alone = [row for row in rows if "1 step, own" in row[1]]
+    assert all(row[4] == row[5] and row[8].strip() == "- x1" for row in alone), output
