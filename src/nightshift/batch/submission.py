@@ -49,9 +49,11 @@ from nightshift.domain.batches import (
     ProviderBatchStatus,
     RequestStatus,
 )
+from nightshift.domain.caching import CachePolicy
 from nightshift.errors import ProviderError
 from nightshift.ids import new_id
 from nightshift.providers.base import BatchState, ModelError, ModelProvider
+from nightshift.providers.registry import provider_info
 from nightshift.providers.spool import BatchTooLarge
 from nightshift.runtime.caching import in_batch
 from nightshift.runtime.context import build_requests
@@ -86,7 +88,9 @@ async def submit(
     database otherwise; its agents that changed since are read again all the same.
     """
     started = time.monotonic()
-    turnaround = (await parts.poll_schedule.turnarounds(parts.clock.now())).get(batch.provider)
+    turnaround = None
+    if parts.cache_policy is CachePolicy.AUTO and provider_info(batch.provider).cache_rates is not None:
+        turnaround = (await parts.poll_schedule.turnarounds(parts.clock.now())).get(batch.provider)
     async with parts.engine.connect() as conn:
         if written is None:
             items = await item_store.items_of(conn, batch.id)
