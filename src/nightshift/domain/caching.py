@@ -115,6 +115,11 @@ class CachePlan:
     system: CacheTtl | None = None
     history: CacheTtl | None = None
 
+    @property
+    def marks(self) -> tuple[CacheTtl | None, CacheTtl | None, CacheTtl | None]:
+        """The lifetimes in prompt order."""
+        return (self.tools, self.system, self.history)
+
     @classmethod
     def everywhere(cls, ttl: CacheTtl | None) -> CachePlan:
         """Every breakpoint with one lifetime."""
@@ -195,17 +200,15 @@ def plan(
         return NO_CACHE
     if policy is not CachePolicy.AUTO:
         return CachePlan.everywhere(CacheTtl(policy.value))
-    marks: tuple[CacheTtl | None, ...] = (None, None, None)
+    chosen = NO_CACHE
     for step in range(task.step_number + 1):
         k = task.later_requests(step)
-        chosen = [
+        now = [
             cheapest(Outlook(later_requests=k, next_request_in=next_request_in, sharers=n, spread=spread), rates)
             for n in (tools_sharers, system_sharers, 1)
         ]
-        kept = [_kept(now, before, next_request_in) for now, before in zip(chosen, marks, strict=True)]
-        ordered = CachePlan.ordered(*kept)
-        marks = (ordered.tools, ordered.system, ordered.history)
-    return CachePlan(tools=marks[0], system=marks[1], history=marks[2])
+        chosen = CachePlan.ordered(*(_kept(c, b, next_request_in) for c, b in zip(now, chosen.marks, strict=True)))
+    return chosen
 
 
 def _kept(chosen: CacheTtl | None, before: CacheTtl | None, gap: timedelta) -> CacheTtl | None:
@@ -226,11 +229,9 @@ def turns_per_input(messages: Sequence[Message]) -> float | None:
     current: int | None = None  # the turns of the task under way; None before the first input
     for message in messages:
         if message.role is Role.USER and message.kind is MessageKind.PLAIN:
-            if current:
+            if current:  # the task before had turns: it is done (an input right after one joins it)
                 turns.append(current)
-                current = 0
-            elif current is None:
-                current = 0
+            current = 0
         elif message.role is Role.ASSISTANT and current is not None:
             current += 1
     return sum(turns) / len(turns) if turns else None
