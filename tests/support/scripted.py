@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -153,7 +152,7 @@ class ScriptedModel:
 
     def expire(self, *batch_ids: str) -> None:
         """Make these batches (every held one without ids) expire at their next retrieve, no request run."""
-        now = time.time()
+        now = self.state.now()
         for batch_id in batch_ids or tuple(self._held):
             job = self._job(batch_id)
             job.timing = dataclasses.replace(job.timing, polls_to_end=2**62, expires_at=now - 1)
@@ -208,12 +207,8 @@ class ScriptedModel:
 
     def new_job(self, api: Api, custom_ids: list[str], batch_id: str, results: list[RequestResult]) -> BatchJob:
         """Keep a new batch, held if submitted in ``holding``."""
-        now = time.time()
         extra = {"endpoint": openai_wire.ENDPOINT, "input_file_id": f"file-{batch_id}"} if api == "openai" else {}
-        job = BatchJob(
-            id=batch_id, created_at=now, timing=self.state.timing(now), custom_ids=custom_ids, results=results,
-            extra=extra,
-        )  # fmt: skip
+        job = self.state.new_batch(batch_id, self.state.now(), list(zip(custom_ids, results, strict=True)), extra=extra)
         self.jobs(api)[batch_id] = job
         if self._hold_new:
             self._held.add(batch_id)
@@ -231,7 +226,7 @@ class ScriptedModel:
         """A batch brought up to date (a held one does not move), or ``not_found_error``."""
         job = self._job(batch_id, api)
         if batch_id not in self._held:
-            job.refresh(time.time(), poll=poll)
+            job.refresh(self.state.now(), poll=poll)
         return job
 
     def _choose(self, key: str, custom_id: str | None, request: ModelRequest) -> ScriptedReply | Reply | None:
@@ -336,7 +331,7 @@ class ScriptedProvider:
     async def cancel_batch(self, batch_id: str) -> BatchStatus:
         job = self._model.find(self._api, batch_id, poll=False)
         self._model.release(batch_id)
-        job.cancel(time.time())
+        job.cancel(self._model.state.now())
         return self._status(job)
 
     def _answered(self, request: ModelRequest) -> dict[str, Any]:
@@ -348,7 +343,7 @@ class ScriptedProvider:
     def _status(self, job: BatchJob) -> BatchStatus:
         if self._api == "anthropic":
             return anthropic_wire.parse_batch(anthropic_api.batch_json(job))
-        return openai_wire.parse_batch(openai_api.batch_json(job, time.time()))
+        return openai_wire.parse_batch(openai_api.batch_json(job, self._model.state.now()))
 
     def _check_size(self, requests: Mapping[str, ModelRequest], max_bytes: int | None) -> None:
         """Refuse a body over the limits as the real client does, before anything is answered."""

@@ -8,7 +8,9 @@
     RUNNING --(input refused while validating, OpenAI)---------------------------> ENDED/failed
 
 Progress is the smaller of ``polls / (polls_to_end + 1)`` and ``elapsed / seconds_to_end``; that
-share of the requests, in submission order, has been processed. On a cancel or an expiry the
+share of the requests, in processing order, has been processed. The ``held_back`` requests come
+last in that order (``EmulatorState.new_batch`` puts them there) and are processed once progress
+reaches 1 and ``held_back_seconds`` have passed since the create: a batch's stragglers. On a cancel or an expiry the
 processed requests keep their results and the others become canceled or expired. Every answer is
 computed when the batch is created (the model is deterministic), so ending a batch is cheap.
 """
@@ -48,6 +50,8 @@ class Timing:
     cancel_polls: int = 0
     expire_after_polls: int | None = None
     expires_at: float
+    held_back: int = 0  # the last requests, processed only once ``held_back_seconds`` have passed
+    held_back_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,7 +108,13 @@ class BatchJob:
         """Requests with a result by now (all of them once ended)."""
         if self.phase is not Phase.RUNNING:
             return self.processed
-        return math.floor(self.progress(now) * self.total)
+        if self._all_done(now):
+            return self.total
+        return math.floor(self.progress(now) * (self.total - self.timing.held_back))
+
+    def _all_done(self, now: float) -> bool:
+        t = self.timing
+        return self.progress(now) >= 1.0 and (t.held_back == 0 or now - self.created_at >= t.held_back_seconds)
 
     def succeeded_count(self, count: int) -> int:
         """How many of the first ``count`` requests succeeded."""
@@ -126,8 +136,7 @@ class BatchJob:
             if poll:
                 self._end(EndKind.FAILED, 0, now)
             return
-        share = self.progress(now)
-        if share >= 1.0:
+        if self._all_done(now):
             if self.finalizing_seen < self.timing.finalizing_polls:
                 self.finalizing = True
                 self.finalizing_seen += poll
@@ -136,7 +145,7 @@ class BatchJob:
             return
         limit = self.timing.expire_after_polls
         if now >= self.timing.expires_at or (limit is not None and self.polls > limit):
-            self._end(EndKind.EXPIRED, math.floor(share * self.total), now)
+            self._end(EndKind.EXPIRED, self.done_count(now), now)
 
     def cancel(self, now: float) -> None:
         """Start cancelling: what is processed by now stays, the rest will be canceled."""

@@ -79,6 +79,10 @@ class EmulatorConfig(_Frozen):
     cancel_polls: int = Field(default=0, ge=0)  # retrieves that still see canceling / cancelling
     expire_after_polls: int | None = Field(default=None, ge=0)  # a batch expires after N polls...
     expire_after_seconds: float | None = Field(default=None, ge=0)  # ...or N seconds (default 24 h)
+    # A share of each batch's requests (picked by a hash of the custom_id) processed last, not before
+    # ``held_back_seconds`` after the create: the stragglers that keep a batch open.
+    held_back_fraction: float = Field(default=0.0, ge=0, le=1)
+    held_back_seconds: float = Field(default=3_600.0, ge=0)
     # A batch create answers this long after the batch exists: a window in which a client that
     # dies has had its batch accepted without hearing so (what durability tests kill into).
     create_answer_delay: float = Field(default=0.0, ge=0)

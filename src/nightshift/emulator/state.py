@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.emulator.batches import BatchJob, Timing
+from nightshift.emulator.batches import BatchJob, RequestResult, Timing
 from nightshift.emulator.config import EmulatorConfig, HttpFault, ScriptedError, ScriptedReply, ScriptedToolCall
 from nightshift.emulator.model import ModelCall, ModelInput, ModelOutput, respond
 from nightshift.emulator.tokens import PromptCache
@@ -159,17 +159,34 @@ class EmulatorState:
         self._counters[prefix] = count
         return f"{prefix}{count:024x}"
 
-    def timing(self, now: float) -> Timing:
-        """The latency knobs for a batch created now."""
+    def new_batch(
+        self, batch_id: str, now: float, requests: Sequence[tuple[str, RequestResult]], **fields: Any
+    ) -> BatchJob:
+        """A batch created now of these (custom_id, result) pairs, with the config's timing knobs;
+        ``held_back_fraction`` of its requests (picked by a hash of the custom_id) go last in its
+        processing order, held back. ``fields``: the rest of ``BatchJob``."""
         c = self.config
+        held = [_share(f"held back {custom_id}") < c.held_back_fraction for custom_id, _ in requests]
+        ordered = [pair for pair, late in zip(requests, held, strict=True) if not late]
+        ordered += [pair for pair, late in zip(requests, held, strict=True) if late]
         lifetime = c.expire_after_seconds if c.expire_after_seconds is not None else DAY_SECONDS
-        return Timing(
+        timing = Timing(
             polls_to_end=c.polls_to_end,
             seconds_to_end=c.seconds_to_end,
             finalizing_polls=c.finalizing_polls,
             cancel_polls=c.cancel_polls,
             expire_after_polls=c.expire_after_polls,
             expires_at=now + lifetime,
+            held_back=sum(held),
+            held_back_seconds=c.held_back_seconds,
+        )
+        return BatchJob(
+            id=batch_id,
+            created_at=now,
+            timing=timing,
+            custom_ids=[custom_id for custom_id, _ in ordered],
+            results=[result for _, result in ordered],
+            **fields,
         )
 
     def log_request(self, method: str, path: str, body: Any, headers: Mapping[str, str]) -> None:

@@ -273,6 +273,27 @@ async def test_latency_in_seconds(anthropic_sdk: anthropic.AsyncAnthropic, admin
     assert (await anthropic_sdk.messages.batches.retrieve(batch.id)).processing_status == "ended"
 
 
+async def test_held_back_requests_keep_the_batch_open_until_their_hour_has_passed(
+    anthropic_sdk: anthropic.AsyncAnthropic, admin: EmulatorAdmin
+) -> None:
+    await admin.configure(held_back_fraction=0.25, held_back_seconds=3_600)
+    requests: Any = [{"custom_id": f"r{i}", "params": params()} for i in range(40)]
+    batch = await anthropic_sdk.messages.batches.create(requests=requests)
+
+    # The others are done at once (the default), but the batch waits for its stragglers (Anthropic
+    # counts every request as processing until the batch ends).
+    early = await anthropic_sdk.messages.batches.retrieve(batch.id)
+    assert early.processing_status == "in_progress" and early.request_counts.processing == 40
+    await admin.advance(3_599)
+    assert (await anthropic_sdk.messages.batches.retrieve(batch.id)).processing_status == "in_progress"
+    await admin.advance(1)  # no waiting: the emulator's clock moves on
+    ended = await anthropic_sdk.messages.batches.retrieve(batch.id)
+    assert ended.processing_status == "ended" and ended.request_counts.succeeded == 40
+    assert {r.custom_id async for r in await anthropic_sdk.messages.batches.results(batch.id)} == {
+        f"r{i}" for i in range(40)
+    }
+
+
 async def test_expiry_after_seconds(anthropic_sdk: anthropic.AsyncAnthropic, admin: EmulatorAdmin) -> None:
     await admin.configure(seconds_to_end=60, expire_after_seconds=0.2)
     batch = await anthropic_sdk.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])

@@ -271,6 +271,28 @@ async def test_expired_batch_returns_finished_work(openai_sdk: openai.AsyncOpenA
     assert errors["r2"]["response"] is None
 
 
+async def test_held_back_requests_are_the_ones_an_expired_batch_did_not_run(
+    openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin
+) -> None:
+    # A quarter of the requests (by a hash of their ids) is held back for two days: the batch
+    # expires after a day with the others done and the held ones expired.
+    await admin.configure(held_back_fraction=0.25, held_back_seconds=2 * 86_400)
+    batch_id = await start(openai_sdk, [line(f"r{i}") for i in range(40)])
+    running = await openai_sdk.batches.retrieve(batch_id)
+    assert running.status == "in_progress" and running.request_counts is not None
+    done = running.request_counts.completed
+    assert 0 < done < 40
+
+    await admin.advance(86_400)
+    expired = await openai_sdk.batches.retrieve(batch_id)
+    assert expired.status == "expired" and expired.request_counts is not None
+    assert expired.request_counts.completed == done
+    output, errors = await read(openai_sdk, expired.output_file_id), await read(openai_sdk, expired.error_file_id)
+    assert (
+        len(output) == done and len(errors) == 40 - done and set(output) | set(errors) == {f"r{i}" for i in range(40)}
+    )
+
+
 async def test_cancel_is_slow_and_keeps_partial_output(openai_sdk: openai.AsyncOpenAI, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=3, cancel_polls=1)
     batch_id = await start(openai_sdk, [line(f"r{i}") for i in range(4)])

@@ -183,3 +183,19 @@ def test_a_blocks_mark_is_not_part_of_what_is_cached() -> None:
     later = segments({"messages": [{"role": "user", "content": [block]}]})
     assert [s.text for s in first] == [s.text for s in later]
     assert (first[0].breakpoint, first[0].ttl, later[0].breakpoint) == (True, "1h", False)
+
+
+def test_held_back_requests_are_processed_last_and_not_before_their_time() -> None:
+    # 10 requests, 2 held back for an hour: the other 8 are done at the first poll, the batch stays
+    # open with 2 processing until the hour has passed.
+    batch = job(10, held_back=2, held_back_seconds=3_600.0)
+    batch.refresh(1.0, poll=True)
+    assert phase(batch) is Phase.RUNNING and batch.done_count(1.0) == 8
+    batch.refresh(3_600.0, poll=True)
+    assert batch.end_kind is EndKind.COMPLETED and batch.processed == 10
+
+
+def test_held_back_requests_a_batch_expires_with_are_expired() -> None:
+    batch = job(10, held_back=3, held_back_seconds=2 * DAY)
+    batch.refresh(DAY, poll=True)
+    assert batch.end_kind is EndKind.EXPIRED and batch.processed == 7

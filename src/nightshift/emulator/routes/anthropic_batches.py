@@ -40,16 +40,10 @@ async def create_batch(request: Request, state: State) -> JSONResponse:
     now = state.now()
     batch_id = state.next_id("msgbatch_")
     results = [
-        api.run(state, params, version=version, custom_id=custom_id, batch_id=batch_id)
+        (custom_id, api.run(state, params, version=version, custom_id=custom_id, batch_id=batch_id))
         for custom_id, params in requests
     ]
-    job = BatchJob(
-        id=batch_id,
-        created_at=now,
-        timing=state.timing(now),
-        custom_ids=[custom_id for custom_id, _ in requests],
-        results=results,
-    )
+    job = state.new_batch(batch_id, now, results)
     state.anthropic_batches[batch_id] = job
     await asyncio.sleep(state.config.create_answer_delay)
     return JSONResponse(api.batch_json(job))

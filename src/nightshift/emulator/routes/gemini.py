@@ -77,13 +77,11 @@ async def _create_batch(state: EmulatorState, model: str, body: Any) -> JSONResp
     results = []
     for key, request in requests:
         _check_model(request, model)
-        results.append(api.run(state, request, model=model, custom_id=key, batch_id=batch_id))
-    job = BatchJob(
-        id=batch_id,
-        created_at=now,
-        timing=state.timing(now),
-        custom_ids=[key for key, _ in requests],
-        results=results,
+        results.append((key, api.run(state, request, model=model, custom_id=key, batch_id=batch_id)))
+    job = state.new_batch(
+        batch_id,
+        now,
+        results,
         extra={
             "model": f"models/{model}",
             "display_name": batch.get("displayName") or "",

@@ -59,14 +59,14 @@ async def create_batch(request: Request, state: State) -> JSONResponse:
     requests, errors = parse_input_file(b"".join(stored.chunks), endpoint)
     if errors:
         requests = []
-    results = [api.run(state, line, custom_id=custom_id, batch_id=batch_id) for custom_id, line in requests]
+    results = [
+        (custom_id, api.run(state, line, custom_id=custom_id, batch_id=batch_id)) for custom_id, line in requests
+    ]
     model = next((line.get("model") for _, line in requests if isinstance(line.get("model"), str)), None)
-    job = BatchJob(
-        id=batch_id,
-        created_at=now,
-        timing=state.timing(now),
-        custom_ids=[custom_id for custom_id, _ in requests],
-        results=results,
+    job = state.new_batch(
+        batch_id,
+        now,
+        results,
         failure=errors or None,
         extra={"endpoint": endpoint, "input_file_id": stored.id, "metadata": metadata, "model": model},
     )
