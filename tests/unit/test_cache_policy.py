@@ -4,6 +4,7 @@ function of what is expected of the prefix's readers, chosen per task shape."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TypedDict
 
 import pytest
 
@@ -23,13 +24,20 @@ from nightshift.domain.messages import MessageKind, Role
 from support.messages import msg
 
 HOUR, FIVE = CacheTtl.ONE_HOUR, CacheTtl.FIVE_MINUTES
+
+
+class Timing(TypedDict):
+    next_request_in: timedelta
+    spread: timedelta
+
+
 # A batch step: the provider's batches usually take half an hour.
-BATCH = {"next_request_in": timedelta(minutes=30), "spread": timedelta(minutes=30)}
+BATCH = Timing(next_request_in=timedelta(minutes=30), spread=timedelta(minutes=30))
 # A call through the normal API: the next request follows within seconds.
-CALL = {"next_request_in": timedelta(seconds=5)}
+CALL = Timing(next_request_in=timedelta(seconds=5), spread=timedelta(0))
 
 
-def auto(later: float, *, tools: int = 1, system: int = 1, timing: dict[str, timedelta] = BATCH) -> CachePlan:
+def auto(later: float, *, tools: int = 1, system: int = 1, timing: Timing = BATCH) -> CachePlan:
     """The plan of an agent's first request, ``later`` more expected (it made ``later + 1`` before)."""
     task = Task(usual=later + 1)
     return plan(CachePolicy.AUTO, task, tools_sharers=tools, system_sharers=system, **timing)

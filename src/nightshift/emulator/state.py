@@ -89,19 +89,19 @@ class EmulatorState:
         return time.time() + self._ahead
 
     def advance(self, seconds: float) -> float:
-        """Let ``seconds`` pass at once for the batches and the prompt cache; returns the new time.
-
-        What a reset forgets, the time keeps: it never goes back.
-        """
+        """Let ``seconds`` pass at once for the batches and the prompt cache; returns the new time
+        (a reset, which forgets every batch and cache entry, brings it back to the machine's)."""
         self._ahead += seconds
         return self.now()
 
     def reset(self) -> None:
-        """Back to the config the app was created with; forget batches, files, logs and the cache.
+        """Back to the config the app was created with and to the machine's time; forget batches,
+        files, logs and the cache.
 
         Ids go on counting: a provider never gives an id twice, and a database that outlives the
         reset (``make bench`` on one PostgreSQL database) would otherwise see a batch id again.
         """
+        self._ahead = 0.0
         self.anthropic_batches.clear()
         self.openai_batches.clear()
         self.files.clear()

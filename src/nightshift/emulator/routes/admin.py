@@ -5,7 +5,8 @@
 * ``POST /_emulator/faults`` ``{"faults": [HttpFault...]}`` queues HTTP faults
 * ``GET /_emulator/requests?path=&method=&limit=`` the API requests received, oldest first
 * ``GET /_emulator/model_calls?custom_id=&batch_id=&api=&limit=`` what the model was asked
-* ``POST /_emulator/reset`` back to the starting config, every batch, file and log forgotten
+* ``POST /_emulator/reset`` back to the starting config and the machine's time, every batch, file
+  and log forgotten
 * ``POST /_emulator/clock`` ``{"advance": seconds}`` lets time pass at once for the batches and the
   prompt cache (what a test or ``make cost`` does instead of waiting an hour)
 """
