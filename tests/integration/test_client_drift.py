@@ -28,7 +28,7 @@ PAIRS: dict[type[BaseModel], str] = {
     types.ProviderProblem: "ProviderProblem",
     types.TokenUsage: "TokenUsage",
     types.BatchRunAgent: "BatchRunAgent",
-    types.BatchRunRequest: "BatchRunRequest",
+    types.BatchRunAgentRequest: "BatchRunAgentRequest",
     types.RunMessage: "RunMessage",
     types.MessagePart: "MessagePart",
     types.ToolCall: "ToolCall",

@@ -143,7 +143,7 @@ class BatchRunPublic(BaseModel):
     progress: BatchRunProgress
 
 
-class BatchRunRequest(BaseModel):
+class BatchRunAgentRequest(BaseModel):
     """One request of an agent in a run: its step, whether it summarized the window, its tokens
     and costs (what its caching saved, negative where a cache write cost more than it saved)."""
 
@@ -172,7 +172,7 @@ class BatchRunAgent(BaseModel):
     batch_savings_usd: float
     cache_savings_usd: float
     error: str | None
-    requests: list[BatchRunRequest]
+    requests: list[BatchRunAgentRequest]
 
 
 class BatchRunAgents(BaseModel):

@@ -176,7 +176,7 @@ class BatchRun(_Answer):
         return self.status in FINAL_STATUSES
 
 
-class BatchRunRequest(_Answer):
+class BatchRunAgentRequest(_Answer):
     """One request of an agent in a run: its step, its tokens and what it cost, and what its
     caching saved (negative where a cache write cost more than it saved)."""
 
@@ -205,7 +205,7 @@ class BatchRunAgent(_Answer):
     batch_savings_usd: float
     cache_savings_usd: float
     error: str | None
-    requests: list[BatchRunRequest] = Field(default_factory=list)
+    requests: list[BatchRunAgentRequest] = Field(default_factory=list)
 
 
 class MessagePart(_Answer):

@@ -10,9 +10,10 @@
 Progress is the smaller of ``polls / (polls_to_end + 1)`` and ``elapsed / seconds_to_end``; that
 share of the requests, in processing order, has been processed. The ``held_back`` requests come
 last in that order (``EmulatorState.new_batch`` puts them there) and are processed once progress
-reaches 1 and ``held_back_seconds`` have passed since the create: a batch's stragglers. On a cancel or an expiry the
-processed requests keep their results and the others become canceled or expired. Every answer is
-computed when the batch is created (the model is deterministic), so ending a batch is cheap.
+reaches 1 and ``held_back_seconds`` have passed since the create: a batch's stragglers. On a
+cancel or an expiry the processed requests keep their results and the others become canceled or
+expired. Every answer is computed when the batch is created (the model is deterministic), so
+ending a batch is cheap.
 """
 
 from __future__ import annotations
