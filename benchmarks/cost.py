@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class SharedClock:
         return datetime.now(UTC) + self._ahead
 
     def monotonic(self) -> float:
-        return datetime.now(UTC).timestamp() + self._ahead.total_seconds()
+        return time.monotonic() + self._ahead.total_seconds()
 
     async def advance(self, by: timedelta) -> None:
         self._ahead += by

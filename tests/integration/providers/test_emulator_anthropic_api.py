@@ -294,6 +294,14 @@ async def test_held_back_requests_keep_the_batch_open_until_their_hour_has_passe
     }
 
 
+async def test_the_clock_goes_forward_only(emulator: str) -> None:
+    async with httpx.AsyncClient(base_url=emulator) as http:
+        back = await http.post("/_emulator/clock", json={"advance": -1})
+        ahead = await http.post("/_emulator/clock", json={"advance": 60})
+    assert back.status_code == 422 and back.json()["error"] == "invalid admin request"
+    assert ahead.status_code == 200 and ahead.json()["now"] > 0
+
+
 async def test_expiry_after_seconds(anthropic_sdk: anthropic.AsyncAnthropic, admin: EmulatorAdmin) -> None:
     await admin.configure(seconds_to_end=60, expire_after_seconds=0.2)
     batch = await anthropic_sdk.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -24,6 +24,7 @@ from nightshift.emulator.routes.deps import State
 from nightshift.emulator.state import NORMAL_SCRIPT_KEY
 
 router = APIRouter(prefix="/_emulator")
+M = TypeVar("M", bound=BaseModel)
 
 
 class ScriptRequest(BaseModel):
@@ -43,6 +44,14 @@ class FaultsRequest(BaseModel):
     """HTTP faults to queue."""
 
     faults: list[HttpFault]
+
+
+async def _body(request: Request, model: type[M]) -> M | JSONResponse:
+    """The request's JSON body as ``model``, or the 422 that says what is wrong with it."""
+    try:
+        return model.model_validate(await request.json())
+    except ValidationError as error:
+        return _invalid(error)
 
 
 def _invalid(error: ValidationError) -> JSONResponse:
@@ -73,10 +82,9 @@ async def set_config(request: Request, state: State) -> dict[str, Any] | JSONRes
 @router.post("/script", response_model=None)
 async def add_script(request: Request, state: State) -> dict[str, Any] | JSONResponse:
     """Queue exact replies for a custom_id."""
-    try:
-        script = ScriptRequest.model_validate(await request.json())
-    except ValidationError as error:
-        return _invalid(error)
+    script = await _body(request, ScriptRequest)
+    if isinstance(script, JSONResponse):
+        return script
     state.add_script(script.custom_id, script.replies)
     return {"custom_id": script.custom_id, "pending": len(state.scripts[script.custom_id])}
 
@@ -84,10 +92,9 @@ async def add_script(request: Request, state: State) -> dict[str, Any] | JSONRes
 @router.post("/faults", response_model=None)
 async def add_faults(request: Request, state: State) -> dict[str, Any] | JSONResponse:
     """Queue HTTP faults."""
-    try:
-        faults = FaultsRequest.model_validate(await request.json())
-    except ValidationError as error:
-        return _invalid(error)
+    faults = await _body(request, FaultsRequest)
+    if isinstance(faults, JSONResponse):
+        return faults
     state.add_faults(faults.faults)
     return {"pending": sum(f.remaining for f in state.faults)}
 
@@ -126,7 +133,7 @@ async def model_calls(
 
 @router.post("/reset")
 async def reset(state: State) -> dict[str, bool]:
-    """Back to the starting config; every batch, file, log, script and fault forgotten."""
+    """Back to the starting config and the machine's time; every batch, file, log, script and fault forgotten."""
     state.reset()
     return {"ok": True}
 
@@ -134,8 +141,7 @@ async def reset(state: State) -> dict[str, bool]:
 @router.post("/clock", response_model=None)
 async def advance_clock(request: Request, state: State) -> dict[str, float] | JSONResponse:
     """Let the time given pass; answers the emulator's time (Unix seconds)."""
-    try:
-        clock = ClockRequest.model_validate(await request.json())
-    except ValidationError as error:
-        return _invalid(error)
+    clock = await _body(request, ClockRequest)
+    if isinstance(clock, JSONResponse):
+        return clock
     return {"now": state.advance(clock.advance)}
