@@ -1,6 +1,6 @@
 """The API against its own OpenAPI description, with schemathesis: no 5xx, and every response documented.
 
-A live server on SQLite (uvicorn on a loopback port, providers pointed at the emulator) gets a
+A live server on SQLite (``nightshift serve`` on a loopback port, providers pointed at the emulator) gets a
 short, derandomized run of generated requests for every operation, valid and invalid ones. Each
 response must not be a server error, its status must be one the description lists for the
 operation, and its body must match the schema given for that status.
@@ -8,13 +8,13 @@ operation, and its body must match the schema given for that status.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
-import schemathesis.wfc.escalation  # before any thread starts (see below)
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
     content_type_conformance,
@@ -27,12 +27,8 @@ from conftest import ANTHROPIC_KEY, OPENAI_KEY
 from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.emulator.environment import sdk_environment
-from nightshift.serving import running_server
+from support.processes import server_environment, spawn, wait_healthy
 
-# schemathesis imports its auth escalation module the first time a case is called, while the
-# server's thread runs; CPython 3.11 can fail a parse in one thread while another parses
-# ("SystemError: AST constructor recursion depth mismatch"): it is imported above, before any
-# thread starts.
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 SEED = 20261130
@@ -47,17 +43,18 @@ schema = schemathesis.openapi.from_dict(
 
 @pytest.fixture(scope="module")
 def api_url(tmp_path_factory: pytest.TempPathFactory, emulator_url: str) -> Iterator[str]:
+    # The server is a process of its own: CPython 3.11 can fail a parse in one thread while another
+    # thread parses ("SystemError: AST constructor recursion depth mismatch"), and hypothesis parses
+    # as it generates while a server in a thread would compile what it builds lazily.
     home: Path = tmp_path_factory.mktemp("schemathesis")
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in sdk_environment(emulator_url).items():
-            env.setenv(name, value)
-        env.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-        env.setenv("OPENAI_API_KEY", OPENAI_KEY)
-        app_settings = Settings(
-            home=home, database_url=f"sqlite:///{home / 'nightshift.db'}", poll_interval_seconds=0.05
-        )
-        with running_server(create_app(app_settings)) as url:
-            yield url
+    keys = {"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY}
+    env = server_environment(f"sqlite:///{home / 'nightshift.db'}", home, **(sdk_environment(emulator_url) | keys))
+    server = spawn("schemathesis", env, home)
+    try:
+        asyncio.run(wait_healthy(server))
+        yield server.base_url
+    finally:
+        server.stop()
 
 
 @schema.parametrize()
