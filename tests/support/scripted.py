@@ -172,6 +172,10 @@ class ScriptedModel:
         """The neutral requests received, oldest first (one custom_id's, if given)."""
         return [r for key, r in self._requests if custom_id is None or key == custom_id]
 
+    def normal_requests(self) -> list[ModelRequest]:
+        """The neutral requests of the normal (not batch) calls, oldest first."""
+        return [r for key, r in self._requests if key is None]
+
     def batches(self, api: str) -> list[str]:
         """The provider ids of every batch submitted to ``api`` (``anthropic`` or ``openai``), oldest first."""
         return list(self.jobs("anthropic" if api == "anthropic" else "openai"))

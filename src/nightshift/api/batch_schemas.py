@@ -7,7 +7,7 @@ import base64
 import binascii
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, HttpUrl, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Discriminator, Field, HttpUrl, model_validator
 
 from nightshift.api.approval_schemas import (
     ApprovalBody,
@@ -183,6 +183,20 @@ class BatchCreate(Body):
     requests: list[BatchRequestBody]
     callback_url: HttpUrl | None = None
     metadata: dict[str, Any] | None = None
+    deadline: AwareDatetime | None = Field(
+        default=None,
+        description="nightshift: when the run is to be done by (with its time zone); the requests a "
+        "step's batch has not answered in time go through the normal API",
+    )
+    finish_within_seconds: float | None = Field(
+        default=None, gt=0, description="nightshift: the deadline, in seconds from now (not with deadline)"
+    )
+
+    @model_validator(mode="after")
+    def _one_deadline(self) -> BatchCreate:
+        if self.deadline is not None and self.finish_within_seconds is not None:
+            raise InvalidInput("give deadline or finish_within_seconds, not both", field="deadline")
+        return self
 
     @model_validator(mode="before")
     @classmethod

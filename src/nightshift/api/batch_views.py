@@ -84,6 +84,11 @@ class ProviderBatchPublic(BaseModel):
     request_counts: dict[str, int]
     usage: TokenUsage
     cost_usd: float
+    takeover_at: datetime | None = Field(
+        description="When its unanswered requests were taken over for the run's deadline (null: never)"
+    )
+    taken_over: int = Field(description="Its requests answered through the normal API instead")
+    takeover_usd: float = Field(description="What those cost above the batch price (part of cost_usd)")
     error: str | None
     duplicates: list[str] = Field(description="Provider ids of copies found and cancelled")
     created_at: datetime
@@ -116,6 +121,9 @@ class BatchRunProgress(BaseModel):
     cost_without_batch_usd: float = Field(description="What the same tokens cost through the normal API")
     batch_savings_usd: float
     cache_savings_usd: float = Field(description="What the prompt cache saved (negative when it cost more)")
+    takeover_usd: float = Field(
+        description="What the requests taken over for the deadline cost above the batch price (part of cost_usd)"
+    )
     last_error: ProviderProblem | None = Field(
         description="Known from the first failed attempt, long before any agent fails of it"
     )
@@ -140,6 +148,7 @@ class BatchRunPublic(BaseModel):
     callback_status_code: int | None
     callback_error: str | None
     agent_id: None = None
+    deadline: datetime | None = Field(default=None, description="nightshift: when the run is to be done by")
     progress: BatchRunProgress
 
 
@@ -242,6 +251,7 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
         "callback_status_code": run.callback_status_code,
         "callback_error": run.callback_error,
         "agent_id": None,
+        "deadline": run.deadline_at,
         "progress": {
             "step": progress.step,
             "agents": {
@@ -266,6 +276,7 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
             ],
             "usage": usage_json(progress.usage),
             **costs_json(progress.cost),
+            "takeover_usd": round(progress.cost.takeover_usd, 6),
             "last_error": last_error_json(view.batches),
             "provider_batches": [
                 {
@@ -277,7 +288,10 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
                     "provider_status": b.provider_status,
                     "request_counts": b.request_counts,
                     "usage": usage_json(progress.batch_usage.get(b.id)),
-                    "cost_usd": round(progress.batch_cost_usd.get(b.id, 0.0), 6),
+                    "cost_usd": round(progress.batch_cost.get(b.id, Costs()).usd, 6),
+                    "takeover_at": b.takeover_at,
+                    "taken_over": b.taken_over,
+                    "takeover_usd": round(progress.batch_cost.get(b.id, Costs()).takeover_usd, 6),
                     "error": b.error,
                     "duplicates": list(b.duplicates),
                     "created_at": b.created_at,

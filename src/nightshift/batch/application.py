@@ -27,9 +27,12 @@ from nightshift.batch.outcomes import failed_result, outcome_result
 from nightshift.batch.stages import Outcome, Stage, StageOutcome, StageParts, stage_done
 from nightshift.batch.steps import write_step
 from nightshift.batch.submission import end_batch
+from nightshift.domain.answers import Route
 from nightshift.domain.batches import (
+    BatchItem,
     BatchRunKind,
     BatchRunStatus,
+    Costs,
     ItemOutcome,
     ItemResult,
     PollSnapshot,
@@ -38,6 +41,7 @@ from nightshift.domain.batches import (
     RequestStatus,
     StepStatus,
 )
+from nightshift.domain.deadlines import Waiting, in_tail
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError
 from nightshift.metrics import ErrorScope, Metrics
@@ -88,10 +92,7 @@ async def poll(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Stage
         return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=exc.retryable)
     snapshot = snapshot_of(status, parts.clock.now())
     if status.state is not BatchState.ENDED:
-        next_poll_at = await parts.poll_schedule.next_poll_at(batch, snapshot.polled_at)
-        async with parts.engine.begin() as conn:
-            await batch_store.record_poll(conn, batch.id, leases.owner, snapshot, next_poll_at=next_poll_at)
-        return StageOutcome(outcome=Outcome.POLLED, batch=batch)
+        return await _polled(parts, leases, batch, snapshot)
     async with parts.engine.connect() as conn:
         # Items that failed before they went in (their request could not be built) keep that result.
         waiting = await item_store.awaiting_results(conn, batch.id)
@@ -136,12 +137,58 @@ async def poll(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Stage
         snapshot=snapshot,
         release=False,  # resume follows at once in this pass
     )
-    if status.error is None and batch.submit_started_at is not None:
+    if status.error is None and batch.submit_started_at is not None and batch.takeover_at is None:
         parts.metrics.batch_ended(batch.provider, (snapshot.polled_at - batch.submit_started_at).total_seconds())
     for kind, count in errors.items():
         parts.metrics.provider_error(batch.provider, kind, ErrorScope.REQUEST, count)
     stage_done(Stage.POLL, ended, agents=answered + len(waiting), started=started, metrics=parts.metrics)
     return StageOutcome(outcome=Outcome.ENDED, batch=ended)
+
+
+async def _polled(parts: StageParts, leases: Leases, batch: ProviderBatch, snapshot: PollSnapshot) -> StageOutcome:
+    """Record a poll of a batch still running, and when it is polled next. A batch of a run with
+    a deadline is cancelled at its provider when its open requests are to be taken over (see
+    ``domain/deadlines.py``), and polled at the shortest gap until the cancel has ended it."""
+    now = snapshot.polled_at
+    next_poll_at = await parts.poll_schedule.next_poll_at(batch, now)
+    tail_at = batch.tail_at or (now if in_tail(snapshot.request_counts) else None)
+    takeover_at = None
+    if batch.takeover_at is not None:  # cancelled for a take-over: it ends soon
+        next_poll_at = now + parts.poll_schedule.shortest
+    elif batch.deadline_at is not None:
+        waiting = Waiting(
+            deadline=batch.deadline_at, submitted_at=batch.submit_started_at or batch.created_at, tail_at=tail_at
+        )
+        reason = waiting.reason(now)
+        if reason is None:
+            next_poll_at = min(next_poll_at, waiting.take_over_at)
+        else:
+            assert batch.provider_batch_id is not None
+            try:
+                await parts.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
+            except ProviderError as exc:
+                if exc.retryable:
+                    return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=True)
+                # Cancelled already (a take-over cut short by a crash), or ended meanwhile: its
+                # next poll reads what it holds.
+                log.warning("cancelling %s for its take-over failed: %s", batch.id, exc.message)
+            takeover_at, next_poll_at = now, now + parts.poll_schedule.shortest
+            log.info(
+                "run %s step %d: taking over provider batch %s (%s) with %d of %d requests open (%s)",
+                batch.batch_run_id,
+                batch.step_number,
+                batch.id,
+                batch.provider,
+                snapshot.request_counts.get("processing", 0),
+                sum(snapshot.request_counts.values()),
+                reason.value,
+                extra={"run_id": batch.batch_run_id, "batch_id": batch.id, "takeover": reason.value},
+            )
+    async with parts.engine.begin() as conn:
+        await batch_store.record_poll(
+            conn, batch.id, leases.owner, snapshot, next_poll_at=next_poll_at, tail_at=tail_at, takeover_at=takeover_at
+        )
+    return StageOutcome(outcome=Outcome.POLLED, batch=batch)
 
 
 async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> StageOutcome:
@@ -212,7 +259,7 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
             if item.usage and agent is not None:
                 # A summary is priced at the model that wrote it.
                 handle = item.step_state.summary.model if item.step_state.summary else agent.llm_config.handle
-                cost = parts.prices.cost(handle, item.usage, batch=True)
+                cost = _priced(parts, handle, item)
                 completions[index] = replace(completions[index], cost=cost)
                 provider, model = handle.split("/", 1)
                 usage.add(provider, model, item.usage, cost.usd if cost else None)
@@ -241,6 +288,18 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
     usage.record(parts.metrics, run.kind)
     stage_done(Stage.APPLY, batch, agents=len(items), started=started, metrics=parts.metrics)
     return StageOutcome(outcome=Outcome.APPLIED, batch=batch, next_batches=next_batches)
+
+
+def _priced(parts: StageParts, handle: str, item: BatchItem) -> Costs | None:
+    """What an answered item cost on ``handle``: at the batch price, or at its route's when it
+    was taken over for a deadline, with what that cost above the batch price."""
+    assert item.usage is not None
+    route = item.result.route if item.result is not None else Route.BATCH
+    cost = parts.prices.cost(handle, item.usage, batch=route is not Route.NORMAL)
+    if route is Route.BATCH or cost is None:
+        return cost
+    in_batch = parts.prices.cost(handle, item.usage, batch=True)
+    return replace(cost, takeover_usd=cost.usd - in_batch.usd if in_batch is not None else 0.0)
 
 
 class _Usage:

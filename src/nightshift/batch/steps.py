@@ -86,6 +86,7 @@ async def queue_batch_run(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
     kind: BatchRunKind = BatchRunKind.MAIN,
+    deadline_at: datetime | None = None,
 ) -> BatchRun:
     """Validate the requests, reserve their agents and write the run (created) with its requests,
     queued for a poller to write its first step (``write_first_step``); nothing is written on error.
@@ -93,6 +94,7 @@ async def queue_batch_run(
     Only what needs no agent loaded is done here: a run of ten thousand agents is answered at
     once, and its first step is built by the poller. ``idempotency_key`` and ``request_hash`` are
     stored with the run, so that a retry of the same request finds it (see ``run_by_idempotency_key``).
+    ``deadline_at``: when the run is to be done by (see ``domain/deadlines.py``).
 
     Raises:
         InvalidInput: no requests, the same agent twice, empty messages, too much input, or more
@@ -112,6 +114,7 @@ async def queue_batch_run(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         kind=kind,
+        deadline_at=deadline_at,
         created_at=now,
         updated_at=now,
     )
@@ -288,6 +291,7 @@ async def write_step(
                 endpoint=endpoints.get(provider),
                 step_number=max(state.step_number for _, state in chunk),
                 status=ProviderBatchStatus.CREATED,
+                deadline_at=run.deadline_at,
                 created_at=now,
                 updated_at=now,
             )

@@ -183,6 +183,7 @@ async def _split(
             endpoint=batch.endpoint,
             step_number=batch.step_number,
             status=ProviderBatchStatus.CREATED,
+            deadline_at=batch.deadline_at,
             created_at=now,
             updated_at=now,
         )

@@ -7,7 +7,8 @@ finds it done and changes nothing:
 * submit (``submission``): build the requests and send them, once; created -> running.
 * poll and resume (``application``): store every result when the batch has ended (running ->
   ended), then apply them and write the next step (ended -> applied). The run ends when nothing
-  is left open.
+  is left open. A batch cancelled for its run's deadline sends what it never ran through the
+  normal API before it is applied (``takeover``).
 * cancel: tell the provider; cancelling -> cancelled.
 
 Each stage returns what happened (``stages.StageOutcome``) and the loop acts on it: it gives the
@@ -30,7 +31,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nightshift.batch import application, run_queue, sleeptime, submission
+from nightshift.batch import application, run_queue, sleeptime, submission, takeover
 from nightshift.batch.leases import Leases, worker_id
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.polling import PollSchedule
@@ -171,6 +172,8 @@ class Worker:
             await self._act(polled)
             batch = polled.batch  # ended (to apply now), still running, or cancelled meanwhile
         if batch.status is ProviderBatchStatus.ENDED:
+            if batch.takeover_at is not None:  # cancelled for its deadline: what it never ran goes now
+                await takeover.take_over(self.parts, batch)
             await self._act(await application.resume(self.parts, self.leases, batch))
         elif batch.status is ProviderBatchStatus.CANCELLING:
             await self.cancel(batch)

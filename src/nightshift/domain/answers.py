@@ -66,6 +66,14 @@ class OutcomeStatus(StrEnum):
     EXPIRED = "expired"  # the batch expired before this request was processed
 
 
+class Route(StrEnum):
+    """Which way a batch item's request was answered, which sets its price."""
+
+    BATCH = "batch"  # in its provider batch: the batch price
+    NORMAL = "normal"  # taken over for a deadline, through the normal API: the normal price
+    FLEX = "flex"  # taken over through a tier billed at the batch price (OpenAI's ``flex``)
+
+
 RESULT_VERSION = 2
 
 
@@ -76,13 +84,16 @@ class StoredResult:
     provider's result line as it came (``raw``, kept for a person looking into a failure).
 
     A request that got no answer at all (it could not be built, the batch was given up) is
-    stored as ``errored``, with the provider's error when there was one.
+    stored as ``errored``, with the provider's error when there was one. ``route``: how it was
+    answered (taken over for a deadline, or in its batch: what results stored before the take-over
+    existed were).
     """
 
     status: OutcomeStatus
     response: ModelResponse | None = None
     error: ModelError | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+    route: Route = Route.BATCH
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +102,7 @@ class StoredResult:
             "response": _response_json(self.response) if self.response else None,
             "error": {"type": self.error.type, "message": self.error.message} if self.error else None,
             "raw": dict(self.raw),
+            "route": self.route.value,
         }
 
     @classmethod
@@ -108,6 +120,7 @@ class StoredResult:
             response=_response_from_json(response) if response else None,
             error=ModelError(type=error["type"], message=error["message"]) if error else None,
             raw=data.get("raw") or {},
+            route=Route(data.get("route", Route.BATCH)),
         )
 
 

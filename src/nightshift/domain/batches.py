@@ -174,6 +174,7 @@ class BatchRun:
     idempotency_key: str | None = None
     request_hash: str | None = None
     kind: BatchRunKind = BatchRunKind.MAIN
+    deadline_at: datetime | None = None  # when it is to be done by (``domain/deadlines.py``)
     created_at: datetime
     updated_at: datetime
 
@@ -211,6 +212,12 @@ class ProviderBatch:
     polled_at: datetime | None = None
     ended_at: datetime | None = None
     next_poll_at: datetime | None = None
+    # Its run's deadline, when the first poll saw only a tail of its requests open, when its open
+    # requests were taken over and how many (see ``domain/deadlines.py``).
+    deadline_at: datetime | None = None
+    tail_at: datetime | None = None
+    takeover_at: datetime | None = None
+    taken_over: int = 0
 
 
 @fast_init
@@ -233,6 +240,7 @@ class BatchItem:
     cost_usd: float | None = None
     cost_without_batch_usd: float | None = None
     cache_savings_usd: float | None = None
+    takeover_usd: float | None = None
     error: str | None = None
     outcome: ItemOutcome | None = None  # set when the step is applied
     created_at: datetime
@@ -245,6 +253,7 @@ class BatchItem:
             usd=self.cost_usd or 0.0,
             without_batch_usd=self.cost_without_batch_usd or 0.0,
             cache_savings_usd=self.cache_savings_usd or 0.0,
+            takeover_usd=self.takeover_usd or 0.0,
         )
 
 
@@ -266,19 +275,22 @@ class ItemResult:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Costs:
-    """What some answers cost in USD: as billed, the same tokens through the normal API, and what
+    """What some answers cost in USD: as billed, the same tokens through the normal API, what
     the prompt cache saved (the cached tokens at the plain input price minus what reading and
-    writing them cost; negative when writes cost more than they saved)."""
+    writing them cost; negative when writes cost more than they saved), and what the requests
+    taken over for a deadline cost above the batch price (part of ``usd``)."""
 
     usd: float = 0.0
     without_batch_usd: float = 0.0
     cache_savings_usd: float = 0.0
+    takeover_usd: float = 0.0
 
     def __add__(self, other: Costs) -> Costs:
         return Costs(
             usd=self.usd + other.usd,
             without_batch_usd=self.without_batch_usd + other.without_batch_usd,
             cache_savings_usd=self.cache_savings_usd + other.cache_savings_usd,
+            takeover_usd=self.takeover_usd + other.takeover_usd,
         )
 
 
@@ -295,7 +307,11 @@ class KindCosts:
     cost: Costs = field(default_factory=Costs)
 
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
+# Version 2 adds the take-over's cost to the costs (none before).
+SUMMARY_UPGRADES: dict[int, Upgrade] = {
+    1: lambda data: {**data, "cost": [*data["cost"], 0.0]},
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -324,7 +340,7 @@ class BatchSummary:
             "schema_version": SUMMARY_VERSION,
             "items": [[step.value, outcome.value if outcome else None, n] for (step, outcome), n in self.items.items()],
             "usage": self.usage.to_json() if self.usage is not None else None,
-            "cost": [self.cost.usd, self.cost.without_batch_usd, self.cost.cache_savings_usd],
+            "cost": [self.cost.usd, self.cost.without_batch_usd, self.cost.cache_savings_usd, self.cost.takeover_usd],
         }
 
     @classmethod
@@ -332,17 +348,22 @@ class BatchSummary:
         """Read a stored summary.
 
         Raises:
-            ValueError: A summary of another version (there is no other yet).
+            ValueError: A summary of a newer version (written by a newer nightshift).
         """
-        data = upgrade_state(data, {}, current=SUMMARY_VERSION)
-        usd, without_batch_usd, cache_savings_usd = data["cost"]
+        data = upgrade_state(data, SUMMARY_UPGRADES, current=SUMMARY_VERSION)
+        usd, without_batch_usd, cache_savings_usd, takeover_usd = data["cost"]
         return cls(
             items={
                 (StepStatus(step), ItemOutcome(outcome) if outcome else None): int(n)
                 for step, outcome, n in data["items"]
             },
             usage=Usage.from_json(data["usage"]) if data["usage"] is not None else None,
-            cost=Costs(usd=usd, without_batch_usd=without_batch_usd, cache_savings_usd=cache_savings_usd),
+            cost=Costs(
+                usd=usd,
+                without_batch_usd=without_batch_usd,
+                cache_savings_usd=cache_savings_usd,
+                takeover_usd=takeover_usd,
+            ),
         )
 
 
@@ -368,7 +389,7 @@ class BatchRunProgress:
     cost: Costs = field(default_factory=Costs)
     # Per provider batch (by our batch id): what each step used and cost, for the run's chart.
     batch_usage: dict[str, Usage] = field(default_factory=dict)
-    batch_cost_usd: dict[str, float] = field(default_factory=dict)
+    batch_cost: dict[str, Costs] = field(default_factory=dict)
 
     def count(self, outcome: ItemOutcome) -> int:
         """How many items ended with ``outcome``."""
@@ -386,7 +407,7 @@ class BatchRunProgress:
         usage: Usage | None = None
         cost = Costs()
         batch_usage: dict[str, Usage] = {}
-        batch_cost: dict[str, float] = {}
+        batch_cost: dict[str, Costs] = {}
         for batch_id, step_number, summary in sorted(batches, key=lambda batch: batch[0]):
             for (step_status, outcome), count in summary.items.items():
                 if count:
@@ -399,7 +420,7 @@ class BatchRunProgress:
                 usage = summary.usage if usage is None else usage + summary.usage
                 batch_usage[batch_id] = summary.usage
                 cost += summary.cost
-                batch_cost[batch_id] = summary.cost.usd
+                batch_cost[batch_id] = summary.cost
         return cls(
             running=running,
             outcomes=dict(outcomes),
@@ -407,7 +428,7 @@ class BatchRunProgress:
             usage=usage,
             cost=cost,
             batch_usage=batch_usage,
-            batch_cost_usd=batch_cost,
+            batch_cost=batch_cost,
         )
 
 

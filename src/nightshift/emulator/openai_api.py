@@ -144,6 +144,8 @@ def run(state: EmulatorState, body: Any, *, custom_id: str | None = None, batch_
     seed = hashlib.sha256(("".join(s.text for s in prompt) + (custom_id or "")).encode()).hexdigest()
     limit = checked.get("max_completion_tokens") or checked.get("max_tokens")
     completion = _completion(checked["model"], answer, seed=seed, limit=limit)
+    if checked.get("service_tier") == "flex":
+        completion["service_tier"] = "flex"
     counted = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
     completion["usage"].update(
         prompt_tokens=counted,

@@ -96,6 +96,12 @@ _CALL_FIELDS: Final = frozenset({"id", "type", "function"})
 _CALL_FUNCTION_FIELDS: Final = frozenset({"name", "arguments"})
 
 
+# The service tiers a chat request may ask for, and the models that have the flex tier (billed
+# at batch prices, answered more slowly).
+SERVICE_TIERS: Final = ("auto", "default", "flex", "scale", "priority")
+FLEX_MODELS: Final = ("o3", "o4-mini", "gpt-5")
+
+
 def check_body(body: Any) -> Mapping[str, Any]:
     """Refuse a chat body the API would refuse; returns it typed as a mapping.
 
@@ -110,6 +116,14 @@ def check_body(body: Any) -> Mapping[str, Any]:
         raise invalid(f"Unrecognized request argument{plural} supplied: {', '.join(unknown)}")
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise invalid("you must provide a model parameter", param="model")
+    tier = body.get("service_tier")
+    if tier is not None and tier not in SERVICE_TIERS:
+        raise invalid(
+            f"Invalid value: '{tier}'. Supported values are: {', '.join(repr(t) for t in SERVICE_TIERS)}.",
+            param="service_tier",
+        )
+    if tier == "flex" and not body["model"].startswith(FLEX_MODELS):
+        raise invalid(f"Flex is not available for this model: {body['model']}.", param="service_tier")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("Invalid 'messages': empty array. Expected an array with minimum length 1.", param="messages")

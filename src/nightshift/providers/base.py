@@ -56,7 +56,8 @@ class ModelRequest:
     ``parallel_tool_calls`` it may call several in one turn. ``temperature`` is dropped for
     Anthropic, whose current API version refuses it. ``cache`` says where the prompt-cache
     breakpoints go, with which lifetime (``domain/caching.py``; providers that cache on their own
-    and bill no write leave it aside).
+    and bill no write leave it aside). ``flex``: a normal call through the provider's tier billed
+    at batch prices (OpenAI's ``flex``; only for a model of ``ProviderInfo.flex_models``).
     """
 
     model: str
@@ -70,6 +71,7 @@ class ModelRequest:
     parallel_tool_calls: bool = False
     agent_arguments: bool = True
     cache: CachePlan = NO_CACHE
+    flex: bool = False
 
     @classmethod
     def from_config(

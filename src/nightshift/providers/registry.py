@@ -58,6 +58,8 @@ class ProviderInfo:
             can), for a provider that takes a subset of JSON Schema: a tool is checked when it
             meets an agent of the provider, not when a step is sent.
         aliases: Other names people call it by (``gemini``), taken wherever a provider is named.
+        flex_models: What the names of its models with a tier of normal calls billed at batch
+            prices start with (OpenAI's ``flex``): a deadline's take-over uses it for them.
     """
 
     name: str
@@ -75,6 +77,7 @@ class ProviderInfo:
     model_prefix: str = ""
     tool_problem: Callable[[Mapping[str, Any] | None], str | None] | None = None
     aliases: tuple[str, ...] = ()
+    flex_models: tuple[str, ...] = ()
 
     @property
     def price_id(self) -> str:

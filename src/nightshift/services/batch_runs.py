@@ -7,7 +7,7 @@ import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -83,6 +83,9 @@ class NewBatchRun:
     requests: Sequence[BatchRunRequest]
     callback_url: str | None = None
     metadata: dict[str, Any] | None = None
+    # When it is to be done by: a time, or a time from when it is made (``domain/deadlines.py``).
+    deadline: datetime | None = None
+    finish_within: timedelta | None = None
     idempotency_key: str | None = None
     # The request as it came (JSON), to tell a retry from another request under the same key.
     body: dict[str, Any] = field(default_factory=dict)
@@ -127,6 +130,9 @@ async def start_batch_run(
             return earlier
     if new.callback_url is not None:
         await check_callback_url(new.callback_url, allow_private=callbacks.allow_private)
+    deadline = now + new.finish_within if new.finish_within is not None else new.deadline
+    if deadline is not None and deadline <= now:
+        raise InvalidInput(f"the deadline {deadline.isoformat()} has passed", field="deadline")
     # Answers are checked (their agents held) and their calls run first, outside any transaction;
     # their results are written with the run, so that a refused run leaves the agents waiting.
     held = await prepare_answers(engine, org_id, new.answers, now=now, max_steps=default_max_steps)
@@ -146,6 +152,7 @@ async def start_batch_run(
                 metadata=new.metadata,
                 idempotency_key=new.idempotency_key,
                 request_hash=digest,
+                deadline_at=deadline,
             )
     except (Conflict, IntegrityError):
         # The same request, sent twice at once: the first one made the run (and holds its agents).

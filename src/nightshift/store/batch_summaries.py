@@ -76,6 +76,7 @@ async def _sum_usage(conn: AsyncConnection, batch_ids: Sequence[str]) -> tuple[d
             func.sum(batch_items.c.cost_usd),
             func.sum(batch_items.c.cost_without_batch_usd),
             func.sum(batch_items.c.cache_savings_usd),
+            func.sum(batch_items.c.takeover_usd),
         )
         .where(in_ids(conn, batch_items.c.provider_batch_id, batch_ids), batch_items.c.usage.is_not(None))
         .group_by(batch_items.c.provider_batch_id)
@@ -83,13 +84,14 @@ async def _sum_usage(conn: AsyncConnection, batch_ids: Sequence[str]) -> tuple[d
     usage: dict[str, Usage] = {}
     cost: dict[str, Costs] = {}
     for batch_id, *values in sums:
-        tokens, (billed, without_batch, savings) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
+        tokens, (billed, without_batch, savings, takeover) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
         # A key no item holds (usage stored before it existed) sums to NULL: zero, as it is for each.
         usage[batch_id] = Usage.from_json({key: int(total or 0) for key, total in zip(USAGE_KEYS, tokens, strict=True)})
         cost[batch_id] = Costs(
             usd=float(billed or 0.0),
             without_batch_usd=float(without_batch or 0.0),
             cache_savings_usd=float(savings or 0.0),
+            takeover_usd=float(takeover or 0.0),
         )
     return usage, cost
 

@@ -51,6 +51,21 @@ async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchI
     return [to_item(r) for r in await conn.execute(query)]
 
 
+async def unanswered_items(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:
+    """The open items of an ended provider batch that it cancelled or let expire before their
+    request ran: what a take-over sends through the normal API (``batch/takeover.py``)."""
+    query = (
+        select(batch_items)
+        .where(
+            batch_items.c.provider_batch_id == provider_batch_id,
+            batch_items.c.step_status == StepStatus.PAUSED.value,
+            batch_items.c.request_status.in_((RequestStatus.CANCELLED.value, RequestStatus.EXPIRED.value)),
+        )
+        .order_by(batch_items.c.id)
+    )
+    return [to_item(r) for r in await conn.execute(query)]
+
+
 async def awaiting_results(conn: AsyncConnection, provider_batch_id: str) -> dict[str, str]:
     """The items of a provider batch whose request went in (not failed before), as agent id -> item id."""
     query = select(batch_items.c.agent_id, batch_items.c.id).where(
@@ -143,6 +158,7 @@ async def complete_items(conn: AsyncConnection, completions: Sequence[ItemComple
             cost_usd=bindparam("cost_usd"),
             cost_without_batch_usd=bindparam("cost_without_batch_usd"),
             cache_savings_usd=bindparam("cache_savings_usd"),
+            takeover_usd=bindparam("takeover_usd"),
             updated_at=now,
         )
     )
@@ -154,6 +170,7 @@ async def complete_items(conn: AsyncConnection, completions: Sequence[ItemComple
             "cost_usd": c.cost.usd if c.cost else None,
             "cost_without_batch_usd": c.cost.without_batch_usd if c.cost else None,
             "cache_savings_usd": c.cost.cache_savings_usd if c.cost else None,
+            "takeover_usd": c.cost.takeover_usd if c.cost and c.cost.takeover_usd else None,
         }
         for c in completions
     ]

@@ -190,13 +190,14 @@ async def recent_turnarounds(
     conn: AsyncConnection, *, latest: int, org_id: str | None = None
 ) -> dict[str, list[timedelta]]:
     """How long the ``latest`` batches that ended at their provider took (of one organization, or
-    of all), from the last submit to the poll that saw the end, by provider (batches that failed or
-    were cancelled left out)."""
+    of all), from the last submit to the poll that saw the end, by provider (batches that failed,
+    were cancelled or taken over for a deadline left out)."""
     conditions: list[ColumnElement[bool]] = [
         provider_batches.c.status.in_((ProviderBatchStatus.ENDED.value, ProviderBatchStatus.APPLIED.value)),
         provider_batches.c.ended_at.is_not(None),
         provider_batches.c.submit_started_at.is_not(None),
         provider_batches.c.error.is_(None),
+        provider_batches.c.takeover_at.is_(None),
     ]
     if org_id is not None:
         conditions.append(provider_batches.c.organization_id == org_id)
@@ -247,17 +248,38 @@ async def release_all_of(conn: AsyncConnection, owner_prefix: str, now: datetime
 
 
 async def record_poll(
-    conn: AsyncConnection, batch_id: str, owner: str, snapshot: PollSnapshot, *, next_poll_at: datetime
+    conn: AsyncConnection,
+    batch_id: str,
+    owner: str,
+    snapshot: PollSnapshot,
+    *,
+    next_poll_at: datetime,
+    tail_at: datetime | None = None,
+    takeover_at: datetime | None = None,
 ) -> None:
-    """A poll found the batch still running: store what it saw, give up the lease."""
-    values = {
+    """A poll found the batch still running: store what it saw (when it first saw only a tail of
+    its requests open, when its take-over started), give up the lease."""
+    values: dict[str, Any] = {
         "provider_status": snapshot.provider_status,
         "request_counts": snapshot.request_counts,
         "polled_at": snapshot.polled_at,
         "error": None,
         "failures": 0,
     }
+    if tail_at is not None:
+        values["tail_at"] = func.coalesce(provider_batches.c.tail_at, tail_at)
+    if takeover_at is not None:
+        values["takeover_at"] = func.coalesce(provider_batches.c.takeover_at, takeover_at)
     await _release(conn, batch_id, owner, next_poll_at=next_poll_at, values=values)
+
+
+async def count_taken_over(conn: AsyncConnection, batch_id: str, count: int) -> None:
+    """``count`` more of the batch's requests were answered through the normal API."""
+    await conn.execute(
+        update(provider_batches)
+        .where(provider_batches.c.id == batch_id)
+        .values(taken_over=provider_batches.c.taken_over + count)
+    )
 
 
 async def record_failure(

@@ -345,6 +345,7 @@ batch_runs = Table(
     Column("completed_at", UTCDateTime()),
     Column("idempotency_key", String(255)),
     Column("request_hash", String(64), comment="sha256 of the creating request"),
+    Column("deadline_at", UTCDateTime(), comment="when the run is to be done by; null: no deadline"),
     *_times(),
     Column(
         "kind",
@@ -421,6 +422,16 @@ provider_batches = Table(
         comment="versioned JSON: its items counted and summed, once they are final (applied or cancelled)",
     ),
     *_times(),
+    Column("deadline_at", UTCDateTime(), comment="its run's deadline, copied when the step was written"),
+    Column("tail_at", UTCDateTime(), comment="when a poll first saw only a tail of its requests open"),
+    Column("takeover_at", UTCDateTime(), comment="when its open requests were taken over for the deadline"),
+    Column(
+        "taken_over",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="its requests sent through the normal API instead",
+    ),
     UniqueConstraint("provider", "provider_batch_id", name="uq_provider_batches_provider_provider_batch_id"),
     Index("ix_provider_batches_status_next_poll_at", "status", "next_poll_at"),
     Index("ix_provider_batches_batch_run_id", "batch_run_id"),
@@ -451,6 +462,7 @@ batch_items = Table(
     Column("cache_savings_usd", Float, comment="the cached tokens as plain input, minus what they cost"),
     Column("error", CleanText),
     *_times(),
+    Column("takeover_usd", Float, comment="taken over: its cost above the batch price"),
     # A provider batch's items counted by state from the index alone (the view of a run counts
     # the items of its open batches at each look), and those with usage summed without reading
     # the others: a batch waiting for its results has none.

