@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
@@ -94,6 +95,8 @@ def create_batch(
     name: str | None,
     callback_url: str | None,
     idempotency_key: str | None,
+    deadline: datetime | None = None,
+    finish_within_seconds: float | None = None,
 ) -> Call[BatchRun]:
     """``POST /v1/messages/batches``, with an Idempotency-Key made here when none is given, so
     that the client's own retries of it never make a second run."""
@@ -106,6 +109,10 @@ def create_batch(
         body["metadata"] = run_metadata
     if callback_url is not None:
         body["callback_url"] = callback_url
+    if deadline is not None:
+        body["deadline"] = deadline.isoformat()
+    if finish_within_seconds is not None:
+        body["finish_within_seconds"] = finish_within_seconds
     key = idempotency_key or str(uuid.uuid4())
     return Call(
         method="POST",

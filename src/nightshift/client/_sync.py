@@ -6,6 +6,7 @@ import builtins
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from os import PathLike
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -176,6 +177,8 @@ class Batches:
         name: str | None = None,
         callback_url: str | None = None,
         idempotency_key: str | None = None,
+        deadline: datetime | None = None,
+        finish_within_seconds: float | None = None,
     ) -> BatchRun:
         """Start a batch run: each agent gets its messages and is stepped until it stops.
 
@@ -186,9 +189,18 @@ class Batches:
             callback_url: POSTed the run when it ends.
             idempotency_key: Makes the create safe to send again (one is made when not given,
                 and kept across this call's retries).
+            deadline: When the run is to be done by (an aware datetime): the requests a step's
+                batch has not answered in time go through the normal API.
+            finish_within_seconds: The deadline as seconds from now (not with ``deadline``).
         """
         call = _calls.create_batch(
-            requests, metadata=metadata, name=name, callback_url=callback_url, idempotency_key=idempotency_key
+            requests,
+            metadata=metadata,
+            name=name,
+            callback_url=callback_url,
+            idempotency_key=idempotency_key,
+            deadline=deadline,
+            finish_within_seconds=finish_within_seconds,
         )
         return self._client.send(call)
 
@@ -200,6 +212,8 @@ class Batches:
         name: str | None = None,
         callback_url: str | None = None,
         idempotency_key: str | None = None,
+        deadline: datetime | None = None,
+        finish_within_seconds: float | None = None,
     ) -> BatchRun:
         """Start a batch run from a JSON Lines file (one request per line; ``agent_name`` may
         stand in for ``agent_id`` and is looked up). Arguments as for :meth:`create`.
@@ -212,7 +226,13 @@ class Batches:
         ids = {agent_name: self._client.send(_calls.agents_named(agent_name)) for agent_name in names}
         requests = with_agent_ids(where, lines, ids)
         return self.create(
-            requests, metadata=metadata, name=name, callback_url=callback_url, idempotency_key=idempotency_key
+            requests,
+            metadata=metadata,
+            name=name,
+            callback_url=callback_url,
+            idempotency_key=idempotency_key,
+            deadline=deadline,
+            finish_within_seconds=finish_within_seconds,
         )
 
     def retrieve(self, run_id: str) -> BatchRun:

@@ -66,6 +66,11 @@ class ProviderBatch(_Answer):
     request_counts: dict[str, int]
     usage: TokenUsage
     cost_usd: float
+    takeover_at: datetime | None = Field(
+        default=None, description="When its unanswered requests were taken over for the run's deadline"
+    )
+    taken_over: int = Field(default=0, description="Its requests answered through the normal API instead")
+    takeover_usd: float = Field(default=0.0, description="What those cost above the batch price (in cost_usd)")
     error: str | None
     duplicates: list[str]
     created_at: datetime
@@ -98,6 +103,9 @@ class BatchRunProgress(_Answer):
     cost_without_batch_usd: float
     batch_savings_usd: float
     cache_savings_usd: float
+    takeover_usd: float = Field(
+        default=0.0, description="What the requests taken over for the deadline cost above the batch price"
+    )
     last_error: ProviderProblem | None = None
     provider_batches: list[ProviderBatch]
 
@@ -162,6 +170,7 @@ class BatchRun(_Answer):
     callback_status_code: int | None
     callback_error: str | None
     agent_id: None = None
+    deadline: datetime | None = Field(default=None, description="When the run is to be done by")
     progress: BatchRunProgress
 
     @property

@@ -24,9 +24,10 @@ from support.scripted import ScriptedModel
 from support.stepped import SteppedRuns
 
 HAIKU = "anthropic/claude-haiku-4-5-20251001"
-AGENTS = 12
-# With these agent names, 3 of the 12 requests of the first step are held back.
-HELD_BACK = 0.25
+AGENTS = 20
+# The share of a batch's requests held back (picked by a hash of the agent's random id): of a
+# step's 20 requests, some and not all but once in half a million steps.
+HELD_BACK = 0.5
 HOUR = 3_600.0
 
 
@@ -45,7 +46,7 @@ class ProviderClock:
 
 @pytest.fixture
 async def timed(settings: Settings, scripted: ScriptedModel) -> AsyncIterator[SteppedRuns]:
-    """Runs stepped by the test over a provider that holds a quarter of each batch back an hour."""
+    """Runs stepped by the test over a provider that holds half of each batch back an hour."""
     scripted.configure(held_back_fraction=HELD_BACK, held_back_seconds=HOUR)
     quiet = settings.model_copy(update={"poller": False, "poll_interval_seconds": 30.0, "poll_min_seconds": 5.0})
     app: FastAPI = create_app(quiet, providers=scripted.providers(), clock=ProviderClock(scripted))
@@ -143,7 +144,7 @@ async def test_a_crash_in_the_middle_of_a_take_over_applies_each_agent_once(time
     crashed: list[str] = []
 
     def crash_once(custom_id: str | None, request: ModelRequest) -> None:
-        """The second normal call brings the worker down (an error no stage expects)."""
+        """The run's second normal call brings the worker down (an error no stage expects)."""
         if custom_id is None and len(timed.model.normal_requests()) == 2 and not crashed:
             crashed.append(request.messages[-1].text or "")
             raise RuntimeError("the worker died")
@@ -153,12 +154,11 @@ async def test_a_crash_in_the_middle_of_a_take_over_applies_each_agent_once(time
     done, took = await drive(timed, run["id"], every=10, until=HOUR)
     assert crashed, "the take-over never crashed"
     assert done["status"] == "completed", done
+    assert took <= 600, took  # the failed stage was tried again after its backoff, in time
     await check_applied_once(timed, agents)
 
     # The answer stored before the crash was kept: only the crashed request was sent again.
-    first = done["progress"]["provider_batches"][0]
     assert len(timed.model.normal_requests()) == sum(b["taken_over"] for b in done["progress"]["provider_batches"]) + 1
-    assert first["taken_over"] >= 2
 
 
 @pytest.mark.settings(poll_interval_seconds=30.0)
@@ -192,4 +192,3 @@ async def test_a_bad_deadline_is_refused_and_nothing_is_made(
     assert response.status_code == 422, response.text
     assert field in response.text
     assert (await timed.client.get("/v1/messages/batches")).json() == []
-

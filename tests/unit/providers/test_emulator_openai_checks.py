@@ -265,3 +265,10 @@ def test_image_parts_pass() -> None:
 def test_bad_image_parts_are_refused(part: dict[str, Any], says: str) -> None:
     error = refusal(chat({"role": "user", "content": [part]}))
     assert says in error.message or says in str(error.param)
+
+
+def test_the_flex_tier_is_for_the_models_that_have_it() -> None:
+    check_body(chat(model="gpt-5-mini", service_tier="flex"))
+    check_body(chat(service_tier="default"))
+    assert "Flex is not available" in str(refusal(chat(service_tier="flex")))
+    assert refusal(chat(service_tier="cheap")).param == "service_tier"

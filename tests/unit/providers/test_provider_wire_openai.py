@@ -350,3 +350,9 @@ def test_a_users_images_follow_its_text_as_image_url_parts() -> None:
             ],
         }
     ]
+
+
+def test_a_flex_request_asks_for_the_flex_tier_and_a_batch_line_never_does() -> None:
+    assert wire.build_request(request(msg(Role.USER, "hi"), flex=True))["service_tier"] == "flex"
+    assert "service_tier" not in wire.build_request(request(msg(Role.USER, "hi")))
+    assert "service_tier" not in wire.batch_line("agent-1", request(msg(Role.USER, "hi")))["body"]
