@@ -9,7 +9,7 @@ LETTA_CLIENT_1_12 := tests/letta-client-1.12.lock
 UV := uv==0.13.8
 PY_VERSION := 3.11
 
-.PHONY: demo test test-fast test-quick lint format lock bench load rounds polling cost migration wheel clean
+.PHONY: demo test test-fast test-quick lint format lock bench load rounds polling cost deadline migration wheel clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -109,6 +109,10 @@ polling: $(STAMP)
 # What a task costs under each cache policy and through the normal API (the README's table).
 cost: $(STAMP)
 	$(BIN)/python -m benchmarks.cost $(ARGS)
+
+# How long a run with stragglers takes with and without a deadline, and what the take-over costs.
+deadline: $(STAMP)
+	$(BIN)/python -m benchmarks.deadline $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

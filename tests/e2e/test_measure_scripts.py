@@ -1,5 +1,6 @@
-"""``make bench``, ``make load`` and ``make polling`` keep working: each runs end to end on a few
-agents and prints its figures (the figures themselves are for people to read, never asserted on)."""
+"""The measuring scripts (``make bench``, ``load``, ``polling``, ``cost``, ``deadline``) keep working:
+each runs end to end on a few agents and prints its figures (the figures themselves are for people
+to read, never asserted on; what they show of behaviour, a deadline met, is)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,15 @@ def test_cost_prices_each_shape_under_each_policy() -> None:
     # A task of one request, its prompt its own: auto writes nothing, as off.
     alone = [row for row in rows if "1 step, own" in row[1]]
     assert all(row[4] == row[5] and row[8].strip() == "- x1" for row in alone), output
+
+
+def test_deadline_runs_the_same_run_without_and_with_a_deadline() -> None:
+    output = _run("benchmarks.deadline", "--agents", "20", "--held-back", "0.2")
+    rows = [line.split("│")[1:5] for line in output.splitlines() if "deadline" in line and "│" in line]
+    assert len(rows) == 2, output
+    (_, waited, steps, taken), (_, hurried, steps_too, taken_too) = rows
+    # Without a deadline the run waits an hour for each step's stragglers; with one of ten minutes
+    # it is done within them, every agent's three steps taken.
+    assert float(waited.split()[0]) > 60 and float(hurried.split()[0]) <= 10, output
+    assert int(steps) == int(steps_too) == 3, output
+    assert taken.strip() == "0 + 0 + 0" and sum(map(int, taken_too.split("+"))) > 0, output

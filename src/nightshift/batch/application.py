@@ -21,6 +21,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.batch import takeover
 from nightshift.batch.decisions import final_status, next_step
 from nightshift.batch.leases import Leases
 from nightshift.batch.outcomes import failed_result, outcome_result
@@ -163,27 +164,10 @@ async def _polled(parts: StageParts, leases: Leases, batch: ProviderBatch, snaps
         if reason is None:
             next_poll_at = min(next_poll_at, waiting.take_over_at)
         else:
-            assert batch.provider_batch_id is not None
-            try:
-                await parts.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
-            except ProviderError as exc:
-                if exc.retryable:
-                    return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=exc.message, retryable=True)
-                # Cancelled already (a take-over cut short by a crash), or ended meanwhile: its
-                # next poll reads what it holds.
-                log.warning("cancelling %s for its take-over failed: %s", batch.id, exc.message)
+            refused = await takeover.begin(parts, batch, reason, snapshot.request_counts)
+            if refused is not None:
+                return StageOutcome(outcome=Outcome.FAILED, batch=batch, reason=refused, retryable=True)
             takeover_at, next_poll_at = now, now + parts.poll_schedule.shortest
-            log.info(
-                "run %s step %d: taking over provider batch %s (%s) with %d of %d requests open (%s)",
-                batch.batch_run_id,
-                batch.step_number,
-                batch.id,
-                batch.provider,
-                snapshot.request_counts.get("processing", 0),
-                sum(snapshot.request_counts.values()),
-                reason.value,
-                extra={"run_id": batch.batch_run_id, "batch_id": batch.id, "takeover": reason.value},
-            )
     async with parts.engine.begin() as conn:
         await batch_store.record_poll(
             conn, batch.id, leases.owner, snapshot, next_poll_at=next_poll_at, tail_at=tail_at, takeover_at=takeover_at

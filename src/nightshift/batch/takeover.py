@@ -1,7 +1,8 @@
-"""The take-over stage: a batch cancelled for its run's deadline sends the requests it never ran
-through the normal API, once each, before it is applied (see ``domain/deadlines.py``).
+"""Taking a batch's stragglers over for its run's deadline (see ``domain/deadlines.py``): the batch
+is cancelled (``begin``), then the requests it never ran are sent through the normal API, once
+each, before it is applied (``take_over``).
 
-The poll that decided the take-over cancelled the batch at its provider; the poll that saw it end
+The poll that decided the take-over cancelled the batch at its provider (``begin``); the poll that saw it end
 stored every result, the requests it never ran as cancelled (or expired). This stage builds those
 requests again (the same agents, the same step state: the same request) and sends them, several
 at a time; each answer (or error) is stored on its item as it comes (each transaction takes what
@@ -20,11 +21,13 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 
 from nightshift.batch.outcomes import failed_result
 from nightshift.batch.stages import StageParts
 from nightshift.domain.answers import ModelError, OutcomeStatus, Route, StoredResult
 from nightshift.domain.batches import BatchItem, ItemResult, ProviderBatch, RequestStatus
+from nightshift.domain.deadlines import Takeover
 from nightshift.errors import ProviderError, ProviderErrorKind
 from nightshift.providers.base import ModelProvider, ModelRequest
 from nightshift.providers.registry import provider_info
@@ -38,6 +41,34 @@ log = logging.getLogger(__name__)
 
 # Requests of one take-over in flight at once.
 CONCURRENCY = 16
+
+
+async def begin(
+    parts: StageParts, batch: ProviderBatch, reason: Takeover, request_counts: Mapping[str, int]
+) -> str | None:
+    """Cancel a running batch at its provider for its take-over (the poll records ``takeover_at``);
+    returns why when the provider could not be told for now (the poll is failed and tried again)."""
+    assert batch.provider_batch_id is not None
+    try:
+        await parts.providers.get(batch.provider).cancel_batch(batch.provider_batch_id)
+    except ProviderError as exc:
+        if exc.retryable:
+            return exc.message
+        # Cancelled already (a take-over cut short by a crash), or ended meanwhile: its next poll
+        # reads what it holds.
+        log.warning("cancelling %s for its take-over failed: %s", batch.id, exc.message)
+    log.info(
+        "run %s step %d: taking over provider batch %s (%s) with %d of %d requests open (%s)",
+        batch.batch_run_id,
+        batch.step_number,
+        batch.id,
+        batch.provider,
+        request_counts.get("processing", 0),
+        sum(request_counts.values()),
+        reason.value,
+        extra={"run_id": batch.batch_run_id, "batch_id": batch.id, "takeover": reason.value},
+    )
+    return None
 
 
 async def take_over(parts: StageParts, batch: ProviderBatch) -> int:
