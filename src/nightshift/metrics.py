@@ -71,6 +71,7 @@ PER_PROCESS = frozenset(
         "nightshift_cost_usd",
         "nightshift_sandbox_calls",
         "nightshift_sandbox_failures",
+        "nightshift_taken_over_requests",
     }
 )
 
@@ -137,6 +138,13 @@ class Metrics:
             "Custom tool calls that did not return (raised, timed out, went over a limit, could not run).",
             registry=registry,
         )
+        self._taken_over = Counter(
+            "nightshift_taken_over_requests",
+            "Requests of provider batches this process took over for their run's deadline, sent through "
+            "the normal API (route=normal) or a tier billed at batch prices (route=flex).",
+            ["provider", "route"],
+            registry=registry,
+        )
         self._runs = Gauge(
             "nightshift_runs",
             "Batch runs of every organization by status (cluster-wide, read from the database: do not sum).",
@@ -198,6 +206,10 @@ class Metrics:
         self._sandbox_calls.inc(calls)
         if failures:
             self._sandbox_failures.inc(failures)
+
+    def taken_over(self, provider: str, route: str, count: int) -> None:
+        """Count ``count`` requests of ``provider`` taken over for a deadline through ``route``."""
+        self._taken_over.labels(provider=provider, route=route).inc(count)
 
     def process_figures(self) -> bytes:
         """This process's own figures (``PER_PROCESS``) in Prometheus's text format, for a parent to add."""

@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 
 from nightshift.batch.outcomes import failed_result
@@ -133,8 +134,10 @@ async def _store_as_they_come(
         if results:
             async with parts.engine.begin() as conn:
                 await item_store.store_results(conn, results, parts.clock.now())
-                sent = sum(r.result.route is not Route.BATCH for r in results)
-                await batch_store.count_taken_over(conn, batch.id, sent)
+                routes = Counter(r.result.route for r in results if r.result.route is not Route.BATCH)
+                await batch_store.count_taken_over(conn, batch.id, routes.total())
+            for route, count in routes.items():
+                parts.metrics.taken_over(batch.provider, route.value, count)
         if None in came:
             return
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
 
 from nightshift.api.app import create_app
 from nightshift.config import Settings
@@ -42,6 +43,18 @@ class ProviderClock:
 
     def monotonic(self) -> float:
         return time.monotonic() + (self._state.now() - time.time())
+
+
+async def taken_over_metric(runs: SteppedRuns, *, route: str) -> float:
+    """``nightshift_taken_over_requests_total`` of ``route``, as ``/metrics`` shows it."""
+    text = (await runs.client.get("/metrics")).text
+    found = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "nightshift_taken_over_requests_total" and sample.labels.get("route") == route
+    ]
+    return sum(found)
 
 
 @pytest.fixture
@@ -108,6 +121,7 @@ async def test_a_deadline_run_takes_over_its_stragglers_and_applies_each_agent_o
     taken_over = sum(b["taken_over"] for b in batches)
     assert 0 < taken_over < 2 * AGENTS
     assert len(timed.model.normal_requests()) == taken_over
+    assert await taken_over_metric(timed, route="normal") == taken_over
     # What that cost above the batch price: the normal price is twice the batch's.
     assert all(b["takeover_usd"] > 0 for b in batches if b["taken_over"])
     assert done["progress"]["takeover_usd"] == pytest.approx(sum(b["takeover_usd"] for b in batches), abs=1e-5)
@@ -171,6 +185,7 @@ async def test_openai_stragglers_go_through_flex_at_the_batch_price(timed: Stepp
     calls = timed.model.normal_requests()
     assert calls and all(request.flex for request in calls)
     assert sum(b["taken_over"] for b in done["progress"]["provider_batches"]) == len(calls)
+    assert await taken_over_metric(timed, route="flex") == len(calls)
     assert done["progress"]["takeover_usd"] == 0  # flex bills at the batch price
 
 
