@@ -68,6 +68,16 @@ def submit(
         str | None,
         typer.Option("--metadata-json", metavar="JSON", help="The run's metadata as a JSON object", show_default=False),
     ] = None,
+    finish_within: Annotated[
+        float | None,
+        typer.Option(
+            "--finish-within",
+            metavar="SECONDS",
+            min=1,
+            help="A deadline: the requests a step's batch has not answered in time go through the normal API",
+            show_default=False,
+        ),
+    ] = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Then watch the run until it is final")] = False,
     interval: IntervalOption = 1.0,
     timeout: TimeoutOption = None,
@@ -97,7 +107,10 @@ def submit(
             # after a dropped answer never starts a second run.
             with failures_reported(client.api_key):
                 run = client.client.batches.create(
-                    requests, metadata=run_metadata or None, callback_url=callback_url or None
+                    requests,
+                    metadata=run_metadata or None,
+                    callback_url=callback_url or None,
+                    finish_within_seconds=finish_within,
                 )
             typer.echo(run.id)
             notes = stderr()

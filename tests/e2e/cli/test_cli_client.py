@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,17 @@ def test_submit_from_stdin_then_watch(server: str, api: httpx.Client) -> None:
     assert watched.exit_code == 0, watched.output
     assert "completed" in watched.stdout and "1 (1 finished)" in watched.stdout
     assert f"{run_id}: completed" in watched.stderr  # the last progress line
+
+
+def test_a_run_submitted_with_a_deadline_carries_it(server: str, emulator: str, api: httpx.Client) -> None:
+    create_examples(server)
+    submitted = cli("batch", "submit", str(REQUESTS_FILE), "--finish-within", "1800", server=server)
+    assert submitted.exit_code == 0, submitted.output
+    run = api.get(f"/v1/messages/batches/{run_id_of(submitted)}").json()
+    deadline = datetime.fromisoformat(run["deadline"]) - datetime.fromisoformat(run["created_at"])
+    assert deadline == timedelta(seconds=1800), run
+    refused = cli("batch", "submit", str(REQUESTS_FILE), "--finish-within", "0", server=server)
+    assert refused.exit_code != 0 and "--finish-within" in refused.output
 
 
 def test_cancel_a_slow_run(server: str, emulator: str, api: httpx.Client) -> None:
