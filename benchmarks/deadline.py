@@ -3,10 +3,11 @@ deadline, and what taking the stragglers over costs.
 
 The emulator (a process of its own) processes each batch's requests over ``--bulk-minutes`` and
 holds ``--held-back`` of them (picked by a hash of the agent) back for an hour. A run of
-``--agents`` agents, each told two facts to remember (it saves one per step, then answers: three
+``--agents`` agents of ``--model``, each told two facts to remember (it saves one per step, then answers: three
 steps), goes through a server of this process, driven pass by pass: time is not waited for, the
-server's clock and the emulator's are moved together to the next moment something is due. The same
-run is made without a deadline, then with ``--deadline-minutes``. Prints each run's time on that
+server's clock and the emulator's are moved together to the next moment something is due; five
+one-agent runs with no straggler come first, so that the server knows the provider's usual
+turnaround. The same run is made without a deadline, then with ``--deadline-minutes``. Prints each run's time on that
 clock, the requests taken over, the run's cost, what the take-over cost above the batch price, and
 what the run's tokens would have cost through the normal API.
 """
@@ -41,12 +42,13 @@ from nightshift.emulator.environment import sdk_environment
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
 
 console = Console(width=160)
-# One call a turn: each fact is saved by a step of its own.
-MODEL = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022", parallel_tool_calls=False)
 HOUR = 3_600.0
 # The poller's gaps, as a server would run: polled at most every 30 s, at least every 5.
 POLL_INTERVAL_SECONDS = 30.0
 POLL_MIN_SECONDS = 5.0
+# One-agent runs (no request held back) before the measured one, so that the server knows the
+# provider's usual turnaround.
+WARM_RUNS = 5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,39 +79,59 @@ async def server(admin: EmulatorAdmin, home: Path) -> AsyncIterator[tuple[httpx.
             yield http, app.state.nightshift.worker, clock
 
 
-async def one_run(admin: EmulatorAdmin, agents: int, deadline: timedelta | None) -> Outcome:
-    """The run of ``agents`` new agents on a fresh server, driven to its end."""
+class Runner:
+    """A server of this process with its worker moved by hand and its clock moved with the emulator's."""
+
+    def __init__(self, http: httpx.AsyncClient, worker: Worker, clock: SharedClock, model: LLMConfig) -> None:
+        self.http, self.worker, self.clock, self.model = http, worker, clock, model
+
+    async def agents(self, count: int, tag: str) -> list[str]:
+        specs = [
+            AgentSpec(
+                name=f"{tag}-{i}",
+                agent_type=AgentType.MEMGPT_V2,
+                llm_config=self.model,
+                memory_blocks=[NewBlock(label="human", value="A customer.", limit=5_000)],
+            )
+            for i in range(count)
+        ]
+        async with self.worker.engine.begin() as conn:
+            return [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs, now=self.clock.now())]
+
+    async def run(self, agent_ids: list[str], text: str, deadline: timedelta | None = None) -> dict[str, Any]:
+        """A run of these agents driven to its end, passing when something is due; returns it."""
+        body: dict[str, Any] = {
+            "requests": [{"agent_id": a, "messages": [{"role": "user", "content": text}]} for a in agent_ids]
+        }
+        if deadline is not None:
+            body["finish_within_seconds"] = deadline.total_seconds()
+        response = await self.http.post("/v1/messages/batches", json=body)
+        response.raise_for_status()
+        run_id = response.json()["id"]
+        while True:
+            handled = await self.worker.start_queued_runs() + await self.worker.run_once(limit=100)
+            run: dict[str, Any] = (await self.http.get(f"/v1/messages/batches/{run_id}")).json()
+            if run["status"] not in ("created", "running"):
+                assert run["status"] == "completed", run
+                return run
+            if not handled:
+                await self.clock.advance(timedelta(seconds=max(1.0, await self.worker.next_pass_in())))
+
+
+async def one_run(
+    admin: EmulatorAdmin, model: LLMConfig, agents: int, held_back: float, deadline: timedelta | None
+) -> Outcome:
+    """The run of ``agents`` new agents of ``model`` on a fresh server, after its warm runs."""
     with tempfile.TemporaryDirectory() as tmp:
         async with server(admin, Path(tmp)) as (http, worker, clock):
-            specs = [
-                AgentSpec(
-                    name=f"keeper-{i}",
-                    agent_type=AgentType.MEMGPT_V2,
-                    llm_config=MODEL,
-                    memory_blocks=[NewBlock(label="human", value="A customer.", limit=5_000)],
-                )
-                for i in range(agents)
-            ]
-            async with worker.engine.begin() as conn:
-                ids = [a.id for a in await create_agents(conn, DEFAULT_ORG_ID, specs, now=clock.now())]
-            facts = "remember: my name is Ana; I live in Oslo"
-            body: dict[str, Any] = {
-                "requests": [{"agent_id": i, "messages": [{"role": "user", "content": facts}]} for i in ids]
-            }
-            if deadline is not None:
-                body["finish_within_seconds"] = deadline.total_seconds()
+            runner = Runner(http, worker, clock, model)
+            await admin.configure(held_back_fraction=0.0)
+            for i in range(WARM_RUNS):
+                await runner.run(await runner.agents(1, f"warm{i}"), "hello")
+            await admin.configure(held_back_fraction=held_back, held_back_seconds=HOUR)
+            ids = await runner.agents(agents, "keeper")
             cpu, started = time.process_time(), clock.now()
-            response = await http.post("/v1/messages/batches", json=body)
-            response.raise_for_status()
-            run_id = response.json()["id"]
-            while True:
-                handled = await worker.start_queued_runs() + await worker.run_once(limit=100)
-                run = (await http.get(f"/v1/messages/batches/{run_id}")).json()
-                if run["status"] not in ("created", "running"):
-                    assert run["status"] == "completed", run
-                    break
-                if not handled:
-                    await clock.advance(timedelta(seconds=max(1.0, await worker.next_pass_in())))
+            run = await runner.run(ids, "remember: my name is Ana; I live in Oslo", deadline)
             progress = run["progress"]
             return Outcome(
                 took=clock.now() - started,
@@ -125,19 +147,22 @@ async def one_run(admin: EmulatorAdmin, agents: int, deadline: timedelta | None)
             )
 
 
-async def measure(url: str, *, agents: int, bulk: timedelta, held_back: float, deadline: timedelta) -> list[Outcome]:
+async def measure(
+    url: str, *, model: LLMConfig, agents: int, bulk: timedelta, held_back: float, deadline: timedelta
+) -> list[Outcome]:
     async with EmulatorAdmin(url) as admin:
         found = []
         for limit in (None, deadline):
             await admin.reset()
-            await admin.configure(
-                seconds_to_end=bulk.total_seconds(), held_back_fraction=held_back, held_back_seconds=HOUR
-            )
-            found.append(await one_run(admin, agents, limit))
+            await admin.configure(seconds_to_end=bulk.total_seconds())
+            found.append(await one_run(admin, model, agents, held_back, limit))
         return found
 
 
 def main(
+    model: Annotated[
+        str, typer.Option(help="The agents' model, provider/model")
+    ] = "anthropic/claude-3-5-haiku-20241022",
     agents: Annotated[int, typer.Option(help="Agents in the run")] = 1_000,
     bulk_minutes: Annotated[float, typer.Option(help="Minutes in which a batch processes its requests")] = 2.0,
     held_back: Annotated[float, typer.Option(help="Share of each batch's requests held back an hour")] = 0.02,
@@ -145,13 +170,24 @@ def main(
 ) -> None:
     """Run the same three-step run without a deadline and with one, and print what each took and cost."""
     deadline = timedelta(minutes=deadline_minutes)
+    provider, _, name = model.partition("/")
+    # One call a turn: each fact is saved by a step of its own.
+    config = LLMConfig(provider=provider, model=name, parallel_tool_calls=False)
     with emulator_process() as (url, _pid):
         os.environ.update(sdk_environment(url, api_key="deadline"))
         outcomes = asyncio.run(
-            measure(url, agents=agents, bulk=timedelta(minutes=bulk_minutes), held_back=held_back, deadline=deadline)
+            measure(
+                url,
+                model=config,
+                agents=agents,
+                bulk=timedelta(minutes=bulk_minutes),
+                held_back=held_back,
+                deadline=deadline,
+            )
         )
     table = Table(
-        title=f"{agents} agents, 3 steps; each batch done in {bulk_minutes:g} min, but {held_back:.0%} an hour late"
+        title=f"{agents} agents of {model}, 3 steps; each batch done in {bulk_minutes:g} min, but {held_back:.0%}"
+        " an hour late"
     )
     for column in (
         "run",

@@ -42,11 +42,12 @@ from nightshift.domain.batches import (
     RequestStatus,
     StepStatus,
 )
-from nightshift.domain.deadlines import Waiting, in_tail
+from nightshift.domain.deadlines import Waiting, done_share, in_tail
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError
 from nightshift.metrics import ErrorScope, Metrics
 from nightshift.providers.base import BatchOutcome, BatchState, BatchStatus, OutcomeStatus
+from nightshift.providers.registry import provider_info
 from nightshift.runtime.persist import write_summaries, write_turns
 from nightshift.runtime.search import StoreSearch
 from nightshift.runtime.step import Turn, take_turns
@@ -152,17 +153,15 @@ async def _polled(parts: StageParts, leases: Leases, batch: ProviderBatch, snaps
     ``domain/deadlines.py``), and polled at the shortest gap until the cancel has ended it."""
     now = snapshot.polled_at
     next_poll_at = await parts.poll_schedule.next_poll_at(batch, now)
-    tail_at = batch.tail_at or (now if in_tail(snapshot.request_counts) else None)
-    takeover_at = None
+    tail_at, takeover_at = None, None
     if batch.takeover_at is not None:  # cancelled for a take-over: it ends soon
         next_poll_at = now + parts.poll_schedule.shortest
     elif batch.deadline_at is not None:
-        waiting = Waiting(
-            deadline=batch.deadline_at, submitted_at=batch.submit_started_at or batch.created_at, tail_at=tail_at
-        )
+        waiting = await _waiting(parts, batch, snapshot)
+        tail_at = waiting.tail_began(now)
         reason = waiting.reason(now)
         if reason is None:
-            next_poll_at = min(next_poll_at, waiting.take_over_at)
+            next_poll_at = min(next_poll_at, waiting.decides_next(now))
         else:
             refused = await takeover.begin(parts, batch, reason, snapshot.request_counts)
             if refused is not None:
@@ -173,6 +172,19 @@ async def _polled(parts: StageParts, leases: Leases, batch: ProviderBatch, snaps
             conn, batch.id, leases.owner, snapshot, next_poll_at=next_poll_at, tail_at=tail_at, takeover_at=takeover_at
         )
     return StageOutcome(outcome=Outcome.POLLED, batch=batch)
+
+
+async def _waiting(parts: StageParts, batch: ProviderBatch, snapshot: PollSnapshot) -> Waiting:
+    """A batch of a run with a deadline as its poll saw it, for ``domain/deadlines.py``'s rule."""
+    assert batch.deadline_at is not None
+    submitted = batch.submit_started_at or batch.created_at
+    if provider_info(batch.provider).counts_progress:
+        tail_at = batch.tail_at or (snapshot.polled_at if in_tail(snapshot.request_counts) else None)
+        done = done_share(snapshot.request_counts)
+        return Waiting(deadline=batch.deadline_at, submitted_at=submitted, done=done, tail_at=tail_at)
+    turnaround = (await parts.poll_schedule.turnarounds(snapshot.polled_at)).get(batch.provider)
+    usual = turnaround.p90 if turnaround is not None else None
+    return Waiting(deadline=batch.deadline_at, submitted_at=submitted, usual=usual, tail_at=batch.tail_at)
 
 
 async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> StageOutcome:

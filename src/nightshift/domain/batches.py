@@ -212,8 +212,8 @@ class ProviderBatch:
     polled_at: datetime | None = None
     ended_at: datetime | None = None
     next_poll_at: datetime | None = None
-    # Its run's deadline, when the first poll saw only a tail of its requests open, when its open
-    # requests were taken over and how many (see ``domain/deadlines.py``).
+    # Its run's deadline, when only a tail of its requests was left, when its open requests were
+    # taken over and how many (see ``domain/deadlines.py``).
     deadline_at: datetime | None = None
     tail_at: datetime | None = None
     takeover_at: datetime | None = None

@@ -60,6 +60,8 @@ class ProviderInfo:
         aliases: Other names people call it by (``gemini``), taken wherever a provider is named.
         flex_models: What the names of its models with a tier of normal calls billed at batch
             prices start with (OpenAI's ``flex``): a deadline's take-over uses it for them.
+        counts_progress: Whether its running batches' request counts move as requests are done
+            (a deadline's rule reads the pace from them; Anthropic's move only at the end).
     """
 
     name: str
@@ -78,6 +80,7 @@ class ProviderInfo:
     tool_problem: Callable[[Mapping[str, Any] | None], str | None] | None = None
     aliases: tuple[str, ...] = ()
     flex_models: tuple[str, ...] = ()
+    counts_progress: bool = True
 
     @property
     def price_id(self) -> str:

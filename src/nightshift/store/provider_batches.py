@@ -257,8 +257,8 @@ async def record_poll(
     tail_at: datetime | None = None,
     takeover_at: datetime | None = None,
 ) -> None:
-    """A poll found the batch still running: store what it saw (when it first saw only a tail of
-    its requests open, when its take-over started), give up the lease."""
+    """A poll found the batch still running: store what it saw (when only a tail of its requests
+    was left, when its take-over started: kept once set), give up the lease."""
     values: dict[str, Any] = {
         "provider_status": snapshot.provider_status,
         "request_counts": snapshot.request_counts,

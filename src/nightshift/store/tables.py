@@ -423,7 +423,7 @@ provider_batches = Table(
     ),
     *_times(),
     Column("deadline_at", UTCDateTime(), comment="its run's deadline, copied when the step was written"),
-    Column("tail_at", UTCDateTime(), comment="when a poll first saw only a tail of its requests open"),
+    Column("tail_at", UTCDateTime(), comment="when only a tail of its requests was left, seen or expected"),
     Column("takeover_at", UTCDateTime(), comment="when its open requests were taken over for the deadline"),
     Column(
         "taken_over",

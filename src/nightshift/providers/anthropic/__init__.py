@@ -15,4 +15,5 @@ INFO = ProviderInfo(
     example_model="claude-3-5-haiku-20241022",
     cache_rates=ANTHROPIC_RATES,
     client="nightshift.providers.anthropic.client",
+    counts_progress=False,  # every request counts as processing until the whole batch ends
 )

@@ -1,8 +1,8 @@
 """Deadlines: a run's finish-by time, and the take-over of a provider batch's stragglers.
 
 batch_runs.deadline_at is the time a run is to be done by (null: none); each provider batch of a
-step carries it (provider_batches.deadline_at), with when a poll first saw only a tail of its
-requests open (tail_at), when its take-over started (takeover_at) and how many of its requests
+step carries it (provider_batches.deadline_at), with when only a tail of its requests was left
+(tail_at), when its take-over started (takeover_at) and how many of its requests
 went through the normal API (taken_over). batch_items.takeover_usd is what such a request cost
 above the batch price.
 
@@ -31,7 +31,7 @@ def _time(name: str, comment: str) -> sa.Column:  # type: ignore[type-arg]
 def upgrade() -> None:
     op.add_column("batch_runs", _time("deadline_at", "when the run is to be done by; null: no deadline"))
     op.add_column("provider_batches", _time("deadline_at", "its run's deadline, copied when the step was written"))
-    op.add_column("provider_batches", _time("tail_at", "when a poll first saw only a tail of its requests open"))
+    op.add_column("provider_batches", _time("tail_at", "when only a tail of its requests was left, seen or expected"))
     op.add_column("provider_batches", _time("takeover_at", "when its open requests were taken over for the deadline"))
     op.add_column(
         "provider_batches",
