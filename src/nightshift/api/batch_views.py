@@ -18,6 +18,7 @@ import orjson
 from fastapi import Response
 from pydantic import BaseModel, Field, TypeAdapter
 
+from nightshift.domain.answers import Route
 from nightshift.domain.batches import Costs, ItemOutcome, KindCosts, ProviderBatch, ProviderBatchStatus
 from nightshift.domain.messages import Message
 from nightshift.domain.polling import Turnaround
@@ -164,6 +165,7 @@ class BatchRunAgentRequest(BaseModel):
     cost_without_batch_usd: float
     batch_savings_usd: float
     cache_savings_usd: float
+    taken_over: bool = Field(description="Sent through the normal API for the run's deadline, its batch cancelled")
 
 
 class BatchRunAgent(BaseModel):
@@ -356,6 +358,7 @@ def agent_in_run_json(agent: AgentInBatchRun) -> dict[str, Any]:
                 "status": item.request_status.value,
                 "usage": None if item.usage is None else usage_json(item.usage),
                 **costs_json(item.cost),
+                "taken_over": item.result is not None and item.result.route is not Route.BATCH,
             }
             for item in agent.items
         ],

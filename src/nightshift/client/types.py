@@ -197,6 +197,7 @@ class BatchRunAgentRequest(_Answer):
     cost_without_batch_usd: float
     batch_savings_usd: float
     cache_savings_usd: float
+    taken_over: bool = Field(default=False, description="Sent through the normal API for the run's deadline")
 
 
 class BatchRunAgent(_Answer):

@@ -122,6 +122,13 @@ async def test_a_deadline_run_takes_over_its_stragglers_and_applies_each_agent_o
     assert 0 < taken_over < 2 * AGENTS
     assert len(timed.model.normal_requests()) == taken_over
     assert await taken_over_metric(timed, route="normal") == taken_over
+    # Each request says whether it was taken over; such a request cost more than a batch one.
+    requests = [
+        r
+        for a in (await timed.client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
+        for r in a["requests"]
+    ]
+    assert sum(r["taken_over"] for r in requests) == taken_over
     # What that cost above the batch price: the normal price is twice the batch's.
     assert all(b["takeover_usd"] > 0 for b in batches if b["taken_over"])
     assert done["progress"]["takeover_usd"] == pytest.approx(sum(b["takeover_usd"] for b in batches), abs=1e-5)
