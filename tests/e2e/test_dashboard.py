@@ -270,6 +270,34 @@ async def test_a_finished_run_its_timeline_and_an_agents_memory(browser: Browser
     watched.assert_clean(base_url)
 
 
+async def test_a_run_taken_over_for_its_deadline_says_so_and_what_it_cost(
+    browser: Browser, base_url: str, runs: Runs, admin: EmulatorAdmin
+) -> None:
+    # Half of each batch held back an hour, and two seconds to finish in: the batch is cancelled
+    # at its first poll past the first second, its stragglers sent through the normal API.
+    await admin.configure(held_back_fraction=0.5)
+    agents = [await runs.agent(f"hurried-{i}") for i in range(12)]  # some held back, not all (but 1 in 2,000)
+    run = await runs.start(
+        [{"agent_id": a["id"], "messages": [{"role": "user", "content": "hello there"}]} for a in agents],
+        finish_within_seconds=2,
+    )
+    done = await runs.wait(run["id"])
+    assert done["status"] == "completed", done
+    (batch,) = done["progress"]["provider_batches"]
+    assert 0 < batch["taken_over"] < 12 and done["progress"]["takeover_usd"] > 0, done
+
+    watched = await _open(browser)
+    page = watched.page
+    await page.goto(f"{base_url}/#/runs/{done['id']}")
+    await expect(page.locator(".batch-row .taken-over")).to_have_text(
+        f"{batch['taken_over']} taken over for the deadline"
+    )
+    await expect(page.locator(".cards .takeover-cost")).to_have_text(
+        f"deadline take-over {money(done['progress']['takeover_usd'])}"
+    )
+    watched.assert_clean(base_url)
+
+
 async def test_the_page_follows_a_running_run_without_reloading(
     browser: Browser, base_url: str, runs: Runs, admin: EmulatorAdmin
 ) -> None:

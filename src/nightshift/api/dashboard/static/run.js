@@ -146,8 +146,16 @@ function cards(run) {
       h("div", { class: "muted" }, `${formatUsd(without)} without batch`),
       savedLine("batch-saved", "batch", run.progress?.batch_savings_usd ?? without - cost),
       savedLine("cache-saved", "prompt cache", run.progress?.cache_savings_usd || 0),
+      // What the stragglers taken over for the deadline cost above the batch price, when any were.
+      takenOver(run).length
+        ? h("div", { class: "takeover-cost muted" }, `deadline take-over ${formatUsd(run.progress?.takeover_usd || 0)}`)
+        : null,
     ),
   );
+}
+
+function takenOver(run) {
+  return (run.progress?.provider_batches || []).filter((b) => b.taken_over);
 }
 
 // What the batch discount or the prompt cache saved; the cache can lose money (one-hour writes
@@ -266,6 +274,9 @@ function timeline(run) {
           ? h("span", { class: "badge badge-unsent", dataset: { status: b.status } }, "not submitted")
           : badge(b.status),
         b.provider_status ? h("div", { class: "muted small" }, `provider: ${b.provider_status}`) : null,
+        b.taken_over
+          ? h("div", { class: "taken-over small" }, `${formatInt(b.taken_over)} taken over for the deadline`)
+          : null,
         b.error ? h("div", { class: "error-text small" }, b.error) : null,
       ),
       h("td", { class: "counts" }, requestCounts(b.request_counts)),
