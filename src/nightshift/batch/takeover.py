@@ -1,14 +1,12 @@
-"""Taking a batch's stragglers over for its run's deadline (see ``domain/deadlines.py``): the batch
-is cancelled (``begin``), then the requests it never ran are sent through the normal API, once
-each, before it is applied (``take_over``).
+"""Taking a batch's stragglers over for its run's deadline (see ``domain/deadlines.py``).
 
-The poll that decided the take-over cancelled the batch at its provider (``begin``); the poll that saw it end
-stored every result, the requests it never ran as cancelled (or expired). This stage builds those
-requests again (the same agents, the same step state: the same request) and sends them, several
-at a time; each answer (or error) is stored on its item as it comes (each transaction takes what
-came while the last one was written), with the way it came
-(``Route``): a model that has a tier billed at batch prices (OpenAI's flex) goes through it.
-Then the batch is applied as any other, each answer priced by its route.
+The poll that decides it cancels the batch at its provider (``begin``); the poll that sees it end
+stores every result, the requests it never ran as cancelled (or expired). Then ``take_over``
+builds those requests again (the same agents, the same step state: the same request) and sends
+them, several at a time; each answer (or error) is stored on its item as it comes (each
+transaction takes what came while the last one was written), with the way it came (``Route``): a
+model that has a tier billed at batch prices (OpenAI's flex) goes through it. Then the batch is
+applied as any other, each answer priced by its route.
 
 A crash in the middle loses nothing: the answers stored are kept, and the stage, run again on the
 same ended batch, sends only the requests still without one. A request whose answer was lost with
@@ -85,7 +83,7 @@ async def take_over(parts: StageParts, batch: ProviderBatch) -> int:
         states = {i.agent_id: i.step_state for i in items if i.agent_id in agents}
         requests, problems = await build_requests(conn, [agents[a] for a in states], states, IN_CALL)
     provider = parts.providers.get(batch.provider)
-    flex = provider_info(batch.provider).flex_models
+    flex_models = provider_info(batch.provider).flex_models
     answers: asyncio.Queue[ItemResult | None] = asyncio.Queue()
     for item in items:
         if item.agent_id not in requests:
@@ -94,9 +92,7 @@ async def take_over(parts: StageParts, batch: ProviderBatch) -> int:
 
     async def send(item: BatchItem, request: ModelRequest) -> None:
         async with gate:
-            answers.put_nowait(
-                await _answer(provider, item, request, flex=bool(flex) and request.model.startswith(flex))
-            )
+            answers.put_nowait(await _answer(provider, item, request, flex=request.model.startswith(flex_models)))
 
     gate = asyncio.Semaphore(CONCURRENCY)
     writing = asyncio.create_task(_store_as_they_come(parts, batch, answers))
