@@ -302,8 +302,10 @@ def test_sleeptime_runs_through_the_client_listed_by_kind_and_costed_apart(clien
         assert found.cost_usd == pytest.approx(run.progress.cost_usd, abs=1e-6)
         assert found.cost_without_batch_usd == pytest.approx(run.progress.cost_without_batch_usd, abs=1e-6)
     # Both runs' batches ended: too few for a spread, counted (the organization is the test's own).
-    (turnaround,) = client.batches.turnaround().providers
+    seen = client.batches.turnaround()
+    (turnaround,), (by_model,) = seen.providers, seen.models
     assert (turnaround.provider, turnaround.ended, turnaround.p50_seconds) == ("anthropic", 2, None)
+    assert (by_model.provider, by_model.model, by_model.ended) == ("anthropic", MODEL.split("/", 1)[1], 2)
 
 
 async def test_the_async_client_runs_sleeptime_agents_and_reads_costs(

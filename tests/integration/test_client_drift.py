@@ -42,6 +42,7 @@ PAIRS: dict[type[BaseModel], str] = {
     types.KindCosts: "KindCostsPublic",
     types.BatchTurnarounds: "BatchTurnarounds",
     types.ProviderTurnaround: "ProviderTurnaroundPublic",
+    types.ModelTurnaround: "ModelTurnaroundPublic",
     types.ApiKey: "KeyPublic",
     types.ApiKeyCreated: "KeyCreatedPublic",
 }

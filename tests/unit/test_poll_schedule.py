@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from nightshift.domain.polling import AGE_SHARE, MIN_OBSERVED, WINDOW_POLLS, Turnaround, poll_delay
+from nightshift.domain.polling import AGE_SHARE, MIN_OBSERVED, WINDOW_POLLS, Turnaround, Turnarounds, poll_delay
 
 SHORTEST = timedelta(seconds=5)
 # A long interval: the schedule, not the interval, decides where the polls go.
@@ -90,3 +90,21 @@ def test_a_turnaround_needs_enough_ends_and_reads_their_spread() -> None:
     assert seen.p90 == pytest.approx(minutes(90.1), abs=timedelta(seconds=1))
     same = Turnaround.of([minutes(3)] * MIN_OBSERVED)
     assert same == Turnaround(p10=minutes(3), p50=minutes(3), p90=minutes(3))
+
+
+def test_a_models_turnaround_once_it_has_enough_ends_else_its_providers() -> None:
+    minutes = [timedelta(minutes=m) for m in range(1, 6)]
+    seen = Turnarounds.of(
+        {
+            ("anthropic", "claude-haiku"): minutes,  # five ends: a spread of its own
+            ("anthropic", "claude-opus"): [timedelta(hours=1)],  # one: its provider's
+            ("anthropic", None): [timedelta(hours=2)] * 4,  # batches of several models: the provider's alone
+        }
+    )
+    assert seen.providers["anthropic"][0] == 10
+    assert set(seen.models) == {("anthropic", "claude-haiku"), ("anthropic", "claude-opus")}
+    haiku = seen.get("anthropic", "claude-haiku")
+    assert haiku is not None and haiku.p50 == timedelta(minutes=3)
+    provider = seen.get("anthropic")
+    assert provider is not None and seen.get("anthropic", "claude-opus") == provider != haiku
+    assert seen.get("openai", "gpt-4o") is None

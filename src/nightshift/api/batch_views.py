@@ -10,7 +10,7 @@ that a live answer has no key its model does not name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 from nightshift.domain.answers import Route
 from nightshift.domain.batches import Costs, ItemOutcome, KindCosts, ProviderBatch, ProviderBatchStatus
 from nightshift.domain.messages import Message
-from nightshift.domain.polling import Turnaround
+from nightshift.domain.polling import Turnaround, Turnarounds
 from nightshift.domain.usage import Usage
 from nightshift.services.batch_runs import AgentInBatchRun, BatchRunView
 
@@ -435,24 +435,35 @@ class ProviderTurnaroundPublic(BaseModel):
     p90_seconds: float | None = Field(description="The 90th percentile")
 
 
+class ModelTurnaroundPublic(ProviderTurnaroundPublic):
+    model: str = Field(description="The model of every request of those batches")
+
+
 class BatchTurnarounds(BaseModel):
     providers: list[ProviderTurnaroundPublic]
+    models: list[ModelTurnaroundPublic] = Field(
+        description="The same by model, of the batches whose requests were all of one model"
+    )
 
 
-def turnarounds_json(seen: Mapping[str, tuple[int, Turnaround | None]]) -> dict[str, Any]:
+def turnarounds_json(seen: Turnarounds) -> dict[str, Any]:
     """``BatchTurnarounds``' JSON."""
     return {
-        "providers": [
-            {
-                "provider": provider,
-                "ended": ended,
-                **{
-                    f"{name}_seconds": None if spread is None else getattr(spread, name).total_seconds()
-                    for name in ("p10", "p50", "p90")
-                },
-            }
-            for provider, (ended, spread) in seen.items()
-        ]
+        "providers": [_turnaround_json(ended, spread, provider=p) for p, (ended, spread) in seen.providers.items()],
+        "models": [
+            _turnaround_json(ended, spread, provider=p, model=m) for (p, m), (ended, spread) in seen.models.items()
+        ],
+    }
+
+
+def _turnaround_json(ended: int, spread: Turnaround | None, **names: str) -> dict[str, Any]:
+    return {
+        **names,
+        "ended": ended,
+        **{
+            f"{name}_seconds": None if spread is None else getattr(spread, name).total_seconds()
+            for name in ("p10", "p50", "p90")
+        },
     }
 
 

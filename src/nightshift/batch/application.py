@@ -182,7 +182,7 @@ async def _waiting(parts: StageParts, batch: ProviderBatch, snapshot: PollSnapsh
         tail_at = batch.tail_at or (snapshot.polled_at if in_tail(snapshot.request_counts) else None)
         done = done_share(snapshot.request_counts)
         return Waiting(deadline=batch.deadline_at, submitted_at=submitted, done=done, tail_at=tail_at)
-    turnaround = (await parts.poll_schedule.turnarounds(snapshot.polled_at)).get(batch.provider)
+    turnaround = (await parts.poll_schedule.turnarounds(snapshot.polled_at)).get(batch.provider, batch.model)
     usual = turnaround.p90 if turnaround is not None else None
     return Waiting(deadline=batch.deadline_at, submitted_at=submitted, usual=usual, tail_at=batch.tail_at)
 

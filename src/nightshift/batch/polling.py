@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.batches import ProviderBatch
-from nightshift.domain.polling import Turnaround, poll_delay
+from nightshift.domain.polling import Turnarounds, poll_delay
 from nightshift.store import provider_batches as batch_store
 
 # The latest ended batches the turnarounds are taken from, of every provider together.
@@ -25,7 +25,7 @@ class PollSchedule:
     engine: AsyncEngine
     shortest: timedelta
     longest: timedelta
-    _turnarounds: dict[str, Turnaround | None] = field(default_factory=dict)
+    _turnarounds: Turnarounds = field(default_factory=lambda: Turnarounds.of({}))
     _read_at: datetime | None = None
 
     @property
@@ -43,14 +43,13 @@ class PollSchedule:
         if self.fixed:
             return now + self.longest
         submitted = batch.submit_started_at or batch.created_at
-        turnaround = (await self.turnarounds(now)).get(batch.provider)
+        turnaround = (await self.turnarounds(now)).get(batch.provider, batch.model)
         return now + poll_delay(now - submitted, turnaround, shortest=self.shortest, longest=self.longest)
 
-    async def turnarounds(self, now: datetime) -> dict[str, Turnaround | None]:
-        """Each provider's observed turnaround (None: too few ends seen), read at most every ``REFRESH``."""
+    async def turnarounds(self, now: datetime) -> Turnarounds:
+        """The observed turnarounds by provider and model, read at most every ``REFRESH``."""
         if self._read_at is None or now - self._read_at >= REFRESH:
             async with self.engine.connect() as conn:
-                seen = await batch_store.recent_turnarounds(conn, latest=LATEST_ENDS)
-            self._turnarounds = {provider: Turnaround.of(durations) for provider, durations in seen.items()}
+                self._turnarounds = Turnarounds.of(await batch_store.recent_turnarounds(conn, latest=LATEST_ENDS))
             self._read_at = now
         return self._turnarounds

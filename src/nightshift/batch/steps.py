@@ -292,6 +292,7 @@ async def write_step(
                 step_number=max(state.step_number for _, state in chunk),
                 status=ProviderBatchStatus.CREATED,
                 deadline_at=run.deadline_at,
+                model=_one_model(chunk),
                 created_at=now,
                 updated_at=now,
             )
@@ -329,6 +330,16 @@ def _estimated_bytes(entry: StepEntry, state: StepState, inputs: StepInputs) -> 
         tokens = inputs.agents[entry.agent.id].context_tokens or 0
     images = (i.images for i in entry.inputs)
     return estimated_request_bytes(tokens, image_bytes=sum(len(m.data or m.url or "") for ms in images for m in ms))
+
+
+def _one_model(chunk: Sequence[tuple[StepEntry, StepState]]) -> str | None:
+    """The model of every request of a provider batch (a summary's is the summarizing model's),
+    or None when they are of several."""
+    models = {
+        state.summary.model.split("/", 1)[1] if state.summary else entry.agent.llm_config.model
+        for entry, state in chunk
+    }
+    return models.pop() if len(models) == 1 else None
 
 
 async def cancel_batch_run(

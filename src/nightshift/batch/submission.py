@@ -90,7 +90,7 @@ async def submit(
     started = time.monotonic()
     turnaround = None
     if parts.cache_policy is CachePolicy.AUTO and provider_info(batch.provider).cache_rates is not None:
-        turnaround = (await parts.poll_schedule.turnarounds(parts.clock.now())).get(batch.provider)
+        turnaround = (await parts.poll_schedule.turnarounds(parts.clock.now())).get(batch.provider, batch.model)
     async with parts.engine.connect() as conn:
         if written is None:
             items = await item_store.items_of(conn, batch.id)
@@ -184,6 +184,7 @@ async def _split(
             step_number=batch.step_number,
             status=ProviderBatchStatus.CREATED,
             deadline_at=batch.deadline_at,
+            model=batch.model,
             created_at=now,
             updated_at=now,
         )

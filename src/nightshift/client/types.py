@@ -144,10 +144,17 @@ class ProviderTurnaround(_Answer):
     p90_seconds: float | None
 
 
+class ModelTurnaround(ProviderTurnaround):
+    """The same of the batches whose requests were all of one model."""
+
+    model: str
+
+
 class BatchTurnarounds(_Answer):
-    """The organization's provider batches' turnarounds, by provider."""
+    """The organization's provider batches' turnarounds, by provider and by model."""
 
     providers: list[ProviderTurnaround]
+    models: list[ModelTurnaround] = Field(default_factory=list)
 
 
 # A run's statuses once it has ended (``created`` and ``running`` are the others).

@@ -218,6 +218,8 @@ class ProviderBatch:
     tail_at: datetime | None = None
     takeover_at: datetime | None = None
     taken_over: int = 0
+    # The one model of its requests (None: several), by which turnarounds are kept.
+    model: str | None = None
 
 
 @fast_init

@@ -8,7 +8,9 @@ end, their turnaround (the time from submit to the end we saw):
 
 * young (age x ``AGE_SHARE`` is short): a batch of a few requests is often over within a minute;
 * before the usual span: no later than the moment the span opens;
-* inside it (p10 to p90 of the observed turnarounds): ``WINDOW_POLLS`` polls across the span;
+* inside it (p10 to p90 of the observed turnarounds: its model's once ``MIN_OBSERVED`` batches of
+  that model alone ended, else its provider's, see ``Turnarounds``): ``WINDOW_POLLS`` polls across
+  the span;
 * past it: every ``AGE_SHARE`` of its age, as before the span.
 
 Every gap is between ``shortest`` (the provider's rate limits: ``NIGHTSHIFT_POLL_MIN_SECONDS``)
@@ -19,7 +21,7 @@ fixed interval would; with the two equal, the schedule is that interval.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -51,6 +53,34 @@ class Turnaround:
             p50=timedelta(seconds=statistics.median(seconds)),
             p90=timedelta(seconds=deciles[-1]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Turnarounds:
+    """The turnarounds seen, by provider and by provider and model, with how many ends each."""
+
+    providers: Mapping[str, tuple[int, Turnaround | None]]
+    models: Mapping[tuple[str, str], tuple[int, Turnaround | None]]
+
+    @classmethod
+    def of(cls, seen: Mapping[tuple[str, str | None], Sequence[timedelta]]) -> Turnarounds:
+        """From the durations seen by (provider, model): a batch of several models (model None)
+        counts for its provider alone."""
+        by_provider: dict[str, list[timedelta]] = {}
+        for (provider, _), durations in seen.items():
+            by_provider.setdefault(provider, []).extend(durations)
+        return cls(
+            providers={p: (len(d), Turnaround.of(d)) for p, d in sorted(by_provider.items())},
+            models={(p, m): (len(d), Turnaround.of(d)) for (p, m), d in sorted(seen.items(), key=str) if m is not None},
+        )
+
+    def get(self, provider: str, model: str | None = None) -> Turnaround | None:
+        """The model's turnaround once enough of its batches ended, else its provider's."""
+        if model is not None:
+            spread = self.models.get((provider, model), (0, None))[1]
+            if spread is not None:
+                return spread
+        return self.providers.get(provider, (0, None))[1]
 
 
 def poll_delay(age: timedelta, turnaround: Turnaround | None, *, shortest: timedelta, longest: timedelta) -> timedelta:

@@ -36,7 +36,7 @@ from nightshift.domain.batches import (
     StepStatus,
 )
 from nightshift.domain.messages import Message
-from nightshift.domain.polling import Turnaround
+from nightshift.domain.polling import Turnarounds
 from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NotFound
 from nightshift.providers.openai import webhooks as openai_webhooks
@@ -227,11 +227,10 @@ async def openai_webhook(engine: AsyncEngine, payload: bytes, headers: Mapping[s
         return await batch_store.make_due(conn, "openai", batch_id, now)
 
 
-async def turnarounds(conn: AsyncConnection, org_id: str) -> dict[str, tuple[int, Turnaround | None]]:
-    """How long the organization's latest provider batches took, submit to end, by provider: how
-    many ended, and their spread once there are enough (what the poll schedule follows)."""
-    seen = await batch_store.recent_turnarounds(conn, latest=LATEST_ENDS, org_id=org_id)
-    return {provider: (len(durations), Turnaround.of(durations)) for provider, durations in sorted(seen.items())}
+async def turnarounds(conn: AsyncConnection, org_id: str) -> Turnarounds:
+    """How long the organization's latest provider batches took, submit to end, by provider and
+    by model: how many ended, and their spread once there are enough (what the poll schedule follows)."""
+    return Turnarounds.of(await batch_store.recent_turnarounds(conn, latest=LATEST_ENDS, org_id=org_id))
 
 
 async def messages_of_batch_run(

@@ -188,10 +188,11 @@ async def any_due(conn: AsyncConnection, now: datetime) -> bool:
 
 async def recent_turnarounds(
     conn: AsyncConnection, *, latest: int, org_id: str | None = None
-) -> dict[str, list[timedelta]]:
+) -> dict[tuple[str, str | None], list[timedelta]]:
     """How long the ``latest`` batches that ended at their provider took (of one organization, or
-    of all), from the last submit to the poll that saw the end, by provider (batches that failed,
-    were cancelled or taken over for a deadline left out)."""
+    of all), from the last submit to the poll that saw the end, by provider and model (None: a
+    batch of several models); batches that failed, were cancelled or taken over for a deadline
+    are left out."""
     conditions: list[ColumnElement[bool]] = [
         provider_batches.c.status.in_((ProviderBatchStatus.ENDED.value, ProviderBatchStatus.APPLIED.value)),
         provider_batches.c.ended_at.is_not(None),
@@ -202,14 +203,19 @@ async def recent_turnarounds(
     if org_id is not None:
         conditions.append(provider_batches.c.organization_id == org_id)
     ended = (
-        select(provider_batches.c.provider, provider_batches.c.submit_started_at, provider_batches.c.ended_at)
+        select(
+            provider_batches.c.provider,
+            provider_batches.c.model,
+            provider_batches.c.submit_started_at,
+            provider_batches.c.ended_at,
+        )
         .where(*conditions)
         .order_by(provider_batches.c.ended_at.desc())
         .limit(latest)
     )
-    found: dict[str, list[timedelta]] = {}
-    for provider, submitted, ended_at in await conn.execute(ended):
-        found.setdefault(provider, []).append(ended_at - submitted)
+    found: dict[tuple[str, str | None], list[timedelta]] = {}
+    for provider, model, submitted, ended_at in await conn.execute(ended):
+        found.setdefault((provider, model), []).append(ended_at - submitted)
     return found
 
 

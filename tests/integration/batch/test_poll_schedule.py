@@ -124,26 +124,30 @@ async def test_the_observed_turnaround_brings_the_polls_to_where_batches_end(
     assert TURNAROUND * 5 <= total <= TURNAROUND * 5 + 30
 
     # The API shows the organization's turnarounds; another organization has none of them.
-    (shown,) = json_object(await stepped.client.get("/v1/messages/batches/turnaround"))["providers"]
+    # By provider, and by model for the batches of one model (all of these).
+    seen = json_object(await stepped.client.get("/v1/messages/batches/turnaround"))
+    (shown,), (by_model,) = seen["providers"], seen["models"]
     assert (shown["provider"], shown["ended"]) == ("anthropic", 5)
     for name in ("p10_seconds", "p50_seconds", "p90_seconds"):
         assert TURNAROUND <= shown[name] <= TURNAROUND + 30, shown  # (the clock runs on between the two)
+    assert by_model == {**shown, "model": ANTHROPIC_MODEL.split("/", 1)[1]}
     other = await new_organization_key(stepped.worker.engine)
     theirs = await stepped.client.get("/v1/messages/batches/turnaround", headers={"authorization": f"Bearer {other}"})
-    assert json_object(theirs) == {"providers": []}
+    assert json_object(theirs) == {"providers": [], "models": []}
 
 
 async def test_a_provider_with_few_ends_shows_them_without_a_spread(stepped: SteppedRuns, clock: ManualClock) -> None:
-    assert json_object(await stepped.client.get("/v1/messages/batches/turnaround")) == {"providers": []}
+    assert json_object(await stepped.client.get("/v1/messages/batches/turnaround")) == {"providers": [], "models": []}
     run, _ = await held_run(stepped, "once")
     clock.advance(TURNAROUND)
     stepped.model.release()
     assert (await stepped.finish(run["id"]))["status"] == "completed"
     shown = json_object(await stepped.client.get("/v1/messages/batches/turnaround"))
+    spread = {"ended": 1, "p10_seconds": None, "p50_seconds": None, "p90_seconds": None}
+    model = ANTHROPIC_MODEL.split("/", 1)[1]
     assert shown == {
-        "providers": [
-            {"provider": "anthropic", "ended": 1, "p10_seconds": None, "p50_seconds": None, "p90_seconds": None}
-        ]
+        "providers": [{"provider": "anthropic", **spread}],
+        "models": [{"provider": "anthropic", "model": model, **spread}],
     }
 
 

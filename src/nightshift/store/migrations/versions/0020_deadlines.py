@@ -4,7 +4,8 @@ batch_runs.deadline_at is the time a run is to be done by (null: none); each pro
 step carries it (provider_batches.deadline_at), with when only a tail of its requests was left
 (tail_at), when its take-over started (takeover_at) and how many of its requests
 went through the normal API (taken_over). batch_items.takeover_usd is what such a request cost
-above the batch price.
+above the batch price. provider_batches.model is the one model of a batch's requests (null when
+they are of several: an Anthropic batch may mix them), by which turnarounds are kept per model.
 
 Revision ID: 0020
 Revises: 0019
@@ -44,6 +45,10 @@ def upgrade() -> None:
         ),
     )
     op.add_column(
+        "provider_batches",
+        sa.Column("model", sa.String(length=255), nullable=True, comment="its requests' one model; null: several"),
+    )
+    op.add_column(
         "batch_items",
         sa.Column("takeover_usd", sa.Float(), nullable=True, comment="taken over: its cost above the batch price"),
     )
@@ -53,7 +58,7 @@ def downgrade() -> None:
     with op.batch_alter_table("batch_items") as batch_op:
         batch_op.drop_column("takeover_usd")
     with op.batch_alter_table("provider_batches") as batch_op:
-        for name in ("taken_over", "takeover_at", "tail_at", "deadline_at"):
+        for name in ("model", "taken_over", "takeover_at", "tail_at", "deadline_at"):
             batch_op.drop_column(name)
     with op.batch_alter_table("batch_runs") as batch_op:
         batch_op.drop_column("deadline_at")
