@@ -48,7 +48,9 @@ LOST_RUNS = re.compile(
 
 
 # The providers' turnarounds (the poll schedule's and the cache policy's) are read once a minute.
-TURNAROUNDS = re.compile(r"\s*SELECT provider_batches\.provider, provider_batches\.model, provider_batches\.submit_started_at\b", re.I)
+TURNAROUNDS = re.compile(
+    r"\s*SELECT provider_batches\.provider, provider_batches\.model, provider_batches\.submit_started_at\b", re.I
+)
 
 
 @pytest.fixture
