@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from nightshift.cli_commands.views import costs_table, progress_line, runs_table, stats_text
+from nightshift.cli_commands.views import costs_table, progress_line, run_summary, runs_table, stats_text
 
 ERROR = {
     "provider": "anthropic",
@@ -100,3 +100,22 @@ def test_the_costs_table_shows_each_kind_with_the_normal_apis_price() -> None:
     assert "$0.0125" in main and "$0.0250" in main and "1,200 in" in main
     sleeptime = next(line for line in lines if "sleeptime" in line)
     assert "$0.0020" in sleeptime and "$0.0040" in sleeptime and "cost $0.0010 more than it saved" in sleeptime
+
+
+def test_the_summary_of_a_run_with_a_deadline_says_what_was_taken_over() -> None:
+    batches = [{"step_number": s, "taken_over": n} for s, n in ((0, 3), (1, 0))]
+    ended = run("completed", None, completed_at="2026-12-01T01:09:00+00:00", deadline="2026-12-01T01:10:00+00:00")
+    ended["progress"] |= {"provider_batches": batches, "takeover_usd": 0.0191}
+    console = Console(width=200, record=True)
+    console.print(run_summary(ended))
+    lines = console.export_text().splitlines()
+    wanted = "in 10 min 00 s; 3 requests taken over, $0.0191 above batch prices"
+    assert any("deadline" in line and wanted in line for line in lines), lines
+    ended["progress"]["provider_batches"] = [{"step_number": 0, "taken_over": 0}]
+    console = Console(width=200, record=True)
+    console.print(run_summary(ended))
+    assert "in 10 min 00 s; nothing taken over" in console.export_text()
+    without = run("completed", None)
+    console = Console(width=200, record=True)
+    console.print(run_summary(without))
+    assert "deadline" not in console.export_text()

@@ -139,6 +139,8 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
         f"{money(progress['cost_usd'])} (without the batch discount: {money(progress['cost_without_batch_usd'])})",
     )
     table.add_row("savings", savings(progress))
+    if run.get("deadline"):
+        table.add_row("deadline", takeover_text(run))
     table.add_row("took", duration(run["created_at"], run.get("completed_at") or run["updated_at"]))
     failures = progress.get("failures") or []
     if not failures:
@@ -156,6 +158,18 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
     if len(failures) > 20:
         rows.append(Text(f"... and {len(failures) - 20} more"))
     return Group(*rows)
+
+
+def takeover_text(run: Mapping[str, Any]) -> str:
+    """A run's deadline and what its take-overs did: "in 30 min 00 s; 28 requests taken over,
+    $0.0191 above batch prices" (the deadline as a time from the run's creation)."""
+    progress = run["progress"]
+    taken = sum(b.get("taken_over", 0) for b in progress.get("provider_batches", []))
+    within = f"in {duration(run['created_at'], run['deadline'])}"
+    if not taken:
+        return f"{within}; nothing taken over"
+    cost = money(progress.get("takeover_usd", 0.0))
+    return f"{within}; {taken:,} request{'s' * (taken != 1)} taken over, {cost} above batch prices"
 
 
 def progress_line(run: Mapping[str, Any]) -> str:
