@@ -179,6 +179,10 @@ class BatchRequestBody(BaseModel):
         return answer
 
 
+# A deadline further than this is none: the providers expire a batch after a day.
+MAX_FINISH_WITHIN_SECONDS: Final = 365 * 24 * 3600
+
+
 class BatchCreate(Body):
     requests: list[BatchRequestBody]
     callback_url: HttpUrl | None = None
@@ -189,7 +193,10 @@ class BatchCreate(Body):
         "step's batch has not answered in time go through the normal API",
     )
     finish_within_seconds: float | None = Field(
-        default=None, gt=0, description="nightshift: the deadline, in seconds from now (not with deadline)"
+        default=None,
+        gt=0,
+        le=MAX_FINISH_WITHIN_SECONDS,
+        description="nightshift: the deadline, in seconds from now (not with deadline; a year at most)",
     )
 
     @model_validator(mode="after")

@@ -202,6 +202,7 @@ async def test_openai_stragglers_go_through_flex_at_the_batch_price(timed: Stepp
         ({"deadline": "2020-01-01T00:00:00Z"}, "deadline"),
         ({"deadline": "2999-01-01T00:00:00"}, "deadline"),  # no time zone
         ({"finish_within_seconds": 0}, "finish_within_seconds"),
+        ({"finish_within_seconds": 1e300}, "finish_within_seconds"),  # past any date a server can hold
         ({"deadline": "2999-01-01T00:00:00Z", "finish_within_seconds": 60}, "deadline"),
     ],
 )
