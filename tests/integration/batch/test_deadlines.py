@@ -26,8 +26,8 @@ from support.stepped import SteppedRuns
 
 HAIKU = "anthropic/claude-haiku-4-5-20251001"
 AGENTS = 20
-# The share of a batch's requests held back (picked by a hash of the agent's random id): of a
-# step's 20 requests, some and not all but once in half a million steps.
+# The share of a batch's requests held back (picked by a hash of the agent's random id, the same
+# agents at every step): of 20 agents, some and not all but once in half a million runs.
 HELD_BACK = 0.5
 HOUR = 3_600.0
 
