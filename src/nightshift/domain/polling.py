@@ -67,11 +67,14 @@ class Turnarounds:
         """From the durations seen by (provider, model): a batch of several models (model None)
         counts for its provider alone."""
         by_provider: dict[str, list[timedelta]] = {}
-        for (provider, _), durations in seen.items():
+        by_model: dict[tuple[str, str], Sequence[timedelta]] = {}
+        for (provider, model), durations in seen.items():
             by_provider.setdefault(provider, []).extend(durations)
+            if model is not None:
+                by_model[provider, model] = durations
         return cls(
             providers={p: (len(d), Turnaround.of(d)) for p, d in sorted(by_provider.items())},
-            models={(p, m): (len(d), Turnaround.of(d)) for (p, m), d in sorted(seen.items(), key=str) if m is not None},
+            models={(p, m): (len(d), Turnaround.of(d)) for (p, m), d in sorted(by_model.items())},
         )
 
     def get(self, provider: str, model: str | None = None) -> Turnaround | None:
