@@ -293,9 +293,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Keep CPython's cycle collector from walking the test process's whole heap again and again.
 
     By the end of collection a test process holds every module the suite imports and every test it
-    collected, which it keeps to the end; each full collection walked all of it (a few hundred
-    milliseconds each, dozens of times per process: about a seventh of the integration tests' CPU).
-    Those objects move to the collector's permanent generation, and full collections come as
+    collected, which it keeps to the end, and each full collection walked all of it, many times per
+    process. Those objects move to the collector's permanent generation, and full collections come as
     rarely as in a serving worker. Young cycles are still collected as they come.
     """
     gc.collect()

@@ -71,9 +71,9 @@ def _node_id(request: pytest.FixtureRequest) -> None:
 
 
 # Loaded from a fixture, the operations' tests are built when the test runs, each reported as a
-# subtest, not when pytest collects: building them (every boundary case of every operation) took
-# seconds of CPU, paid by each test process at its start, and each process that ran a few of them
-# started a server of its own.
+# subtest, not when pytest collects: building them (every boundary case of every operation) was
+# paid by each test process at its start, and each process that ran a few of them started a
+# server of its own.
 schema = schemathesis.pytest.from_fixture("described_api")
 
 
