@@ -216,12 +216,23 @@ def test_a_run_submitted_with_a_deadline_carries_it(server: str, emulator: str, 
     assert refused.exit_code != 0 and "--finish-within" in refused.output
 
 
+def _wait_running(api: httpx.Client, run_id: str) -> None:
+    """Until the run's first step is submitted (a server's first submit loads the providers' SDKs:
+    a while); the run was queued until then."""
+    for _ in range(600):
+        if api.get(f"/v1/messages/batches/{run_id}").json()["status"] == "running":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} did not start")
+
+
 def test_cancel_a_slow_run(server: str, emulator: str, api: httpx.Client) -> None:
     create_examples(server)
     configure_emulator(emulator, polls_to_end=50)
     submitted = cli("batch", "submit", str(REQUESTS_FILE), server=server)
     assert submitted.exit_code == 0, submitted.output
     run_id = run_id_of(submitted)
+    _wait_running(api, run_id)  # a run cancelled while still queued has no step to cancel
 
     cancelled = cli("batch", "cancel", run_id, server=server)
 
@@ -299,11 +310,7 @@ def test_watch_gives_up_at_its_timeout(server: str, emulator: str, api: httpx.Cl
     create_examples(server)
     configure_emulator(emulator, polls_to_end=1000)
     run_id = run_id_of(cli("batch", "submit", str(REQUESTS_FILE), server=server))
-    # Its first step submitted (a server's first submit loads the providers' SDKs: a while).
-    for _ in range(600):
-        if api.get(f"/v1/messages/batches/{run_id}").json()["status"] == "running":
-            break
-        time.sleep(0.05)
+    _wait_running(api, run_id)
 
     watched = cli("batch", "watch", run_id, "--interval", "0.05", "--timeout", "0.3", server=server)
 
