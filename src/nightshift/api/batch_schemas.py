@@ -179,7 +179,8 @@ class BatchRequestBody(BaseModel):
         return answer
 
 
-# A deadline further than this is none: the providers expire a batch after a day.
+# The furthest deadline taken: a batch expires at its provider within a day, so a longer one
+# never decides anything, and a far larger number overflows a date.
 MAX_FINISH_WITHIN_SECONDS: Final = 365 * 24 * 3600
 
 
