@@ -74,24 +74,28 @@ async def _agents(db_url: str) -> list[str]:
             return [agent.id for agent in await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))]
 
 
-async def _creates(emulator: str) -> int:
-    """How many batch creates the emulator has received (a new connection each time: a kept-alive
-    one may be closed by the emulator while the test waits for a server to restart)."""
-    async with httpx.AsyncClient(base_url=emulator, timeout=10) as http:
-        found = 0
-        for path in CREATES:
-            response = await http.get("/_emulator/requests", params={"path": path, "method": "POST"})
-            found += len(response.json()["data"])
-        return found
+def _fresh_connections() -> httpx.AsyncClient:
+    """A client that opens a new connection for each request (a kept-alive one may be closed by the
+    other end while the test waits for a server to restart); one for the whole test, since building
+    a client reads the CA bundle and the test asks every 20 ms."""
+    return httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
 
 
-async def _all_done(server: Server, run_ids: list[str]) -> bool:
+async def _creates(http: httpx.AsyncClient, emulator: str) -> int:
+    """How many batch creates the emulator has received."""
+    found = 0
+    for path in CREATES:
+        response = await http.get(f"{emulator}/_emulator/requests", params={"path": path, "method": "POST"})
+        found += len(response.json()["data"])
+    return found
+
+
+async def _all_done(http: httpx.AsyncClient, server: Server, run_ids: list[str]) -> bool:
     try:
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as http:
-            for run_id in run_ids:
-                status = (await http.get(f"/v1/messages/batches/{run_id}")).json()["status"]
-                if status in ("created", "running"):
-                    return False
+        for run_id in run_ids:
+            status = (await http.get(f"{server.base_url}/v1/messages/batches/{run_id}")).json()["status"]
+            if status in ("created", "running"):
+                return False
     except httpx.HTTPError:
         return False
     return True
@@ -172,26 +176,27 @@ async def test_fifteen_kills_bill_nothing_twice(
     )
 
     in_window = 0
-    seen = await _creates(emulator)
-    deadline = time.monotonic() + TIMEOUT
-    while chaos.kills < KILLS:
-        assert time.monotonic() < deadline, "the kills did not happen in time"
-        random_kill_at = time.monotonic() + random.uniform(0.3, 2.0)
-        while True:
-            creates = await _creates(emulator)
-            if creates > seen and in_window < IN_THE_WINDOW:
-                in_window += 1
-                break  # the provider has the batch; the server has not heard
-            if chaos.kills - in_window < KILLS - IN_THE_WINDOW and time.monotonic() > random_kill_at:
-                break
-            await asyncio.sleep(0.02)
-        await chaos.kill_and_restart()
-        seen = await _creates(emulator)
-    run_ids = [str(run["id"]) for run in await creating]
-    assert chaos.server is not None
-    while not await _all_done(chaos.server, run_ids):
-        assert time.monotonic() < deadline, "the runs did not complete"
-        await asyncio.sleep(0.2)
+    async with _fresh_connections() as probe:
+        seen = await _creates(probe, emulator)
+        deadline = time.monotonic() + TIMEOUT
+        while chaos.kills < KILLS:
+            assert time.monotonic() < deadline, "the kills did not happen in time"
+            random_kill_at = time.monotonic() + random.uniform(0.3, 2.0)
+            while True:
+                creates = await _creates(probe, emulator)
+                if creates > seen and in_window < IN_THE_WINDOW:
+                    in_window += 1
+                    break  # the provider has the batch; the server has not heard
+                if chaos.kills - in_window < KILLS - IN_THE_WINDOW and time.monotonic() > random_kill_at:
+                    break
+                await asyncio.sleep(0.02)
+            await chaos.kill_and_restart()
+            seen = await _creates(probe, emulator)
+        run_ids = [str(run["id"]) for run in await creating]
+        assert chaos.server is not None
+        while not await _all_done(probe, chaos.server, run_ids):
+            assert time.monotonic() < deadline, "the runs did not complete"
+            await asyncio.sleep(0.2)
     await admin.configure(create_answer_delay=0.0)
 
     async with httpx.AsyncClient(base_url=chaos.server.base_url, timeout=60) as http:

@@ -9,6 +9,8 @@ Usage::
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -19,11 +21,18 @@ from pydantic_core import to_jsonable_python
 from nightshift.emulator.config import EmulatorConfig, HttpFault, ScriptedReply
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The certificate check of every admin client of this process, built once: httpx would read
+    the CA bundle again for each client, and a test suite builds one per test."""
+    return httpx.create_ssl_context()
+
+
 class EmulatorAdmin:
     """A small async client of ``/_emulator/``. Close it (or use ``async with``)."""
 
     def __init__(self, base_url: str) -> None:
-        self._http = httpx.AsyncClient(base_url=base_url.rstrip("/") + "/_emulator", timeout=30)
+        self._http = httpx.AsyncClient(base_url=base_url.rstrip("/") + "/_emulator", timeout=30, verify=_tls_context())
 
     async def configure(self, **fields: Any) -> EmulatorConfig:
         """Replace the given config fields (see ``EmulatorConfig``); returns the whole config."""
