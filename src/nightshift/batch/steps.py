@@ -115,6 +115,7 @@ async def queue_batch_run(
         request_hash=request_hash,
         kind=kind,
         deadline_at=deadline_at,
+        queued_agents=len(requests),
         created_at=now,
         updated_at=now,
     )

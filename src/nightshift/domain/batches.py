@@ -175,6 +175,7 @@ class BatchRun:
     request_hash: str | None = None
     kind: BatchRunKind = BatchRunKind.MAIN
     deadline_at: datetime | None = None  # when it is to be done by (``domain/deadlines.py``)
+    queued_agents: int = 0  # the agents of its requests while it waits for its first step
     created_at: datetime
     updated_at: datetime
 
@@ -396,6 +397,17 @@ class BatchRunProgress:
     def count(self, outcome: ItemOutcome) -> int:
         """How many items ended with ``outcome``."""
         return self.outcomes.get(outcome, 0)
+
+    @classmethod
+    def before_first_step(cls, run: BatchRun) -> BatchRunProgress:
+        """A run with no step written: its queued agents are running while it waits for a poller,
+        and cancelled if it was cancelled then. One that failed before its first step counts none:
+        its agents were deleted meanwhile, or the step could not be written (its error says)."""
+        if run.status is BatchRunStatus.CREATED:
+            return cls(running=run.queued_agents)
+        if run.status is BatchRunStatus.CANCELLED and run.queued_agents:
+            return cls(outcomes={ItemOutcome.CANCELLED: run.queued_agents})
+        return cls()
 
     @classmethod
     def of(cls, batches: Iterable[tuple[str, int, BatchSummary]]) -> BatchRunProgress:

@@ -290,7 +290,12 @@ async def views_of(conn: AsyncConnection, runs: Sequence[BatchRun]) -> list[Batc
     failing = [run_id for run_id in ids if progress[run_id].count(ItemOutcome.FAILED)]
     failures = await batch_run_views.runs_failures(conn, failing) if failing else {}
     return [
-        BatchRunView(run=run, progress=progress[run.id], batches=batches[run.id], failures=failures.get(run.id, []))
+        BatchRunView(
+            run=run,
+            progress=progress[run.id] if batches[run.id] else BatchRunProgress.before_first_step(run),
+            batches=batches[run.id],
+            failures=failures.get(run.id, []),
+        )
         for run in runs
     ]
 

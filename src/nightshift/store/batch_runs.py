@@ -245,13 +245,19 @@ async def runs_queuing_agent(conn: AsyncConnection, agent_id: str) -> set[str]:
 
 async def forget_queued_request(conn: AsyncConnection, run_id: str, agent_id: str) -> bool:
     """Delete the agent's request of a queued run (its part of the run was cancelled), which frees
-    it; False when there was none (the run's first step was written meanwhile, or it ended)."""
+    it and leaves it out of the run's queued agents; False when there was none (the run's first
+    step was written meanwhile, or it ended)."""
     result = await conn.execute(
         delete(batch_run_requests).where(
             batch_run_requests.c.batch_run_id == run_id, batch_run_requests.c.agent_id == agent_id
         )
     )
-    return result.rowcount > 0
+    if result.rowcount == 0:
+        return False
+    await conn.execute(
+        update(batch_runs).where(batch_runs.c.id == run_id).values(queued_agents=batch_runs.c.queued_agents - 1)
+    )
+    return True
 
 
 async def is_queued(conn: AsyncConnection, run_id: str) -> bool:

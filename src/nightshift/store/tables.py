@@ -354,6 +354,13 @@ batch_runs = Table(
         server_default=text("'main'"),
         comment="main: the user's agents; sleeptime: sleep-time agents gathered by the poller",
     ),
+    Column(
+        "queued_agents",
+        Integer,
+        nullable=False,
+        server_default=text("0"),
+        comment="agents in the run's requests while it waits for its first step (what its progress counts then)",
+    ),
     Index("ix_batch_runs_org_status", "organization_id", "status"),
     Index("ix_batch_runs_org_id", "organization_id", "id"),  # a page of runs, ordered by id
     UniqueConstraint("organization_id", "idempotency_key", name="uq_batch_runs_organization_id_idempotency_key"),

@@ -186,6 +186,8 @@ async def test_an_agent_cancelled_while_its_run_is_queued_leaves_it(stepped: Ste
         await stepped.client.post("/v1/messages/batches", json={"requests": [{"agent_id": alone["id"], "input": "hi"}]})
     )
     assert await _cancel(stepped, leaving["id"]) == {queued["id"]: "cancelled"}
+    # The agent left the run: it waits with one agent.
+    assert (await stepped.run(queued["id"]))["progress"]["agents"]["running"] == 1
     assert await _cancel(stepped, alone["id"], run_ids=[lone["id"], "batch-unknown"]) == {
         lone["id"]: "cancelled",
         "batch-unknown": "failed",

@@ -32,10 +32,14 @@ def worker_of(app: FastAPI) -> Worker:
     return worker
 
 
+QUEUED = {"running": 2, "finished": 0, "failed": 0, "cancelled": 0}
+
+
 async def test_a_queued_run_holds_its_agents_from_its_post(runs: Runs) -> None:
     ada = await runs.agent("ada")
     run = await queue(runs.client, [ada])
     assert (run["status"], run["progress"]["provider_batches"]) == ("created", [])
+    assert run["progress"]["agents"] == {"running": 1, "finished": 0, "failed": 0, "cancelled": 0}
     again = await runs.client.post(POST, json={"requests": [{"agent_id": ada["id"], "input": "again"}]})
     assert again.status_code == 409, again.text
     assert ada["id"] in again.json()["detail"]
@@ -48,11 +52,16 @@ async def test_a_queued_run_holds_its_agents_from_its_post(runs: Runs) -> None:
 async def test_a_run_cancelled_while_queued_ends_without_a_step_and_frees_its_agents(runs: Runs, app: FastAPI) -> None:
     ada, bob = await runs.agent("ada"), await runs.agent("bob")
     run = await queue(runs.client, [ada, bob])
+    assert run["progress"]["agents"] == QUEUED
     cancelled = json_object(await runs.client.patch(f"{POST}/{run['id']}/cancel"))
     assert (cancelled["status"], cancelled["progress"]["provider_batches"]) == ("cancelled", [])
     assert await worker_of(app).start_queued_runs() == 0  # nothing left to start
     after = json_object(await runs.client.get(f"{POST}/{run['id']}"))
     assert (after["status"], after["progress"]["provider_batches"]) == ("cancelled", [])
+    # Its agents count as cancelled, in the run and in the page of runs, though no step held them.
+    assert after["progress"]["agents"] == {"running": 0, "finished": 0, "failed": 0, "cancelled": 2}
+    (listed,) = (await runs.client.get(POST)).json()
+    assert listed["progress"]["agents"] == after["progress"]["agents"]
     # Its agents are free: a run of them is taken, and stepped.
     second = await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (ada, bob)])
     assert [b["status"] for b in second["progress"]["provider_batches"]] == ["running"]
@@ -77,6 +86,8 @@ async def test_a_run_whose_every_agent_was_deleted_while_queued_fails(runs: Runs
     assert await worker_of(app).start_queued_runs() == 1
     ended = json_object(await runs.client.get(f"{POST}/{run['id']}"))
     assert (ended["status"], ended["progress"]["provider_batches"]) == ("failed", [])
+    # The deleted agent was left out: the run has no agent to count.
+    assert ended["progress"]["agents"] == {"running": 0, "finished": 0, "failed": 0, "cancelled": 0}
 
 
 async def test_pollers_starting_the_queue_at_once_write_each_first_step_once(runs: Runs, app: FastAPI) -> None:
