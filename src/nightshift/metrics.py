@@ -31,7 +31,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from nightshift.domain.batches import BatchCensus, BatchRunKind, BatchRunStatus, ProviderBatchStatus
+from nightshift.domain.batch_progress import BatchCensus
+from nightshift.domain.batches import BatchRunKind, BatchRunStatus, ProviderBatchStatus
 from nightshift.domain.usage import Usage
 
 # From a submit of a few agents (tens of ms) to the apply of a step of 10,000 agents with tools.

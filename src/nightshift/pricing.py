@@ -27,7 +27,7 @@ from genai_prices.data import providers as genai_providers
 from genai_prices.data_snapshot import DataSnapshot
 from genai_prices.types import ModelInfo, ModelPrice, TieredPrices
 
-from nightshift.domain.batches import Costs
+from nightshift.domain.costs import Costs
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.usage import Usage
 from nightshift.providers.base import CacheTtl

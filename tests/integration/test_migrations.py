@@ -11,7 +11,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, insert, inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, StepStatus
+from nightshift.domain.batch_progress import BatchSummary
+from nightshift.domain.batches import ItemOutcome, StepStatus
+from nightshift.domain.costs import Costs
 from nightshift.domain.usage import Usage
 from nightshift.store import db
 from nightshift.store.batch_run_views import run_progress

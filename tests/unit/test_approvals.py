@@ -18,9 +18,9 @@ from nightshift.domain.approvals import (
     pending_request,
     waiting_calls,
 )
+from nightshift.domain.batch_progress import BatchRunProgress
 from nightshift.domain.batches import (
     BatchItem,
-    BatchRunProgress,
     BatchRunRequest,
     BatchRunStatus,
     ItemOutcome,

@@ -9,15 +9,8 @@ from typing import Any
 from nightshift.batch.decisions import TRANSIENT_RETRIES, final_status, next_step
 from nightshift.batch.outcomes import failed_result
 from nightshift.domain.agents import Agent, LLMConfig
-from nightshift.domain.batches import (
-    BatchItem,
-    BatchRunProgress,
-    BatchRunStatus,
-    ItemOutcome,
-    RequestStatus,
-    StepState,
-    StepStatus,
-)
+from nightshift.domain.batch_progress import BatchRunProgress
+from nightshift.domain.batches import BatchItem, BatchRunStatus, ItemOutcome, RequestStatus, StepState, StepStatus
 from nightshift.domain.context_window import SummaryPlan
 from nightshift.domain.solver import Reason
 from nightshift.providers.base import ModelError

@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 import orjson
 
 from nightshift.domain.answers import OutcomeStatus, Route, StoredResult
-from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, StepStatus
+from nightshift.domain.batch_progress import BatchSummary
+from nightshift.domain.batches import ItemOutcome, StepStatus
+from nightshift.domain.costs import Costs
 from nightshift.domain.deadlines import MIN_TAIL_WAIT, Takeover, Waiting, done_share, in_tail
 
 SUBMITTED = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

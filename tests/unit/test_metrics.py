@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from nightshift.domain.batches import BatchCensus, BatchRunKind, BatchRunStatus, ProviderBatchStatus
+from nightshift.domain.batch_progress import BatchCensus
+from nightshift.domain.batches import BatchRunKind, BatchRunStatus, ProviderBatchStatus
 from nightshift.domain.usage import Usage
 from nightshift.metrics import ErrorScope, Metrics
 

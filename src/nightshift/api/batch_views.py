@@ -19,7 +19,9 @@ from fastapi import Response
 from pydantic import BaseModel, Field, TypeAdapter
 
 from nightshift.domain.answers import Route
-from nightshift.domain.batches import Costs, ItemOutcome, KindCosts, ProviderBatch, ProviderBatchStatus
+from nightshift.domain.batch_progress import KindCosts
+from nightshift.domain.batches import ItemOutcome, ProviderBatch, ProviderBatchStatus
+from nightshift.domain.costs import Costs
 from nightshift.domain.messages import Message
 from nightshift.domain.polling import Turnaround, Turnarounds
 from nightshift.domain.usage import Usage

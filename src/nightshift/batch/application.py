@@ -33,7 +33,6 @@ from nightshift.domain.batches import (
     BatchItem,
     BatchRunKind,
     BatchRunStatus,
-    Costs,
     ItemOutcome,
     ItemResult,
     PollSnapshot,
@@ -42,6 +41,7 @@ from nightshift.domain.batches import (
     RequestStatus,
     StepStatus,
 )
+from nightshift.domain.costs import Costs
 from nightshift.domain.deadlines import Waiting, done_share, in_tail
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderError

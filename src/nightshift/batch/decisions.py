@@ -10,15 +10,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nightshift.domain.agents import Agent
-from nightshift.domain.batches import (
-    BatchItem,
-    BatchRunProgress,
-    BatchRunStatus,
-    ItemCompletion,
-    ItemOutcome,
-    RequestStatus,
-    StepState,
-)
+from nightshift.domain.batch_progress import BatchRunProgress
+from nightshift.domain.batches import BatchItem, BatchRunStatus, ItemCompletion, ItemOutcome, RequestStatus, StepState
 from nightshift.domain.fast_init import fast_init
 from nightshift.domain.messages import UserInput
 from nightshift.runtime.step import TurnReason, TurnResult

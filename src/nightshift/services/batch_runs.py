@@ -19,22 +19,21 @@ from nightshift.batch.polling import LATEST_ENDS
 from nightshift.batch.steps import cancel_batch_run, queue_batch_run
 from nightshift.batch.worker import Worker
 from nightshift.domain.approvals import Answer
+from nightshift.domain.batch_progress import BatchRunProgress, KindCosts
 from nightshift.domain.batches import (
     BatchItem,
     BatchRun,
     BatchRunFailure,
     BatchRunKind,
-    BatchRunProgress,
     BatchRunRequest,
     BatchRunStatus,
-    Costs,
     ItemOutcome,
-    KindCosts,
     ProviderBatch,
     ProviderBatchStatus,
     RequestStatus,
     StepStatus,
 )
+from nightshift.domain.costs import Costs
 from nightshift.domain.messages import Message
 from nightshift.domain.polling import Turnarounds
 from nightshift.domain.usage import Usage

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from sqlalchemy import ColumnElement, Join, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.batch_progress import BatchRunProgress
 from nightshift.domain.batches import (
     BatchItem,
     BatchRunAgent,
     BatchRunFailure,
-    BatchRunProgress,
     ItemOutcome,
     RequestStatus,
     StepState,

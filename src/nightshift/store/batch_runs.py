@@ -9,15 +9,9 @@ from typing import Any
 from sqlalchemy import Row, delete, func, insert, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import (
-    TERMINAL_RUN_STATUSES,
-    BatchRun,
-    BatchRunKind,
-    BatchRunStatus,
-    Costs,
-    ItemOutcome,
-    KindCosts,
-)
+from nightshift.domain.batch_progress import KindCosts
+from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, BatchRunKind, BatchRunStatus, ItemOutcome
+from nightshift.domain.costs import Costs
 from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.store.copy import insert_rows
 from nightshift.store.mapping import from_row, to_values

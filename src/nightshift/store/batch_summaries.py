@@ -27,7 +27,9 @@ from dataclasses import replace
 from sqlalchemy import bindparam, func, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import BatchSummary, Costs, ItemOutcome, ProviderBatchStatus, StepStatus
+from nightshift.domain.batch_progress import BatchSummary
+from nightshift.domain.batches import ItemOutcome, ProviderBatchStatus, StepStatus
+from nightshift.domain.costs import Costs
 from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.store.bulk import in_ids
 from nightshift.store.tables import batch_items, provider_batches

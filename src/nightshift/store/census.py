@@ -7,7 +7,8 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import BatchCensus, BatchRunStatus, ProviderBatchStatus, StepStatus
+from nightshift.domain.batch_progress import BatchCensus
+from nightshift.domain.batches import BatchRunStatus, ProviderBatchStatus, StepStatus
 from nightshift.store.provider_batches import CLAIMABLE
 from nightshift.store.tables import batch_items, batch_runs, provider_batches
 

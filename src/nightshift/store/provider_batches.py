@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, and_, case, func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.domain.batches import BatchSummary, PollSnapshot, ProviderBatch, ProviderBatchStatus
+from nightshift.domain.batch_progress import BatchSummary
+from nightshift.domain.batches import PollSnapshot, ProviderBatch, ProviderBatchStatus
 from nightshift.store.batch_runs import RUNS_CHANNEL
 from nightshift.store.bulk import in_ids
 from nightshift.store.mapping import from_row, to_values

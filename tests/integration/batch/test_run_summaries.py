@@ -25,14 +25,9 @@ from integration.batch.kit import call, say
 from integration.batch.test_context_window import MAX_TOKENS, PAGES, READ_PAGE, TASK, WINDOW
 from nightshift.batch import application
 from nightshift.batch.worker import Worker
-from nightshift.domain.batches import (
-    BatchRunProgress,
-    BatchSummary,
-    Costs,
-    ItemOutcome,
-    ProviderBatchStatus,
-    StepStatus,
-)
+from nightshift.domain.batch_progress import BatchRunProgress, BatchSummary
+from nightshift.domain.batches import ItemOutcome, ProviderBatchStatus, StepStatus
+from nightshift.domain.costs import Costs
 from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply
