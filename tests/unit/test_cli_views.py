@@ -112,3 +112,10 @@ def test_the_summary_of_a_run_with_a_deadline_says_what_was_taken_over() -> None
     ended["progress"]["provider_batches"] = [{"step_number": 0, "taken_over": 0}]
     assert any("in 10 min 00 s; nothing taken over" in line for line in rendered(run_summary(ended)))
     assert not any("deadline" in line for line in rendered(run_summary(run("completed", None))))
+
+
+def test_the_summary_of_a_run_that_failed_before_its_first_step_says_why() -> None:
+    reason = "every agent of the run was deleted before its first step"
+    failed = run("failed", None, completed_at="2026-12-01T01:00:01+00:00", error=reason)
+    assert any(line.split() == ["│", "error", "│", *reason.split(), "│"] for line in rendered(run_summary(failed)))
+    assert not any("error" in line for line in rendered(run_summary(run("completed", None))))

@@ -152,6 +152,10 @@ class BatchRunPublic(BaseModel):
     callback_error: str | None
     agent_id: None = None
     deadline: datetime | None = Field(default=None, description="nightshift: when the run is to be done by")
+    error: str | None = Field(
+        default=None,
+        description="nightshift: why the run failed before its first step (after it, see progress.failures)",
+    )
     progress: BatchRunProgress
 
 
@@ -256,6 +260,7 @@ def batch_run_json(view: BatchRunView) -> dict[str, Any]:
         "callback_error": run.callback_error,
         "agent_id": None,
         "deadline": run.deadline_at,
+        "error": run.error,
         "progress": {
             "step": progress.step,
             "agents": {

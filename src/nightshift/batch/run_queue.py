@@ -36,6 +36,10 @@ from nightshift.store import provider_batches as batch_store
 
 log = logging.getLogger(__name__)
 
+# A queued run's error when writing its first step failed: the exception stays in the server's
+# log, which the caller may not see, and its text may hold what only the operator should read.
+FIRST_STEP_NOT_WRITTEN = "the server could not write the run's first step (its log says why)"
+
 # After its listening connection drops, how long a poller waits before it connects again.
 RECONNECT_DELAY = 1.0
 
@@ -90,7 +94,7 @@ async def _fail(parts: StageParts, run_id: str) -> None:
     async with parts.engine.begin() as conn:
         now = parts.clock.now()
         await batch_run_store.set_run_status(
-            conn, run_id, BatchRunStatus.FAILED, now, only_from=(BatchRunStatus.CREATED,)
+            conn, run_id, BatchRunStatus.FAILED, now, only_from=(BatchRunStatus.CREATED,), error=FIRST_STEP_NOT_WRITTEN
         )
         await batch_run_store.forget_queued_requests(conn, run_id)
 

@@ -59,6 +59,8 @@ BATCH_SLICE = 10_000
 MAX_INPUT_BYTES = 100 * 1024 * 1024
 # Passes over a run's provider batches when cancelling it, should workers move them on meanwhile.
 CANCEL_PASSES = 10
+# A queued run's error when none of its agents is left to step.
+EVERY_AGENT_DELETED = "every agent of the run was deleted before its first step"
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +194,7 @@ async def write_first_step(
     present = [r for r in requests if r.agent_id in configs]
     if not present:
         await batch_run_store.set_run_status(
-            conn, run.id, BatchRunStatus.FAILED, now, only_from=(BatchRunStatus.CREATED,)
+            conn, run.id, BatchRunStatus.FAILED, now, only_from=(BatchRunStatus.CREATED,), error=EVERY_AGENT_DELETED
         )
         return []
     # Written BATCH_SLICE agents at a time (a provider batch's worth), so that a run of 100,000

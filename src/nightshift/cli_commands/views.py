@@ -130,6 +130,8 @@ def run_summary(run: Mapping[str, Any]) -> RenderableType:
         table.add_row("name", Text(str(run_name(run))))
     table.add_row("kind", run_kind(run))
     table.add_row("status", run_status_text(run))
+    if run.get("error"):
+        table.add_row("error", Text(str(run["error"])))
     table.add_row("agents", f"{total} ({agent_counts(counts)})")
     table.add_row("steps", str(_steps(run)))
     table.add_row("provider batches", str(len(progress.get("provider_batches", []))))

@@ -178,6 +178,7 @@ class BatchRun(_Answer):
     callback_error: str | None
     agent_id: None = None
     deadline: datetime | None = Field(default=None, description="When the run is to be done by")
+    error: str | None = Field(default=None, description="Why the run failed before its first step")
     progress: BatchRunProgress
 
     @property

@@ -177,6 +177,7 @@ class BatchRun:
     kind: BatchRunKind = BatchRunKind.MAIN
     deadline_at: datetime | None = None  # when it is to be done by (``domain/deadlines.py``)
     queued_agents: int = 0  # the agents of its requests while it waits for its first step
+    error: str | None = None  # why it failed before its first step (after it, its items say)
     created_at: datetime
     updated_at: datetime
 

@@ -88,9 +88,16 @@ async def lock_run(conn: AsyncConnection, run_id: str) -> None:
 
 
 async def set_run_status(
-    conn: AsyncConnection, run_id: str, status: BatchRunStatus, now: datetime, *, only_from: Iterable[BatchRunStatus]
+    conn: AsyncConnection,
+    run_id: str,
+    status: BatchRunStatus,
+    now: datetime,
+    *,
+    only_from: Iterable[BatchRunStatus],
+    error: str | None = None,
 ) -> bool:
-    """Move a run to ``status`` if it is in one of ``only_from``; True when it moved."""
+    """Move a run to ``status`` if it is in one of ``only_from``, with ``error`` if given (why it
+    failed before its first step); True when it moved."""
     result = await conn.execute(
         update(batch_runs)
         .where(batch_runs.c.id == run_id, batch_runs.c.status.in_([s.value for s in only_from]))
@@ -98,6 +105,7 @@ async def set_run_status(
             status=status.value,
             updated_at=now,
             **({"completed_at": now} if status in TERMINAL_RUN_STATUSES else {}),
+            **({"error": error} if error is not None else {}),
         )
     )
     return result.rowcount > 0

@@ -361,6 +361,7 @@ batch_runs = Table(
         server_default=text("0"),
         comment="agents in the run's requests while it waits for its first step (what its progress counts then)",
     ),
+    Column("error", CleanText, comment="why the run failed before its first step; null: it did not"),
     Index("ix_batch_runs_org_status", "organization_id", "status"),
     Index("ix_batch_runs_org_id", "organization_id", "id"),  # a page of runs, ordered by id
     UniqueConstraint("organization_id", "idempotency_key", name="uq_batch_runs_organization_id_idempotency_key"),

@@ -10,8 +10,11 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import update
 
 from nightshift.batch.worker import Worker
+from nightshift.store.db import opened
+from nightshift.store.tables import agents
 from support.api import json_object
 from support.runs import Runs
 
@@ -38,7 +41,7 @@ QUEUED = {"running": 2, "finished": 0, "failed": 0, "cancelled": 0}
 async def test_a_queued_run_holds_its_agents_from_its_post(runs: Runs) -> None:
     ada = await runs.agent("ada")
     run = await queue(runs.client, [ada])
-    assert (run["status"], run["progress"]["provider_batches"]) == ("created", [])
+    assert (run["status"], run["progress"]["provider_batches"], run["error"]) == ("created", [], None)
     assert run["progress"]["agents"] == {"running": 1, "finished": 0, "failed": 0, "cancelled": 0}
     again = await runs.client.post(POST, json={"requests": [{"agent_id": ada["id"], "input": "again"}]})
     assert again.status_code == 409, again.text
@@ -86,8 +89,9 @@ async def test_a_run_whose_every_agent_was_deleted_while_queued_fails(runs: Runs
     assert await worker_of(app).start_queued_runs() == 1
     ended = json_object(await runs.client.get(f"{POST}/{run['id']}"))
     assert (ended["status"], ended["progress"]["provider_batches"]) == ("failed", [])
-    # The deleted agent was left out: the run has no agent to count.
+    # The deleted agent was left out: the run has no agent to count, and says why it failed.
     assert ended["progress"]["agents"] == {"running": 0, "finished": 0, "failed": 0, "cancelled": 0}
+    assert ended["error"] == "every agent of the run was deleted before its first step"
 
 
 async def test_pollers_starting_the_queue_at_once_write_each_first_step_once(runs: Runs, app: FastAPI) -> None:
@@ -101,3 +105,16 @@ async def test_pollers_starting_the_queue_at_once_write_each_first_step_once(run
         view = json_object(await runs.client.get(f"{POST}/{run['id']}"))
         assert [b["step_number"] for b in view["progress"]["provider_batches"]] == [0], view
         assert view["progress"]["agents"]["running"] == 2
+
+
+async def test_a_run_whose_first_step_cannot_be_written_fails_saying_so(runs: Runs, app: FastAPI, db_url: str) -> None:
+    broken = await runs.agent("broken")
+    run = await queue(runs.client, [broken])
+    # Changed in the database since the run was queued: its model settings no longer read.
+    async with opened(db_url) as engine, engine.begin() as conn:
+        await conn.execute(update(agents).where(agents.c.id == broken["id"]).values(llm_config={"model": 5}))
+    assert await worker_of(app).start_queued_runs() == 1
+    ended = json_object(await runs.client.get(f"{POST}/{run['id']}"))
+    assert (ended["status"], ended["progress"]["provider_batches"]) == ("failed", [])
+    # The reason stays in the server's log; the caller is told where to look.
+    assert ended["error"] == "the server could not write the run's first step (its log says why)"
