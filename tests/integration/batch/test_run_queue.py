@@ -35,9 +35,6 @@ def worker_of(app: FastAPI) -> Worker:
     return worker
 
 
-QUEUED = {"running": 2, "finished": 0, "failed": 0, "cancelled": 0}
-
-
 async def test_a_queued_run_holds_its_agents_from_its_post(runs: Runs) -> None:
     ada = await runs.agent("ada")
     run = await queue(runs.client, [ada])
@@ -55,7 +52,7 @@ async def test_a_queued_run_holds_its_agents_from_its_post(runs: Runs) -> None:
 async def test_a_run_cancelled_while_queued_ends_without_a_step_and_frees_its_agents(runs: Runs, app: FastAPI) -> None:
     ada, bob = await runs.agent("ada"), await runs.agent("bob")
     run = await queue(runs.client, [ada, bob])
-    assert run["progress"]["agents"] == QUEUED
+    assert run["progress"]["agents"] == {"running": 2, "finished": 0, "failed": 0, "cancelled": 0}
     cancelled = json_object(await runs.client.patch(f"{POST}/{run['id']}/cancel"))
     assert (cancelled["status"], cancelled["progress"]["provider_batches"]) == ("cancelled", [])
     assert await worker_of(app).start_queued_runs() == 0  # nothing left to start
