@@ -34,3 +34,16 @@ def test_two_emulators_keep_their_own_batches_files_config_and_logs() -> None:
 
         assert len(first.get("/_emulator/requests", params={"path": "/v1/messages"}).json()["data"]) == 1
         assert second.get("/_emulator/requests", params={"path": "/v1/messages"}).json()["data"] == []
+
+
+def test_the_request_log_reads_from_a_time_on() -> None:
+    with running_emulator() as url, httpx.Client(base_url=url, headers=AUTH) as client:
+        assert client.post("/v1/messages", json=MESSAGE).status_code == 200
+        first = client.get("/_emulator/requests", params={"path": "/v1/messages"}).json()["data"][0]["received_at"]
+        assert client.post("/v1/messages", json=MESSAGE).status_code == 200
+
+        log = client.get("/_emulator/requests", params={"path": "/v1/messages", "since": first}).json()["data"]
+        assert len(log) == 1 and log[0]["received_at"] > first
+        assert len(client.get("/_emulator/requests", params={"since": first - 1}).json()["data"]) == 2
+        later = client.get("/_emulator/requests", params={"since": log[0]["received_at"], "path": "/v1/messages"})
+        assert later.json()["data"] == []

@@ -101,13 +101,19 @@ async def add_faults(request: Request, state: State) -> dict[str, Any] | JSONRes
 
 @router.get("/requests")
 async def requests(
-    state: State, path: str | None = None, method: str | None = None, limit: int | None = None
+    state: State,
+    path: str | None = None,
+    method: str | None = None,
+    limit: int | None = None,
+    since: float | None = None,
 ) -> dict[str, Any]:
-    """The API requests received, oldest first."""
+    """The API requests received, oldest first (``since``: those received after that Unix time)."""
     data = [
         r
         for r in state.requests
-        if (path is None or r["path"] == path) and (method is None or r["method"] == method.upper())
+        if (path is None or r["path"] == path)
+        and (method is None or r["method"] == method.upper())
+        and (since is None or r["received_at"] > since)
     ]
     return {"data": data[-limit:] if limit else data}
 
