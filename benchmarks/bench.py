@@ -167,9 +167,14 @@ def fresh_emulator(url: str) -> None:
 
 def sandbox_cpu_seconds(*, besides: int) -> float:
     """CPU time of every process below this one but ``besides`` (the emulator): the tool sandbox."""
+    return sum(tree_cpu_seconds(pid) for pid in _children(os.getpid()) if pid != besides)
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU time of the process ``root`` and every process below it, with what they reaped."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
-    pending = [pid for pid in _children(os.getpid()) if pid != besides]
+    pending = [root]
     while pending:
         pid = pending.pop()
         try:
