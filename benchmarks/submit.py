@@ -40,7 +40,7 @@ BATCH_CREATES = {
 async def provider_received(emulator: httpx.AsyncClient, path: str, sent: float, *, longest: float = 300) -> float:
     """When the emulator received the first batch create after ``sent`` (Unix seconds), once it has."""
     limit = time.monotonic() + longest
-    query = {"path": path, "method": "POST", "since": sent}
+    query: dict[str, str | float] = {"path": path, "method": "POST", "since": sent}
     while time.monotonic() < limit:
         logged = (await emulator.get("/_emulator/requests", params=query)).json()["data"]
         if logged:
