@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.leases import Leases
 from nightshift.batch.stages import StageParts
-from nightshift.batch.steps import write_first_step
+from nightshift.batch.steps import WrittenBatch, write_first_step
 from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.domain.batches import BatchRunRequest, BatchRunStatus, ProviderBatch
 from nightshift.store import batch_runs as batch_run_store
@@ -47,10 +47,11 @@ RECONNECT_DELAY = 1.0
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A queued run a poller claimed: ``started`` unless another poller took its requests first;
-    the provider batches of the first step it wrote (none when the run failed)."""
+    the provider batches of the first step it wrote (none when the run failed), as written when
+    the step is small enough to hold (see ``write_first_step``)."""
 
     started: bool
-    batches: list[ProviderBatch] = field(default_factory=list)
+    batches: list[ProviderBatch | WrittenBatch] = field(default_factory=list)
 
 
 async def start_one(parts: StageParts, leases: Leases) -> Claimed | None:

@@ -184,11 +184,14 @@ async def write_first_step(
     endpoints: Mapping[str, str],
     summary_model: str | None = None,
     batch_bytes: int | None = None,
-) -> list[ProviderBatch]:
+) -> list[ProviderBatch | WrittenBatch]:
     """Write a queued run's first step from its requests (see ``write_step``).
 
     An agent deleted since the run was queued is left out (it has nothing left to step); a run
     left with none ends failed. The caller deletes the queued requests in the same transaction.
+    A run of one slice (``BATCH_SLICE`` agents at most, as most are) returns its batches as
+    written, which the caller submits without reading them back; a larger one returns only the
+    batches, so that it never holds more than a slice's agents (each is read back at its submit).
     """
     configs = await agent_store.llm_configs_of(conn, run.organization_id, [r.agent_id for r in requests])
     present = [r for r in requests if r.agent_id in configs]
@@ -201,7 +204,7 @@ async def write_first_step(
     # agents never holds them all loaded at once; in order of model, so that a slice is mostly
     # one provider batch rather than a piece of each.
     by_model = sorted(present, key=lambda r: configs[r.agent_id].handle)
-    batches: list[ProviderBatch] = []
+    batches: list[ProviderBatch | WrittenBatch] = []
     for start in range(0, len(by_model), BATCH_SLICE):
         part = by_model[start : start + BATCH_SLICE]
         agents = await agent_store.load_agents(conn, run.organization_id, [r.agent_id for r in part])
@@ -226,7 +229,7 @@ async def write_first_step(
             summary_model=summary_model,
             batch_bytes=batch_bytes,
         )
-        batches += [w.batch for w in written]  # (not their agents: a run's may be too many to hold)
+        batches += written if len(by_model) <= BATCH_SLICE else [w.batch for w in written]
     return batches
 
 
