@@ -101,8 +101,9 @@ class Settings(BaseSettings):
     # serve: run the poller in a child process (``nightshift poll``), so that the API process's
     # event loop serves requests only; false: inside the API process, on its event loop.
     poller_process: bool = True
-    # On SQLite, how often a poller looks for a newly queued run (on PostgreSQL, NOTIFY tells it).
-    run_queue_seconds: float = Field(default=0.25, gt=0)
+    # On SQLite, how often a poller asks whether anything was committed, to look for a newly queued
+    # run (on PostgreSQL, NOTIFY tells it).
+    run_queue_seconds: float = Field(default=0.1, gt=0)
     # How long a provider batch a process works on stays its own (renewed while it works): after a
     # crash, how soon another process takes over. Default: 20 poll intervals, at least 5 s.
     lease_seconds: float | None = Field(default=None, gt=0)

@@ -10,8 +10,9 @@ the run queued for the next one. The run stays ``created`` until its first provi
 submitted, as before.
 
 A poller learns of a queued run (``watch_queue``) from PostgreSQL's ``NOTIFY``, sent in the run's
-transaction, on a connection of its own that it opens again when it drops; on SQLite by looking
-for queued runs every ``Settings.run_queue_seconds``. An API on the poller's own event loop sets
+transaction, on a connection of its own that it opens again when it drops; on SQLite by asking
+every ``Settings.run_queue_seconds`` whether anything was committed, and looking for queued runs
+when it was. An API on the poller's own event loop sets
 the poller's event as well (``AppState.runs_queued``).
 """
 
@@ -23,6 +24,7 @@ import logging
 from dataclasses import dataclass, field
 
 import asyncpg
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -103,18 +105,36 @@ async def _fail(parts: StageParts, run_id: str) -> None:
 async def watch_queue(engine: AsyncEngine, wake: asyncio.Event, *, every: float, clock: Clock = SYSTEM_CLOCK) -> None:
     """Set ``wake`` whenever a run is queued or a provider batch is made due at once (a provider's
     webhook), until cancelled: on PostgreSQL when their ``NOTIFY`` comes, elsewhere when a look
-    every ``every`` seconds finds a queued run or a due batch that no process holds."""
+    after a commit (asked every ``every`` seconds) finds a queued run or a due batch that no
+    process holds."""
     if engine.dialect.name == "postgresql":
         await _listen(engine, wake)
         return
     while True:
         try:
-            async with engine.connect() as conn:
-                if await batch_run_store.any_queued(conn) or await batch_store.any_due(conn, clock.now()):
-                    wake.set()
+            await _watch_sqlite(engine, wake, every=every, clock=clock)
         except Exception:
             log.warning("looking for queued runs failed; trying again", exc_info=True)
         await asyncio.sleep(every)
+
+
+async def _watch_sqlite(engine: AsyncEngine, wake: asyncio.Event, *, every: float, clock: Clock) -> None:
+    """Every ``every`` seconds, ask SQLite whether another connection committed since the last
+    look (``PRAGMA data_version``, a counter it keeps in memory: a fraction of what reading the
+    tables costs), and look for queued runs and due batches only then: a short wait for a new
+    run, at less CPU than looking at the tables less often. The connection is held, with no
+    transaction left open between looks (an open one would pin SQLite's snapshot)."""
+    seen: int | None = None
+    async with engine.connect() as conn:
+        while True:
+            version = await conn.scalar(text("PRAGMA data_version"))
+            if version != seen:
+                # Read after the counter: a commit between the two is seen by this look or moves it again.
+                if await batch_run_store.any_queued(conn) or await batch_store.any_due(conn, clock.now()):
+                    wake.set()
+                seen = version
+            await conn.rollback()
+            await asyncio.sleep(every)
 
 
 async def _listen(engine: AsyncEngine, wake: asyncio.Event) -> None:

@@ -5,17 +5,20 @@ with the app's worker, as a poller's pass does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import text, update
 
+from nightshift.batch.run_queue import watch_queue
 from nightshift.batch.worker import Worker
 from nightshift.store.db import opened
 from nightshift.store.tables import agents
 from support.api import json_object
+from support.databases import sqlite_only
 from support.runs import Runs
 
 pytestmark = pytest.mark.settings(poller=False)
@@ -115,3 +118,29 @@ async def test_a_run_whose_first_step_cannot_be_written_fails_saying_so(runs: Ru
     assert (ended["status"], ended["progress"]["provider_batches"]) == ("failed", [])
     # The reason stays in the server's log; the caller is told where to look.
     assert ended["error"] == "the server could not write the run's first step (its log says why)"
+
+
+@sqlite_only
+async def test_on_sqlite_a_run_queued_elsewhere_wakes_the_watch_which_holds_no_snapshot(
+    runs: Runs, db_url: str
+) -> None:
+    """The watch asks SQLite whether another connection committed, and reads the tables then;
+    between its looks it leaves no transaction open, so a checkpoint can empty the log."""
+    ada = await runs.agent("ada")
+    wake = asyncio.Event()
+    async with opened(db_url) as engine:
+        watching = asyncio.create_task(watch_queue(engine, wake, every=0.01))
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text("PRAGMA busy_timeout=2000"))  # a held snapshot fails it in 2 s
+                for _ in range(3):  # while the watch looks, again and again
+                    busy, _log, _done = (await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))).one()
+                    assert busy == 0
+                    await asyncio.sleep(0.02)
+            assert not wake.is_set()  # nothing queued, nothing due
+            await queue(runs.client, [ada])
+            await asyncio.wait_for(wake.wait(), timeout=5)
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
