@@ -72,6 +72,18 @@ def test_load_prints_latencies_without_errors() -> None:
     assert "the run took" in output
 
 
+def test_submit_times_each_round_until_the_provider_has_the_batch() -> None:
+    output = _run("benchmarks.submit", "--agents", "3", "--rounds", "2")
+    rows = {line.split("│")[1].strip(): line.split("│")[2:-1] for line in output.splitlines() if line.count("│") == 6}
+    assert set(rows) == {"1", "2", "median of 2-2"}, output
+    for name in ("1", "2"):
+        answered, took, per_agent, cpu = (float(cell) for cell in rows[name])
+        # The provider has the batch after the POST's answer (the poller submits it); took is shown to the ms.
+        assert 0 < answered / 1000 <= took and per_agent == pytest.approx(took * 1000 / 3, abs=0.17), output
+        assert cpu > 0, output
+    assert rows["median of 2-2"] == rows["2"], output
+
+
 def test_paced_load_states_its_offered_load() -> None:
     output = _run("benchmarks.load", "--agents", "4", "--clients", "4", "--seconds", "1", "--rate", "5", "--slow")
     assert "each 5 requests/s (poisson), 20 requests/s offered" in output, output
