@@ -142,12 +142,19 @@ async def create_agents(client: httpx.AsyncClient, count: int, model: str) -> li
     return ids
 
 
+# What a reader reads, by kind: one agent, a page of 50 agents, an agent's last 20 messages, the
+# page of runs, the run being stepped (while there is one).
+READS = ("agent", "agents", "messages", "runs", "run")
+
+
 @dataclass(frozen=True)
 class Pacing:
-    """How often each reader sends: ``rate`` requests a second (0: as soon as it has the last answer)."""
+    """How often each reader sends: ``rate`` requests a second (0: as soon as it has the last
+    answer); and what: a kind of ``mix`` at random, in equal shares."""
 
     rate: float = 0.0
     arrivals: Literal["poisson", "fixed"] = "poisson"
+    mix: tuple[str, ...] = READS
 
     def first(self) -> float:
         """Seconds from the phase's start to a reader's first request.
@@ -170,19 +177,24 @@ class Pacing:
 
 
 async def read(
-    client: httpx.AsyncClient, agent_ids: list[str], run_id: str | None, into: Latencies, due: float | None = None
+    client: httpx.AsyncClient,
+    agent_ids: list[str],
+    run_id: str | None,
+    into: Latencies,
+    due: float | None = None,
+    mix: tuple[str, ...] = READS,
 ) -> None:
-    """One read of what a user looks at, its latency (from ``due``, if given) added to ``into``."""
+    """One read of what a user looks at, of a kind of ``mix`` (the run only while there is one),
+    its latency (from ``due``, if given) added to ``into``."""
     agent_id = random.choice(agent_ids)
-    choices = [
-        f"/v1/agents/{agent_id}",
-        "/v1/agents/?limit=50",
-        f"/v1/agents/{agent_id}/messages?limit=20",
-        "/v1/messages/batches?limit=20",
-    ]
-    if run_id is not None:
-        choices.append(f"/v1/messages/batches/{run_id}")
-    path = random.choice(choices)
+    paths = {
+        "agent": f"/v1/agents/{agent_id}",
+        "agents": "/v1/agents/?limit=50",
+        "messages": f"/v1/agents/{agent_id}/messages?limit=20",
+        "runs": "/v1/messages/batches?limit=20",
+        "run": f"/v1/messages/batches/{run_id}" if run_id is not None else None,
+    }
+    path = random.choice([p for kind, p in paths.items() if kind in mix and p is not None])
     started = time.perf_counter() if due is None else due
     if due is not None:
         into.late.append(time.perf_counter() - due)
@@ -228,7 +240,7 @@ async def readers(
         nonlocal connected, started, cpu
         limits = httpx.Limits(max_connections=1)
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits, verify=tls) as client:
-            await read(client, agent_ids, run_id, Latencies("warm-up"))
+            await read(client, agent_ids, run_id, Latencies("warm-up"), mix=pacing.mix)
             connected += 1
             if connected == clients:
                 started, cpu = time.perf_counter(), cpu_seconds(server)
@@ -237,12 +249,12 @@ async def readers(
             due = time.perf_counter() + pacing.first()
             while not until():
                 if pacing.rate <= 0:
-                    await read(client, agent_ids, run_id, into)
+                    await read(client, agent_ids, run_id, into, mix=pacing.mix)
                     continue
                 await asyncio.sleep(max(0.0, due - time.perf_counter()))
                 if until():
                     break
-                await read(client, agent_ids, run_id, into, due=due)
+                await read(client, agent_ids, run_id, into, due=due, mix=pacing.mix)
                 due += pacing.gap()
 
     await asyncio.gather(*(reader() for _ in range(clients)))
@@ -343,6 +355,10 @@ def main(
     arrivals: Annotated[
         str, typer.Option(help="With --rate: poisson (random times, RATE a second on average) or fixed")
     ] = "poisson",
+    mix: Annotated[
+        str,
+        typer.Option(help=f"What the readers read, in equal shares (comma-separated, of {', '.join(READS)})"),
+    ] = ",".join(READS),
     slow: Annotated[
         bool,
         typer.Option(
@@ -362,7 +378,12 @@ def main(
     """Measure the API's latency under CLIENTS concurrent readers, without and with a run stepping."""
     if rate < 0 or arrivals not in ("poisson", "fixed"):
         raise typer.BadParameter("--rate must be 0 or more and --arrivals poisson or fixed")
-    pacing = Pacing(rate=rate, arrivals="fixed" if arrivals == "fixed" else "poisson")
+    reads = tuple(kind.strip() for kind in mix.split(",") if kind.strip())
+    if not reads or set(reads) - set(READS) or set(reads) == {"run"}:
+        raise typer.BadParameter(
+            f"use some of {', '.join(READS)}, not run alone (the first phase has none)", param_hint="--mix"
+        )
+    pacing = Pacing(rate=rate, arrivals="fixed" if arrivals == "fixed" else "poisson", mix=reads)
     model = f"{provider}/{provider_info(provider).example_model}"
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -397,6 +418,7 @@ def main(
         print_kinds(phases)
         for phase in phases:
             print_slow(phase)
+    console.print(f"reads: {', '.join(reads)}, in equal shares (the run only while it steps)")
     console.print(f"database: {db.split(':')[0]}; the run took {run_seconds:.1f} s (two steps)")
     console.print("the readers run in this process, on the same machine as the server and the emulator")
     console.print(f"(the emulator at niceness {emulator_niceness});")

@@ -85,15 +85,18 @@ def test_submit_times_each_round_until_the_provider_has_the_batch() -> None:
 
 
 def test_paced_load_states_its_offered_load() -> None:
-    output = _run("benchmarks.load", "--agents", "4", "--clients", "4", "--seconds", "1", "--rate", "5", "--slow")
+    mix = "agent,agents,messages,runs"  # the run itself left out
+    output = _run(
+        "benchmarks.load", "--agents", "4", "--clients", "4", "--seconds", "1", "--rate", "5", "--mix", mix, "--slow"
+    )
     assert "each 5 requests/s (poisson), 20 requests/s offered" in output, output
+    assert "reads: agent, agents, messages, runs, in equal shares" in output, output
     # One more column than unpaced: how late the readers sent their requests.
     rows = {line.split("│")[1].strip(): line.split("│")[2:] for line in output.splitlines() if line.count("│") == 11}
     assert set(rows) == {"no run going", "while the run steps"}, output
     for cells in rows.values():
         assert int(cells[0]) > 0 and cells[-4].strip() == "0" and int(cells[-2]) >= 0, output
-    # --slow: the latencies by kind of read, which add up to the phase's requests (the run is read
-    # only while it steps)...
+    # --slow: the latencies by kind of read, which add up to the phase's requests, of the mix only...
     kinds: dict[str, dict[str, int]] = {}
     for line in output.splitlines():
         if line.count("│") == 7:
@@ -101,7 +104,7 @@ def test_paced_load_states_its_offered_load() -> None:
             kinds.setdefault(phase, {})[kind] = int(requests)
     assert set(kinds) == set(rows), output
     assert set(kinds["no run going"]) <= {"agent", "agents", "messages", "runs"}, output
-    assert set(kinds["while the run steps"]) <= {"agent", "agents", "messages", "runs", "run"}, output
+    assert set(kinds["while the run steps"]) <= {"agent", "agents", "messages", "runs"}, output
     for phase, cells in rows.items():
         assert sum(kinds[phase].values()) == int(cells[0]), output
     # ...and each phase says how many requests took over 100 ms (by second, when there are some).
