@@ -3,8 +3,9 @@
 Starts the provider emulator and ``nightshift serve`` (a fresh SQLite file, or ``--database-url``)
 as processes of their own on the loopback, as ``make load`` does, and creates AGENTS agents through
 the API. Then, ROUNDS times: ``POST /v1/messages/batches`` with a message for every agent, and the
-time from the moment it was sent until the emulator received the provider batch (the time it
-logs for the batch's create request, on this machine's clock), then the run is cancelled, which
+time from the moment it was sent until the emulator had the provider batch's whole body (the
+time it logs for the batch's create request, on this machine's clock: the emulator's own parsing
+of the body is the provider's time, not nightshift's), then the run is cancelled, which
 frees its agents for the next round. The first round is the server's first run (its provider
 clients made, its statements compiled); the others are what a server that has run before costs.
 Each round prints the POST's own answer time, the time until the provider has the batch, that

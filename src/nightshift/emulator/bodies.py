@@ -22,13 +22,14 @@ _PIECES_PER_CHUNK = 256
 async def read_json(request: Request, state: EmulatorState) -> Any:
     """The request's JSON body (logged), or a 400 / 413 in the API's shape."""
     raw = await request.body()
+    received = state.now()  # (a large body takes a while to parse: the log says when it had arrived)
     if len(raw) > MAX_BODY_BYTES:
         raise ApiError(413, "request_too_large", f"Request exceeds the maximum size of {MAX_BODY_BYTES} bytes")
     try:
         body = json.loads(raw) if raw else None
     except ValueError:
         raise invalid("The request body is not valid JSON") from None
-    state.log_request(request.method, request.url.path, body, request.headers)
+    state.log_request(request.method, request.url.path, body, request.headers, at=received)
     return body
 
 

@@ -189,10 +189,13 @@ class EmulatorState:
             **fields,
         )
 
-    def log_request(self, method: str, path: str, body: Any, headers: Mapping[str, str]) -> None:
-        """Remember a request the API received."""
+    def log_request(
+        self, method: str, path: str, body: Any, headers: Mapping[str, str], *, at: float | None = None
+    ) -> None:
+        """Remember a request the API received (``at``: when its body had arrived; now by default)."""
         kept = {k: v for k, v in headers.items() if k.startswith(("anthropic-", "openai-", "x-stainless-retry"))}
-        self.requests.append({"method": method, "path": path, "headers": kept, "body": body, "received_at": self.now()})
+        received = self.now() if at is None else at
+        self.requests.append({"method": method, "path": path, "headers": kept, "body": body, "received_at": received})
 
     def answer(
         self,
