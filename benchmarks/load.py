@@ -6,10 +6,11 @@ the loopback, creates AGENTS agents through the API, then runs CLIENTS concurren
 phases: with no run going (SECONDS long), and while one batch run over every agent goes through
 its two steps (a memory edit, then send_message), until the run ends (at most SECONDS * 10).
 Readers loop over what a user or the dashboard reads: one agent, a page of 50 agents, an agent's
-last 20 messages, the page of runs and the run. Each reader has a connection of its own, as
-separate users would (one shared httpx pool of fifty connections costs the measuring process more
-than the server, and its latencies would be the pool's). It prints the latency percentiles of each phase,
-the API process's CPU time per request, and how long the run's steps took.
+last 20 messages, the page of runs and the run, in equal shares (``--mix`` picks some of them).
+Each reader has a connection of its own, as separate users would (one shared httpx pool of fifty
+connections costs the measuring process more than the server, and its latencies would be the
+pool's). It prints the latency percentiles of each phase, the API process's CPU time per request,
+and how long the run's steps took.
 
 By default a reader sends its next request as soon as it has the answer (the server saturated:
 the figures say how much it serves). With ``--rate R`` each reader sends R requests a second

@@ -12,8 +12,8 @@ submitted, as before.
 A poller learns of a queued run (``watch_queue``) from PostgreSQL's ``NOTIFY``, sent in the run's
 transaction, on a connection of its own that it opens again when it drops; on SQLite by asking
 every ``Settings.run_queue_seconds`` whether anything was committed, and looking for queued runs
-when it was. An API on the poller's own event loop sets
-the poller's event as well (``AppState.runs_queued``).
+when it was. An API on the poller's own event loop sets the poller's event as well
+(``AppState.runs_queued``).
 """
 
 from __future__ import annotations
