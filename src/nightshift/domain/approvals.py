@@ -29,6 +29,7 @@ from typing import Any
 
 from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
 from nightshift.domain.tool_rules import RequiresApprovalToolRule, ToolRule
+from nightshift.domain.tools import Tool
 from nightshift.errors import Conflict, InvalidInput
 
 
@@ -93,6 +94,16 @@ class Answer:
 def requires_approval(rules: Sequence[ToolRule], name: str) -> bool:
     """Whether a call of ``name`` waits for a person's approval under these rules."""
     return any(isinstance(r, RequiresApprovalToolRule) and r.tool_name == name for r in rules)
+
+
+def with_default_approvals(rules: Sequence[ToolRule], tools: Sequence[Tool]) -> list[ToolRule]:
+    """``rules`` with a requires_approval rule for each of ``tools`` that asks for one by default (as Letta)."""
+    added = [
+        RequiresApprovalToolRule(tool_name=t.name)
+        for t in tools
+        if t.default_requires_approval and not requires_approval(rules, t.name)
+    ]
+    return [*rules, *added]
 
 
 def waiting_calls(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -36,3 +37,13 @@ def check_block(label: str, value: str, limit: int) -> None:
         raise InvalidInput(f"block {label!r}: limit must be at least 1", field="limit")
     if len(value) > limit:
         raise InvalidInput(f"block {label!r} holds {len(value)} characters, over its limit of {limit}", field="value")
+
+
+def check_unique_labels(blocks: Sequence[Block]) -> None:
+    """Raise ``InvalidInput`` when two of an agent's blocks share a label."""
+    labels = [b.label for b in blocks]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise InvalidInput(
+            f"an agent has one block per label; repeated: {', '.join(duplicates)}", field="memory_blocks"
+        )

@@ -12,11 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.cancel_agent import AGENT_DELETED, leave_runs
 from nightshift.domain.agents import Agent, AgentType, LLMConfig, check_secrets
-from nightshift.domain.approvals import requires_approval
-from nightshift.domain.blocks import Block, check_block
+from nightshift.domain.approvals import with_default_approvals
+from nightshift.domain.blocks import Block, check_block, check_unique_labels
 from nightshift.domain.limits import DEFAULT_BLOCK_LIMIT
 from nightshift.domain.messages import Message, MessageKind, Role, ToolCall
-from nightshift.domain.tool_rules import RequiresApprovalToolRule, TerminalToolRule, ToolRule, check_tool_rules
+from nightshift.domain.tool_rules import TerminalToolRule, ToolRule, check_tool_rules
 from nightshift.domain.tools import Tool
 from nightshift.domain.unset import UNSET, Maybe, set_fields
 from nightshift.errors import Conflict, InvalidInput, NotFound
@@ -139,15 +139,6 @@ def new_block(org_id: str, spec: NewBlock, now: datetime) -> Block:
     )
 
 
-def _check_unique_labels(blocks: Sequence[Block]) -> None:
-    labels = [b.label for b in blocks]
-    duplicates = sorted({label for label in labels if labels.count(label) > 1})
-    if duplicates:
-        raise InvalidInput(
-            f"an agent has one block per label; repeated: {', '.join(duplicates)}", field="memory_blocks"
-        )
-
-
 def _first_messages(
     agent_id: str,
     org_id: str,
@@ -230,7 +221,7 @@ async def create_agents(
             raise InvalidInput("name must not be empty", field="name")
         own = [new_block(org_id, b, now) for b in spec.memory_blocks]
         blocks = own + [existing_blocks[i] for i in spec.block_ids]
-        _check_unique_labels(blocks)
+        check_unique_labels(blocks)
         tools: list[Tool] = [known_tools[i] for i in spec.tool_ids] + [tools_by_name[n] for n in spec.tool_names]
         rules = list(spec.tool_rules)
         if spec.include_base_tools:
@@ -385,7 +376,7 @@ async def _blocks_by_id(conn: AsyncConnection, org_id: str, block_ids: Sequence[
     if missing:
         raise InvalidInput(f"unknown block ids: {', '.join(missing)}", field="block_ids")
     blocks = [found[i] for i in ids]
-    _check_unique_labels(blocks)
+    check_unique_labels(blocks)
     return blocks
 
 
@@ -417,85 +408,6 @@ async def delete_agent(conn: AsyncConnection, org_id: str, agent_id: str, *, now
     for helper in (a for g in groups.values() if g.manager_agent_id == agent_id for a in g.agent_ids):
         if await agent_store.agent_exists(conn, org_id, helper):
             await delete_agent(conn, org_id, helper, now=now)
-
-
-async def attach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str, *, now: datetime) -> Agent:
-    """Give the agent a tool (no change when it has it already)."""
-    agent = await get_agent(conn, org_id, agent_id)
-    tool = (await resolve_tools(conn, org_id, now=now, ids=[tool_id]))[0]
-    if any(t.id == tool.id for t in agent.tools):
-        return agent
-    if agent.tool(tool.name) is not None:
-        raise InvalidInput(f"the agent already has a tool named {tool.name!r}", field="tool_id")
-    rules = tuple(with_default_approvals(agent.tool_rules, [tool]))
-    return await save_agent(conn, agent, replace(agent, tools=(*agent.tools, tool), tool_rules=rules), now=now)
-
-
-def with_default_approvals(rules: Sequence[ToolRule], tools: Sequence[Tool]) -> list[ToolRule]:
-    """``rules`` with a requires_approval rule for each of ``tools`` that asks for one by default (as Letta)."""
-    added = [
-        RequiresApprovalToolRule(tool_name=t.name)
-        for t in tools
-        if t.default_requires_approval and not requires_approval(rules, t.name)
-    ]
-    return [*rules, *added]
-
-
-async def set_requires_approval(
-    conn: AsyncConnection, org_id: str, agent_id: str, tool_name: str, requires: bool, *, now: datetime
-) -> Agent:
-    """Make calls of the agent's tool ``tool_name`` wait for approval, or run at once (Letta's modify_approval).
-
-    Raises:
-        NotFound: no such agent, or it has no tool of that name.
-    """
-    agent = await get_agent(conn, org_id, agent_id)
-    if agent.tool(tool_name) is None:
-        raise NotFound(f"agent {agent_id} has no tool named {tool_name!r}")
-    kept = [r for r in agent.tool_rules if not (isinstance(r, RequiresApprovalToolRule) and r.tool_name == tool_name)]
-    rules = [*kept, RequiresApprovalToolRule(tool_name=tool_name)] if requires else kept
-    return await save_agent(conn, agent, replace(agent, tool_rules=tuple(rules)), now=now)
-
-
-async def detach_tool(conn: AsyncConnection, org_id: str, agent_id: str, tool_id: str, *, now: datetime) -> Agent:
-    """Take a tool away from the agent (its tool rules stay, as Letta keeps them)."""
-    agent = await get_agent(conn, org_id, agent_id)
-    if not any(t.id == tool_id for t in agent.tools):
-        raise NotFound(f"tool {tool_id} is not attached to agent {agent_id}")
-    updated = replace(agent, tools=tuple(t for t in agent.tools if t.id != tool_id))
-    check_tool_rules(updated.tool_rules, [t.name for t in updated.tools])
-    return await save_agent(conn, agent, updated, now=now)
-
-
-async def attach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str, *, now: datetime) -> Agent:
-    """Share an existing block with the agent."""
-    agent = await get_agent(conn, org_id, agent_id)
-    found = await block_store.get_blocks(conn, org_id, [block_id])
-    if not found:
-        raise NotFound(f"block {block_id} not found")
-    if any(b.id == block_id for b in agent.blocks):
-        return agent
-    blocks = (*agent.blocks, found[0])
-    _check_unique_labels(blocks)
-    return await save_agent(conn, agent, replace(agent, blocks=blocks), now=now)
-
-
-async def detach_block(conn: AsyncConnection, org_id: str, agent_id: str, block_id: str, *, now: datetime) -> Agent:
-    """Remove a block from the agent's memory (the block itself is kept)."""
-    agent = await get_agent(conn, org_id, agent_id)
-    if not any(b.id == block_id for b in agent.blocks):
-        raise NotFound(f"block {block_id} is not attached to agent {agent_id}")
-    return await save_agent(
-        conn, agent, replace(agent, blocks=tuple(b for b in agent.blocks if b.id != block_id)), now=now
-    )
-
-
-def agent_block(agent: Agent, label: str) -> Block:
-    """The agent's block with this label, or NotFound."""
-    block = agent.block(label)
-    if block is None:
-        raise NotFound(f"agent {agent.id} has no block labelled {label!r}")
-    return block
 
 
 async def list_messages(conn: AsyncConnection, org_id: str, agent_id: str, page: Page) -> list[Message]:

@@ -31,9 +31,9 @@ from nightshift.domain.limits import MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_TAGS
 from nightshift.domain.pagination import Page
 from nightshift.domain.unset import UNSET, Maybe, given
 from nightshift.errors import InvalidInput
+from nightshift.services import agent_links, groups
 from nightshift.services import agents as service
 from nightshift.services import blocks as block_service
-from nightshift.services import groups
 from nightshift.services.agents import AgentChanges, AgentSpec
 from nightshift.services.catalog import ModelNames
 
@@ -187,7 +187,7 @@ async def list_agent_tools(agent_id: str, conn: ReadConn, org: Org, page: PageQu
 
 @router.patch("/v1/agents/{agent_id}/tools/attach/{tool_id}")
 async def attach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
-    return AgentPublic.of(await service.attach_tool(conn, org, agent_id, tool_id, now=now))
+    return AgentPublic.of(await agent_links.attach_tool(conn, org, agent_id, tool_id, now=now))
 
 
 class ApprovalSetting(Body):
@@ -213,14 +213,14 @@ async def set_tool_approval(
     requires = body.requires_approval if body is not None else requires_approval
     if requires is None:
         raise InvalidInput("give requires_approval (true or false) in the body", field="requires_approval")
-    agent = await service.set_requires_approval(conn, org, agent_id, tool_name, requires, now=now)
+    agent = await agent_links.set_requires_approval(conn, org, agent_id, tool_name, requires, now=now)
     return AgentPublic.of(agent)
 
 
 @router.patch("/v1/agents/{agent_id}/tools/detach/{tool_id}")
 async def detach_tool(agent_id: str, tool_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
     """Detach a tool; tool rules that name it stay, and hold again if it comes back."""
-    return AgentPublic.of(await service.detach_tool(conn, org, agent_id, tool_id, now=now))
+    return AgentPublic.of(await agent_links.detach_tool(conn, org, agent_id, tool_id, now=now))
 
 
 @router.get("/v1/agents/{agent_id}/core-memory/blocks")
@@ -233,7 +233,7 @@ async def list_agent_blocks(agent_id: str, conn: ReadConn, org: Org, page: PageQ
 @router.get("/v1/agents/{agent_id}/core-memory/blocks/{label}")
 async def get_agent_block(agent_id: str, label: str, conn: ReadConn, org: Org) -> BlockPublic:
     agent = await service.get_agent(conn, org, agent_id)
-    return BlockPublic.of(service.agent_block(agent, label))
+    return BlockPublic.of(agent_links.agent_block(agent, label))
 
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/{label}")
@@ -242,19 +242,19 @@ async def update_agent_block(
 ) -> BlockPublic:
     """Change the agent's block with this label; the agent's system message is rewritten to match."""
     agent = await service.get_agent(conn, org, agent_id)
-    block = await block_service.update_block(conn, service.agent_block(agent, label), body.to_changes(), now=now)
+    block = await block_service.update_block(conn, agent_links.agent_block(agent, label), body.to_changes(), now=now)
     await service.refresh_system_message(conn, await service.get_agent(conn, org, agent_id), now=now)
     return BlockPublic.of(block)
 
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/attach/{block_id}")
 async def attach_block(agent_id: str, block_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
-    return AgentPublic.of(await service.attach_block(conn, org, agent_id, block_id, now=now))
+    return AgentPublic.of(await agent_links.attach_block(conn, org, agent_id, block_id, now=now))
 
 
 @router.patch("/v1/agents/{agent_id}/core-memory/blocks/detach/{block_id}")
 async def detach_block(agent_id: str, block_id: str, conn: Conn, org: Org, now: Now) -> AgentPublic:
-    return AgentPublic.of(await service.detach_block(conn, org, agent_id, block_id, now=now))
+    return AgentPublic.of(await agent_links.detach_block(conn, org, agent_id, block_id, now=now))
 
 
 @router.get("/v1/agents/{agent_id}/context")
