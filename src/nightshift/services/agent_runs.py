@@ -31,9 +31,8 @@ from nightshift.clock import Clock
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus
 from nightshift.domain.approvals import Answer, ClientTool
 from nightshift.domain.caching import CachePolicy
-from nightshift.domain.messages import Message, UserInput
+from nightshift.domain.messages import UserInput
 from nightshift.domain.run_chunks import ChunkKind
-from nightshift.domain.usage import Usage
 from nightshift.errors import Conflict, InvalidInput, NightshiftError, NotFound
 from nightshift.ids import new_id
 from nightshift.providers.clients import ProviderSet
@@ -43,13 +42,8 @@ from nightshift.services.catalog import model_context_window
 from nightshift.services.run_streams import ChunkLog, Wakeups, fail_lost_in
 from nightshift.store import agent_runs as agent_run_store
 from nightshift.store import agents as agent_store
-from nightshift.store import batch_run_views, run_listing
-from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import groups as group_store
 from nightshift.store import items as item_store
-from nightshift.store import messages as message_store
-from nightshift.store.pagination import Page
-from nightshift.store.run_listing import Listed, ListedBatchRun, RunFilter
 from nightshift.tools.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -457,74 +451,3 @@ async def cancel(
         known = await agent_run_store.runs_of_agent(conn, org_id, agent_id, wanted)
         known |= await item_store.runs_with_agent(conn, agent_id, wanted)
     return {run_id: "cancelled" if run_id in known or run_id in left else "failed" for run_id in wanted}
-
-
-async def get_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> Listed:
-    """An agent run, or a batch run (shown with its first agent).
-
-    Raises:
-        NotFound: neither, in this organization.
-    """
-    run = await agent_run_store.get_run(conn, org_id, run_id)
-    if run is not None:
-        return run
-    batch = await batch_run_store.get_run(conn, org_id, run_id)
-    if batch is None:
-        raise NotFound(f"run {run_id} not found")
-    agents = await run_listing.first_agents(conn, [batch.id], ())
-    return ListedBatchRun(run=batch, agent_id=agents.get(batch.id))
-
-
-async def list_any_runs(conn: AsyncConnection, org_id: str, where: RunFilter, page: Page) -> list[Listed]:
-    """A page of the organization's agent runs and batch runs, by creation time."""
-    return await run_listing.list_runs(
-        conn, org_id, where, after=page.after, before=page.before, limit=page.limit, ascending=page.order == "asc"
-    )
-
-
-async def messages_of_any_run(
-    conn: AsyncConnection, org_id: str, run_id: str, page: Page
-) -> tuple[Listed, list[Message]]:
-    """The run and a page of the messages it wrote (for a batch run: of all its agents).
-
-    Raises:
-        NotFound: no such run in this organization.
-    """
-    run = await get_any_run(conn, org_id, run_id)
-    if isinstance(run, AgentRun):
-        return run, await message_store.list_run_messages(conn, run.id, page)
-    return run, await batch_run_views.run_messages(conn, run.run.id, page)
-
-
-async def usage_of_any_run(conn: AsyncConnection, org_id: str, run_id: str) -> RunUsage:
-    """The tokens the run used, over all its steps (and, for a batch run, all its agents).
-
-    Raises:
-        NotFound: no such run in this organization.
-    """
-    run = await get_any_run(conn, org_id, run_id)
-    if isinstance(run, AgentRun):
-        return RunUsage(
-            prompt=sum(s.prompt_tokens for s in run.steps),
-            completion=sum(s.completion_tokens for s in run.steps),
-            cache_read=sum(s.cache_read_tokens for s in run.steps),
-            cache_write=sum(s.cache_write_tokens for s in run.steps),
-        )
-    usage = (await batch_run_views.run_progress(conn, run.run.id)).usage or Usage()
-    cache_read, cache_write = usage.cache_read_tokens, usage.cache_write_tokens
-    return RunUsage(
-        prompt=usage.input_tokens + cache_read + cache_write,
-        completion=usage.output_tokens,
-        cache_read=cache_read,
-        cache_write=cache_write,
-    )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunUsage:
-    """Tokens of a run; ``prompt`` counts the cached ones too."""
-
-    prompt: int
-    completion: int
-    cache_read: int
-    cache_write: int

@@ -27,7 +27,7 @@ from nightshift.api.run_schemas import (
 from nightshift.api.run_stream import check_background, stored_stream
 from nightshift.domain.agent_runs import AgentRun
 from nightshift.domain.pagination import MAX_PAGE, Page
-from nightshift.services import agent_runs
+from nightshift.services import run_listing
 from nightshift.services.run_streams import check_reading
 from nightshift.store.run_listing import Listed, RunFilter
 
@@ -73,19 +73,19 @@ async def list_runs(
         order = "asc" if ascending else "desc"
     where = RunFilter(agent_ids=wanted, statuses=chosen, background=background, stop_reason=stop_reason)
     page = Page(after=after, before=before, limit=limit, order=order)
-    return json_response([_json(run) for run in await agent_runs.list_any_runs(conn, org, where, page)])
+    return json_response([_json(run) for run in await run_listing.list_any_runs(conn, org, where, page)])
 
 
 @router.get("/v1/runs/{run_id}", response_model=RunPublic)
 async def retrieve_run(run_id: str, conn: ReadConn, org: Org) -> Response:
     """One run: a send to one agent (``run-...``) or a batch run (``batch-...``)."""
-    return json_response(_json(await agent_runs.get_any_run(conn, org, run_id)))
+    return json_response(_json(await run_listing.get_any_run(conn, org, run_id)))
 
 
 @router.get("/v1/runs/{run_id}/messages")
 async def list_run_messages(run_id: str, conn: ReadConn, org: Org, page: PageQuery) -> list[dict[str, Any]]:
     """The messages the run wrote, inputs and heartbeats too, shown as its send asked."""
-    run, messages = await agent_runs.messages_of_any_run(conn, org, run_id, page)
+    run, messages = await run_listing.messages_of_any_run(conn, org, run_id, page)
     view = view_of(run.request_config) if isinstance(run, AgentRun) else DEFAULT_VIEW
     return [part for message in messages for part in to_letta_messages(message, view)]
 
@@ -94,7 +94,7 @@ async def list_run_messages(run_id: str, conn: ReadConn, org: Org, page: PageQue
 async def list_run_steps(run_id: str, conn: ReadConn, org: Org, page: PageQuery) -> Response:
     """The model calls of an agent run, each with its tokens (a batch run's steps are its provider
     batches: see ``GET /v1/messages/batches/{id}``; here its list is empty)."""
-    run = await agent_runs.get_any_run(conn, org, run_id)
+    run = await run_listing.get_any_run(conn, org, run_id)
     if not isinstance(run, AgentRun):
         return json_response([])
     return json_response([step_json(run, step) for step in page_of(run.steps, page, lambda s: s.id)])
@@ -103,7 +103,7 @@ async def list_run_steps(run_id: str, conn: ReadConn, org: Org, page: PageQuery)
 @router.get("/v1/runs/{run_id}/usage", response_model=RunUsage)
 async def run_usage(run_id: str, conn: ReadConn, org: Org) -> Response:
     """The tokens the run used, over all its steps (and agents, for a batch run)."""
-    usage = await agent_runs.usage_of_any_run(conn, org, run_id)
+    usage = await run_listing.usage_of_any_run(conn, org, run_id)
     return json_response(usage_json(usage.prompt, usage.completion, usage.cache_read, usage.cache_write))
 
 
@@ -152,7 +152,7 @@ async def _stream(run_id: str, state: State, org: str, conn: ReadConn, wanted: R
     poll, page = check_reading(
         starting_after=wanted.starting_after, poll_interval=wanted.poll_interval, batch_size=wanted.batch_size
     )
-    check_background(await agent_runs.get_any_run(conn, org, run_id))
+    check_background(await run_listing.get_any_run(conn, org, run_id))
     return stored_stream(
         state,
         org,
