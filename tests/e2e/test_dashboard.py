@@ -14,7 +14,7 @@ import re
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,15 @@ from playwright.async_api import Browser, ConsoleMessage, Dialog, Locator, Page,
 from sqlalchemy import update
 
 from nightshift.api.app import create_app
+from nightshift.batch.steps import EVERY_AGENT_DELETED, queue_batch_run
 from nightshift.cli_commands.views import money, saving
 from nightshift.config import Settings
+from nightshift.domain.batches import BatchRunRequest
+from nightshift.domain.messages import UserInput
+from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedError, ScriptedReply, ScriptedToolCall
+from nightshift.services.agents import delete_agent
 from nightshift.serving import running_server
 from nightshift.store.db import opened
 from nightshift.store.tables import tools
@@ -475,6 +480,17 @@ async def test_a_run_says_what_happened_after_failures_and_deleted_agents(
     (never,) = unsent["progress"]["provider_batches"]
     assert never["provider_batch_id"] is None and never["status"] == "applied" and never["ended_at"] is None
 
+    # A run whose one agent is deleted before its first step (in the transaction that queues it,
+    # so that no poller sees it first): it fails, and says why.
+    orphan = await runs.agent("orphan")
+    async with opened(db_url) as engine, engine.begin() as conn:
+        now = datetime.now(UTC)
+        request = BatchRunRequest(agent_id=orphan["id"], messages=(UserInput(text="hi"),))
+        queued = await queue_batch_run(conn, DEFAULT_ORG_ID, [request], now=now, callback_url=None, default_max_steps=3)
+        await delete_agent(conn, DEFAULT_ORG_ID, orphan["id"], now=now)
+    emptied = await runs.wait(queued.id)
+    assert (emptied["status"], emptied["error"]) == ("failed", EVERY_AGENT_DELETED)
+
     for agent in (bad, gone):
         assert (await runs.client.delete(f"/v1/agents/{agent['id']}")).status_code == 200
     after = (await runs.client.get(f"/v1/messages/batches/{mixed['id']}")).json()
@@ -491,10 +507,11 @@ async def test_a_run_says_what_happened_after_failures_and_deleted_agents(
     await expect(row.locator(".cost")).to_have_text(money(mixed["progress"]["cost_usd"]))
     await expect(_run_row(page, clean["id"]).locator(".badge")).to_have_text("completed")
     await expect(_run_row(page, unsent["id"]).locator(".badge")).to_have_text("failed")
+    await expect(_run_row(page, emptied["id"]).locator(".badge")).to_have_attribute("title", EVERY_AGENT_DELETED)
 
-    # The Failed filter: the failed run and the completed one with a failed agent, not the clean one.
+    # The Failed filter: the failed runs and the completed one with a failed agent, not the clean one.
     await page.locator(".chip", has_text="Failed").click()
-    await expect(page.locator("tr.run-row")).to_have_count(2)
+    await expect(page.locator("tr.run-row")).to_have_count(3)
     await expect(_run_row(page, mixed["id"])).to_be_visible()
     await expect(_run_row(page, unsent["id"])).to_be_visible()
     listed = [r for r in watched.api_calls("/v1/messages/batches") if "has_failures=true" in r.url]
@@ -529,9 +546,15 @@ async def test_a_run_says_what_happened_after_failures_and_deleted_agents(
     await expect(batch).not_to_contain_text("so far")
     await expect(page.locator(".charts")).not_to_contain_text("so far")
     await expect(page.locator(".cards .card-label").nth(1)).to_have_text("Last step")
+    await expect(page.locator(".run-error")).to_have_count(0)  # its agent failed at its step, not the run
     took = float((await batch.locator("td.num").nth(1).inner_text()).removesuffix(" s"))
     run_took = datetime.fromisoformat(unsent["completed_at"]) - datetime.fromisoformat(unsent["created_at"])
     assert took <= round(run_took.total_seconds(), 1) + 0.1, took
+
+    # The run that failed before its first step says why, above its (empty) record.
+    await page.goto(f"{base_url}/#/runs/{emptied['id']}")
+    await expect(page.locator(".run-head .badge")).to_have_text("failed")
+    await expect(page.locator(".run-error")).to_have_text(f"The run failed: {EVERY_AGENT_DELETED}")
     watched.assert_clean(base_url)
 
 

@@ -45,7 +45,11 @@ export function runBadge(run, extra = "") {
   const partly = run.status === "completed" && agentCounts(run).failed > 0;
   return h(
     "span",
-    { class: `badge badge-${partly ? "partly" : run.status} ${extra}`.trim(), dataset: { status: run.status } },
+    {
+      class: `badge badge-${partly ? "partly" : run.status} ${extra}`.trim(),
+      dataset: { status: run.status },
+      title: run.error || null, // why it failed before its first step
+    },
     runStatusText(run),
   );
 }

@@ -41,6 +41,7 @@ export function renderRun(state, actions) {
   return [
     back,
     title(state, run, actions),
+    runError(run),
     cards(run),
     failures(run),
     callback(run),
@@ -48,6 +49,13 @@ export function renderRun(state, actions) {
     timeline(run),
     agents(state, run, actions),
   ];
+}
+
+// Why a run failed before its first step (its agents deleted meanwhile, or the step could not be
+// written); failures after it are the failed agents' own.
+function runError(run) {
+  if (!run.error) return null;
+  return h("p", { class: "panel run-error", role: "alert" }, h("strong", {}, "The run failed: "), run.error);
 }
 
 function cancelButton(state, run, actions) {
