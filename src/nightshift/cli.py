@@ -155,8 +155,8 @@ def poll(
 
     On SIGTERM or SIGINT it claims nothing more, finishes the stage in progress (for
     NIGHTSHIFT_SHUTDOWN_GRACE_SECONDS at most) and gives its leases back before it exits. A new
-    run is started at once (PostgreSQL's NOTIFY; on SQLite, a look after a commit, asked about
-    every NIGHTSHIFT_RUN_QUEUE_SECONDS).
+    run is started at once (PostgreSQL's NOTIFY; on SQLite, a look after a commit, asked about at
+    each write to the database's files on Linux, and every NIGHTSHIFT_RUN_QUEUE_SECONDS).
     """
     from nightshift.batch.poller_process import die_with_parent
 

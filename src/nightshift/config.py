@@ -102,8 +102,9 @@ class Settings(BaseSettings):
     # event loop serves requests only; false: inside the API process, on its event loop.
     poller_process: bool = True
     # On SQLite, how often a poller asks whether anything was committed, to look for a newly queued
-    # run (on PostgreSQL, NOTIFY tells it).
-    run_queue_seconds: float = Field(default=0.1, gt=0)
+    # run, when nothing tells it sooner (on Linux it asks at each write to the database's files;
+    # on PostgreSQL, NOTIFY tells it).
+    run_queue_seconds: float = Field(default=1.0, gt=0)
     # How long a provider batch a process works on stays its own (renewed while it works): after a
     # crash, how soon another process takes over. Default: 20 poll intervals, at least 5 s.
     lease_seconds: float | None = Field(default=None, gt=0)

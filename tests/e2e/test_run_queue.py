@@ -152,8 +152,8 @@ async def test_two_pollers_on_one_database_write_each_first_step_once(
 
 
 async def test_a_new_run_wakes_a_poller_in_another_process_at_once(servers: Servers) -> None:
-    """On PostgreSQL the API's NOTIFY wakes it; on SQLite it asks every NIGHTSHIFT_RUN_QUEUE_SECONDS whether
-    anything was committed, and looks."""
+    """On PostgreSQL the API's NOTIFY wakes it; on SQLite the kernel's report of the API's commit
+    (Linux), after which it looks."""
     await servers.start("poller", NIGHTSHIFT_POLL_INTERVAL_SECONDS=SLOW_POLL)
     api = await servers.start("api", NIGHTSHIFT_POLLER="false")
     async with httpx.AsyncClient(base_url=api.base_url, timeout=30) as client:

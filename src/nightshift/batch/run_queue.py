@@ -11,9 +11,9 @@ submitted, as before.
 
 A poller learns of a queued run (``watch_queue``) from PostgreSQL's ``NOTIFY``, sent in the run's
 transaction, on a connection of its own that it opens again when it drops; on SQLite by asking
-every ``Settings.run_queue_seconds`` whether anything was committed, and looking for queued runs
-when it was. An API on the poller's own event loop sets the poller's event as well
-(``AppState.runs_queued``).
+whether anything was committed when the database's files are written (Linux tells at once) and
+every ``Settings.run_queue_seconds`` in any case, and looking for queued runs when it was. An
+API on the poller's own event loop sets the poller's event as well (``AppState.runs_queued``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.domain.batches import BatchRunRequest, BatchRunStatus, ProviderBatch
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import provider_batches as batch_store
+from nightshift.store.sqlite_writes import database_writes
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,9 @@ FIRST_STEP_NOT_WRITTEN = "the server could not write the run's first step (its l
 
 # After its listening connection drops, how long a poller waits before it connects again.
 RECONNECT_DELAY = 1.0
+# On SQLite, the shortest time between two looks at the queue when writes keep coming (a look
+# costs a few statements; a run of 10,000 agents being written is many writes).
+LOOK_GAP = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +109,8 @@ async def _fail(parts: StageParts, run_id: str) -> None:
 async def watch_queue(engine: AsyncEngine, wake: asyncio.Event, *, every: float, clock: Clock = SYSTEM_CLOCK) -> None:
     """Set ``wake`` whenever a run is queued or a provider batch is made due at once (a provider's
     webhook), until cancelled: on PostgreSQL when their ``NOTIFY`` comes, elsewhere when a look
-    after a commit (asked every ``every`` seconds) finds a queued run or a due batch that no
-    process holds."""
+    after a commit (asked when the database's files are written, and every ``every`` seconds)
+    finds a queued run or a due batch that no process holds."""
     if engine.dialect.name == "postgresql":
         await _listen(engine, wake)
         return
@@ -119,22 +123,32 @@ async def watch_queue(engine: AsyncEngine, wake: asyncio.Event, *, every: float,
 
 
 async def _watch_sqlite(engine: AsyncEngine, wake: asyncio.Event, *, every: float, clock: Clock) -> None:
-    """Every ``every`` seconds, ask SQLite whether another connection committed since the last
-    look (``PRAGMA data_version``, a counter it keeps in memory: a fraction of what reading the
-    tables costs), and look for queued runs and due batches only then: a short wait for a new
-    run, at less CPU than looking at the tables less often. The connection is held, with no
-    transaction left open between looks (an open one would pin SQLite's snapshot)."""
+    """Ask SQLite whether another connection committed since the last look (``PRAGMA
+    data_version``, a counter it keeps in memory: a fraction of what reading the tables costs),
+    and look for queued runs and due batches only then. It asks when the database's files are
+    written (``store.sqlite_writes``: at once, where Linux tells), at most every ``LOOK_GAP``
+    seconds under a stream of writes, and every ``every`` seconds whatever happens. The
+    connection is held, with no transaction left open between looks (an open one would pin
+    SQLite's snapshot)."""
     seen: int | None = None
     async with engine.connect() as conn:
-        while True:
-            version = await conn.scalar(text("PRAGMA data_version"))
-            if version != seen:
-                # Read after the counter: a commit between the two is seen by this look or moves it again.
-                if await batch_run_store.any_queued(conn) or await batch_store.any_due(conn, clock.now()):
-                    wake.set()
-                seen = version
-            await conn.rollback()
-            await asyncio.sleep(every)
+        with database_writes(engine.url) as written:
+            while True:
+                if written is not None:
+                    written.clear()  # before the look: a commit during it sets it again
+                version = await conn.scalar(text("PRAGMA data_version"))
+                if version != seen:
+                    # Read after the counter: a commit between the two is seen by this look or moves it again.
+                    if await batch_run_store.any_queued(conn) or await batch_store.any_due(conn, clock.now()):
+                        wake.set()
+                    seen = version
+                await conn.rollback()
+                if written is None:
+                    await asyncio.sleep(every)
+                    continue
+                await asyncio.sleep(LOOK_GAP)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(written.wait(), every)
 
 
 async def _listen(engine: AsyncEngine, wake: asyncio.Event) -> None:

@@ -144,3 +144,22 @@ async def test_on_sqlite_a_run_queued_elsewhere_wakes_the_watch_which_holds_no_s
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching
+
+
+@sqlite_only
+async def test_on_linux_a_commit_elsewhere_wakes_the_sqlite_watch_at_once(runs: Runs, db_url: str) -> None:
+    """Linux tells the watch of each write to the database's files: a run queued by another
+    connection wakes it long before its timer (an hour here) would."""
+    ada = await runs.agent("ada")
+    wake = asyncio.Event()
+    async with opened(db_url) as engine:
+        watching = asyncio.create_task(watch_queue(engine, wake, every=3600))
+        try:
+            await asyncio.sleep(0.5)  # its first look, at once, finds nothing
+            assert not wake.is_set()
+            await queue(runs.client, [ada])
+            await asyncio.wait_for(wake.wait(), timeout=10)
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
