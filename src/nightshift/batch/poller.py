@@ -38,13 +38,14 @@ async def poll_forever(
     *,
     after_pass: Callable[[], None] | None = None,
     wake: asyncio.Event | None = None,
-    queue_seconds: float = 0.25,
+    queue_seconds: float = 1.0,
 ) -> None:
     """Pass when the first provider batch is due (every ``worker.poll_interval`` seconds at the
     most; see ``Worker.next_pass_in``) until cancelled or ``worker.draining`` is set;
     errors are logged, never fatal. ``after_pass`` is called after each pass (failed or not).
     The next pass starts at once when a run is queued (see ``run_queue.watch_queue``: SQLite is
-    looked at every ``queue_seconds``), or when ``wake`` is set (by an API on this event loop)."""
+    looked at after each write to its files where Linux tells, and every ``queue_seconds``), or
+    when ``wake`` is set (by an API on this event loop)."""
     wake = wake or asyncio.Event()
     watching = asyncio.create_task(
         watch_queue(worker.engine, wake, every=queue_seconds, clock=worker.parts.clock), name="run-queue"

@@ -132,10 +132,10 @@ async def _watch_sqlite(engine: AsyncEngine, wake: asyncio.Event, *, every: floa
     SQLite's snapshot)."""
     seen: int | None = None
     async with engine.connect() as conn:
-        with database_writes(engine.url) as written:
+        with database_writes(engine.url) as writes:
             while True:
-                if written is not None:
-                    written.clear()  # before the look: a commit during it sets it again
+                if writes is not None:
+                    writes.forget()  # before the look: a commit during it is reported again
                 version = await conn.scalar(text("PRAGMA data_version"))
                 if version != seen:
                     # Read after the counter: a commit between the two is seen by this look or moves it again.
@@ -143,12 +143,11 @@ async def _watch_sqlite(engine: AsyncEngine, wake: asyncio.Event, *, every: floa
                         wake.set()
                     seen = version
                 await conn.rollback()
-                if written is None:
+                if writes is None:
                     await asyncio.sleep(every)
-                    continue
-                await asyncio.sleep(LOOK_GAP)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(written.wait(), every)
+                else:
+                    await asyncio.sleep(LOOK_GAP)
+                    await writes.next(every)
 
 
 async def _listen(engine: AsyncEngine, wake: asyncio.Event) -> None:

@@ -17,6 +17,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import URL
 
@@ -31,21 +32,56 @@ def database_file(url: URL) -> Path | None:
     return Path(database).expanduser().resolve()
 
 
-@contextlib.contextmanager
-def database_writes(url: URL) -> Iterator[asyncio.Event | None]:
-    """An event set whenever a file of the SQLite database at ``url`` is written (the caller clears
-    it), while the context is open, on the running event loop; None where the system does not tell.
+class DatabaseWrites:
+    """The writes to one database's files since the last ``forget``.
 
-    A commit of any process sets it, this one's included. So does an overflow of the kernel's
-    queue of events, after which writes may have gone unreported.
+    The kernel keeps the events until they are read, and merges a run of identical ones (a
+    transaction's many writes to the log), so nothing is read, and the event loop is not woken,
+    while nobody waits: a poller writing a step of 10,000 agents would otherwise wake its own
+    loop at each page it writes.
     """
+
+    def __init__(self, notify: Any, names: set[str], overflow: int) -> None:
+        self._notify, self._names, self._overflow = notify, names, overflow
+
+    def forget(self) -> None:
+        """Drop the writes reported so far (the caller is about to look at the database)."""
+        self._notify.read(timeout=0)
+
+    async def next(self, timeout: float) -> None:  # noqa: ASYNC109 (the caller's own deadline)
+        """Return once a file of the database was written since the last ``forget`` (this process's
+        commits included; an overflow of the kernel's queue counts as one), or after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        fd = self._notify.fileno()
+        while (left := deadline - loop.time()) > 0:
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(fd, _resolve, readable)
+            try:
+                await asyncio.wait_for(readable, left)
+            except TimeoutError:
+                return
+            finally:
+                loop.remove_reader(fd)
+            if any(e.name in self._names or e.mask & self._overflow for e in self._notify.read(timeout=0)):
+                return
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+@contextlib.contextmanager
+def database_writes(url: URL) -> Iterator[DatabaseWrites | None]:
+    """The writes to the files of the SQLite database at ``url`` while the context is open; None
+    where the system does not tell."""
     path = database_file(url)
     if path is None or sys.platform != "linux":
         yield None
         return
     from inotify_simple import INotify, flags
 
-    names = {path.name, f"{path.name}-wal", f"{path.name}-journal"}
     try:
         notify = INotify(nonblocking=True)
     except OSError as exc:  # fs.inotify.max_user_instances reached
@@ -59,15 +95,5 @@ def database_writes(url: URL) -> Iterator[asyncio.Event | None]:
             log.warning("cannot watch %s for commits (%s); looking on a timer instead", path.parent, exc)
             yield None
             return
-        written = asyncio.Event()
-
-        def read() -> None:
-            if any(e.name in names or e.mask & flags.Q_OVERFLOW for e in notify.read(timeout=0)):
-                written.set()
-
-        loop = asyncio.get_running_loop()
-        loop.add_reader(notify.fileno(), read)
-        try:
-            yield written
-        finally:
-            loop.remove_reader(notify.fileno())
+        names = {path.name, f"{path.name}-wal", f"{path.name}-journal"}
+        yield DatabaseWrites(notify, names, flags.Q_OVERFLOW)
