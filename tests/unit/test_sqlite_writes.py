@@ -1,0 +1,35 @@
+"""Which databases have files whose writes can wake a poller (``store/sqlite_writes.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import make_url
+
+from nightshift.store.sqlite_writes import database_file
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite+aiosqlite:///:memory:",
+        "sqlite://",
+        "sqlite:///file:shared?mode=memory&cache=shared&uri=true",
+        "postgresql+asyncpg://postgres@127.0.0.1/test",
+    ],
+)
+def test_a_database_in_memory_or_elsewhere_has_no_file_to_watch(url: str) -> None:
+    assert database_file(make_url(url)) is None
+
+
+def test_a_relative_path_is_the_file_it_names_from_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert database_file(make_url("sqlite+aiosqlite:///data/nightshift.db")) == tmp_path / "data" / "nightshift.db"
+
+
+def test_a_link_is_followed_to_the_folder_sqlite_writes_its_log_in(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "nightshift.db").touch()
+    (tmp_path / "link.db").symlink_to(tmp_path / "real" / "nightshift.db")
+    assert database_file(make_url(f"sqlite:///{tmp_path / 'link.db'}")) == tmp_path / "real" / "nightshift.db"
