@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.run_queue import watch_queue
 from nightshift.batch.worker import Worker
@@ -120,6 +122,20 @@ async def test_a_run_whose_first_step_cannot_be_written_fails_saying_so(runs: Ru
     assert ended["error"] == "the server could not write the run's first step (its log says why)"
 
 
+@contextlib.asynccontextmanager
+async def _watching(db_url: str, every: float) -> AsyncIterator[tuple[AsyncEngine, asyncio.Event]]:
+    """The queue's watch on its own engine, and the event it sets, until the block ends."""
+    wake = asyncio.Event()
+    async with opened(db_url) as engine:
+        watching = asyncio.create_task(watch_queue(engine, wake, every=every))
+        try:
+            yield engine, wake
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+
+
 @sqlite_only
 async def test_on_sqlite_a_run_queued_elsewhere_wakes_the_watch_which_holds_no_snapshot(
     runs: Runs, db_url: str
@@ -127,23 +143,16 @@ async def test_on_sqlite_a_run_queued_elsewhere_wakes_the_watch_which_holds_no_s
     """The watch asks SQLite whether another connection committed, and reads the tables then;
     between its looks it leaves no transaction open, so a checkpoint can empty the log."""
     ada = await runs.agent("ada")
-    wake = asyncio.Event()
-    async with opened(db_url) as engine:
-        watching = asyncio.create_task(watch_queue(engine, wake, every=0.01))
-        try:
-            async with engine.connect() as conn:
-                await conn.execute(text("PRAGMA busy_timeout=2000"))  # a held snapshot fails it in 2 s
-                for _ in range(3):  # while the watch looks, again and again
-                    busy, _log, _done = (await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))).one()
-                    assert busy == 0
-                    await asyncio.sleep(0.02)
-            assert not wake.is_set()  # nothing queued, nothing due
-            await queue(runs.client, [ada])
-            await asyncio.wait_for(wake.wait(), timeout=5)
-        finally:
-            watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watching
+    async with _watching(db_url, every=0.01) as (engine, wake):
+        async with engine.connect() as conn:
+            await conn.execute(text("PRAGMA busy_timeout=2000"))  # a held snapshot fails it in 2 s
+            for _ in range(3):  # while the watch looks, again and again
+                busy, _log, _done = (await conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))).one()
+                assert busy == 0
+                await asyncio.sleep(0.02)
+        assert not wake.is_set()  # nothing queued, nothing due
+        await queue(runs.client, [ada])
+        await asyncio.wait_for(wake.wait(), timeout=5)
 
 
 @sqlite_only
@@ -151,15 +160,8 @@ async def test_on_linux_a_commit_elsewhere_wakes_the_sqlite_watch_at_once(runs: 
     """Linux tells the watch of each write to the database's files: a run queued by another
     connection wakes it long before its timer (an hour here) would."""
     ada = await runs.agent("ada")
-    wake = asyncio.Event()
-    async with opened(db_url) as engine:
-        watching = asyncio.create_task(watch_queue(engine, wake, every=3600))
-        try:
-            await asyncio.sleep(0.5)  # its first look, at once, finds nothing
-            assert not wake.is_set()
-            await queue(runs.client, [ada])
-            await asyncio.wait_for(wake.wait(), timeout=10)
-        finally:
-            watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watching
+    async with _watching(db_url, every=3600) as (_engine, wake):
+        await asyncio.sleep(0.5)  # its first look, at once, finds nothing
+        assert not wake.is_set()
+        await queue(runs.client, [ada])
+        await asyncio.wait_for(wake.wait(), timeout=10)
