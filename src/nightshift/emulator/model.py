@@ -43,7 +43,6 @@ in text: the summary of the results, or the reply.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -51,6 +50,19 @@ from typing import Any, Final, Literal
 
 from nightshift.emulator import sleeptime
 from nightshift.emulator.arguments import SKIPPED, TEXT_FIELDS, generate_arguments
+from nightshift.emulator.texts import (
+    REMEMBER,
+    about_item,
+    block_value,
+    fact_and_label,
+    is_heartbeat,
+    listed_items,
+    mention_at,
+    snip,
+    stated_facts,
+    unwrap,
+    unwrap_result,
+)
 
 SEND_MESSAGE: Final = "send_message"
 MEMORY_WRITERS: Final = ("core_memory_append", "rethink_memory")
@@ -67,13 +79,9 @@ NON_CUSTOM: Final = frozenset(
         "conversation_search",
     }
 )
-_REMEMBER = re.compile(
-    r"\b(?:please\s+)?(?:remember|memori[sz]e|don'?t forget|keep in mind|note)\b(?:\s+that)?[:,]?\s*", re.I
-)
 _MEMORY = re.compile(r"\bmemory\b", re.I)
 _NEXT_CALL = re.compile(r"\bcall (\w+) with ((?:\w+=[^\s,;.]+(?:,\s*|\s+and\s+)?)+)", re.I)
 _SUMMARIZE = re.compile(r"\bsummar(?:y|ies|i[sz]e)\b", re.I)
-_SNIPPET = 160
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,7 +214,7 @@ def _plan(
     several = _several(custom, user_text, results, model_input.parallel)
     if several is not None:
         return several
-    facts = _facts(user_text) if writer is not None and writer.name == "core_memory_append" else []
+    facts = stated_facts(user_text) if writer is not None and writer.name == "core_memory_append" else []
     if results and 1 < len(facts) and not model_input.parallel and custom is None:
         appended = sum(1 for r in results if r.tool_name == writer.name) if writer is not None else 0
         if 0 < appended < len(facts) and writer is not None:
@@ -218,14 +226,14 @@ def _plan(
         if follow is not None:
             return follow
         saved = any(r.tool_name in writers for r in results)
-        if writer is not None and not saved and not last.is_error and _REMEMBER.search(user_text):
-            label = _fact(user_text)[1]
-            fact = _snip(unwrap_result(last.text))
+        if writer is not None and not saved and not last.is_error and REMEMBER.search(user_text):
+            label = fact_and_label(user_text)[1]
+            fact = snip(unwrap_result(last.text))
             thoughts = f"{last.tool_name or 'The tool'} finished; saving its result to my {label} memory."
             return _remember(writer, fact, label, model_input.system, thoughts, fact)
         if send is None and not _answers_in_text(model_input):
             return None
-        items = _items(user_text) if custom is not None else []
+        items = listed_items(user_text) if custom is not None else []
         if len(items) > 1 and custom is not None:
             # Every result of the listed lookups, not only the last turn's.
             group = [r for r in results if r.tool_name == custom.name] or group
@@ -237,10 +245,10 @@ def _plan(
     if custom is not None:
         thoughts = f"The user asked for {custom.name}; calling it with the details from their message."
         return _call(custom, _arguments(custom, user_text), thoughts, heartbeat=True)
-    if writer is not None and (_REMEMBER.search(user_text) or _MEMORY.search(user_text)):
+    if writer is not None and (REMEMBER.search(user_text) or _MEMORY.search(user_text)):
         if len(facts) > 1:
             return _save_facts(writer, send, facts, user_text, model_input, saved=0)
-        fact, label = _fact(user_text)
+        fact, label = fact_and_label(user_text)
         thoughts = f"The user wants me to remember that {fact}; saving it to my {label} memory."
         return _remember(writer, fact, label, model_input.system, thoughts, user_text)
     if send is None:
@@ -279,14 +287,14 @@ def _summary_text(model_input: ModelInput) -> str:
     if not lines:
         return "Nothing of note happened."
     picked = lines[:1] + lines[-2:] if len(lines) > 3 else lines
-    return f"Summary of {len(lines)} messages: " + " / ".join(_snip(line) for line in picked)
+    return f"Summary of {len(lines)} messages: " + " / ".join(snip(line) for line in picked)
 
 
 def _several(custom: ToolSpec | None, user_text: str, results: list[Turn], parallel: bool) -> ModelOutput | None:
     """The next calls of the named custom tool over the things the message lists, if some are left."""
     if custom is None:
         return None
-    items = _items(user_text)
+    items = listed_items(user_text)
     if len(items) < 2:
         return None
     done = sum(1 for r in results if r.tool_name == custom.name)
@@ -297,7 +305,10 @@ def _several(custom: ToolSpec | None, user_text: str, results: list[Turn], paral
     return _together(
         [
             _call(
-                custom, _arguments(custom, _about(user_text, item), _item_hint(custom, item)), thoughts, heartbeat=True
+                custom,
+                _arguments(custom, about_item(user_text, item), _item_hint(custom, item)),
+                thoughts,
+                heartbeat=True,
             )
             for item in todo
         ]
@@ -318,7 +329,7 @@ def _save_facts(
     writer: ToolSpec, send: ToolSpec | None, facts: list[str], user_text: str, model_input: ModelInput, *, saved: int
 ) -> ModelOutput:
     """Save several facts: all at once with the answer when parallel calls are allowed, else the next."""
-    label = _fact(user_text)[1]
+    label = fact_and_label(user_text)[1]
     todo = facts if model_input.parallel else facts[saved : saved + 1]
     outputs = [
         _call(writer, _arguments(writer, fact, {"label": label, "content": fact}), f"Saving: {fact}.", heartbeat=True)
@@ -349,34 +360,6 @@ def _last_group(turns: tuple[Turn, ...]) -> list[Turn]:
     return group[::-1]
 
 
-_NAME = r"(?:[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*|\d+)"
-_LIST = re.compile(rf"\b({_NAME}(?:\s*,\s*{_NAME})*)\s*,?\s+and\s+({_NAME})\b")
-
-
-def _items(text: str) -> list[str]:
-    """The things a message lists ("Paris, Rome and Oslo"), or none."""
-    match = _LIST.search(text)
-    if match is None:
-        return []
-    return [*(p.strip() for p in match.group(1).split(",")), match.group(2)]
-
-
-def _about(text: str, item: str) -> str:
-    """The message as if it named only ``item`` of its list."""
-    match = _LIST.search(text)
-    assert match is not None
-    return text[: match.start()] + item + text[match.end() :]
-
-
-def _facts(text: str) -> list[str]:
-    """The facts a "remember ..." message gives, split at semicolons and line breaks."""
-    match = _REMEMBER.search(text)
-    if match is None:
-        return []
-    parts = re.split(r"[;\n]+", text[match.end() :])
-    return [f for p in parts if (f := p.strip().rstrip(".!?").strip())]
-
-
 def _remember(writer: ToolSpec, fact: str, label: str, system: str, thoughts: str, text: str) -> ModelOutput:
     """Save ``fact`` to the ``label`` block with the memory writer there is (append or rethink)."""
     hints: dict[str, Any] = {
@@ -386,7 +369,7 @@ def _remember(writer: ToolSpec, fact: str, label: str, system: str, thoughts: st
         "new_str": fact,
         "insert_line": -1,
     }
-    hints["new_memory"] = "\n".join(p for p in (_block(system, label), fact) if p)
+    hints["new_memory"] = "\n".join(p for p in (block_value(system, label), fact) if p)
     return _call(writer, _arguments(writer, text, hints), thoughts, heartbeat=True)
 
 
@@ -417,99 +400,30 @@ def _last_user(turns: tuple[Turn, ...]) -> tuple[str, tuple[Turn, ...]]:
     return "", turns
 
 
-def is_heartbeat(text: str) -> bool:
-    """Whether a user message is automatic rather than something the user said: a heartbeat
-    (Letta's JSON ``{"type": "heartbeat"}`` or a notice mentioning ``request_heartbeat``) or a
-    system alert (``{"type": "system_alert"}``: a memory-pressure notice, a summary)."""
-    parsed = _json_object(text)
-    if parsed is not None:
-        return parsed.get("type") in ("heartbeat", "system_alert")
-    return "request_heartbeat" in text
-
-
-def unwrap(text: str) -> str:
-    """The message inside Letta-style JSON (``{"type": "user_message", "message": ...}``), or the text."""
-    parsed = _json_object(text)
-    if parsed is not None and isinstance(parsed.get("message"), str):
-        return str(parsed["message"])
-    return text
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    stripped = text.strip()
-    if not stripped.startswith("{"):
-        return None
-    try:
-        parsed = json.loads(stripped)
-    except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
 def _named_tool(tools: Mapping[str, ToolSpec], text: str) -> ToolSpec | None:
     lowered = text.lower()
     found = [
         (position, -len(name), tool)
         for name, tool in tools.items()
-        if name not in NON_CUSTOM and (position := _mention(lowered, name.lower())) >= 0
+        if name not in NON_CUSTOM and (position := mention_at(lowered, name.lower())) >= 0
     ]
     return min(found, key=lambda f: (f[0], f[1]))[2] if found else None
-
-
-def _mention(text: str, name: str) -> int:
-    for candidate in (name, name.replace("_", " ")):
-        match = re.search(rf"(?<![a-z0-9_]){re.escape(candidate)}(?![a-z0-9_])", text)
-        if match is not None:
-            return match.start()
-    return -1
-
-
-def _fact(text: str) -> tuple[str, str]:
-    match = _REMEMBER.search(text)
-    fact = text[match.end() :] if match is not None else text
-    fact = fact.strip().rstrip(".!?").strip() or text.strip()
-    label = "persona" if re.search(r"\b(persona|yourself|your name)\b", text, re.I) else "human"
-    return fact[: _SNIPPET * 2], label
-
-
-def _block(system: str, label: str) -> str:
-    """The value of a memory block compiled into the system prompt as ``<label ...>value</label>``."""
-    match = re.search(rf"<{re.escape(label)}(?:\s[^>]*)?>\s*(.*?)\s*</{re.escape(label)}>", system, re.S)
-    if match is None:
-        return ""
-    # nightshift compiles a block as <label><description/><metadata/><value>...</value></label>.
-    value = re.search(r"<value>\s*(.*?)\s*</value>", match.group(1), re.S)
-    return value.group(1) if value is not None else match.group(1)
 
 
 def _summary(result: Turn) -> str:
     name = result.tool_name or "the tool"
     content = unwrap_result(result.text)
     if result.is_error:
-        return f"Sorry, {name} failed: {_snip(content)}"
+        return f"Sorry, {name} failed: {snip(content)}"
     if result.tool_name in V1_MEMORY_WRITERS:
         return "Got it, I have saved that to my memory."
     if result.tool_name == SEND_MESSAGE:
         return "Is there anything else I can help you with?"
-    return f"{name} returned: {_snip(content)}"
-
-
-def unwrap_result(text: str) -> str:
-    """A tool result's message inside Letta-style JSON (``{"status", "message"}``), or the text."""
-    parsed = _json_object(text)
-    if parsed is not None and "message" in parsed:
-        message = parsed["message"]
-        return message if isinstance(message, str) else json.dumps(message)
-    return text
+    return f"{name} returned: {snip(content)}"
 
 
 def _reply_text(model_input: ModelInput) -> str:
     user_text, _ = _last_user(model_input.turns)
     if not user_text.strip():
         return "Hello! How can I help you today?"
-    return f'You said: "{_snip(user_text.strip())}". Thanks for letting me know!'
-
-
-def _snip(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _SNIPPET else flat[: _SNIPPET - 3] + "..."
+    return f'You said: "{snip(user_text.strip())}". Thanks for letting me know!'

@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from nightshift.emulator.arguments import generate_arguments
-from nightshift.emulator.model import ModelInput, ToolChoice, ToolSpec, Turn, is_heartbeat, respond, unwrap
+from nightshift.emulator.model import ModelInput, ToolChoice, ToolSpec, Turn, respond
+from nightshift.emulator.texts import is_heartbeat, unwrap
 from nightshift.providers.agent_arguments import with_agent_arguments
 
 
