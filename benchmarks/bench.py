@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import re
 import resource
@@ -26,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -42,17 +43,20 @@ from nightshift.batch import sleeptime
 from nightshift.batch.steps import queue_batch_run
 from nightshift.batch.worker import worker_of
 from nightshift.config import Settings
-from nightshift.domain.agents import LLMConfig
+from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.batches import BatchRun, BatchRunRequest
-from nightshift.domain.messages import UserInput
+from nightshift.domain.messages import Message, Role, ToolCall, UserInput
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.emulator.environment import sdk_environment
+from nightshift.ids import new_id, new_tool_call_id
 from nightshift.parts import running_parts
 from nightshift.providers.registry import provider_info
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
 from nightshift.services.groups import pair
 from nightshift.services.tools import create_tool
 from nightshift.serving import free_port
+from nightshift.store import agents as agent_store
+from nightshift.store import messages as message_store
 from nightshift.store.batch_run_views import run_progress
 from nightshift.store.batch_runs import get_run
 from nightshift.store.db import create_engine, upgrade
@@ -81,6 +85,35 @@ ASKS = {
     # agent's), then the sleep-time agents read the turn and insert what the user stated.
     "sleeptime": "My name is Ada and I live in Lyon.",
 }
+
+
+def earlier_turns(agent: Agent, turns: int, now: datetime) -> list[Message]:
+    """``turns`` exchanges before the run, as an agent that has talked before has in its window:
+    the user's message, the assistant's send_message call and its result."""
+
+    def message(role: Role, text: str, **fields: Any) -> Message:
+        return Message(
+            id=new_id("message"),
+            organization_id=agent.organization_id,
+            agent_id=agent.id,
+            role=role,
+            text=text,
+            created_at=now,
+            **fields,
+        )
+
+    made: list[Message] = []
+    for turn in range(turns):
+        said = json.dumps({"message": f"Noted ({turn})."})
+        call = ToolCall(id=new_tool_call_id(), name="send_message", arguments=said)
+        made += [
+            message(Role.USER, f"Here is what happened on day {turn}: all quiet."),
+            message(Role.ASSISTANT, "", tool_calls=(call,)),
+            message(
+                Role.TOOL, json.dumps({"status": "OK", "message": "None"}), tool_call_id=call.id, name="send_message"
+            ),
+        ]
+    return made
 
 
 @dataclass
@@ -219,8 +252,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-async def bench(agents: int, database_url: str, provider: str, tool: str, emulator_pid: int) -> tuple[list[Phase], str]:
-    """The phases of one run, and how the run ended (its status, its agents by outcome)."""
+async def bench(
+    agents: int, database_url: str, provider: str, tool: str, emulator_pid: int, *, history: int = 0
+) -> tuple[list[Phase], str]:
+    """The phases of one run, and how the run ended (its status, its agents by outcome); each agent
+    starts with ``history`` earlier turns in its window."""
     # A lease longer than any phase: at the default (20 poll intervals of 0 s, so 5 s) a lease is
     # renewed every 1.7 s of a stage, and those statements would count as the phase's.
     settings = Settings(
@@ -253,6 +289,11 @@ async def bench(agents: int, database_url: str, provider: str, tool: str, emulat
         ]
         async with engine.begin() as conn:
             made = await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))
+            if history:
+                earlier = {a.id: earlier_turns(a, history, datetime.now(UTC)) for a in made}
+                await message_store.insert_messages(conn, [m for ms in earlier.values() for m in ms])
+                made = [replace(a, message_ids=(*a.message_ids, *(m.id for m in earlier[a.id]))) for a in made]
+                await agent_store.set_windows(conn, made, datetime.now(UTC))  # counted at the first step
             if tool == "sleeptime":  # due after every turn: the main run's one turn makes them all due
                 await pair(conn, DEFAULT_ORG_ID, made, now=datetime.now(UTC), frequency=1)
             agent_ids += [a.id for a in made]
@@ -340,6 +381,9 @@ def main(
     tools: Annotated[
         str, typer.Option(help="Which runs, of memory, custom and sleeptime (comma-separated)")
     ] = "memory,custom,sleeptime",
+    history: Annotated[
+        int, typer.Option(help="Earlier turns in each agent's window before its run (3 messages each)", min=0)
+    ] = 0,
 ) -> None:
     """Measure batch runs of AGENTS agents, two steps each, and print the figures."""
     kinds = [t.strip() for t in tools.split(",") if t.strip()]
@@ -368,7 +412,7 @@ def main(
             fresh_emulator(url)
             with tempfile.TemporaryDirectory() as tmp:
                 db = database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
-                phases, ending = asyncio.run(bench(agents, db, provider, kind, emulator_pid))
+                phases, ending = asyncio.run(bench(agents, db, provider, kind, emulator_pid, history=history))
                 endings.append(ending)
                 for phase in phases:
                     peak_of_phases.append(phase.peak_mib)
@@ -387,6 +431,7 @@ def main(
     for ending in endings:
         console.print(ending)
     console.print(f"database: {(database_url or 'sqlite (a new file per run)').split(':')[0]}")
+    console.print(f"each agent's window before its run: its first messages and {history} earlier turns")
     # The phases' peaks are each their own; the process's, where they cannot be told apart, covers
     # the set-up as well.
     peaks = [p for p in peak_of_phases if p is not None]

@@ -37,7 +37,7 @@ def _env() -> dict[str, str]:
 
 
 def test_bench_prints_each_phase_of_its_runs() -> None:
-    output = _run("benchmarks.bench", "--agents", "4")
+    output = _run("benchmarks.bench", "--agents", "4", "--history", "2")
     phases = (
         "create the run",
         "write step 1 + submit it",
@@ -52,6 +52,10 @@ def test_bench_prints_each_phase_of_its_runs() -> None:
     rows = [line.split("│") for line in output.splitlines() if "create the run" in line]
     assert [row[6].strip() for row in rows] == ["-"] * 3, output
     assert "database: sqlite" in output, output
+    # Each agent had two earlier turns in its window, and every run stepped its agents to the end.
+    assert "each agent's window before its run: its first messages and 2 earlier turns" in output, output
+    assert "the memory run ended completed; its agents' steps: 4 continued, 4 finished" in output, output
+    assert "the custom run ended completed; its agents' steps: 4 continued, 4 finished" in output, output
     # The sleep-time agents inserted what their users stated, then finished their edits.
     assert "the sleeptime (sleeptime) run ended completed; its agents' steps: 4 continued, 4 finished" in output
     assert re.search(r"peak memory \(RSS\) of the server process: [\d,]+ MiB", output), output
