@@ -7,7 +7,9 @@ the next step. Three runs side by side: in one each agent calls a memory tool on
 other a custom tool, which runs in the tool sandbox (a fresh process per call, inside bubblewrap);
 both call send_message on step 2. In the third each agent has a sleep-time agent: one turn of the
 main agents makes them all due, and the sleep-time run that gathers them takes two steps (a
-memory insert of what the user stated, then memory_finish_edits). The sandbox's own CPU (its
+memory insert of what the user stated, then memory_finish_edits). The agents are new (their
+windows hold their first messages) unless ``--history N`` gives each N earlier turns, as agents
+that have talked before have: the cost of a step grows with its windows. The sandbox's own CPU (its
 zygotes and their call processes) is counted apart from the server's. Each phase's peak memory
 (RSS) is its own: the kernel's high-water mark is reset as the phase starts
 (``/proc/self/clear_refs``, Linux).
