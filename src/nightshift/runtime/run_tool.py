@@ -19,7 +19,7 @@ from nightshift.domain.tools import ToolType
 from nightshift.errors import Conflict, NotFound, ToolError
 from nightshift.ids import new_id
 from nightshift.runtime.search import StoreSearch
-from nightshift.runtime.step import failed_text
+from nightshift.runtime.tool_messages import failed_text
 from nightshift.store import agents as agent_store
 from nightshift.store import blocks as block_store
 from nightshift.store import items as item_store

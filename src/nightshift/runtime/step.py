@@ -42,6 +42,7 @@ from nightshift.domain.tools import ToolType
 from nightshift.errors import ToolError
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelResponse
+from nightshift.runtime.tool_messages import failed_text, tool_message, truncated
 from nightshift.tools.base import AgentContext, MemorySearch, run_base_tool
 from nightshift.tools.models import sandbox_source
 from nightshift.tools.results import SandboxCall
@@ -142,38 +143,16 @@ class _Pending:
         return self.position >= len(self.calls)
 
 
-def failed_text(name: str, error: str) -> str:
-    """A tool's failure as Letta words it (the model and Letta's clients know this shape)."""
-    return f"Error executing function {name}: {error}"
-
-
-def _truncated(output: str, limit: int) -> str:
-    """``output`` cut to ``limit`` characters, with a note saying it was, as Letta's tools are."""
-    if len(output) <= limit:
-        return output
-    return (
-        f"{output[:limit]}... [NOTE: function output was truncated since it exceeded the character limit "
-        f"({len(output)} > {limit})]"
-    )
-
-
 def _tool_message(turn: Turn, entry: _Call, output: str, *, is_error: bool, now: datetime) -> Message:
-    call = entry.call
-    body = {"status": "Failed" if is_error else "OK", "message": output, "time": now.isoformat()}
-    return Message(
-        id=new_id("message"),
-        organization_id=turn.agent.organization_id,
-        agent_id=turn.agent.id,
-        role=Role.TOOL,
-        text=json.dumps(body),
-        tool_call_id=call.id,
-        name=call.name,
+    return tool_message(
+        turn.agent,
+        turn.batch_item_id,
+        entry.call,
+        output,
         is_error=is_error,
-        batch_item_id=turn.batch_item_id,
-        created_at=now,
-        # Letta's tool returns carry what the tool printed as lists of text.
-        stdout=(entry.stdout,) if entry.stdout else (),
-        stderr=(entry.stderr,) if entry.stderr else (),
+        now=now,
+        stdout=entry.stdout,
+        stderr=entry.stderr,
     )
 
 
@@ -402,7 +381,7 @@ def _finish(item: _Pending, now: datetime) -> TurnResult:
             continue
         output = entry.output or ""
         tool = agent.tool(entry.call.name)
-        output = _truncated(output, tool.return_char_limit if tool else len(output))
+        output = truncated(output, tool.return_char_limit if tool else len(output))
         messages.append(_tool_message(turn, entry, output, is_error=False, now=now))
         if entry.context is not None:
             blocks = entry.context.blocks
