@@ -13,13 +13,14 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from nightshift.config import SandboxKind, Settings
 from nightshift.errors import ToolError
 from nightshift.tools import _zygote
-from nightshift.tools.launch import BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
+from nightshift.tools.launch import DEFAULT_UIDS, BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
 from nightshift.tools.results import SandboxCall
 from nightshift.tools.sandbox import ToolSandbox, build_sandbox
 from nightshift.tools.zygotes import ANSWER_BYTES
@@ -379,6 +380,39 @@ def tool() -> list:
         assert await _ends(pid)
     with pytest.raises(ToolError, match="the tool sandbox is closed"):
         await sandbox.run(call(ADD, a=1, b=2))
+
+
+async def test_a_start_cut_off_while_bubblewrap_sets_up_leaves_nothing(tmp_path: Path) -> None:
+    # As root the launcher writes the sandbox's id maps once bubblewrap reports its namespace; a
+    # server that stops then (its run cancelled) must leave no process, pipe or uid behind.
+    silent = tmp_path / "bwrap"
+    silent.write_text("#!/bin/sh\nexec sleep 60\n")  # a bubblewrap that never reports
+    silent.chmod(0o755)
+    uids = range(DEFAULT_UIDS.start + 4400, DEFAULT_UIDS.start + 4401)
+    descriptors = sorted(os.listdir("/proc/self/fd"))
+    start = asyncio.create_task(BubblewrapLauncher(binary=str(silent), uids=uids).start(SandboxLimits()))
+    waiting = await _child_running("sleep")
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+
+    assert not os.path.exists(f"/proc/{waiting}")  # killed and reaped, not a zombie
+    assert sorted(os.listdir("/proc/self/fd")) == descriptors
+    async with ToolSandbox(BubblewrapLauncher(uids=uids), workers=1) as sandbox:  # its one uid is free
+        assert (await sandbox.run(call(ADD, a=1, b=2))).value == 3
+
+
+async def _child_running(name: str) -> int:
+    """The pid of this process's child ``name`` once it runs (within five seconds)."""
+    for _ in range(500):
+        for entry in os.listdir("/proc"):
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                comm, rest = stat[stat.index("(") + 1 :].rsplit(")", 1)
+                if comm == name and int(rest.split()[1]) == os.getpid():
+                    return int(entry)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no child {name!r} started")
 
 
 async def test_a_missing_bubblewrap_refuses_custom_tools_and_says_what_to_do(

@@ -271,9 +271,10 @@ class BubblewrapLauncher:
         started = Started(process=process, uid=uid)
         if uid is not None:
             try:
-                await asyncio.to_thread(_map_ids, info_r, block_w, uid)
-            except BaseException:
+                await _map_ids(info_r, block_w, uid)
+            except BaseException:  # cancelled too: a server that stops as a zygote starts
                 self.kill(started)
+                await _reap(process)
                 raise
             finally:
                 os.close(info_r)
@@ -341,25 +342,45 @@ def _pipe_holding(data: bytes) -> int:
     return read
 
 
-def _map_ids(info_r: int, block_w: int, uid: int) -> None:
+async def _map_ids(info_r: int, block_w: int, uid: int) -> None:
     """Map the sandbox's uid and gid 1000 to ``uid`` outside, then let bubblewrap go on.
 
     Root inside stays root outside, for bubblewrap's own setup (it owns the new root it creates);
-    nothing that runs a tool keeps it.
+    nothing that runs a tool keeps it. bubblewrap's report is awaited on the event loop, not in a
+    thread, so that a start cut off there leaves no thread reading a descriptor closed under it.
     """
+    loop = asyncio.get_running_loop()
+    os.set_blocking(info_r, False)
     info = b""
-    while chunk := os.read(info_r, 4096):
+    while not info.rstrip().endswith(b"}"):
+        readable = loop.create_future()
+        loop.add_reader(info_r, _wake, readable)
+        try:
+            await readable
+        finally:
+            loop.remove_reader(info_r)
+        chunk = os.read(info_r, 4096)
+        if not chunk:
+            return  # bubblewrap failed before making the namespace; its stderr says why
         info += chunk
-        if info.rstrip().endswith(b"}"):
-            break
-    if not info:
-        return  # bubblewrap failed before making the namespace; its stderr says why
     child = json.loads(info)["child-pid"]
     mapping = f"0 0 1\n{_INSIDE_UID} {uid} 1\n"
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{child}/{name}", "w") as file:
             file.write(mapping)
     os.write(block_w, b"1")
+
+
+def _wake(readable: asyncio.Future[None]) -> None:
+    if not readable.done():
+        readable.set_result(None)
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    """Wait for a killed zygote to end and its pipes to close, so that nothing of it outlives its start."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5.0):
+            await process.communicate()
 
 
 def _mount_arguments(
