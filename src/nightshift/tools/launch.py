@@ -363,12 +363,16 @@ async def _map_ids(info_r: int, block_w: int, uid: int) -> None:
         if not chunk:
             return  # bubblewrap failed before making the namespace; its stderr says why
         info += chunk
-    child = json.loads(info)["child-pid"]
+    _write_id_maps(json.loads(info)["child-pid"], uid)
+    os.write(block_w, b"1")
+
+
+def _write_id_maps(child: int, uid: int) -> None:
+    # Files of /proc, which the kernel answers at once: nothing here waits on a disk.
     mapping = f"0 0 1\n{_INSIDE_UID} {uid} 1\n"
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{child}/{name}", "w") as file:
             file.write(mapping)
-    os.write(block_w, b"1")
 
 
 def _wake(readable: asyncio.Future[None]) -> None:
