@@ -21,7 +21,7 @@ from nightshift.domain.messages import Message
 from nightshift.store import batch_summaries
 from nightshift.store.bulk import in_ids
 from nightshift.store.items import to_item
-from nightshift.store.messages import to_message
+from nightshift.store.messages import MESSAGE_COLUMNS, to_message
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agents, batch_items, deleted_agents, messages
 
@@ -111,7 +111,7 @@ async def runs_failures(conn: AsyncConnection, run_ids: Sequence[str]) -> dict[s
 async def run_messages(conn: AsyncConnection, run_id: str, page: Page, *, agent_id: str | None = None) -> list[Message]:
     """Messages linked to any item of the run, paged by message id (creation order)."""
     item_ids = select(batch_items.c.id).where(batch_items.c.batch_run_id == run_id)
-    query = select(messages).where(messages.c.batch_item_id.in_(item_ids))
+    query = select(*MESSAGE_COLUMNS).where(messages.c.batch_item_id.in_(item_ids))
     if agent_id is not None:
         query = query.where(messages.c.agent_id == agent_id)
     return [to_message(row) for row in await conn.execute(paginate(query, messages.c.id, page))]

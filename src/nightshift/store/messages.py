@@ -15,9 +15,13 @@ from nightshift.store.pagination import Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
 
+# Every column but ``search_text``: a copy of the text for the index, which no reader needs (and
+# which would double the memory of a step's windows).
+MESSAGE_COLUMNS = tuple(c for c in messages.c if c.key != "search_text")
+
 
 def to_message(row: Sequence[Any]) -> Message:
-    """Map a row of ``select(messages)`` (the table's columns, in its order) to the domain type.
+    """Map a row of ``select(*MESSAGE_COLUMNS)`` (in the table's order) to the domain type.
 
     The row is unpacked by position: reading sixteen columns of a SQLAlchemy row by name costs
     much more, and a step reads its agents' whole windows (a mismatch in the number of
@@ -29,7 +33,6 @@ def to_message(row: Sequence[Any]) -> Message:
         agent_id,
         role,
         text,
-        _search_text,
         reasoning,
         tool_calls,
         tool_call_id,
@@ -138,7 +141,7 @@ async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, M
     wanted = list(ids)
     if not wanted:
         return {}
-    rows = await conn.execute(select(messages).where(in_ids(conn, messages.c.id, wanted)))
+    rows = await conn.execute(select(*MESSAGE_COLUMNS).where(in_ids(conn, messages.c.id, wanted)))
     return {row[0]: to_message(row) for row in rows}  # (the id)
 
 
@@ -156,7 +159,7 @@ async def messages_after(conn: AsyncConnection, after: Mapping[str, str | None])
     (every agent's from the oldest of the starts; message ids are ordered by time)."""
     if not after:
         return {}
-    query = select(messages).where(in_ids(conn, messages.c.agent_id, list(after))).order_by(messages.c.id)
+    query = select(*MESSAGE_COLUMNS).where(in_ids(conn, messages.c.agent_id, list(after))).order_by(messages.c.id)
     starts = [start for start in after.values() if start is not None]
     if len(starts) == len(after):
         query = query.where(messages.c.id > min(starts))
@@ -174,7 +177,7 @@ async def list_agent_messages(conn: AsyncConnection, agent_id: str, page: Page) 
     ``after`` / ``before`` are message ids in the page's order, as Letta documents them and its
     clients page: with ``order=desc``, ``after`` gives the older messages.
     """
-    query = select(messages).where(messages.c.agent_id == agent_id)
+    query = select(*MESSAGE_COLUMNS).where(messages.c.agent_id == agent_id)
     return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]
 
 
@@ -196,7 +199,7 @@ async def search_messages(
 ) -> list[Message]:
     """The agent's messages matching ``query``, best first: what was said and what tools returned
     (see ``domain.messages.search_text``)."""
-    ranked = ranked_select(conn.dialect.name, messages, messages.c.search_text, query)
+    ranked = ranked_select(conn.dialect.name, messages, messages.c.search_text, query, read=MESSAGE_COLUMNS)
     if ranked is None:
         return []
     statement = (
@@ -222,5 +225,5 @@ async def update_system_texts(conn: AsyncConnection, texts: Sequence[tuple[str, 
 
 async def list_run_messages(conn: AsyncConnection, run_id: str, page: Page) -> list[Message]:
     """A page of the messages an agent run wrote, in creation order (or reversed)."""
-    query = select(messages).where(messages.c.run_id == run_id)
+    query = select(*MESSAGE_COLUMNS).where(messages.c.run_id == run_id)
     return [to_message(r) for r in await conn.execute(paginate(query, messages.c.id, page))]

@@ -7,6 +7,7 @@ match, and rows come back ranked best first (bm25 on SQLite, ts_rank on PostgreS
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Column, Select, Table, bindparam, func, literal_column, select, text
@@ -19,8 +20,10 @@ def query_words(query: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
 
 
-def ranked_select(dialect: str, table: Table, column: Column[Any], query: str) -> Select[Any] | None:
-    """``SELECT table.*`` restricted to rows matching ``query`` and ordered by rank.
+def ranked_select(
+    dialect: str, table: Table, column: Column[Any], query: str, *, read: Sequence[Column[Any]] | None = None
+) -> Select[Any] | None:
+    """``SELECT table.*`` (or the columns ``read``) restricted to rows matching ``query`` and ordered by rank.
 
     ``column`` is the indexed text column of ``table``; on SQLite a ``<table>_fts`` FTS5 table
     over it is kept in step by triggers, on PostgreSQL an expression index covers it (the
@@ -42,10 +45,10 @@ def ranked_select(dialect: str, table: Table, column: Column[Any], query: str) -
             .subquery("hits")
         )
         return (
-            select(table)
+            select(*(read or table.c))
             .join(hits, literal_column(f"{table.name}.rowid") == hits.c.hit_rowid)
             .order_by(hits.c.rank.asc())
         )
     vector = func.to_tsvector(literal_column("'english'"), column)
     tsquery = func.to_tsquery(literal_column("'english'"), bindparam("ts_query", " | ".join(words)))
-    return select(table).where(vector.op("@@")(tsquery)).order_by(func.ts_rank(vector, tsquery).desc())
+    return select(*(read or table.c)).where(vector.op("@@")(tsquery)).order_by(func.ts_rank(vector, tsquery).desc())
