@@ -266,6 +266,7 @@ class ScriptedProvider:
     def __init__(self, model: ScriptedModel, api: Api) -> None:
         self._model = model
         self._api: Api = api
+        self._encoded: dict[tuple[str, bytes], ModelRequest] = {}
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         return _response(self._api, self._answered(request))
@@ -285,19 +286,30 @@ class ScriptedProvider:
                 yield delta
         yield StreamEnd(response=openai_assembler.response())
 
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        """The real wire entry; the request it came from is kept for ``submit_batch`` (a test reads
+        the requests a batch held as ``ModelRequest``)."""
+        if self._api == "anthropic":
+            entry = anthropic_wire.batch_entry(custom_id, request)
+        else:
+            entry = openai_wire.batch_entry(custom_id, request)
+        self._encoded[custom_id, entry] = request
+        return entry
+
     async def submit_batch(
-        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+        self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
         if self._api == "openai":
-            one_model(requests, provider="OpenAI")
+            one_model(requests, model, provider="OpenAI")
         self._check_size(requests, max_bytes)
+        built = {custom_id: self._encoded.pop((custom_id, entry)) for custom_id, entry in requests.items()}
         refused = self._model.take_refusal()
         if refused is not None:
             raise refused
         batch_id = self._model.state.next_id("msgbatch_" if self._api == "anthropic" else "batch_")
-        results = [self._model.run(self._api, cid, r, batch_id=batch_id) for cid, r in requests.items()]
+        results = [self._model.run(self._api, cid, r, batch_id=batch_id) for cid, r in built.items()]
         self._model.new_job(self._api, list(requests), batch_id, results)
         if self._api == "openai":
             self._model.tag(batch_id, tag)
@@ -349,12 +361,12 @@ class ScriptedProvider:
             return anthropic_wire.parse_batch(anthropic_api.batch_json(job))
         return openai_wire.parse_batch(openai_api.batch_json(job, self._model.state.now()))
 
-    def _check_size(self, requests: Mapping[str, ModelRequest], max_bytes: int | None) -> None:
+    def _check_size(self, requests: Mapping[str, bytes], max_bytes: int | None) -> None:
         """Refuse a body over the limits as the real client does, before anything is answered."""
         info = anthropic_info.INFO if self._api == "anthropic" else openai_info.INFO
         with SpooledBody() as body:
-            for custom_id, request in requests.items():
-                body.write_request(custom_id, orjson.dumps(_wire_body(self._api, request)) + b",")
+            for custom_id, entry in requests.items():
+                body.write_request(custom_id, entry + b",")
             body.check_size(info.max_batch_bytes, what=f"the batch of {len(requests)} requests", split_above=max_bytes)
 
 

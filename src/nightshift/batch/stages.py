@@ -30,7 +30,6 @@ from nightshift.domain.batches import BatchItem, ItemResult, ProviderBatch
 from nightshift.domain.caching import CachePolicy
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
-from nightshift.providers.base import ModelRequest
 from nightshift.providers.clients import ProviderSet
 from nightshift.tools.sandbox import Sandbox
 from nightshift.tracing import stage_span
@@ -91,13 +90,14 @@ class Prepared:
     """A created batch with its requests built, to be sent as it is: a part of a batch cut by the
     requests' real sizes (``submission._split``).
 
-    ``requests``: by custom_id (the agent's id), in the items' order; ``refused``: the results of
-    the items whose request could not be built.
+    ``requests``: each encoded for the provider (``BatchProvider.encode_request``), by custom_id
+    (the agent's id), in the items' order; ``refused``: the results of the items whose request
+    could not be built.
     """
 
     batch: ProviderBatch
     items: Sequence[BatchItem]
-    requests: dict[str, ModelRequest]
+    requests: dict[str, bytes]
     refused: Sequence[ItemResult]
 
 

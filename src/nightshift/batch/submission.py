@@ -56,7 +56,7 @@ from nightshift.providers.base import BatchState, ModelError, ModelProvider
 from nightshift.providers.registry import provider_info
 from nightshift.providers.spool import BatchTooLarge
 from nightshift.runtime.caching import in_batch
-from nightshift.runtime.context import build_requests
+from nightshift.runtime.context import encoded_requests
 from nightshift.store import agents as agent_store
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
@@ -98,12 +98,17 @@ async def submit(
         else:
             items = written.items
             agents = await agent_store.reload_changed(conn, batch.organization_id, written.agents)
+        try:
+            provider = parts.providers.get(batch.provider)
+        except ProviderError as exc:
+            return await _unsent(parts, leases, batch, items, exc)
         present = [i for i in items if i.agent_id in agents]
-        requests, problems = await build_requests(
+        requests, problems = await encoded_requests(
             conn,
             [agents[i.agent_id] for i in present],
             {i.agent_id: i.step_state for i in present},
             in_batch(parts.cache_policy, turnaround),
+            provider.encode_request,
         )
     refused = [
         failed_result(i.id, f"the request could not be built: {problems[i.agent_id]}")
@@ -142,15 +147,13 @@ async def _send(
                     current = await batch_store.get_provider_batch(conn, batch.id)
                     assert current is not None
                     return StageOutcome(outcome=Outcome.LEFT, batch=current)  # cancelled or taken over meanwhile
-            provider_batch_id = await provider.submit_batch(built.requests, tag=batch.id, max_bytes=parts.batch_bytes)
+            provider_batch_id = await provider.submit_batch(
+                built.requests, model=batch.model, tag=batch.id, max_bytes=parts.batch_bytes
+            )
     except BatchTooLarge as exc:
         return await _split(parts, leases, built, exc, started=started)
     except ProviderError as exc:
-        if exc.retryable and batch.failures + 1 < SUBMIT_ATTEMPTS:
-            log.warning("submitting %s failed (%s); retrying", batch.id, exc.message)
-            return StageOutcome(outcome=Outcome.RESUBMIT, batch=batch, reason=exc.message, retryable=True)
-        ended = await _refused(parts, leases, batch, built.items, exc)
-        return StageOutcome(outcome=Outcome.ENDED, batch=ended)
+        return await _unsent(parts, leases, batch, built.items, exc)
     current = await _submitted(parts, leases, batch, provider_batch_id, built.refused)
     running = current.status is ProviderBatchStatus.RUNNING
     if running and current.provider_batch_id == provider_batch_id:
@@ -256,6 +259,18 @@ async def end_batch(
         current = await batch_store.get_provider_batch(conn, batch.id)
     assert current is not None
     return current
+
+
+async def _unsent(
+    parts: StageParts, leases: Leases, batch: ProviderBatch, items: Sequence[BatchItem], exc: ProviderError
+) -> StageOutcome:
+    """The batch did not reach the provider: it is sent again later when the cause may pass, else
+    it ends with every agent failed."""
+    if exc.retryable and batch.failures + 1 < SUBMIT_ATTEMPTS:
+        log.warning("submitting %s failed (%s); retrying", batch.id, exc.message)
+        return StageOutcome(outcome=Outcome.RESUBMIT, batch=batch, reason=exc.message, retryable=True)
+    ended = await _refused(parts, leases, batch, items, exc)
+    return StageOutcome(outcome=Outcome.ENDED, batch=ended)
 
 
 async def _refused(

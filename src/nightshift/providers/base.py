@@ -241,12 +241,18 @@ class BatchProvider(Protocol):
 
     Contract:
       * Every method raises ``ProviderError`` as ``ChatProvider.complete`` does.
-      * ``submit_batch`` takes ``custom_id -> request``; a custom_id matches
-        ``^[a-zA-Z0-9_-]{1,64}$`` (an agent id does). It returns the provider's batch id. ``tag``
-        (our id of the batch) goes with it where the provider keeps metadata. A body over the
-        provider's limit, or over ``max_bytes`` (a lower limit of ours), is refused before it is
-        sent: with ``spool.BatchTooLarge`` (how to cut it) when it holds several requests, else
-        with ``request_too_large``; one request over ``max_bytes`` alone is sent.
+      * ``encode_request`` turns one request into its entry of the provider's batch body (JSON,
+        no separator): a batch's requests are encoded as they are built, so that a batch never
+        holds them all as objects. It raises ``ProviderError`` (``invalid_request``) for a
+        request the provider cannot take: that request alone fails.
+      * ``submit_batch`` takes ``custom_id -> entry`` (from ``encode_request``); a custom_id matches
+        ``^[a-zA-Z0-9_-]{1,64}$`` (an agent id does). ``model`` is the model of every request
+        (None: several, which only a provider that mixes models in a batch takes). It returns the
+        provider's batch id. ``tag`` (our id of the batch) goes with it where the provider keeps
+        metadata. A body over the provider's limit, or over ``max_bytes`` (a lower limit of ours),
+        is refused before it is sent: with ``spool.BatchTooLarge`` (how to cut it) when it holds
+        several requests, else with ``request_too_large``; one request over ``max_bytes`` alone is
+        sent.
       * ``find_batches`` lists the provider's batches created at or after ``created_after`` that
         may be the one submitted with ``tag`` and ``requests`` requests (by the tag where the
         provider keeps it, else by the count; see ``FoundBatches``): after a crash between the
@@ -259,10 +265,14 @@ class BatchProvider(Protocol):
       * Per-request errors inside a batch are outcomes, not exceptions.
     """
 
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        """The request as its entry of a batch body."""
+        ...
+
     async def submit_batch(
-        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+        self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
-        """Submit one batch of ``custom_id -> request`` and return the provider's batch id."""
+        """Submit one batch of ``custom_id -> entry`` and return the provider's batch id."""
         ...
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
@@ -299,19 +309,17 @@ def parse_json_line(line: str | bytes) -> Any:
         return json.loads(line)
 
 
-def one_model(requests: Mapping[str, ModelRequest], *, provider: str) -> str:
+def one_model(requests: Mapping[str, bytes], model: str | None, *, provider: str) -> str:
     """The model of a batch's requests, for a provider whose batch takes one model.
 
     Raises:
-        ProviderError: there is no request, or requests for several models.
+        ProviderError: there is no request, or requests for several models (``model`` None).
     """
-    models = sorted({request.model for request in requests.values()})
-    if not models:
+    if not requests:
         raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
-    if len(models) > 1:
+    if model is None:
         raise ProviderError(
-            f"{provider}'s batches take requests for one model only; got {', '.join(models)}: "
-            "submit one batch per model",
+            f"{provider}'s batches take requests for one model only: submit one batch per model",
             kind=ProviderErrorKind.INVALID_REQUEST,
         )
-    return models[0]
+    return model

@@ -130,10 +130,13 @@ class _OnFirstCall:
             async for event in events:
                 yield event
 
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        return self._info.encode_request(custom_id, request)  # no client needed
+
     async def submit_batch(
-        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+        self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
-        return await (await self._provider()).submit_batch(requests, tag=tag, max_bytes=max_bytes)
+        return await (await self._provider()).submit_batch(requests, model=model, tag=tag, max_bytes=max_bytes)
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
         return await (await self._provider()).find_batches(tag, created_after=created_after, requests=requests)

@@ -50,11 +50,14 @@ class MeteredProvider:
                 async for event in events:
                     yield event
 
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        return self._inner.encode_request(custom_id, request)  # no call: a refusal fails its agent alone
+
     async def submit_batch(
-        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+        self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
         with self._counted():
-            return await self._inner.submit_batch(requests, tag=tag, max_bytes=max_bytes)
+            return await self._inner.submit_batch(requests, model=model, tag=tag, max_bytes=max_bytes)
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
         with self._counted():

@@ -22,7 +22,7 @@ from nightshift.domain.caching import CacheRates
 from nightshift.errors import InvalidInput, ProviderError, ProviderErrorKind
 
 if TYPE_CHECKING:
-    from nightshift.providers.base import ModelProvider
+    from nightshift.providers.base import ModelProvider, ModelRequest
 
 # The provider packages, in the order they are listed to users.
 _PACKAGES = ("nightshift.providers.anthropic", "nightshift.providers.openai", "nightshift.providers.google_ai")
@@ -51,6 +51,8 @@ class ProviderInfo:
         encoding: The tiktoken encoding that counts its tokens (None: they are estimated from the
             characters, see ``providers.tokens``).
         client: The module whose ``connect(max_retries)`` builds the provider over its SDK.
+        wire: The module whose ``batch_entry(custom_id, request)`` encodes a request for its
+            batches: it imports no SDK, so requests are encoded before a client is built.
         price_data_id: The provider's id in the price data, where it is not ``name``.
         model_prefix: What its chat models' names start with, where the price data lists other
             models under its id (Google's lists Vertex's Claude models beside Gemini).
@@ -74,6 +76,7 @@ class ProviderInfo:
     example_model: str
     cache_rates: CacheRates | None
     client: str
+    wire: str
     encoding: str | None = None
     price_data_id: str | None = None
     model_prefix: str = ""
@@ -110,6 +113,10 @@ class ProviderInfo:
                 kind=ProviderErrorKind.AUTHENTICATION,
             )
         return key
+
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        """The request as its entry of this provider's batch body (see ``BatchProvider``)."""
+        return _batch_entry(self.wire)(custom_id, request)
 
     def connect(self, *, max_retries: int) -> tuple[ModelProvider, Closer]:
         """The provider over its SDK (imported now, on first use) and what closes its client.
@@ -156,3 +163,9 @@ def parse_model(handle: str) -> tuple[ProviderInfo, str]:
         example = providers()[0].example_handle
         raise InvalidInput(f"model must be 'provider/model-name' (e.g. {example}), got {handle!r}", field="model")
     return provider_info(prefix), model
+
+
+@cache
+def _batch_entry(wire: str) -> Callable[[str, ModelRequest], bytes]:
+    encode: Callable[[str, ModelRequest], bytes] = importlib.import_module(wire).batch_entry
+    return encode

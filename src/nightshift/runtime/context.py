@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -21,6 +21,7 @@ from nightshift.domain.context_window import (
 from nightshift.domain.messages import Image, Message, MessageKind, Role
 from nightshift.domain.solver import ToolRulesSolver
 from nightshift.domain.tools import Tool, schema_problem
+from nightshift.errors import ProviderError
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.registry import provider_info
@@ -40,6 +41,10 @@ from nightshift.store import passages as passage_store
 HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continue where you left off."
 # A letta_v1 agent has no heartbeats to ask for: it gets this turn only when it answered while a
 # required_before_exit tool was still uncalled.
+# A batch's requests are built from this many messages of their windows at a time (see
+# ``encoded_requests``): what a batch of long windows holds at once, while a batch of short
+# ones is still read in one statement.
+WINDOW_SLICE = 50_000
 REQUIRED_TOOLS_REASON = "You are not done yet: call the tools your rules require before you answer."
 
 
@@ -265,6 +270,51 @@ async def build_requests(
     if marked:
         requests |= with_cache_plans({i: requests[i] for i in marked}, states, caching)
     return requests, problems
+
+
+async def encoded_requests(
+    conn: AsyncConnection,
+    agents: Sequence[Agent],
+    states: Mapping[str, StepState],
+    caching: CacheTiming,
+    encode: Callable[[str, ModelRequest], bytes],
+    *,
+    slice_messages: int = WINDOW_SLICE,
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """A batch's requests (see ``build_requests``), each encoded by ``encode`` (the provider's
+    ``encode_request``) as soon as it is built, by agent id in ``agents``' order; and why the others
+    have none (a request the provider cannot take among them).
+
+    The windows are read a slice at a time (of about ``slice_messages`` messages), so that a batch holds one
+    slice's messages and its requests' bytes, never every window as objects. A prompt-cache plan
+    counts the agents that share a prefix within the slice: hundreds of agents at least, past
+    which the share of the cache write each pays no longer changes the plan.
+    """
+    encoded: dict[str, bytes] = {}
+    problems: dict[str, str] = {}
+    for part in _window_slices(agents, slice_messages):
+        requests, refused = await build_requests(conn, part, states, caching)
+        problems |= refused
+        for agent in part:
+            request = requests.get(agent.id)
+            if request is None:
+                continue
+            try:
+                encoded[agent.id] = encode(agent.id, request)
+            except ProviderError as exc:
+                problems[agent.id] = f"the provider cannot take it: {exc.message}"
+    return encoded, problems
+
+
+def _window_slices(agents: Sequence[Agent], size: int) -> Iterator[Sequence[Agent]]:
+    start = held = 0
+    for end, agent in enumerate(agents, 1):
+        held += len(agent.message_ids)
+        if held >= size:
+            yield agents[start:end]
+            start, held = end, 0
+    if start < len(agents):
+        yield agents[start:]
 
 
 def _must_call(agent: Agent, state: StepState) -> bool:

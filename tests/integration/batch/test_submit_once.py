@@ -23,6 +23,7 @@ from nightshift.store.db import opened
 from nightshift.store.tables import provider_batches
 from support.clock import ManualClock, clock_of
 from support.runs import ANTHROPIC_MODEL, GEMINI_MODEL, OPENAI_MODEL, Runs
+from support.submit import submit_requests
 
 MODELS = {"anthropic": ANTHROPIC_MODEL, "openai": OPENAI_MODEL, "google_ai": GEMINI_MODEL}
 CREATE = {
@@ -68,7 +69,7 @@ async def test_a_batch_the_provider_took_before_a_crash_is_adopted(
         requests = {
             a["id"]: ModelRequest(model=MODELS[provider].split("/")[1], system="s", messages=()) for a in agents
         }
-        sent = [await providers.get(provider).submit_batch(requests, tag=ours) for _ in range(copies)]
+        sent = [await submit_requests(providers.get(provider), requests, tag=ours) for _ in range(copies)]
     creates_before = len(await admin.requests(path=CREATE[provider], method="POST"))
     clock.advance(600)  # the retry delay passes
 
@@ -127,8 +128,8 @@ async def test_a_batch_of_the_same_size_is_not_taken_for_ours(
     await admin.configure(polls_to_end=3)
     async with ProviderSet() as providers:
         request = ModelRequest(model="claude-3-5-haiku-20241022", system="s", messages=())
-        decoy = await providers.get("anthropic").submit_batch(
-            {f"someone-else-{i}": request for i in range(3)}, tag="llm_batch-another"
+        decoy = await submit_requests(
+            providers.get("anthropic"), {f"someone-else-{i}": request for i in range(3)}, tag="llm_batch-another"
         )
     clock.advance(600)  # the retry delay passes
 

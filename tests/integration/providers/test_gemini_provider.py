@@ -32,6 +32,7 @@ from nightshift.providers.clients import ProviderSet
 from nightshift.providers.google_ai.client import INLINE_VARIABLE
 from nightshift.serving import free_port
 from support.messages import SEND, WEATHER, msg
+from support.submit import submit_requests
 
 
 def request(*messages: Message, **fields: Any) -> ModelRequest:
@@ -104,7 +105,7 @@ async def test_an_inline_batch_answers_each_request_by_its_key(gemini: ModelProv
         "agent-limited": request(),
         "agent-scripted": request(),
     }
-    batch_id = await gemini.submit_batch(requests, tag="llm_batch-test")
+    batch_id = await submit_requests(gemini, requests, tag="llm_batch-test")
 
     running = await gemini.retrieve_batch(batch_id)
     assert running.state is BatchState.IN_PROGRESS
@@ -135,7 +136,7 @@ async def test_a_batch_over_the_inline_limit_goes_and_comes_back_as_files(
     async with ProviderSet(max_retries=0) as built:
         gemini = built.get("google_ai")
         requests = {f"agent-{i:04d}": request(msg(Role.USER, f"hello {i}")) for i in range(300)}
-        batch_id = await gemini.submit_batch(requests, tag="llm_batch-filed")
+        batch_id = await submit_requests(gemini, requests, tag="llm_batch-filed")
         await ended(gemini, batch_id)
         outcomes = await collect(gemini, batch_id)
 
@@ -149,7 +150,7 @@ async def test_cancelled_and_expired_batches_say_what_their_unanswered_requests_
     gemini: ModelProvider, admin: EmulatorAdmin
 ) -> None:
     await admin.configure(polls_to_end=1000)
-    cancelled = await gemini.submit_batch({f"agent-{i}": request() for i in range(3)}, tag="llm_batch-cancel")
+    cancelled = await submit_requests(gemini, {f"agent-{i}": request() for i in range(3)}, tag="llm_batch-cancel")
     await gemini.cancel_batch(cancelled)
     await ended(gemini, cancelled)
     status = await gemini.retrieve_batch(cancelled)
@@ -157,7 +158,7 @@ async def test_cancelled_and_expired_batches_say_what_their_unanswered_requests_
     assert set(await collect(gemini, cancelled)) <= {f"agent-{i}" for i in range(3)}
 
     await admin.configure(polls_to_end=5, expire_after_polls=0)
-    expired = await gemini.submit_batch({f"agent-{i}": request() for i in range(3)}, tag="llm_batch-expire")
+    expired = await submit_requests(gemini, {f"agent-{i}": request() for i in range(3)}, tag="llm_batch-expire")
     await ended(gemini, expired)
     status = await gemini.retrieve_batch(expired)
     assert (status.provider_status, status.unanswered) == ("expired", OutcomeStatus.EXPIRED)
@@ -166,16 +167,16 @@ async def test_cancelled_and_expired_batches_say_what_their_unanswered_requests_
 
 async def test_results_before_the_end_are_an_error(gemini: ModelProvider, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=5)
-    batch_id = await gemini.submit_batch({"agent-1": request()}, tag="llm_batch-test")
+    batch_id = await submit_requests(gemini, {"agent-1": request()}, tag="llm_batch-test")
     with pytest.raises(ProviderError, match="no results yet"):
         await collect(gemini, batch_id)
 
 
 async def test_a_batch_is_found_again_by_its_display_name(gemini: ModelProvider) -> None:
     before = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
-    ours = await gemini.submit_batch({f"agent-{i}": request() for i in range(3)}, tag="llm_batch-ours")
-    again = await gemini.submit_batch({f"agent-{i}": request() for i in range(3)}, tag="llm_batch-ours")
-    other = await gemini.submit_batch({f"agent-{i}": request() for i in range(3)}, tag="llm_batch-other")
+    ours = await submit_requests(gemini, {f"agent-{i}": request() for i in range(3)}, tag="llm_batch-ours")
+    again = await submit_requests(gemini, {f"agent-{i}": request() for i in range(3)}, tag="llm_batch-ours")
+    other = await submit_requests(gemini, {f"agent-{i}": request() for i in range(3)}, tag="llm_batch-other")
 
     found = await gemini.find_batches("llm_batch-ours", created_after=before, requests=3)
     later = await gemini.find_batches(
@@ -189,7 +190,7 @@ async def test_a_batch_is_found_again_by_its_display_name(gemini: ModelProvider)
 
 async def test_a_batch_takes_one_model(gemini: ModelProvider) -> None:
     with pytest.raises(ProviderError, match="one model"):
-        await gemini.submit_batch({"a": request(), "b": request(model="gemini-2.5-pro")}, tag="llm_batch-test")
+        await submit_requests(gemini, {"a": request(), "b": request(model="gemini-2.5-pro")}, tag="llm_batch-test")
 
 
 @pytest.mark.parametrize(("status", "kind"), [(429, "rate_limit_error"), (503, "overloaded_error"), (500, "api_error")])
@@ -226,7 +227,7 @@ async def test_a_missing_key_or_an_unreachable_api_is_named(emulator: str, monke
     monkeypatch.setenv("GEMINI_BASE_URL", closed)
     async with ProviderSet(max_retries=0) as providers:
         with pytest.raises(ProviderError) as caught:
-            await providers.get("google_ai").submit_batch({"a": request()}, tag="llm_batch-test")
+            await submit_requests(providers.get("google_ai"), {"a": request()}, tag="llm_batch-test")
     assert caught.value.message.startswith(f"cannot reach Gemini at {closed}/v1beta/")
     assert caught.value.message.endswith(": connection refused")
     assert caught.value.kind == "api_connection_error" and caught.value.retryable

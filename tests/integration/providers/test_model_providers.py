@@ -31,6 +31,7 @@ from nightshift.providers.clients import ProviderSet
 from nightshift.providers.registry import provider_info
 from nightshift.serving import free_port
 from support.messages import SEND, WEATHER, msg
+from support.submit import submit_requests
 
 MODELS = {"anthropic": "claude-3-5-haiku-20241022", "openai": "gpt-4o-mini"}
 APPEND = {
@@ -148,7 +149,7 @@ async def test_batch_outcomes(provider: ModelProvider, provider_name: str, admin
         "agent-limited": request(provider_name),
         "agent-scripted": request(provider_name),
     }
-    batch_id = await provider.submit_batch(requests, tag="llm_batch-test")
+    batch_id = await submit_requests(provider, requests, tag="llm_batch-test")
 
     running = await provider.retrieve_batch(batch_id)
     assert running.state is BatchState.IN_PROGRESS and running.counts.total == 4
@@ -176,8 +177,8 @@ async def test_batch_outcomes(provider: ModelProvider, provider_name: str, admin
 
 async def test_cancel(provider: ModelProvider, provider_name: str, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=3, cancel_polls=1)
-    batch_id = await provider.submit_batch(
-        {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
+    batch_id = await submit_requests(
+        provider, {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
     )
     await provider.retrieve_batch(batch_id)
 
@@ -193,8 +194,8 @@ async def test_cancel(provider: ModelProvider, provider_name: str, admin: Emulat
 
 async def test_expired_requests(provider: ModelProvider, provider_name: str, admin: EmulatorAdmin) -> None:
     await admin.configure(polls_to_end=3, expire_after_polls=0)
-    batch_id = await provider.submit_batch(
-        {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
+    batch_id = await submit_requests(
+        provider, {f"agent-{i}": request(provider_name) for i in range(4)}, tag="llm_batch-test"
     )
     ended = await provider.retrieve_batch(batch_id)
 
@@ -208,7 +209,9 @@ async def test_openai_requests_without_a_line_are_read_back_from_the_input(
 ) -> None:
     await admin.configure(polls_to_end=3, expire_after_polls=0, openai_unrun_lines=False)
     provider = providers.get("openai")
-    batch_id = await provider.submit_batch({f"agent-{i}": request("openai") for i in range(4)}, tag="llm_batch-test")
+    batch_id = await submit_requests(
+        provider, {f"agent-{i}": request("openai") for i in range(4)}, tag="llm_batch-test"
+    )
     await provider.retrieve_batch(batch_id)
 
     outcomes = await collect(provider, batch_id)
@@ -220,7 +223,7 @@ async def test_results_before_the_end_are_an_error(
     provider: ModelProvider, provider_name: str, admin: EmulatorAdmin
 ) -> None:
     await admin.configure(polls_to_end=5)
-    batch_id = await provider.submit_batch({"agent-1": request(provider_name)}, tag="llm_batch-test")
+    batch_id = await submit_requests(provider, {"agent-1": request(provider_name)}, tag="llm_batch-test")
 
     with pytest.raises(ProviderError):
         await collect(provider, batch_id)
@@ -296,7 +299,7 @@ async def test_unreachable_provider_names_the_address_tried(
     monkeypatch.setenv(info.base_url_variable, closed + ("/v1" if provider_name == "openai" else ""))
     async with ProviderSet(max_retries=0) as providers:
         with pytest.raises(ProviderError) as caught:
-            await providers.get(provider_name).submit_batch({"a": request(provider_name)}, tag="llm_batch-test")
+            await submit_requests(providers.get(provider_name), {"a": request(provider_name)}, tag="llm_batch-test")
 
     assert caught.value.message == f"cannot reach {label} at {closed}{path}: connection refused"
     assert caught.value.kind == "api_connection_error"
@@ -306,16 +309,16 @@ async def test_unreachable_provider_names_the_address_tried(
 async def test_openai_batch_takes_one_model(providers: ProviderSet) -> None:
     provider = providers.get("openai")
     with pytest.raises(ProviderError, match="one model"):
-        await provider.submit_batch(
-            {"a": request("openai"), "b": request("openai", model="gpt-4o")}, tag="llm_batch-test"
+        await submit_requests(
+            provider, {"a": request("openai"), "b": request("openai", model="gpt-4o")}, tag="llm_batch-test"
         )
     with pytest.raises(ProviderError, match="at least one"):
-        await provider.submit_batch({}, tag="llm_batch-test")
+        await submit_requests(provider, {}, tag="llm_batch-test")
 
 
 async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_name: str) -> None:
     small = request(provider_name, tools=(SEND,), system="You are Sam.")
-    batch_id = await provider.submit_batch({f"agent-{i:05d}": small for i in range(10_000)}, tag="llm_batch-test")
+    batch_id = await submit_requests(provider, {f"agent-{i:05d}": small for i in range(10_000)}, tag="llm_batch-test")
     ended = await provider.retrieve_batch(batch_id)
     assert ended.state is BatchState.ENDED and ended.counts.succeeded == 10_000
 
@@ -330,9 +333,15 @@ async def test_ten_thousand_requests_streamed(provider: ModelProvider, provider_
 async def test_find_batches_after_a_lost_answer(provider: ModelProvider, provider_name: str) -> None:
     # The provider accepted these, and our record of them was lost (a crash): they can be found again.
     before = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
-    ours = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(3)}, tag="llm_batch-ours")
-    again = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(3)}, tag="llm_batch-ours")
-    other = await provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(2)}, tag="llm_batch-other")
+    ours = await submit_requests(
+        provider, {f"agent-{i}": request(provider_name) for i in range(3)}, tag="llm_batch-ours"
+    )
+    again = await submit_requests(
+        provider, {f"agent-{i}": request(provider_name) for i in range(3)}, tag="llm_batch-ours"
+    )
+    other = await submit_requests(
+        provider, {f"agent-{i}": request(provider_name) for i in range(2)}, tag="llm_batch-other"
+    )
 
     found = await provider.find_batches("llm_batch-ours", created_after=before, requests=3)
     later = await provider.find_batches(

@@ -21,6 +21,7 @@ from nightshift.providers.base import BatchOutcome, BatchState, ModelProvider, O
 from nightshift.providers.clients import ProviderSet
 from support.messages import msg
 from support.scripted import NORMAL_CALLS, Reply, ScriptedModel, call, error, say
+from support.submit import submit_requests
 
 
 @dataclass
@@ -103,7 +104,7 @@ async def test_refusals_are_provider_errors(backend: Backend, provider_name: str
         await backend.provider.retrieve_batch("msgbatch_unknown")
     assert unknown.value.kind == "not_found_error"
     with pytest.raises(ProviderError, match="at least one"):
-        await backend.provider.submit_batch({}, tag="llm_batch-test")
+        await submit_requests(backend.provider, {}, tag="llm_batch-test")
 
 
 async def test_batch_outcomes(backend: Backend, provider_name: str) -> None:
@@ -115,7 +116,7 @@ async def test_batch_outcomes(backend: Backend, provider_name: str) -> None:
         "agent-limited": request(provider_name),
         "agent-scripted": request(provider_name),
     }
-    batch_id = await backend.provider.submit_batch(requests, tag="llm_batch-test")
+    batch_id = await submit_requests(backend.provider, requests, tag="llm_batch-test")
 
     running = await backend.provider.retrieve_batch(batch_id)
     assert running.state is BatchState.IN_PROGRESS and running.counts.total == 4
@@ -137,14 +138,16 @@ async def test_batch_outcomes(backend: Backend, provider_name: str) -> None:
     assert outcomes["agent-plain"].raw["custom_id"] == "agent-plain"
 
     await backend.configure(polls_to_end=5)
-    unfinished = await backend.provider.submit_batch({"agent-1": request(provider_name)}, tag="llm_batch-test")
+    unfinished = await submit_requests(backend.provider, {"agent-1": request(provider_name)}, tag="llm_batch-test")
     with pytest.raises(ProviderError):
         await collect(backend.provider, unfinished)
 
 
 async def test_cancel_and_expiry(backend: Backend, provider_name: str) -> None:
     await backend.configure(polls_to_end=3, cancel_polls=1)
-    batch_id = await backend.provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(4)}, tag="t")
+    batch_id = await submit_requests(
+        backend.provider, {f"agent-{i}": request(provider_name) for i in range(4)}, tag="t"
+    )
     await backend.provider.retrieve_batch(batch_id)
     assert (await backend.provider.cancel_batch(batch_id)).state is BatchState.CANCELING
     assert (await backend.provider.retrieve_batch(batch_id)).state is BatchState.CANCELING
@@ -155,7 +158,9 @@ async def test_cancel_and_expiry(backend: Backend, provider_name: str) -> None:
     assert statuses == [OutcomeStatus.CANCELED] * 3 + [OutcomeStatus.SUCCEEDED]
 
     await backend.configure(polls_to_end=3, expire_after_polls=0, cancel_polls=0)
-    expiring = await backend.provider.submit_batch({f"agent-{i}": request(provider_name) for i in range(4)}, tag="t")
+    expiring = await submit_requests(
+        backend.provider, {f"agent-{i}": request(provider_name) for i in range(4)}, tag="t"
+    )
     expired = await backend.provider.retrieve_batch(expiring)
     assert expired.state is BatchState.ENDED and expired.counts.expired == 3
     statuses = sorted(o.status for o in (await collect(backend.provider, expiring)).values())
@@ -164,9 +169,9 @@ async def test_cancel_and_expiry(backend: Backend, provider_name: str) -> None:
 
 async def test_find_batches_after_a_lost_answer(backend: Backend, provider_name: str) -> None:
     before = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
-    ours = await backend.provider.submit_batch({f"a{i}": request(provider_name) for i in range(3)}, tag="ours")
-    again = await backend.provider.submit_batch({f"a{i}": request(provider_name) for i in range(3)}, tag="ours")
-    other = await backend.provider.submit_batch({f"a{i}": request(provider_name) for i in range(2)}, tag="other")
+    ours = await submit_requests(backend.provider, {f"a{i}": request(provider_name) for i in range(3)}, tag="ours")
+    again = await submit_requests(backend.provider, {f"a{i}": request(provider_name) for i in range(3)}, tag="ours")
+    other = await submit_requests(backend.provider, {f"a{i}": request(provider_name) for i in range(2)}, tag="other")
 
     found = await backend.provider.find_batches("ours", created_after=before, requests=3)
     later = await backend.provider.find_batches(
@@ -188,8 +193,8 @@ def model() -> ScriptedModel:
 async def test_a_held_batch_stays_open_until_released_or_expired(model: ScriptedModel, provider_name: str) -> None:
     provider = model.providers()[provider_name]
     with model.holding():
-        kept = await provider.submit_batch({"a": request(provider_name)}, tag="t")
-        lost = await provider.submit_batch({"b": request(provider_name)}, tag="t")
+        kept = await submit_requests(provider, {"a": request(provider_name)}, tag="t")
+        lost = await submit_requests(provider, {"b": request(provider_name)}, tag="t")
     assert model.held() == sorted([kept, lost])
     for _ in range(3):
         assert (await provider.retrieve_batch(kept)).state is BatchState.IN_PROGRESS
@@ -213,7 +218,7 @@ async def test_replies_by_function_with_their_usage_and_the_requests_recorded(
 
     model.answer_with(by_custom_id)
     model.fail("c", kind="invalid_request_error")
-    batch_id = await provider.submit_batch({k: request(provider_name) for k in "abc"}, tag="t")
+    batch_id = await submit_requests(provider, {k: request(provider_name) for k in "abc"}, tag="t")
     await provider.retrieve_batch(batch_id)
     outcomes = await collect(provider, batch_id)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.providers.base import MISSING_TOOL_RESULT, BatchState, ModelRequest, OutcomeStatus
 from nightshift.providers.openai import wire
@@ -132,7 +134,7 @@ def test_a_description_over_1024_characters_is_cut() -> None:
 
 
 def test_batch_line_targets_chat_completions() -> None:
-    line = wire.batch_line("agent-1", request(msg(Role.USER, "hi")))
+    line = orjson.loads(wire.batch_entry("agent-1", request(msg(Role.USER, "hi"))))
 
     assert line["custom_id"] == "agent-1"
     assert line["method"] == "POST"
@@ -355,4 +357,4 @@ def test_a_users_images_follow_its_text_as_image_url_parts() -> None:
 def test_a_flex_request_asks_for_the_flex_tier_and_a_batch_line_never_does() -> None:
     assert wire.build_request(request(msg(Role.USER, "hi"), flex=True))["service_tier"] == "flex"
     assert "service_tier" not in wire.build_request(request(msg(Role.USER, "hi")))
-    assert "service_tier" not in wire.batch_line("agent-1", request(msg(Role.USER, "hi")))["body"]
+    assert "service_tier" not in orjson.loads(wire.batch_entry("agent-1", request(msg(Role.USER, "hi"))))["body"]

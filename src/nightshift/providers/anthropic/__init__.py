@@ -15,5 +15,6 @@ INFO = ProviderInfo(
     example_model="claude-3-5-haiku-20241022",
     cache_rates=ANTHROPIC_RATES,
     client="nightshift.providers.anthropic.client",
+    wire="nightshift.providers.anthropic.wire",
     counts_progress=False,  # every request counts as processing until the whole batch ends
 )

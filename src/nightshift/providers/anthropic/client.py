@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from datetime import datetime
 
 import anthropic
-import orjson
 from anthropic.types.messages import MessageBatch
 
 from nightshift.errors import ProviderError, ProviderErrorKind, is_retryable
@@ -73,26 +72,28 @@ class AnthropicProvider:
                         yield delta
         yield StreamEnd(response=assembler.response())
 
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        return wire.batch_entry(custom_id, request)
+
     async def submit_batch(
-        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+        self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
-        """Create a Message Batch with one request per custom_id; returns its ``msgbatch_...`` id.
+        """Create a Message Batch with one request per custom_id (of any models); returns its
+        ``msgbatch_...`` id.
 
         Message Batches keep no metadata: ``tag`` is not sent (``find_batches`` matches by count).
         """
         if not requests:
             raise ProviderError("a batch needs at least one request", kind=ProviderErrorKind.INVALID_REQUEST)
-        # Each request is serialised as soon as it is built and spooled to a file (see ``spool``),
-        # and the body goes out through the SDK client (auth, retries, errors as usual) instead of
-        # ``batches.create``, which deep-copies every request first and costs as much as everything
-        # else of a submit at 10,000 agents.
+        # The body is spooled to a file (see ``spool``) and goes out through the SDK client (auth,
+        # retries, errors as usual) instead of ``batches.create``, which deep-copies every request
+        # first and costs as much as everything else of a submit at 10,000 agents.
         with SpooledBody() as body:
             body.write(b'{"requests":[')
-            for index, (custom_id, request) in enumerate(requests.items()):
-                params = wire.build_request(request)
+            for index, (custom_id, entry) in enumerate(requests.items()):
                 if index:
                     body.write_request(custom_id, b",")
-                body.write_request(custom_id, orjson.dumps({"custom_id": custom_id, "params": params}))
+                body.write_request(custom_id, entry)
             body.write(b"]}")
             body.check_size(INFO.max_batch_bytes, what=f"the batch of {len(requests)} requests", split_above=max_bytes)
             with _sdk_errors():

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+import orjson
+
 from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderErrorKind
@@ -79,6 +81,11 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     if plan.history is not None and last[-1].get("type") not in _UNMARKABLE:
         last[-1] = _marked(last[-1], plan.history)
     return params
+
+
+def batch_entry(custom_id: str, request: ModelRequest) -> bytes:
+    """One request of a Message Batch's ``requests``, as JSON."""
+    return orjson.dumps({"custom_id": custom_id, "params": build_request(request)})
 
 
 def _marked(block: Block, ttl: CacheTtl | None) -> Block:

@@ -16,6 +16,7 @@ INFO = ProviderInfo(
     example_model="gemini-2.5-flash",
     cache_rates=None,  # implicit caching: no lifetime to choose, no write billed
     client="nightshift.providers.google_ai.client",
+    wire="nightshift.providers.google_ai.wire",
     price_data_id="google",
     model_prefix="gemini-",
     tool_problem=unsupported,

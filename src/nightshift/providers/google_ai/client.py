@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, cast
 
 import httpx
-import orjson
 import pydantic
 from google import genai
 from google.genai import errors as genai_errors
@@ -49,7 +48,6 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.errors import kind_for_status, unreachable
 from nightshift.providers.google_ai import INFO, wire
-from nightshift.providers.google_ai.schema import UnsupportedSchema
 from nightshift.providers.registry import Closer, ProviderInfo
 from nightshift.providers.spool import SpooledBody
 
@@ -109,14 +107,14 @@ class GeminiProvider:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Run one request through ``models/{model}:generateContent``."""
-        arguments = wire.sdk_arguments(_body(request))
+        arguments = wire.sdk_arguments(wire.checked_request(request))
         with _sdk_errors():
             response = await self._client.models.generate_content(model=request.model, **arguments)
         return wire.parse_response(_json(response))
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """Run one request through ``streamGenerateContent``, piece by piece."""
-        arguments = wire.sdk_arguments(_body(request))
+        arguments = wire.sdk_arguments(wire.checked_request(request))
         assembler = wire.StreamAssembler()
         with _sdk_errors():
             chunks = await self._client.models.generate_content_stream(model=request.model, **arguments)
@@ -125,15 +123,18 @@ class GeminiProvider:
                     yield delta
         yield StreamEnd(response=assembler.response())
 
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        return wire.batch_entry(custom_id, request)
+
     async def submit_batch(
-        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+        self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
         """Create the batch (inline, or from an uploaded JSONL file), ``tag`` as its display name;
         returns its ``batches/...`` name."""
-        model = one_model(requests, provider="Gemini")
+        model = one_model(requests, model, provider="Gemini")
         with SpooledBody() as data:
-            for custom_id, request in requests.items():
-                data.write_request(custom_id, orjson.dumps({"key": custom_id, "request": _body(request)}) + b"\n")
+            for custom_id, entry in requests.items():
+                data.write_request(custom_id, entry + b"\n")
             data.check_size(
                 INFO.max_batch_bytes, what=f"the input file of {len(requests)} requests", split_above=max_bytes
             )
@@ -204,15 +205,6 @@ class GeminiProvider:
     async def _job(self, batch_id: str) -> types.BatchJob:
         with _sdk_errors():
             return await self._client.batches.get(name=batch_id)
-
-
-def _body(request: ModelRequest) -> dict[str, Any]:
-    """The request's body; a tool without a Gemini translation is refused as an invalid request (tools
-    are checked when they meet a Gemini agent: this is the last line for one that slipped past)."""
-    try:
-        return wire.build_request(request)
-    except UnsupportedSchema as exc:
-        raise ProviderError(f"a tool of the request: {exc}", kind=ProviderErrorKind.INVALID_REQUEST) from exc
 
 
 def _inline(line: Mapping[str, Any]) -> dict[str, Any]:

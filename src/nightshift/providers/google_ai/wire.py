@@ -32,9 +32,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import orjson
+
 from nightshift.domain.messages import Image, Message, Role, ToolCall
 from nightshift.domain.usage import Usage
-from nightshift.errors import ProviderErrorKind
+from nightshift.errors import ProviderError, ProviderErrorKind
 from nightshift.providers.agent_arguments import (
     joined_reasoning,
     split_agent_arguments,
@@ -53,7 +55,7 @@ from nightshift.providers.base import (
     ToolCallDelta,
 )
 from nightshift.providers.errors import kind_for_status
-from nightshift.providers.google_ai.schema import gemini_schema
+from nightshift.providers.google_ai.schema import UnsupportedSchema, gemini_schema
 
 EMPTY_PARAMETERS: Final[Mapping[str, Any]] = {"type": "object", "properties": {}}
 
@@ -98,6 +100,24 @@ def sdk_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
         if key in body:
             config[key] = body[key]
     return {"contents": body["contents"], "config": config}
+
+
+def checked_request(request: ModelRequest) -> dict[str, Any]:
+    """The request's body; a tool without a Gemini translation is refused as an invalid request
+    (tools are checked when they meet a Gemini agent: this is the last line for one that slipped past).
+
+    Raises:
+        ProviderError: ``invalid_request``, naming the tool's problem.
+    """
+    try:
+        return build_request(request)
+    except UnsupportedSchema as exc:
+        raise ProviderError(f"a tool of the request: {exc}", kind=ProviderErrorKind.INVALID_REQUEST) from exc
+
+
+def batch_entry(custom_id: str, request: ModelRequest) -> bytes:
+    """One line of a batch's JSONL input file, as JSON (without its newline)."""
+    return orjson.dumps({"key": custom_id, "request": checked_request(request)})
 
 
 def to_declarations(tools: Sequence[Mapping[str, Any]], agent_arguments: bool = True) -> list[dict[str, Any]]:

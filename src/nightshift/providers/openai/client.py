@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 import openai
-import orjson
 
 from nightshift.errors import ProviderError, ProviderErrorKind, is_retryable
 from nightshift.providers.base import (
@@ -79,16 +78,18 @@ class OpenAIProvider:
                         yield delta
         yield StreamEnd(response=assembler.response())
 
+    def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
+        return wire.batch_entry(custom_id, request)
+
     async def submit_batch(
-        self, requests: Mapping[str, ModelRequest], *, tag: str, max_bytes: int | None = None
+        self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
         """Upload the input file and create the batch, ``tag`` in its metadata; returns its ``batch_...`` id."""
-        one_model(requests, provider="OpenAI")
-        # The input file is spooled to disk as its lines are serialised (see ``spool``) and uploaded
-        # from there, a chunk at a time.
+        one_model(requests, model, provider="OpenAI")
+        # The input file is spooled to disk (see ``spool``) and uploaded from there, a chunk at a time.
         with SpooledBody() as data:
-            for custom_id, request in requests.items():
-                data.write_request(custom_id, orjson.dumps(wire.batch_line(custom_id, request)) + b"\n")
+            for custom_id, entry in requests.items():
+                data.write_request(custom_id, entry + b"\n")
             data.check_size(
                 INFO.max_batch_bytes, what=f"the input file of {len(requests)} requests", split_above=max_bytes
             )

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import orjson
+
 from nightshift.domain.messages import Message, Role, ToolCall
 from nightshift.domain.usage import Usage
 from nightshift.errors import ProviderErrorKind
@@ -79,9 +81,10 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     return body
 
 
-def batch_line(custom_id: str, request: ModelRequest) -> dict[str, Any]:
-    """One line of a Batch input file (``/v1/chat/completions``) for one request."""
-    return {"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": build_request(request)}
+def batch_entry(custom_id: str, request: ModelRequest) -> bytes:
+    """One line of a Batch input file (``/v1/chat/completions``) for one request, as JSON
+    (without its newline)."""
+    return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": build_request(request)})
 
 
 def to_tools(tools: Sequence[Mapping[str, Any]], *, agent_arguments: bool = True) -> list[dict[str, Any]]:

@@ -1,0 +1,92 @@
+"""A batch's requests are built a slice of windows at a time and encoded for the provider as soon
+as each is built (``runtime.context.encoded_requests``): the slices change nothing of what is sent,
+and a request the provider refuses to encode fails its agent alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import orjson
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nightshift.domain.agents import Agent, LLMConfig
+from nightshift.domain.batches import StepState
+from nightshift.domain.orgs import DEFAULT_ORG_ID
+from nightshift.errors import ProviderError, ProviderErrorKind
+from nightshift.providers.base import ModelRequest
+from nightshift.providers.registry import provider_info
+from nightshift.runtime.caching import IN_CALL
+from nightshift.runtime.context import encoded_requests
+from nightshift.services.agents import AgentSpec, NewBlock, create_agents
+from nightshift.store.orgs import ensure_default_org
+
+OPENAI = provider_info("openai")
+
+
+async def _agents(engine: AsyncEngine, count: int) -> list[Agent]:
+    config = LLMConfig(provider="openai", model=OPENAI.example_model)
+    specs = [
+        AgentSpec(name=f"sliced-{i}", llm_config=config, memory_blocks=[NewBlock(label="human", value=f"agent {i}")])
+        for i in range(count)
+    ]
+    async with engine.begin() as conn:
+        await ensure_default_org(conn, datetime.now(UTC))
+        return await create_agents(conn, DEFAULT_ORG_ID, specs, now=datetime.now(UTC))
+
+
+async def _encoded(
+    engine: AsyncEngine, agents: Sequence[Agent], *, slice_messages: int, refuse: str = ""
+) -> tuple[dict[str, bytes], dict[str, str], int]:
+    """What ``encoded_requests`` gives, and how many statements read the windows."""
+
+    def encode(custom_id: str, request: ModelRequest) -> bytes:
+        if custom_id == refuse:
+            raise ProviderError("a tool of the request: no translation", kind=ProviderErrorKind.INVALID_REQUEST)
+        return OPENAI.encode_request(custom_id, request)
+
+    reads: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM messages" in statement:
+            reads.append(statement)
+
+    states = {a.id: StepState() for a in agents}
+    event.listen(engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        async with engine.connect() as conn:
+            encoded, problems = await encoded_requests(
+                conn, agents, states, IN_CALL, encode, slice_messages=slice_messages
+            )
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", seen)
+    return encoded, problems, len(reads)
+
+
+async def test_slices_of_windows_send_what_one_read_does(engine: AsyncEngine) -> None:
+    agents = await _agents(engine, 5)
+    window = len(agents[0].message_ids)
+
+    whole, no_problems, one_read = await _encoded(engine, agents, slice_messages=10**6)
+    sliced, none_either, reads = await _encoded(engine, agents, slice_messages=2 * window)
+
+    assert (one_read, reads) == (1, 3)  # two agents' windows a slice: 2 + 2 + 1
+    assert list(sliced) == list(whole) == [a.id for a in agents]
+    assert sliced == whole
+    assert no_problems == none_either == {}
+    line = orjson.loads(whole[agents[0].id])
+    assert (line["custom_id"], line["url"], line["body"]["model"]) == (
+        agents[0].id,
+        "/v1/chat/completions",
+        OPENAI.example_model,
+    )
+
+
+async def test_a_request_the_provider_cannot_take_fails_its_agent_alone(engine: AsyncEngine) -> None:
+    agents = await _agents(engine, 3)
+
+    encoded, problems, _ = await _encoded(engine, agents, slice_messages=10**6, refuse=agents[1].id)
+
+    assert list(encoded) == [agents[0].id, agents[2].id]
+    assert problems == {agents[1].id: "the provider cannot take it: a tool of the request: no translation"}
