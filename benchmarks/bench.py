@@ -18,8 +18,8 @@ zygotes and their call processes) is counted apart from the server's. Each phase
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
+import multiprocessing
 import os
 import re
 import resource
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -254,17 +255,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-async def bench(
-    agents: int, database_url: str, provider: str, tool: str, emulator_pid: int, *, history: int = 0
-) -> tuple[list[Phase], str]:
-    """The phases of one run, and how the run ended (its status, its agents by outcome); each agent
-    starts with ``history`` earlier turns in its window."""
-    # A lease longer than any phase: at the default (20 poll intervals of 0 s, so 5 s) a lease is
-    # renewed every 1.7 s of a stage, and those statements would count as the phase's.
-    settings = Settings(
-        database_url=database_url, poll_interval_seconds=0.0, poller=False, tool_workers=2, lease_seconds=3600.0
-    )
-    engine = create_engine(settings.resolved_database_url)
+def set_up(database_url: str, provider: str, tool: str, agents: int, history: int) -> list[str]:
+    """Create the database and the agents of a run (see ``bench``); their ids, as a client has them."""
+    return asyncio.run(_set_up(database_url, provider, tool, agents, history))
+
+
+async def _set_up(database_url: str, provider: str, tool: str, agents: int, history: int) -> list[str]:
+    engine = create_engine(database_url)
     await upgrade(engine)
     config = LLMConfig(provider=provider, model=provider_info(provider).example_model)
     async with engine.begin() as conn:
@@ -273,8 +270,7 @@ async def bench(
         if tool == "custom":
             tool_ids = [(await create_tool(conn, DEFAULT_ORG_ID, now=datetime.now(UTC), source_code=LOOKUP_TOOL)).id]
     agent_ids: list[str] = []
-    # Created a slice at a time, as clients create agents (a request each, or a page of them):
-    # the set-up is not what is measured, and must not set the peak.
+    # Created a slice at a time, as clients create agents (a request each, or a page of them).
     for start in range(0, agents, SETUP_SLICE):
         specs = [
             AgentSpec(
@@ -299,8 +295,26 @@ async def bench(
             if tool == "sleeptime":  # due after every turn: the main run's one turn makes them all due
                 await pair(conn, DEFAULT_ORG_ID, made, now=datetime.now(UTC), frequency=1)
             agent_ids += [a.id for a in made]
-    del specs  # the run is measured with only the ids in hand, as a client would have them
-    gc.collect()
+    await engine.dispose()
+    return agent_ids
+
+
+async def bench(
+    agents: int, database_url: str, provider: str, tool: str, emulator_pid: int, *, history: int = 0
+) -> tuple[list[Phase], str]:
+    """The phases of one run, and how the run ended (its status, its agents by outcome); each agent
+    starts with ``history`` earlier turns in its window."""
+    # A lease longer than any phase: at the default (20 poll intervals of 0 s, so 5 s) a lease is
+    # renewed every 1.7 s of a stage, and those statements would count as the phase's.
+    settings = Settings(
+        database_url=database_url, poll_interval_seconds=0.0, poller=False, tool_workers=2, lease_seconds=3600.0
+    )
+    # Set up in a process of its own: what it leaves in the allocator (hundreds of MiB with long
+    # windows) would otherwise be this process's resident memory through every phase.
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as setter:
+        made = setter.submit(set_up, settings.resolved_database_url, provider, tool, agents, history)
+        agent_ids = made.result()
+    engine = create_engine(settings.resolved_database_url)
     requests = [BatchRunRequest(agent_id=agent_id, messages=(UserInput(text=ASKS[tool]),)) for agent_id in agent_ids]
     counter = StatementCounter(engine)
     phases: list[Phase] = []
