@@ -38,13 +38,13 @@ from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
 
-HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continue where you left off."
-# A letta_v1 agent has no heartbeats to ask for: it gets this turn only when it answered while a
-# required_before_exit tool was still uncalled.
 # A batch's requests are built from this many messages of their windows at a time (see
 # ``encoded_requests``): what a batch of long windows holds at once, while a batch of short
 # ones is still read in one statement.
 WINDOW_SLICE = 50_000
+HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continue where you left off."
+# A letta_v1 agent has no heartbeats to ask for: it gets this turn only when it answered while a
+# required_before_exit tool was still uncalled.
 REQUIRED_TOOLS_REASON = "You are not done yet: call the tools your rules require before you answer."
 
 
@@ -285,10 +285,11 @@ async def encoded_requests(
     ``encode_request``) as soon as it is built, by agent id in ``agents``' order; and why the others
     have none (a request the provider cannot take among them).
 
-    The windows are read a slice at a time (of about ``slice_messages`` messages), so that a batch holds one
-    slice's messages and its requests' bytes, never every window as objects. A prompt-cache plan
-    counts the agents that share a prefix within the slice: hundreds of agents at least, past
-    which the share of the cache write each pays no longer changes the plan.
+    The windows are read a slice at a time (of about ``slice_messages`` messages), so that a batch
+    holds one slice's messages and its requests' bytes, never every window as objects. A
+    prompt-cache plan counts the agents that share a prefix within the slice: dozens of agents
+    even with windows of a thousand messages, past which the share of the cache write each pays
+    barely moves its cost.
     """
     encoded: dict[str, bytes] = {}
     problems: dict[str, str] = {}
