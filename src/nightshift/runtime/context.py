@@ -38,9 +38,9 @@ from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
 
-# A batch's requests are built from this many messages of their windows at a time (see
-# ``encoded_requests``): what a batch of long windows holds at once, while a batch of short
-# ones is still read in one statement.
+# A step reads its agents' windows this many messages at a time (to build their requests, see
+# ``encoded_requests``, and to count or summarize those that need it): what a step of long
+# windows holds at once, while a step of short ones is still read in one statement.
 WINDOW_SLICE = 50_000
 HEARTBEAT_REASON = "You asked for another turn (request_heartbeat=true); continue where you left off."
 # A letta_v1 agent has no heartbeats to ask for: it gets this turn only when it answered while a
@@ -131,9 +131,10 @@ class StepInputs:
                 delta = system_change_tokens(agent, *change)
                 self.agents[agent_id] = replace(agent, context_tokens=agent.context_tokens + delta)
         unknown = [a for a in self.agents.values() if a.context_tokens is None and a.message_ids]
-        windows = await self._windows(conn, unknown)
-        for agent in unknown:
-            self.agents[agent.id] = replace(agent, context_tokens=request_tokens(agent, windows[agent.id]))
+        for part in _window_slices(unknown, WINDOW_SLICE):  # never counted (an imported agent's)
+            windows = await self._windows(conn, part)
+            for agent in part:
+                self.agents[agent.id] = replace(agent, context_tokens=request_tokens(agent, windows[agent.id]))
         over: list[Agent] = []
         for agent in list(self.agents.values()):
             assert agent.context_tokens is not None or not agent.message_ids
@@ -158,11 +159,12 @@ class StepInputs:
                     message_ids=(*agent.message_ids, notice.id),
                     context_tokens=added_tokens(agent, [notice]),
                 )
-        windows = await self._windows(conn, over)
-        for agent in over:
-            plan = plan_summary(agent, windows[agent.id], model=self._summary_model)
-            if plan is not None:
-                self.summaries[agent.id] = plan
+        for part in _window_slices(over, WINDOW_SLICE):
+            windows = await self._windows(conn, part)
+            for agent in part:
+                plan = plan_summary(agent, windows[agent.id], model=self._summary_model)
+                if plan is not None:
+                    self.summaries[agent.id] = plan
 
     async def _windows(self, conn: AsyncConnection, agents: Sequence[Agent]) -> dict[str, list[Message]]:
         """The in-context messages of ``agents``, from the database and from this step's inputs."""
