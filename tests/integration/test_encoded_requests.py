@@ -17,6 +17,7 @@ from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.errors import ProviderError, ProviderErrorKind
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.registry import provider_info
+from nightshift.providers.spool import EncodedRequests
 from nightshift.runtime.caching import IN_CALL
 from nightshift.runtime.context import encoded_requests
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
@@ -38,7 +39,7 @@ async def _agents(engine: AsyncEngine, count: int) -> list[Agent]:
 
 async def _encoded(
     engine: AsyncEngine, agents: Sequence[Agent], *, slice_messages: int, refuse: str = ""
-) -> tuple[dict[str, bytes], dict[str, str], int]:
+) -> tuple[EncodedRequests, dict[str, str], int]:
     """What ``encoded_requests`` gives, and how many statements read the windows."""
 
     def encode(custom_id: str, request: ModelRequest) -> bytes:

@@ -31,6 +31,7 @@ from nightshift.domain.caching import CachePolicy
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.clients import ProviderSet
+from nightshift.providers.spool import EncodedRequests
 from nightshift.tools.sandbox import Sandbox
 from nightshift.tracing import stage_span
 
@@ -97,7 +98,7 @@ class Prepared:
 
     batch: ProviderBatch
     items: Sequence[BatchItem]
-    requests: dict[str, bytes]
+    requests: EncodedRequests
     refused: Sequence[ItemResult]
 
 

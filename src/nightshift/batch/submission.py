@@ -216,14 +216,14 @@ async def _split(
     first = Prepared(
         batch=batch,
         items=[i for i in built.items if i.agent_id not in moved],
-        requests={ids[k]: built.requests[ids[k]] for k in cuts[0]},
+        requests=built.requests.part(ids[k] for k in cuts[0]),
         refused=built.refused,
     )
     rest = [
         Prepared(
             batch=part,
             items=[by_agent[ids[k]] for k in cut],
-            requests={ids[k]: built.requests[ids[k]] for k in cut},
+            requests=built.requests.part(ids[k] for k in cut),
             refused=(),
         )
         for part, cut in zip(pieces, cuts[1:], strict=True)

@@ -1,4 +1,4 @@
-"""A batch's request body written to a temporary file as it is built, and sent from there.
+"""A batch's requests and body written to temporary files as they are built, and sent from there.
 
 A provider batch may be hundreds of megabytes (Anthropic takes 256 MB per request body, OpenAI
 200 MB per input file). Joined in memory it would be held once as the requests' pieces and once
@@ -7,12 +7,18 @@ at a time, and the body can be sent again (an SDK retry) by reading the file fro
 
 Each request's bytes are counted as they are written, so that a body over the limit says how to
 cut it (``BatchTooLarge``) without its requests being serialised again to be measured.
+
+The requests themselves, each encoded for the provider as it is built, wait in a file too
+(``EncodedRequests``): a request carries its tools' schemas whole, so a batch's encoded requests
+weigh more than the objects they came from, which share one copy of each tool.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+import weakref
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import IO
 
@@ -37,6 +43,45 @@ class BatchTooLarge(ProviderError):
         super().__init__(message, kind=ProviderErrorKind.REQUEST_TOO_LARGE)
         self.sizes = dict(sizes)
         self.room = room
+
+
+class EncodedRequests(Mapping[str, bytes]):
+    """A batch's encoded requests by custom_id, in the order added, kept in an unnamed temporary
+    file and read back one at a time. The parts of a batch cut by size read the same file, which
+    is closed once the batch's requests and every part of them are collected."""
+
+    def __init__(
+        self, *, within: EncodedRequests | None = None, where: dict[str, tuple[int, int]] | None = None
+    ) -> None:
+        if within is None:
+            self._file: IO[bytes] = tempfile.TemporaryFile(prefix="nightshift-requests-", buffering=WRITE_BUFFER)
+            weakref.finalize(self, self._file.close)
+        else:
+            self._file = within._file
+        self._within = within  # a part keeps the whole alive, and so the file open
+        self._where = where if where is not None else {}  # custom_id -> (offset, size) in the file
+        self._end = 0
+
+    def add(self, custom_id: str, entry: bytes) -> None:
+        """Keep ``entry`` as the request of ``custom_id``."""
+        self._file.write(entry)
+        self._where[custom_id] = (self._end, len(entry))
+        self._end += len(entry)
+
+    def part(self, custom_ids: Iterable[str]) -> EncodedRequests:
+        """The requests of ``custom_ids`` (in that order), from the same file; nothing is added to a part."""
+        return EncodedRequests(within=self, where={custom_id: self._where[custom_id] for custom_id in custom_ids})
+
+    def __getitem__(self, custom_id: str) -> bytes:
+        offset, size = self._where[custom_id]
+        self._file.flush()  # what was added last may still be in the write buffer
+        return os.pread(self._file.fileno(), size, offset)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
 
 
 class SpooledBody:

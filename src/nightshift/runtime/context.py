@@ -25,6 +25,7 @@ from nightshift.errors import ProviderError
 from nightshift.ids import new_id
 from nightshift.providers.base import ModelRequest
 from nightshift.providers.registry import provider_info
+from nightshift.providers.spool import EncodedRequests
 from nightshift.runtime.caching import IN_CALL, CacheTiming, with_cache_plans
 from nightshift.runtime.memory import compile_system_message, memory_changed
 from nightshift.runtime.window import (
@@ -282,18 +283,18 @@ async def encoded_requests(
     encode: Callable[[str, ModelRequest], bytes],
     *,
     slice_messages: int = WINDOW_SLICE,
-) -> tuple[dict[str, bytes], dict[str, str]]:
+) -> tuple[EncodedRequests, dict[str, str]]:
     """A batch's requests (see ``build_requests``), each encoded by ``encode`` (the provider's
-    ``encode_request``) as soon as it is built, by agent id in ``agents``' order; and why the others
-    have none (a request the provider cannot take among them).
+    ``encode_request``) as soon as it is built and kept in a file, by agent id in ``agents``' order;
+    and why the others have none (a request the provider cannot take among them).
 
     The windows are read a slice at a time (of about ``slice_messages`` messages), so that a batch
-    holds one slice's messages and its requests' bytes, never every window as objects. A
+    holds one slice's messages, never every window as objects, nor every request's bytes. A
     prompt-cache plan counts the agents that share a prefix within the slice: dozens of agents
     even with windows of a thousand messages, past which the share of the cache write each pays
     barely moves its cost.
     """
-    encoded: dict[str, bytes] = {}
+    encoded = EncodedRequests()
     problems: dict[str, str] = {}
     for part in _window_slices(agents, slice_messages):
         requests, refused = await build_requests(conn, part, states, caching)
@@ -303,7 +304,7 @@ async def encoded_requests(
             if request is None:
                 continue
             try:
-                encoded[agent.id] = encode(agent.id, request)
+                encoded.add(agent.id, encode(agent.id, request))
             except ProviderError as exc:
                 problems[agent.id] = f"the provider cannot take it: {exc.message}"
     return encoded, problems

@@ -7,7 +7,7 @@ import pytest
 
 from nightshift.domain.batch_split import split_by_size
 from nightshift.errors import ProviderError
-from nightshift.providers.spool import CHUNK_BYTES, BatchTooLarge, SpooledBody
+from nightshift.providers.spool import CHUNK_BYTES, BatchTooLarge, EncodedRequests, SpooledBody
 
 
 async def _read(body: SpooledBody) -> bytes:
@@ -77,3 +77,17 @@ def test_the_file_is_gone_when_the_block_ends() -> None:
     with SpooledBody() as body:
         body.write(b"{}")
     assert body.closed
+
+
+def test_encoded_requests_come_back_as_added_and_a_part_reads_the_same_file() -> None:
+    requests = EncodedRequests()
+    for i in range(3):
+        requests.add(f"agent-{i}", f'{{"n": {i}}}'.encode() * (i + 1))
+    assert list(requests) == ["agent-0", "agent-1", "agent-2"]  # read while still in the write buffer
+    assert requests["agent-1"] == b'{"n": 1}{"n": 1}'
+
+    part = requests.part(["agent-2", "agent-0"])
+    assert dict(part) == {"agent-2": b'{"n": 2}' * 3, "agent-0": b'{"n": 0}'}
+    assert len(part) == 2 and len(requests) == 3
+    with pytest.raises(KeyError):
+        part["agent-1"]
