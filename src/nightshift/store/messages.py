@@ -25,7 +25,7 @@ _ROLES = {role.value: role for role in Role}
 def to_message(row: Sequence[Any]) -> Message:
     """Map a row of ``select(*MESSAGE_COLUMNS)`` (in the table's order) to the domain type.
 
-    The row is unpacked by position: reading sixteen columns of a SQLAlchemy row by name costs
+    The row is unpacked by position: reading fifteen columns of a SQLAlchemy row by name costs
     much more, and a step reads its agents' whole windows (a mismatch in the number of
     columns fails here, loudly).
     """
