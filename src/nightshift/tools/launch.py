@@ -381,10 +381,26 @@ def _wake(readable: asyncio.Future[None]) -> None:
 
 
 async def _reap(process: asyncio.subprocess.Process) -> None:
-    """Wait for a killed zygote to end and its pipes to close, so that nothing of it outlives its start."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(5.0):
-            await process.communicate()
+    """Close a killed zygote's stdin and wait (5 s at most) for it to end and its output to close,
+    so that nothing of it outlives its start. A start is cut off when its server stops, whose loop
+    may cancel it again before it closes: a cancellation meanwhile does not stop the wait (it is
+    raised once the zygote is reaped). Before Python 3.12 ``communicate`` leaves stdin open.
+    """
+    if process.stdin is not None:
+        process.stdin.close()
+    deadline = asyncio.get_running_loop().time() + 5.0
+    cancelled = False
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                await process.communicate()
+            break
+        except TimeoutError:
+            break
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _mount_arguments(
