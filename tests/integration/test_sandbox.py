@@ -394,9 +394,11 @@ async def test_a_start_cut_off_while_bubblewrap_sets_up_leaves_nothing(tmp_path:
     start = asyncio.create_task(BubblewrapLauncher(binary=str(silent), uids=uids).start(SandboxLimits()))
     waiting = await _child_running("sleep")
     its_pipes = {os.readlink(f"/proc/{waiting}/fd/{fd}") for fd in (0, 1, 2)}  # its stdin, stdout, stderr
-    for _ in range(cancels):
+    await _until_in(start, "_map_ids")  # started, and waiting for bubblewrap's report
+    start.cancel()
+    if cancels == 2:
+        await _until_in(start, "_reap")  # bubblewrap killed, and being reaped (unless already done)
         start.cancel()
-        await asyncio.sleep(0)  # it goes on to kill bubblewrap and reap it
     with pytest.raises(asyncio.CancelledError):
         await start
 
@@ -404,6 +406,20 @@ async def test_a_start_cut_off_while_bubblewrap_sets_up_leaves_nothing(tmp_path:
     assert not its_pipes & _open_files()  # this process holds no end of them
     async with ToolSandbox(BubblewrapLauncher(uids=uids), workers=1) as sandbox:  # its one uid is free
         assert (await sandbox.run(call(ADD, a=1, b=2))).value == 3
+
+
+async def _until_in(task: asyncio.Task[object], name: str) -> None:
+    """Wait until ``task`` waits inside the coroutine function ``name``, or has ended (five seconds
+    at most)."""
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while not task.done() and asyncio.get_running_loop().time() < deadline:
+        awaited: object = task.get_coro()
+        while awaited is not None and hasattr(awaited, "cr_code"):
+            if awaited.cr_code.co_name == name:
+                return
+            awaited = getattr(awaited, "cr_await", None)
+        await asyncio.sleep(0)
+    assert task.done(), f"the task never waited in {name}"
 
 
 def _open_files() -> set[str]:
