@@ -8,8 +8,10 @@ operation, and its body must match the schema given for that status.
 
 from __future__ import annotations
 
+import ast
 import asyncio
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,26 @@ def api_url(tmp_path_factory: pytest.TempPathFactory, emulator_url: str) -> Iter
         yield server.base_url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_parse_at_a_time() -> Iterator[None]:
+    """CPython 3.11 keeps the depth of the AST it converts to Python objects in one place for every
+    thread, so two threads in ``ast.parse`` at once can fail one of them ("SystemError: AST
+    constructor recursion depth mismatch"). hypothesis parses lambdas' sources as it generates, and
+    a thread an earlier test of this worker left behind may parse too (the standard traceback module
+    does, to place its carets): under ``make test`` this test failed so, now and then. The parses of
+    this process take turns while it runs."""
+    parse: Callable[..., ast.AST] = ast.parse
+    turn = threading.Lock()
+
+    def parse_in_turn(*args: object, **kwargs: object) -> ast.AST:
+        with turn:
+            return parse(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ast, "parse", parse_in_turn)
+        yield
 
 
 @pytest.fixture(scope="module")
