@@ -23,11 +23,20 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; use datetime.now(UTC)")
-        value = value.astimezone(UTC)
         # SQLite keeps text; store it naive-UTC so lexical order is time order.
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return _naive_utc(value) if dialect.name == "sqlite" else _utc(value)
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[datetime | None], Any] | None:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        # The text SQLAlchemy's SQLite DATETIME writes (a test holds the two the same), in one C
+        # call: its own formatting after ``process_bind_param`` costs much more, and a step binds
+        # tens of thousands.
+        def to_text(value: datetime | None) -> str | None:
+            return None if value is None else _naive_utc(value).isoformat(" ", "microseconds")
+
+        return to_text
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -44,6 +53,16 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None if value is None else datetime.fromisoformat(value + "+00:00")
 
         return from_text
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("naive datetime given to the store; use datetime.now(UTC)")
+    return value.astimezone(UTC)
+
+
+def _naive_utc(value: datetime) -> datetime:
+    return _utc(value).replace(tzinfo=None)
 
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
