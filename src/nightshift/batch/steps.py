@@ -211,9 +211,7 @@ async def write_first_step(
         entries = [
             StepEntry(
                 agent=agents[r.agent_id],
-                state=replace(
-                    first_state(agents[r.agent_id], r.max_steps or run.max_steps), client_tools=r.client_tools
-                ),
+                state=first_state(agents[r.agent_id], r.max_steps or run.max_steps, client_tools=r.client_tools),
                 inputs=r.messages,
                 heartbeat=r.answered,  # the answer is in its window: the model reacts to it
             )
@@ -257,7 +255,7 @@ async def write_step(
     """
     if not entries:
         return []
-    inputs = StepInputs(summary_model=summary_model)
+    inputs = StepInputs(now, summary_model=summary_model)
     item_ids: dict[str, str] = {}
     for entry in entries:
         item_ids[entry.agent.id] = item_id = new_id("batch_item")
@@ -269,14 +267,14 @@ async def write_step(
         if entry.heartbeat:
             messages.append(heartbeat_message(entry.agent, now, batch_item_id=item_id))
         inputs.add(entry.agent, messages, before=entry.last_request_tokens, batch_item_id=item_id)
-    await inputs.prepare(conn, now)
+    await inputs.prepare(conn)
     # One provider batch per provider, and per model where the provider takes one model per
     # batch (OpenAI); an Anthropic batch mixes models. A step that waits for a summary goes to
     # the summarizing model's.
     groups: dict[tuple[str, str], list[tuple[StepEntry, StepState]]] = defaultdict(list)
     for entry in entries:
         plan = inputs.summaries.get(entry.agent.id)
-        state = replace(entry.state, summary=plan)
+        state = entry.state if plan is None and entry.state.summary is None else replace(entry.state, summary=plan)
         provider, model = (
             plan.model.split("/", 1) if plan else (entry.agent.llm_config.provider, entry.agent.llm_config.model)
         )
@@ -317,13 +315,12 @@ async def write_step(
                 )
                 for entry, state in chunk
             ]
-            # As ``inputs.write`` stores them (which moves their ``updated_at``).
-            agents = {entry.agent.id: replace(inputs.agents[entry.agent.id], updated_at=now) for entry, _ in chunk}
+            agents = {entry.agent.id: inputs.agents[entry.agent.id] for entry, _ in chunk}  # as written
             written.append(WrittenBatch(batch, items, agents))
     counts = {w.batch.id: len(w.items) for w in written}
     await batch_store.insert_provider_batches(conn, [w.batch for w in written], items=counts, lease=lease)
     await item_store.insert_items(conn, [item for w in written for item in w.items])
-    await inputs.write(conn, now)
+    await inputs.write(conn)
     return written
 
 

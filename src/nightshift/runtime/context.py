@@ -87,13 +87,20 @@ class StepInputs:
     """Input messages and system-message refreshes for the agents of one step, written in bulk.
 
     ``add`` the inputs, ``prepare`` (refresh the system messages whose memory changed, count the
-    windows, give memory-pressure notices and plan the summaries the windows need), then ``write``.
-    After ``prepare``, ``summaries`` holds the agents whose step must wait for a summary.
+    windows, give memory-pressure notices and plan the summaries the windows need), then ``write``,
+    all at ``now``. After ``prepare``, ``summaries`` holds the agents whose step must wait for a
+    summary; ``agents`` holds them as ``write`` stores them (their ``updated_at`` moved to ``now``).
     """
 
     def __init__(
-        self, *, summary_model: str | None = None, run_id: str | None = None, step_id: str | None = None
+        self,
+        now: datetime,
+        *,
+        summary_model: str | None = None,
+        run_id: str | None = None,
+        step_id: str | None = None,
     ) -> None:
+        self.now = now
         self.messages: list[Message] = []
         self._run_id, self._step_id = run_id, step_id  # of the notices, in a synchronous run
         self.agents: dict[str, Agent] = {}
@@ -116,7 +123,10 @@ class StepInputs:
         window goes past the pressure threshold since then); without it, the size it has now.
         """
         updated = replace(
-            agent, message_ids=(*agent.message_ids, *(m.id for m in inputs)), context_tokens=added_tokens(agent, inputs)
+            agent,
+            message_ids=(*agent.message_ids, *(m.id for m in inputs)),
+            context_tokens=added_tokens(agent, inputs),
+            updated_at=self.now,
         )
         self.messages.extend(inputs)
         self.agents[agent.id] = updated
@@ -124,8 +134,9 @@ class StepInputs:
         self._item[agent.id] = batch_item_id
         return updated
 
-    async def prepare(self, conn: AsyncConnection, now: datetime) -> None:
+    async def prepare(self, conn: AsyncConnection) -> None:
         """Bring the system messages and sizes up to date; decide notices and summaries (see the class)."""
+        now = self.now
         for agent_id, change in (await refresh_system_messages(conn, list(self.agents.values()), now)).items():
             agent = self.agents[agent_id]
             if agent.context_tokens is not None:
@@ -175,10 +186,10 @@ class StepInputs:
         stored.update((m.id, m) for m in self.messages)
         return {a.id: [stored[i] for i in a.message_ids if i in stored] for a in agents}
 
-    async def write(self, conn: AsyncConnection, now: datetime) -> None:
+    async def write(self, conn: AsyncConnection) -> None:
         """Persist the inputs (and notices), the windows and their sizes."""
         await message_store.insert_messages(conn, self.messages)
-        await agent_store.set_windows(conn, list(self.agents.values()), now)
+        await agent_store.set_windows(conn, list(self.agents.values()), self.now)
 
 
 async def refresh_system_messages(

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any, TypeAlias
 
 from nightshift.domain.agents import Agent
-from nightshift.domain.approvals import Verdict, VerdictKind, denial_text, waiting_calls
+from nightshift.domain.approvals import ClientTool, Verdict, VerdictKind, denial_text, waiting_calls
 from nightshift.domain.batches import StepState
 from nightshift.domain.blocks import Block
 from nightshift.domain.fast_init import fast_init
@@ -477,9 +477,13 @@ def _decide_v1(solver: ToolRulesSolver, ran: list[str], available: list[str]) ->
     return decision.continues, decision.reason
 
 
-def first_state(agent: Agent, max_steps: int) -> StepState:
-    """The state of an agent's first step of a run: the tools its rules allow first."""
+def first_state(agent: Agent, max_steps: int, *, client_tools: tuple[ClientTool, ...] = ()) -> StepState:
+    """The state of an agent's first step of a run: the tools its rules allow first, and the
+    client-side tools the run offers (``client_tools``)."""
     solver = ToolRulesSolver(agent.tool_rules)
     return StepState(
-        step_number=0, max_steps=max_steps, allowed_tools=tuple(solver.allowed_tools([t.name for t in agent.tools]))
+        step_number=0,
+        max_steps=max_steps,
+        allowed_tools=tuple(solver.allowed_tools([t.name for t in agent.tools])),
+        client_tools=client_tools,
     )

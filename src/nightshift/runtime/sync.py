@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -193,20 +193,20 @@ async def step_agent(
             return out
         run = await agent_run_store.get_run(conn, org_id, run_id)
         assert run is not None
-        step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
+        step_inputs = StepInputs(now, summary_model=summary_model, run_id=run_id, step_id=step_id)
         messages = [
             user_message(agent, i.text, now, otid=i.otid, images=i.images, name=i.name)
             for i in inputs
             if i.text.strip() or i.images
         ]
         messages = [_tie(m, run_id, step_id) for m in messages]
-        agent = await _add(conn, step_inputs, agent, messages, now)
+        agent = await _add(conn, step_inputs, agent, messages)
         messages = step_inputs.messages
     try:
         out.messages.extend(messages)
         if listener is not None:
             await listener.messages(messages)
-        state = replace(first_state(agent, max_steps), client_tools=tuple(client_tools))
+        state = first_state(agent, max_steps, client_tools=tuple(client_tools))
         asked = overrides.config(agent.llm_config)
         provider = providers.get(asked.provider)
         plan = step_inputs.summaries.get(agent.id)
@@ -279,9 +279,9 @@ async def step_agent(
                 agent = (await write_turns(conn, fresh, [result], now))[agent.id]
                 if result.continues:
                     step_id = new_id("step")
-                    step_inputs = StepInputs(summary_model=summary_model, run_id=run_id, step_id=step_id)
+                    step_inputs = StepInputs(now, summary_model=summary_model, run_id=run_id, step_id=step_id)
                     heartbeat = [_tie(heartbeat_message(agent, now), run_id, step_id)] if result.heartbeat else []
-                    agent = await _add(conn, step_inputs, agent, heartbeat, now, before=result.request_tokens)
+                    agent = await _add(conn, step_inputs, agent, heartbeat, before=result.request_tokens)
                     plan = step_inputs.summaries.get(agent.id)
                     written.extend(step_inputs.messages)
             out.messages.extend(written)
@@ -301,14 +301,13 @@ async def _add(
     step_inputs: StepInputs,
     agent: Agent,
     messages: Sequence[Message],
-    now: datetime,
     *,
     before: int | None = None,
 ) -> Agent:
     """Append ``messages`` (and a memory-pressure notice, if due) to the agent's window; returns the agent."""
     step_inputs.add(agent, messages, before=before)
-    await step_inputs.prepare(conn, now)
-    await step_inputs.write(conn, now)
+    await step_inputs.prepare(conn)
+    await step_inputs.write(conn)
     return step_inputs.agents[agent.id]
 
 
@@ -342,8 +341,8 @@ async def _summarize(
         if agent.id not in fresh:
             return None
         agent = (await write_summaries(conn, fresh, [summary], now))[agent.id]
-        again = StepInputs(summary_model=plan.model, run_id=run_id, step_id=step_id)
-        agent = await _add(conn, again, agent, [], now)
+        again = StepInputs(now, summary_model=plan.model, run_id=run_id, step_id=step_id)
+        agent = await _add(conn, again, agent, [])
     return agent, again.summaries.get(agent.id)
 
 
