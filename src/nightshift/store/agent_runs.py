@@ -11,7 +11,7 @@ from sqlalchemy import Row, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agent_runs import AgentRun, AgentRunStatus, AgentRunStep
-from nightshift.store.mapping import from_row, to_values
+from nightshift.store.mapping import from_row, row_writer
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_runs, agents
 
@@ -27,9 +27,11 @@ def to_run(row: Row[Any]) -> AgentRun:
     return from_row(AgentRun, row, status=AgentRunStatus, steps=_steps)
 
 
+_run_values = row_writer(AgentRun, agent_runs, steps=lambda steps: [s.to_json() for s in steps])
+
+
 async def insert_run(conn: AsyncConnection, run: AgentRun) -> None:
-    values = to_values(run, agent_runs, steps=lambda steps: [s.to_json() for s in steps])
-    await conn.execute(insert(agent_runs).values(values))
+    await conn.execute(insert(agent_runs).values(_run_values(run)))
 
 
 async def get_run(conn: AsyncConnection, org_id: str, run_id: str) -> AgentRun | None:

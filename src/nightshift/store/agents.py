@@ -35,7 +35,7 @@ from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.store.blocks import agent_block
 from nightshift.store.bulk import bound_ids, in_bound, in_ids
 from nightshift.store.groups import get_groups
-from nightshift.store.mapping import row_reader, to_values
+from nightshift.store.mapping import row_reader, row_writer
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, deleted_agents, tools
 from nightshift.store.tools import to_tool
@@ -64,10 +64,9 @@ def _to_llm_config(data: dict[str, Any]) -> LLMConfig:
     )
 
 
-def _row_values(agent: Agent) -> dict[str, Any]:
-    return to_values(
-        agent, agents, llm_config=_llm_config_json, tool_rules=dump_tool_rules, message_ids=list, secrets=dict
-    )
+_row_values = row_writer(
+    Agent, agents, llm_config=_llm_config_json, tool_rules=dump_tool_rules, message_ids=list, secrets=dict
+)
 
 
 # What ``update_agents`` writes: every stored field but the agent's identity and birth.

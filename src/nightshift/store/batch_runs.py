@@ -14,7 +14,7 @@ from nightshift.domain.batches import TERMINAL_RUN_STATUSES, BatchRun, BatchRunK
 from nightshift.domain.costs import Costs
 from nightshift.domain.usage import USAGE_KEYS, Usage
 from nightshift.store.copy import insert_rows
-from nightshift.store.mapping import from_row, to_values
+from nightshift.store.mapping import from_row, row_writer
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import batch_items, batch_run_requests, batch_runs
 
@@ -28,8 +28,11 @@ def to_run(row: Row[Any]) -> BatchRun:
     return from_row(BatchRun, row, status=BatchRunStatus, kind=BatchRunKind)
 
 
+_run_values = row_writer(BatchRun, batch_runs)
+
+
 async def insert_run(conn: AsyncConnection, run: BatchRun) -> None:
-    await conn.execute(insert(batch_runs).values(to_values(run, batch_runs)))
+    await conn.execute(insert(batch_runs).values(_run_values(run)))
 
 
 async def get_run(conn: AsyncConnection, org_id: str, run_id: str) -> BatchRun | None:

@@ -18,13 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.groups import Group, ManagerType
 from nightshift.store.bulk import in_ids
-from nightshift.store.mapping import from_row, to_values
+from nightshift.store.mapping import from_row, row_writer
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agents, group_agents, groups, messages
 
-
-def _values(group: Group) -> dict[str, Any]:
-    return to_values(group, groups, shared_block_ids=list)
+_values = row_writer(Group, groups, shared_block_ids=list)
 
 
 async def insert_groups(conn: AsyncConnection, new: Sequence[Group]) -> None:

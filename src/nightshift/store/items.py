@@ -21,7 +21,7 @@ from nightshift.domain.batches import (
 from nightshift.domain.usage import Usage
 from nightshift.store.bulk import in_ids
 from nightshift.store.copy import insert_rows
-from nightshift.store.mapping import Convert, row_reader, to_values
+from nightshift.store.mapping import row_reader, row_writer
 from nightshift.store.tables import batch_items, batch_run_requests
 
 # Map a ``batch_items`` row to the domain type.
@@ -35,15 +35,13 @@ to_item = row_reader(
     usage=Usage.from_json,
     result=StoredResult.from_json,
 )
+_item_values = row_writer(
+    BatchItem, batch_items, step_state=StepState.to_json, usage=Usage.to_json, result=StoredResult.to_json
+)
 
 
 async def insert_items(conn: AsyncConnection, new: Sequence[BatchItem]) -> None:
-    write: dict[str, Convert] = {
-        "step_state": StepState.to_json,
-        "usage": Usage.to_json,
-        "result": StoredResult.to_json,
-    }
-    await insert_rows(conn, batch_items, [to_values(i, batch_items, **write) for i in new])
+    await insert_rows(conn, batch_items, list(map(_item_values, new)))
 
 
 async def items_of(conn: AsyncConnection, provider_batch_id: str) -> list[BatchItem]:

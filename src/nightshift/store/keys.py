@@ -14,11 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.orgs import ApiKey, key_prefix
 from nightshift.ids import new_id
-from nightshift.store.mapping import from_row, to_values
+from nightshift.store.mapping import from_row, row_writer
 from nightshift.store.tables import users
 
 # Every column but the hash: nothing that reads a key for display ever holds it.
 _SHOWN = [column for column in users.columns if column.name != "api_key_hash"]
+_key_values = row_writer(ApiKey, users)
 
 
 def hash_api_key(secret: str) -> str:
@@ -38,7 +39,7 @@ async def create_key(
         is_admin=is_admin,
         created_at=now,
     )
-    await conn.execute(insert(users).values(**to_values(key, users), api_key_hash=hash_api_key(secret)))
+    await conn.execute(insert(users).values(**_key_values(key), api_key_hash=hash_api_key(secret)))
     return key
 
 

@@ -7,10 +7,11 @@ what is not stored as it is (an enum read back, a versioned JSON state) is named
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 from enum import Enum
 from functools import cache
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from sqlalchemy import Row, Table
 
@@ -81,20 +82,36 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(spec.name for spec in fields(cls))
 
 
-def to_values(obj: object, table: Table, **write: Convert) -> dict[str, Any]:
-    """The values of ``table``'s columns that ``obj`` has a field of the same name for; enums as
-    their values, and ``write`` converting the named ones (``step_state=StepState.to_json``)."""
-    assert is_dataclass(obj) and not isinstance(obj, type)
-    names = set(_field_names(obj.__class__))
-    values: dict[str, Any] = {}
+def row_writer(cls: type[T], table: Table, **write: Convert) -> Callable[[T], dict[str, Any]]:
+    """The values of ``table``'s columns that a ``cls`` has a field of the same name for, by
+    column name: enums as their values, and ``write`` converting the named ones
+    (``step_state=StepState.to_json``; never given a None). Generated as ``row_reader`` is: a step
+    writes its items and agents by the ten thousand."""
+    hints = get_type_hints(cls)
+    wanted = set(_field_names(cls))  # type: ignore[arg-type]  # (a dataclass type: hashable)
+    scope: dict[str, Any] = {}
+    values: list[str] = []
     for column in table.columns:
-        if column.name not in names:
+        name = column.name
+        if name not in wanted:
             continue
-        value = getattr(obj, column.name)
-        convert = write.get(column.name)
-        if convert is not None and value is not None:
-            value = convert(value)
-        elif isinstance(value, Enum):
-            value = value.value
-        values[column.name] = value
-    return values
+        convert = write.get(name)
+        if convert is not None:
+            scope[f"write_{name}"] = convert
+            call = f"write_{name}(obj.{name})"
+        elif _is_enum(hints[name]):
+            call = f"obj.{name}.value"
+        else:
+            values.append(f"{name!r}: obj.{name}")
+            continue
+        values.append(f"{name!r}: None if obj.{name} is None else {call}")
+    source = f"def write(obj):\n    return {{{', '.join(values)}}}\n"
+    exec(compile(source, f"<row_writer {cls.__name__} {table.name}>", "exec"), scope)
+    writer: Callable[[T], dict[str, Any]] = scope["write"]
+    return writer
+
+
+def _is_enum(hint: Any) -> bool:
+    """Whether a field's type is an enum, or an enum or None."""
+    options = get_args(hint) if isinstance(hint, UnionType) or get_origin(hint) is Union else (hint,)
+    return any(isinstance(o, type) and issubclass(o, Enum) for o in options)

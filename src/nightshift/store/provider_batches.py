@@ -19,7 +19,7 @@ from nightshift.domain.batch_progress import BatchSummary
 from nightshift.domain.batches import PollSnapshot, ProviderBatch, ProviderBatchStatus
 from nightshift.store.batch_runs import RUNS_CHANNEL
 from nightshift.store.bulk import in_ids
-from nightshift.store.mapping import from_row, to_values
+from nightshift.store.mapping import from_row, row_writer
 from nightshift.store.tables import provider_batches
 
 # What a claim may pick up: batches to submit, to poll, to apply, or to cancel at the provider.
@@ -30,6 +30,7 @@ CLAIMABLE = [
     ProviderBatchStatus.CANCELLING.value,
 ]
 _CLOSED = [ProviderBatchStatus.APPLIED.value, ProviderBatchStatus.CANCELLED.value]
+_batch_values = row_writer(ProviderBatch, provider_batches)
 
 
 def to_provider_batch(row: Row[Any]) -> ProviderBatch:
@@ -53,7 +54,7 @@ async def insert_provider_batches(
         insert(provider_batches),
         [
             {
-                **to_values(b, provider_batches),
+                **_batch_values(b),
                 "summary": BatchSummary.of_new_items(items[b.id]).to_json(),
                 "next_poll_at": b.created_at,
                 "lease_owner": owner,
