@@ -1,14 +1,16 @@
-"""``store.copy.insert_rows``: many rows written at once read back exactly as written, whichever way
-they went (COPY on PostgreSQL from ``COPY_MIN_ROWS`` rows, INSERT otherwise), count as one
-statement, and fail as an INSERT would (on SQLite and PostgreSQL)."""
+"""``store.copy``: many rows written at once read back exactly as written, whichever way they went
+(COPY on PostgreSQL from ``COPY_MIN_ROWS`` rows, INSERT otherwise), count as one statement, and
+fail as an INSERT would; a statement run for many rows sends what SQLAlchemy would (on SQLite and
+PostgreSQL)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Update, bindparam, event, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -18,8 +20,9 @@ from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.ids import new_id
 from nightshift.services.agents import AgentSpec, create_agents
 from nightshift.store import messages as message_store
-from nightshift.store.copy import COPY_MIN_ROWS
+from nightshift.store.copy import COPY_MIN_ROWS, execute_rows
 from nightshift.store.orgs import ensure_default_org
+from nightshift.store.tables import agents, messages
 
 CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
 
@@ -125,3 +128,55 @@ async def test_rows_written_first_in_a_transaction_roll_back_with_it(engine: Asy
             raise RuntimeError("changed my mind")
     async with engine.connect() as conn:
         assert await message_store.get_messages(conn, [m.id for m in written]) == {}
+
+
+def _plain(parameters: Any) -> Any:
+    return dict(parameters) if isinstance(parameters, Mapping) else tuple(parameters)
+
+
+async def test_a_statement_run_for_many_rows_sends_what_sqlalchemy_sends(engine: AsyncEngine) -> None:
+    """``execute_rows`` builds the parameters itself on SQLite: the statement and every row's
+    parameters must be those SQLAlchemy's own ``executemany`` sends (timestamps and JSON bound as
+    the columns bind them, values written into the statement, a parameter used twice), and the
+    rows must change the same way."""
+    owner = await agent_id(engine)
+    written = conversation(owner, 6)
+    async with engine.begin() as conn:
+        await message_store.insert_messages(conn, written)
+    now = datetime(2026, 5, 6, 7, 8, 9, 123, tzinfo=UTC)
+    statements: list[tuple[Update, list[dict[str, Any]]]] = [
+        (
+            update(agents)
+            .where(agents.c.id == bindparam("a_id"), agents.c.organization_id == DEFAULT_ORG_ID)
+            .values(message_ids=bindparam("ids"), context_tokens=bindparam("tokens"), updated_at=bindparam("now")),
+            [{"a_id": owner, "ids": [m.id for m in written], "tokens": 1234, "now": now}],
+        ),
+        (
+            update(messages)
+            .where(messages.c.id == bindparam("m_id"), messages.c.text != bindparam("t"))
+            .values(text=bindparam("t"), created_at=now),
+            [{"m_id": m.id, "t": f"new text {i} é"} for i, m in enumerate(written)],
+        ),
+    ]
+    sent: list[tuple[str, Any]] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
+        sent.append((statement, [_plain(p) for p in parameters] if many else _plain(parameters)))
+
+    states = []
+    for by_us in (False, True):
+        event.listen(engine.sync_engine, "before_cursor_execute", seen)
+        try:
+            async with engine.connect() as conn:
+                for statement, rows in statements:
+                    await (execute_rows(conn, statement, rows) if by_us else conn.execute(statement, rows))
+                window = select(agents.c.message_ids, agents.c.context_tokens)
+                texts = select(messages.c.text, messages.c.created_at).order_by(messages.c.id)
+                states.append(((await conn.execute(window)).all(), (await conn.execute(texts)).all()))
+                await conn.rollback()
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", seen)
+    theirs, ours = sent[: len(sent) // 2], sent[len(sent) // 2 :]
+    assert ours == theirs
+    assert states[0] == states[1]
+    assert states[0][0] == [([m.id for m in written], 1234)]

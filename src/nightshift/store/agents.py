@@ -34,6 +34,7 @@ from nightshift.domain.blocks import Block
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.store.blocks import agent_block
 from nightshift.store.bulk import bound_ids, in_bound, in_ids
+from nightshift.store.copy import execute_rows
 from nightshift.store.groups import get_groups
 from nightshift.store.mapping import row_reader, row_writer
 from nightshift.store.pagination import Page, paginate
@@ -275,7 +276,7 @@ async def update_agents(conn: AsyncConnection, changed: Sequence[Agent]) -> None
     for agent in changed:
         values = _row_values(agent)
         rows.append({"a_id": agent.id, **{c: values[c] for c in columns}})
-    await conn.execute(statement, rows)
+    await execute_rows(conn, statement, rows)
 
 
 async def set_links(conn: AsyncConnection, agent: Agent) -> None:
@@ -328,7 +329,8 @@ async def set_windows(conn: AsyncConnection, changed: Sequence[Agent], now: date
     """Store the in-context windows of many agents, with their sizes, in one statement."""
     if not changed:
         return
-    await conn.execute(
+    await execute_rows(
+        conn,
         update(agents)
         .where(agents.c.id == bindparam("a_id"))
         .values(message_ids=bindparam("ids"), context_tokens=bindparam("tokens"), updated_at=bindparam("now")),

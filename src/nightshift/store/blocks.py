@@ -9,6 +9,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.blocks import Block
+from nightshift.store.copy import execute_rows
 from nightshift.store.mapping import row_reader
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.tables import agent_blocks, blocks
@@ -65,10 +66,11 @@ async def update_blocks(conn: AsyncConnection, changed: Sequence[Block]) -> None
         values["b_id"] = values.pop("id")
         del values["organization_id"], values["created_at"]
         rows.append(values)
-    await conn.execute(statement, rows)
+    await execute_rows(conn, statement, rows)
     # A block's label is also kept on the link rows, so agents find it by label; most changes
     # (every memory edit of a step) keep it, and a link row whose label is right is left unwritten.
-    await conn.execute(
+    await execute_rows(
+        conn,
         update(agent_blocks)
         .where(agent_blocks.c.block_id == bindparam("b_id"), agent_blocks.c.label != bindparam("label"))
         .values(label=bindparam("label")),

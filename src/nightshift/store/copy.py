@@ -1,4 +1,5 @@
-"""Many rows into one table at once: ``COPY`` on PostgreSQL, an ``executemany`` INSERT on SQLite.
+"""Many rows written at once: inserted by ``COPY`` on PostgreSQL and an ``executemany`` INSERT on
+SQLite (``insert_rows``), and any statement executed for many rows (``execute_rows``).
 
 A step writes its agents' messages and the next step's items ten thousand rows at a time. On
 asyncpg an ``executemany`` INSERT is one execution per row, each inserted (and logged to the WAL)
@@ -6,9 +7,9 @@ alone; rows sent by ``COPY`` are inserted a page at a time. For the rows of ``me
 indexes, a full-text one among them, three foreign keys) that spares the database CPU on every
 row (``make bench`` on PostgreSQL prints the database's CPU per agent).
 
-On SQLite the INSERT is sent as the driver's own SQL with the rows as tuples: SQLAlchemy's
-``executemany`` of an ``insert()`` builds each row's parameters one value at a time (a third of
-the CPU of writing a step's rows), where here each column is processed in one pass.
+On SQLite the statement is sent as the driver's own SQL with the rows as tuples: SQLAlchemy's
+``executemany`` builds each row's parameters one value at a time (a third of the CPU of writing
+a step's rows), where here each parameter is processed for every row in one pass.
 
 Either way the rows go through the columns' own bind processing (JSON serialized, text cleaned,
 timestamps as the column keeps them) as they would in an INSERT, the write is one statement to
@@ -26,6 +27,8 @@ import asyncpg
 from sqlalchemy import Table, insert
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import UpdateBase
 
 # Fewer rows than this go by INSERT: a copy costs a round trip more the first time a connection
 # copies into a table (asyncpg reads the columns' types), and a few rows gain nothing from it.
@@ -52,6 +55,26 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[Mappin
             await _copy(conn, driver, table, rows)
             return
     await conn.execute(insert(table), list(rows))
+
+
+async def execute_rows(conn: AsyncConnection, statement: UpdateBase, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``conn.execute(statement, rows)``: ``statement`` run once per row, with its parameters by name
+    from the row (or, for a value written into the statement, from it), in one statement."""
+    if not rows:
+        return
+    if conn.dialect.name == "sqlite":
+        compiled = statement.compile(dialect=conn.dialect, column_keys=list(rows[0]))
+        assert isinstance(compiled, SQLCompiler)
+        binds = [compiled.binds[name] for name in compiled.positiontup or ()]
+        if binds and not (compiled.literal_execute_params or compiled.post_compile_params):  # (no expanding IN)
+            columns = []
+            for bind in binds:
+                values = [row[bind.key] for row in rows] if bind.key in rows[0] else [bind.effective_value] * len(rows)
+                process = bind.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+                columns.append(values if process is None else list(map(process, values)))
+            await conn.exec_driver_sql(compiled.string, list(zip(*columns, strict=True)))
+            return
+    await conn.execute(statement, list(rows))
 
 
 def _processed_columns(

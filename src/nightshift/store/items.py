@@ -20,7 +20,7 @@ from nightshift.domain.batches import (
 )
 from nightshift.domain.usage import Usage
 from nightshift.store.bulk import in_ids
-from nightshift.store.copy import insert_rows
+from nightshift.store.copy import execute_rows, insert_rows
 from nightshift.store.mapping import row_reader, row_writer
 from nightshift.store.tables import batch_items, batch_run_requests
 
@@ -138,7 +138,7 @@ async def store_results(conn: AsyncConnection, results: Sequence[ItemResult], no
         }
         for r in results
     ]
-    await conn.execute(statement, rows)
+    await execute_rows(conn, statement, rows)
 
 
 async def complete_items(conn: AsyncConnection, completions: Sequence[ItemCompletion], now: datetime) -> None:
@@ -172,7 +172,7 @@ async def complete_items(conn: AsyncConnection, completions: Sequence[ItemComple
         }
         for c in completions
     ]
-    await conn.execute(statement, rows)
+    await execute_rows(conn, statement, rows)
 
 
 async def cancel_items(conn: AsyncConnection, provider_batch_id: str, now: datetime) -> None:

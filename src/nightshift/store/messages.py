@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.messages import Image, Message, MessageKind, Role, ToolCall, search_text
 from nightshift.store.bulk import count_per_agent, in_ids
-from nightshift.store.copy import insert_rows
+from nightshift.store.copy import execute_rows, insert_rows
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.search import ranked_select
 from nightshift.store.tables import messages
@@ -219,7 +219,8 @@ async def update_system_texts(conn: AsyncConnection, texts: Sequence[tuple[str, 
     """Rewrite system messages' text in one statement (when agents' prompts or memory change)."""
     if not texts:
         return
-    await conn.execute(
+    await execute_rows(
+        conn,
         update(messages).where(messages.c.id == bindparam("m_id")).values(text=bindparam("t")),
         [{"m_id": message_id, "t": text} for message_id, text in texts],
     )
