@@ -26,8 +26,9 @@ def ranked_select(
     """``SELECT table.*`` (or the columns ``read``) restricted to rows matching ``query`` and ordered by rank.
 
     ``column`` is the indexed text column of ``table``; on SQLite a ``<table>_fts`` FTS5 table
-    over it is kept in step by triggers, on PostgreSQL an expression index covers it (the
-    migrations create both). Returns None when the query has no words.
+    over it is kept in step (new messages by ``messages.insert_messages``, the rest by triggers),
+    on PostgreSQL an expression index covers it (the migrations create both). Returns None when the
+    query has no words.
     """
     words = query_words(query)
     if not words:
