@@ -8,8 +8,8 @@ indexes, a full-text one among them, three foreign keys) that spares the databas
 row (``make bench`` on PostgreSQL prints the database's CPU per agent).
 
 On SQLite the statement is sent as the driver's own SQL with the rows as tuples: SQLAlchemy's
-``executemany`` builds each row's parameters one value at a time (a third of the CPU of writing
-a step's rows), where here each parameter is processed for every row in one pass.
+``executemany`` builds each row's parameters one value at a time (a good part of the CPU of
+writing a step, by a profile), where here each parameter is processed for every row in one pass.
 
 Either way the rows go through the columns' own bind processing (JSON serialized, text cleaned,
 timestamps as the column keeps them) as they would in an INSERT, the write is one statement to

@@ -146,7 +146,7 @@ async def insert_messages(conn: AsyncConnection, new: Sequence[Message]) -> None
     await insert_rows(conn, messages, [_values(m) for m in new])
     if new and conn.dialect.name == "sqlite":
         # One statement for the rows, in rowid order (FTS5 appends those fastest), where a trigger
-        # per row cost three times as much (migration 0022); deletions and edits keep theirs.
+        # per row cost several times as much (migration 0022); deletions and edits keep theirs.
         await conn.execute(_INDEX_NEW, {"ids": bound_ids(conn, (m.id for m in new))})
 
 

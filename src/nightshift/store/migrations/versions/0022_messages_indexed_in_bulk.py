@@ -1,9 +1,9 @@
 """On SQLite, new messages enter the full-text index in one statement per write, not by a trigger per row.
 
-The trigger that copied each inserted message into ``messages_fts`` cost about 20 us a row (three
-quarters of inserting a message); ``store.messages.insert_messages`` now indexes the rows it
-inserted with one ``INSERT ... SELECT`` in rowid order, about 6 us a row. Deletions and updates of a
-message's text keep their triggers. PostgreSQL's expression index is unchanged.
+The trigger that copied each inserted message into ``messages_fts`` was most of the cost of
+inserting a message; ``store.messages.insert_messages`` now indexes the rows it inserted with one
+``INSERT ... SELECT`` in rowid order, which costs a fraction of it (docs/performance.md). Deletions
+and updates of a message's text keep their triggers. PostgreSQL's expression index is unchanged.
 
 Revision ID: 0022
 Revises: 0021
