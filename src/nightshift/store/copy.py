@@ -40,12 +40,7 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[Mappin
     if not rows:
         return
     if conn.dialect.name == "sqlite":
-        names, columns = _processed_columns(conn, table, rows)
-        quote = conn.dialect.identifier_preparer.quote
-        statement = (
-            f"INSERT INTO {quote(table.name)} ({', '.join(map(quote, names))}) VALUES ({', '.join('?' * len(names))})"
-        )
-        await conn.exec_driver_sql(statement, list(zip(*columns, strict=True)))
+        await execute_rows(conn, insert(table), rows)
         return
     if len(rows) >= COPY_MIN_ROWS:
         driver = (await conn.get_raw_connection()).driver_connection
@@ -81,7 +76,7 @@ def _processed_columns(
     conn: AsyncConnection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> tuple[list[str], list[list[Any]]]:
     """The names of the rows' columns (the first row's keys) and each column's values, bound as
-    the column binds them: column by column, as most columns have no processing."""
+    the column binds them, for a copy: column by column, as most columns have no processing."""
     names = list(rows[0])
     columns = [[row[name] for row in rows] for name in names]
     for index, name in enumerate(names):
