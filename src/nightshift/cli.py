@@ -16,7 +16,7 @@ from rich.table import Table
 
 from nightshift.cli_commands import agents_app, batch_app, sleeptime_app
 from nightshift.cli_commands.tables import JsonOption, print_json, print_table
-from nightshift.collector import no_collection_at_exit
+from nightshift.collector import collector_paused, no_collection_at_exit
 from nightshift.config import Settings
 from nightshift.domain.orgs import ApiKey
 from nightshift.errors import Conflict, DatabaseUnavailable, InvalidInput, NotFound
@@ -104,12 +104,15 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port to listen on [default: 8283]")] = None,
 ) -> None:
     """Run the API server (migrating the database first)."""
-    import uvicorn
+    # The server's modules and its routes make a few hundred thousand objects, none of them
+    # garbage: the cycle collector would walk them again and again while they are made.
+    with collector_paused():
+        import uvicorn
 
-    from nightshift.api.app import build_routes, create_app
-    from nightshift.batch.poller_process import fork_early
-    from nightshift.services.catalog import check_extra_models
-    from nightshift.serving import connection_options
+        from nightshift.api.app import create_app
+        from nightshift.batch.poller_process import fork_early
+        from nightshift.services.catalog import check_extra_models
+        from nightshift.serving import connection_options
 
     settings = Settings()
     _run(_check_database(settings.resolved_database_url))  # one line for a database it cannot reach
@@ -123,7 +126,6 @@ def serve(
         fork_early(lambda metrics_file: _poller_child(settings, metrics_file))
     _configure_observability(settings)
     application = create_app(settings, poller_process=settings.poller_process)
-    build_routes(application)
     try:
         uvicorn.run(
             application,

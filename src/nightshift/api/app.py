@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-from fastapi import APIRouter, Depends, FastAPI
-from starlette.routing import BaseRoute, NoMatchFound
+from fastapi import FastAPI
+from starlette.routing import BaseRoute
 
 from nightshift import __version__
 from nightshift.api import errors
 from nightshift.api.body_limit import MEGABYTE, BodyLimit, Bounds
 from nightshift.api.credentials import WEBHOOK_BYTES, WEBHOOK_PATH, CredentialsFirst
 from nightshift.api.dashboard import routes as dashboard
-from nightshift.api.deps import AppState, organization
-from nightshift.api.errors import ERROR_RESPONSES, FORBIDDEN_RESPONSES, PROVIDER_ERROR_RESPONSES
-from nightshift.api.input import storable_body, storable_url
+from nightshift.api.deps import AppState
 from nightshift.api.routers import (
     agent_files,
     agent_messages,
@@ -188,44 +184,33 @@ def create_app(
     return app
 
 
-@functools.cache
+# The API's routers in the order their routes are matched: the public ones first (health and
+# readiness, the dashboard's page, the metrics behind the server password, the providers'
+# webhooks taken on their signatures), then the API proper, each made by ``routers.secured``.
+_ROUTERS = (
+    health,
+    dashboard,
+    metrics,
+    webhooks,
+    agents,
+    archival,
+    agent_files,
+    tools,
+    blocks,
+    catalog,
+    groups,
+    agent_messages,
+    runs,
+    batches,
+    agent_stream,
+    keys,
+)
+
+
 def api_routes() -> tuple[BaseRoute, ...]:
-    """Every route of the API, included once per process and shared by the apps it builds.
+    """Every route of the API, as its router declared it (and FastAPI built it, once per process).
 
-    FastAPI prepares an included route (its dependencies, its body's validators) the first time a
-    request is matched through it, and keeps what it built on the included route: an app of its
-    own routes would build them all again. The routes depend on nothing an app is built with (its
-    settings reach the handlers through ``app.state``), so the apps of a process (a bench's, the
-    tests') share one set, built once. No router here has startup handlers or a lifespan of its
-    own (the app's lifespan above starts everything): an ``APIRouter`` outside the app would not run them.
+    No router here has startup handlers or a lifespan of its own (the app's lifespan above starts
+    everything), so its routes are all the app needs of it.
     """
-    api = APIRouter()
-    api.include_router(health.router)  # public: liveness and readiness, no data
-    api.include_router(dashboard.router)  # public: the page holds no data, its API calls carry the key
-    api.include_router(metrics.router)  # the server password only, when there is one (not an API key)
-    api.include_router(webhooks.router, responses=ERROR_RESPONSES)  # public: taken on the provider's signature
-    secured = [Depends(organization), Depends(storable_url), Depends(storable_body)]
-    for module in (agents, archival, agent_files, tools, blocks, catalog, groups):
-        api.include_router(module.router, dependencies=secured, responses=ERROR_RESPONSES)
-    api.include_router(
-        agent_messages.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES
-    )
-    api.include_router(runs.router, dependencies=secured, responses=ERROR_RESPONSES)
-    api.include_router(batches.router, dependencies=secured, responses=ERROR_RESPONSES | PROVIDER_ERROR_RESPONSES)
-    api.include_router(agent_stream.router, dependencies=secured, responses=ERROR_RESPONSES)
-    api.include_router(keys.router, dependencies=secured, responses=ERROR_RESPONSES | FORBIDDEN_RESPONSES)
-    return tuple(api.routes)
-
-
-def build_routes(app: FastAPI) -> None:
-    """Prepare every route's request handling now rather than at the first request that reaches it.
-
-    FastAPI builds the routes of an included router (their dependencies, their bodies'
-    validators) when the first request is matched through it, on the event loop of a server
-    already answering (a large run's first POST would wait for its router to be built, and every
-    reader with it). ``serve`` calls this before it listens; the tests' in-process apps build only
-    the routes they use (once per process: ``api_routes``). Asking for the URL of a name no route
-    has makes FastAPI go through every route, building each.
-    """
-    with contextlib.suppress(NoMatchFound):
-        app.url_path_for("(every route)")
+    return tuple(route for module in _ROUTERS for route in module.router.routes)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Header, Query, UploadFile
+from fastapi import File, Form, Header, Query, UploadFile
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from nightshift.api.deps import Conn, Now, Org, State
+from nightshift.api.routers import secured
 from nightshift.api.schemas import llm_config_from
 from nightshift.errors import InvalidInput
 from nightshift.services import agent_files as service
 from nightshift.services.agent_files import ImportOptions
 
-router = APIRouter(tags=["agents"])
+router = secured("agents")
 
 
 class ImportedAgentsPublic(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Depends, Query
 from fastapi.responses import StreamingResponse
 from pydantic import Discriminator, Field, HttpUrl, field_validator, model_validator
 
@@ -18,6 +18,7 @@ from nightshift.api.approval_schemas import (
 )
 from nightshift.api.batch_schemas import InputMessage, TextPart, shorthand_input
 from nightshift.api.deps import Now, Org, State
+from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import Body, Name, Text, variant
 from nightshift.api.letta_messages import (
     MESSAGE_KWARG,
@@ -29,6 +30,7 @@ from nightshift.api.letta_messages import (
 )
 from nightshift.api.letta_options import SendRefusals
 from nightshift.api.letta_stream import STREAMED, StreamOptions, streamed_run
+from nightshift.api.routers import secured
 from nightshift.api.run_schemas import run_json
 from nightshift.api.run_stream import background_stream, recorder
 from nightshift.api.schemas import llm_config_from
@@ -38,7 +40,7 @@ from nightshift.errors import InvalidInput
 from nightshift.services import agent_runs
 from nightshift.services.agent_runs import Send, letta_stop_reason
 
-router = APIRouter(tags=["agents"])
+router = secured("agents", responses=PROVIDER_ERROR_RESPONSES)
 
 
 class OwnMessage(InputMessage):

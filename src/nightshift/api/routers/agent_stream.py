@@ -19,14 +19,14 @@ stored, as a non-streaming send would be. Every chunk but a ping carries ``run_i
 
 from __future__ import annotations
 
-from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from nightshift.api.deps import Org, State
 from nightshift.api.letta_stream import STREAMED
+from nightshift.api.routers import secured
 from nightshift.api.routers.agent_messages import SendMessages, send_messages
 
-router = APIRouter(tags=["agents"])
+router = secured("agents")
 
 
 @router.post("/v1/agents/{agent_id}/messages/stream", response_class=StreamingResponse, responses=STREAMED)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from pydantic import Field
 
 from nightshift.api.agent_json import agent_response, agents_response
@@ -13,6 +13,7 @@ from nightshift.api.deps import Conn, Now, Org, ReadConn, State
 from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
 from nightshift.api.input import Body, Name, Text, copied_fields
 from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.routers import secured
 from nightshift.api.routers.agent_messages import ListedView
 from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.schemas import (
@@ -37,7 +38,7 @@ from nightshift.services import blocks as block_service
 from nightshift.services.agents import AgentChanges, AgentSpec
 from nightshift.services.catalog import ModelNames
 
-router = APIRouter(tags=["agents"])
+router = secured("agents")
 
 # The body's fields that the service takes under the same name as they are; the others are
 # the router's to build (a model from its handle, secrets under either name, defaults).

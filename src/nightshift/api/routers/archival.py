@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from nightshift.api.deps import Conn, Now, Org
 from nightshift.api.passage_schemas import (
@@ -15,6 +15,7 @@ from nightshift.api.passage_schemas import (
     PassageSearchResult,
     in_utc,
 )
+from nightshift.api.routers import secured
 from nightshift.domain.limits import MAX_TAGS
 from nightshift.domain.pagination import MAX_PAGE, Page
 from nightshift.domain.passages import PassageFilter
@@ -22,7 +23,7 @@ from nightshift.errors import InvalidInput
 from nightshift.services import passages as service
 from nightshift.tools.base import SEARCH_PAGE_SIZE
 
-router = APIRouter(tags=["archival memory"])
+router = secured("archival memory")
 
 # A search is a few words: 10,000 characters is far more than one needs, and keeps a query from being a document.
 MAX_QUERY_CHARS = 10_000

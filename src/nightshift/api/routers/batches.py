@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import Header, Query, Response
 
 from nightshift.api.approval_schemas import client_tools_of
 from nightshift.api.batch_schemas import BatchCreate
@@ -25,12 +25,14 @@ from nightshift.api.batch_views import (
     turnarounds_json,
 )
 from nightshift.api.deps import Now, Org, ReadConn, State
+from nightshift.api.errors import PROVIDER_ERROR_RESPONSES
+from nightshift.api.routers import secured
 from nightshift.api.routers.params import PageQuery
 from nightshift.domain.batches import BatchRunKind, BatchRunRequest, BatchRunStatus
 from nightshift.domain.pagination import Page
 from nightshift.services import batch_runs
 
-router = APIRouter(tags=["batches"])
+router = secured("batches", responses=PROVIDER_ERROR_RESPONSES)
 
 IdempotencyKey = Annotated[
     str | None,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from nightshift.api.deps import Conn, Now, Org, ReadConn
+from nightshift.api.routers import secured
 from nightshift.api.routers.params import PageQuery
 from nightshift.api.schemas import AgentPublic, BlockCreate, BlockPublic, BlockUpdate
 from nightshift.services import blocks as service
 
-router = APIRouter(tags=["blocks"])
+router = secured("blocks")
 
 
 @router.post("/v1/blocks/")

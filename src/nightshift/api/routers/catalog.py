@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from nightshift.api.deps import Conn, Org
+from nightshift.api.routers import secured
 from nightshift.domain.agents import DEFAULT_MAX_TOKENS
 from nightshift.domain.pagination import MAX_PAGE
 from nightshift.services import catalog as service
 
-router = APIRouter(tags=["models"])
+router = secured("models")
 
 
 @router.get("/v1/tags/")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from pydantic import Field
 
 from nightshift.api.batch_views import BatchRunPublic, batch_run_json, json_response
@@ -12,6 +12,7 @@ from nightshift.api.deps import Conn, Now, Org, ReadConn, State
 from nightshift.api.group_schemas import GroupCreate, GroupPublic, GroupUpdate, group_json
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import to_letta_messages
+from nightshift.api.routers import secured
 from nightshift.api.routers.agent_messages import ShownView
 from nightshift.api.routers.params import PageQuery
 from nightshift.domain.groups import ManagerType, check_manager_type
@@ -21,7 +22,7 @@ from nightshift.errors import InvalidInput
 from nightshift.services import groups
 from nightshift.services.groups import GroupChanges, GroupSpec
 
-router = APIRouter(tags=["groups"])
+router = secured("groups")
 
 
 class SleeptimeRunBody(Body):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from nightshift.api.deps import Conn, KeyAdmin, Now
+from nightshift.api.errors import FORBIDDEN_RESPONSES
 from nightshift.api.key_schemas import KeyCreate, KeyCreatedPublic, KeyPublic
+from nightshift.api.routers import secured
 from nightshift.services import keys as service
 
-router = APIRouter(tags=["keys"])
+router = secured("keys", responses=FORBIDDEN_RESPONSES)
 
 
 @router.get("/v1/keys/")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
@@ -13,6 +13,7 @@ from nightshift.api.deps import Org, ReadConn, State
 from nightshift.api.input import Body
 from nightshift.api.letta_messages import DEFAULT_VIEW, to_letta_messages
 from nightshift.api.letta_stream import STREAMED
+from nightshift.api.routers import secured
 from nightshift.api.routers.agent_messages import view_of
 from nightshift.api.routers.params import PageQuery, page_of
 from nightshift.api.run_schemas import (
@@ -31,7 +32,7 @@ from nightshift.services import run_listing
 from nightshift.services.run_streams import check_reading
 from nightshift.store.run_listing import Listed, RunFilter
 
-router = APIRouter(tags=["runs"])
+router = secured("runs")
 
 RunStatusName = Literal["created", "running", "completed", "failed", "cancelled"]
 OPEN_STATUSES: list[RunStatusName] = ["created", "running"]

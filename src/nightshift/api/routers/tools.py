@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from nightshift.api.deps import Conn, Now, Org, State
+from nightshift.api.routers import secured
 from nightshift.api.routers.params import PageQuery
 from nightshift.api.tool_schemas import ToolCreate, ToolPublic, ToolRunBody, ToolSearch, ToolUpdate
 from nightshift.services import tools as service
 
-router = APIRouter(tags=["tools"])
+router = secured("tools")
 
 
 @router.post("/v1/tools/")

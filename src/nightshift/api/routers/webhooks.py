@@ -9,9 +9,10 @@ from fastapi import APIRouter, Request, Response
 
 from nightshift.api.credentials import WEBHOOK_PATH
 from nightshift.api.deps import Now, State
+from nightshift.api.errors import ERROR_RESPONSES
 from nightshift.services import batch_runs
 
-router = APIRouter(tags=["webhooks"])
+router = APIRouter(tags=["webhooks"], responses=ERROR_RESPONSES)
 
 
 @router.post(WEBHOOK_PATH, status_code=204, response_class=Response)
