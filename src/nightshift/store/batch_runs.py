@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, delete, func, insert, literal_column, or_, select, text, update
+from sqlalchemy import Row, Select, bindparam, delete, func, insert, literal_column, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batch_progress import KindCosts
@@ -114,19 +115,23 @@ async def set_run_status(
     return result.rowcount > 0
 
 
+# The statements a poller's every pass runs, idle or not, built once: building one costs about as
+# much as running it (parameters ``now`` and ``limit``).
+_CALLBACKS_DUE = (
+    select(batch_runs)
+    .where(
+        batch_runs.c.callback_url.is_not(None),
+        batch_runs.c.callback_sent_at.is_(None),
+        batch_runs.c.status.in_([s.value for s in TERMINAL_RUN_STATUSES]),
+        or_(batch_runs.c.callback_next_at.is_(None), batch_runs.c.callback_next_at <= bindparam("now")),
+    )
+    .limit(bindparam("limit"))
+)
+
+
 async def callbacks_due(conn: AsyncConnection, now: datetime, *, limit: int) -> list[BatchRun]:
     """Ended runs whose callback has not been delivered yet and is due for a (re)try."""
-    query = (
-        select(batch_runs)
-        .where(
-            batch_runs.c.callback_url.is_not(None),
-            batch_runs.c.callback_sent_at.is_(None),
-            batch_runs.c.status.in_([s.value for s in TERMINAL_RUN_STATUSES]),
-            or_(batch_runs.c.callback_next_at.is_(None), batch_runs.c.callback_next_at <= now),
-        )
-        .limit(limit)
-    )
-    return [to_run(r) for r in await conn.execute(query)]
+    return [to_run(r) for r in await conn.execute(_CALLBACKS_DUE, {"now": now, "limit": limit})]
 
 
 async def claim_callback_attempt(conn: AsyncConnection, run: BatchRun, *, until: datetime) -> bool:
@@ -196,6 +201,13 @@ async def claim_queued_run(conn: AsyncConnection) -> BatchRun | None:
     The caller then takes its requests (``take_queued_requests``): a poller that wrote its first
     step a moment before has taken them already.
     """
+    row = (await conn.execute(_claim_queued_statement(conn.dialect.name))).first()
+    return to_run(row) if row is not None else None
+
+
+@functools.cache
+def _claim_queued_statement(dialect: str) -> Select[Any]:
+    """``claim_queued_run``'s statement for a dialect, built once (every pass of a poller runs it)."""
     queued = select(batch_run_requests.c.batch_run_id)
     query = (
         select(batch_runs)
@@ -203,10 +215,9 @@ async def claim_queued_run(conn: AsyncConnection) -> BatchRun | None:
         .order_by(batch_runs.c.id)
         .limit(1)
     )
-    if conn.dialect.name == "postgresql":
+    if dialect == "postgresql":
         query = query.with_for_update(skip_locked=True, of=batch_runs)
-    row = (await conn.execute(query)).first()
-    return to_run(row) if row is not None else None
+    return query
 
 
 async def take_queued_requests(conn: AsyncConnection, run_id: str) -> list[dict[str, Any]]:

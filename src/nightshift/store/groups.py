@@ -164,11 +164,13 @@ async def count_turns(conn: AsyncConnection, agent_ids: Sequence[str], now: date
     )
 
 
+# Read by every pass of a poller, idle or not: built once.
+_DUE_SUMMARY = select(func.count(), func.min(groups.c.due_since)).where(groups.c.due_since.is_not(None))
+
+
 async def due_summary(conn: AsyncConnection) -> tuple[int, datetime | None]:
     """How many groups are due, and since when the oldest is (one read of the due index)."""
-    row = (
-        await conn.execute(select(func.count(), func.min(groups.c.due_since)).where(groups.c.due_since.is_not(None)))
-    ).one()
+    row = (await conn.execute(_DUE_SUMMARY)).one()
     return int(row[0]), row[1]
 
 

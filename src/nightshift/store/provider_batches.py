@@ -8,11 +8,12 @@ batch on succeeded, so every transition starts the count of the batch's failures
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, case, func, insert, or_, select, text, update
+from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, case, func, insert, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batch_progress import BatchSummary
@@ -125,38 +126,58 @@ async def claim_due(
     pollers pick different batches; on both databases the update re-checks the lease, so a batch
     is never held by two owners.
     """
-    free = or_(provider_batches.c.lease_owner.is_(None), provider_batches.c.lease_expires_at < now)
-    reachable = or_(
-        provider_batches.c.endpoint.is_(None),  # written before endpoints were recorded
-        *(
-            and_(provider_batches.c.provider == provider, provider_batches.c.endpoint == endpoint)
-            for provider, endpoint in endpoints.items()
-        ),
-    )
-    candidates = (
-        select(provider_batches.c.id)
-        .where(provider_batches.c.status.in_(CLAIMABLE), provider_batches.c.next_poll_at <= now, free, reachable)
-        .order_by(provider_batches.c.next_poll_at)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    ids = [str(i) for i in await conn.scalars(candidates)]
+    candidates = _due_candidates(conn.dialect.name, tuple(sorted(endpoints.items())))
+    ids = [str(i) for i in await conn.scalars(candidates, {"now": now, "limit": limit})]
     if not ids:
         return []
     claimed = await conn.execute(
         update(provider_batches)
-        .where(provider_batches.c.id.in_(ids), free)
+        .where(provider_batches.c.id.in_(ids), _free(now))
         .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds))
         .returning(*provider_batches.c)
     )
     return [to_provider_batch(r) for r in claimed]
 
 
+def _free(now: Any) -> ColumnElement[bool]:
+    """A batch no one holds: never leased, or its lease expired before ``now``."""
+    return or_(provider_batches.c.lease_owner.is_(None), provider_batches.c.lease_expires_at < now)
+
+
+@functools.cache
+def _due_candidates(dialect: str, endpoints: tuple[tuple[str, str], ...]) -> Select[Any]:
+    """``claim_due``'s first statement for a dialect and a worker's endpoints, built once: every
+    pass of a poller runs it, idle or not (parameters ``now`` and ``limit``)."""
+    reachable = or_(
+        provider_batches.c.endpoint.is_(None),  # written before endpoints were recorded
+        *(
+            and_(provider_batches.c.provider == provider, provider_batches.c.endpoint == endpoint)
+            for provider, endpoint in endpoints
+        ),
+    )
+    candidates = (
+        select(provider_batches.c.id)
+        .where(
+            provider_batches.c.status.in_(CLAIMABLE),
+            provider_batches.c.next_poll_at <= bindparam("now"),
+            _free(bindparam("now")),
+            reachable,
+        )
+        .order_by(provider_batches.c.next_poll_at)
+        .limit(bindparam("limit"))
+    )
+    if dialect == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    return candidates
+
+
+# Read after every pass of a poller (``Worker.next_pass_in``): built once.
+_EARLIEST_DUE = select(func.min(provider_batches.c.next_poll_at)).where(provider_batches.c.status.in_(CLAIMABLE))
+
+
 async def earliest_due(conn: AsyncConnection) -> datetime | None:
     """When the first batch a claim may pick up is due (None: none is), leased or not."""
-    due = select(func.min(provider_batches.c.next_poll_at)).where(provider_batches.c.status.in_(CLAIMABLE))
-    earliest: datetime | None = await conn.scalar(due)
+    earliest: datetime | None = await conn.scalar(_EARLIEST_DUE)
     return earliest
 
 
