@@ -144,10 +144,11 @@ def _free(now: Any) -> ColumnElement[bool]:
     return or_(provider_batches.c.lease_owner.is_(None), provider_batches.c.lease_expires_at < now)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=16)
 def _due_candidates(dialect: str, endpoints: tuple[tuple[str, str], ...]) -> Select[Any]:
-    """``claim_due``'s first statement for a dialect and a worker's endpoints, built once: every
-    pass of a poller runs it, idle or not (parameters ``now`` and ``limit``)."""
+    """``claim_due``'s first statement for a dialect and a worker's endpoints (the same for the
+    life of a worker), built once: every pass of a poller runs it, idle or not (parameters ``now``
+    and ``limit``)."""
     reachable = or_(
         provider_batches.c.endpoint.is_(None),  # written before endpoints were recorded
         *(
