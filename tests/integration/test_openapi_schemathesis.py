@@ -33,6 +33,9 @@ from nightshift.config import Settings
 from nightshift.emulator.environment import sdk_environment
 from support.processes import server_environment, spawn, wait_healthy
 
+# Every operation, a few dozen cases each, through a server process: 35-60 s on two busy cores.
+pytestmark = pytest.mark.slow
+
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 SEED = 20261130
