@@ -115,8 +115,8 @@ async def set_run_status(
     return result.rowcount > 0
 
 
-# The statements a poller's every pass runs, idle or not, built once: building one costs about as
-# much as running it (parameters ``now`` and ``limit``).
+# Run by every pass of a poller, idle or not, so built once: building it cost about as much as
+# running it (parameters ``now`` and ``limit``).
 _CALLBACKS_DUE = (
     select(batch_runs)
     .where(

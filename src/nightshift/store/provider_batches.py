@@ -201,10 +201,9 @@ async def make_due(conn: AsyncConnection, provider: str, provider_batch_id: str,
 
 async def any_due(conn: AsyncConnection, now: datetime) -> bool:
     """Whether a batch no process holds is due (one look at an index)."""
-    free = or_(provider_batches.c.lease_owner.is_(None), provider_batches.c.lease_expires_at < now)
     due = (
         select(provider_batches.c.id)
-        .where(provider_batches.c.status.in_(CLAIMABLE), provider_batches.c.next_poll_at <= now, free)
+        .where(provider_batches.c.status.in_(CLAIMABLE), provider_batches.c.next_poll_at <= now, _free(now))
         .limit(1)
     )
     return (await conn.scalar(due)) is not None
