@@ -13,7 +13,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, and_, bindparam, case, func, insert, or_, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    case,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.batch_progress import BatchSummary
@@ -133,7 +147,8 @@ async def claim_due(
     claimed = await conn.execute(
         update(provider_batches)
         .where(provider_batches.c.id.in_(ids), _free(now))
-        .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds))
+        # The claimer polls the batch afresh: a webhook seen before this is seen by that poll.
+        .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds), woken_at=None)
         .returning(*provider_batches.c)
     )
     return [to_provider_batch(r) for r in claimed]
@@ -184,7 +199,10 @@ async def earliest_due(conn: AsyncConnection) -> datetime | None:
 
 async def make_due(conn: AsyncConnection, provider: str, provider_batch_id: str, now: datetime) -> bool:
     """The running batch of ``provider`` with this id due at once (its provider said it ended),
-    and the pollers told on PostgreSQL; False when no such batch runs."""
+    and the pollers told on PostgreSQL; False when no such batch runs.
+
+    A process may hold the batch meanwhile (submitting it, or polling it a moment too early):
+    ``woken_at`` keeps it due when that process gives its lease back (see ``_release``)."""
     result = await conn.execute(
         update(provider_batches)
         .where(
@@ -192,7 +210,7 @@ async def make_due(conn: AsyncConnection, provider: str, provider_batch_id: str,
             provider_batches.c.provider_batch_id == provider_batch_id,
             provider_batches.c.status == ProviderBatchStatus.RUNNING.value,
         )
-        .values(next_poll_at=now)
+        .values(next_poll_at=now, woken_at=now)
     )
     if result.rowcount and conn.dialect.name == "postgresql":
         await conn.execute(text(f"NOTIFY {RUNS_CHANNEL}"))
@@ -322,10 +340,17 @@ async def record_failure(
 async def _release(
     conn: AsyncConnection, batch_id: str, owner: str, *, next_poll_at: datetime | None, values: dict[str, Any]
 ) -> None:
+    """Give up the lease; the batch is due at ``next_poll_at``, or earlier when a webhook said
+    it ended while it was held (a batch never due again stays so: it is closed)."""
+    due: Any = next_poll_at
+    if next_poll_at is not None:
+        when = literal(next_poll_at, provider_batches.c.next_poll_at.type)
+        woken = provider_batches.c.woken_at
+        due = case((woken < when, woken), else_=when)
     await conn.execute(
         update(provider_batches)
         .where(provider_batches.c.id == batch_id, provider_batches.c.lease_owner == owner)
-        .values(lease_owner=None, lease_expires_at=None, next_poll_at=next_poll_at, **values)
+        .values(lease_owner=None, lease_expires_at=None, next_poll_at=due, **values)
     )
 
 

@@ -401,6 +401,11 @@ provider_batches = Table(
         comment="its requests sent through the normal API instead",
     ),
     Column("model", String(255), comment="its requests' one model; null: several"),
+    Column(
+        "woken_at",
+        UTCDateTime(),
+        comment="when its provider's webhook said it ended: a lease given back keeps it due from then",
+    ),
     UniqueConstraint("provider", "provider_batch_id", name="uq_provider_batches_provider_provider_batch_id"),
     Index("ix_provider_batches_status_next_poll_at", "status", "next_poll_at"),
     Index("ix_provider_batches_batch_run_id", "batch_run_id"),

@@ -1,0 +1,40 @@
+"""A provider's webhook that comes while a process holds the batch is kept until the lease is given back.
+
+``provider_batches.woken_at`` is when the provider's webhook said the batch ended. A poller that
+gives its lease back (after submitting the batch, or a poll that found it still running) used to
+set the batch's next poll from its schedule alone, over the webhook's "due now": the step then
+waited for the schedule. The release now keeps the batch due from ``woken_at``; a claim clears it.
+
+Revision ID: 0023
+Revises: 0022
+Create Date: 2026-12-05 11:45:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+import nightshift.store.tables
+
+revision: str = "0023"
+down_revision: str | None = "0022"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.add_column(
+        "provider_batches",
+        sa.Column(
+            "woken_at",
+            nightshift.store.tables.UTCDateTime(timezone=True),
+            nullable=True,
+            comment="when its provider's webhook said it ended: a lease given back keeps it due from then",
+        ),
+    )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("provider_batches") as batch_op:
+        batch_op.drop_column("woken_at")
