@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from nightshift.batch.poller_process import FOLDER_PREFIX
 from support.processes import Server, Servers, server_environment
 from support.runs import Runs
 
@@ -26,9 +27,15 @@ WAIT = 60
 
 @pytest.fixture
 def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
-    group = Servers(server_environment(db_url, tmp_path / "home"), tmp_path)
+    (tmp_path / "tmp").mkdir()
+    group = Servers(server_environment(db_url, tmp_path / "home", TMPDIR=str(tmp_path / "tmp")), tmp_path)
     yield group
     group.stop_all()
+
+
+def figures_folders(tmp_path: Path, server: Server) -> list[Path]:
+    """The folders the server's poller children write their figures to."""
+    return list((tmp_path / "tmp").glob(f"{FOLDER_PREFIX}{server.process.pid}-*"))
 
 
 def command_line(pid: int) -> list[str]:
@@ -70,7 +77,7 @@ async def ended(pid: int) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_the_forked_poller_dies_with_its_server(servers: Servers) -> None:
+async def test_the_forked_poller_dies_with_its_server(servers: Servers, tmp_path: Path) -> None:
     server = await servers.start("A")
     child = await one_poller(server)
     # Forked, not started anew: the same command line as the server's, under a name of its own.
@@ -78,9 +85,14 @@ async def test_the_forked_poller_dies_with_its_server(servers: Servers) -> None:
     assert Path(f"/proc/{child}/comm").read_text().strip() == "nightshift-poll"
     server.kill()
     await ended(child)
+    # Killed, it could not remove its figures' folder: the next server to start does.
+    (left,) = figures_folders(tmp_path, server)
+    following = await servers.start("B")
+    assert not left.exists()
+    assert len(figures_folders(tmp_path, following)) == 1
 
 
-async def test_a_poller_that_exits_is_replaced_and_steps_runs(servers: Servers) -> None:
+async def test_a_poller_that_exits_is_replaced_and_steps_runs(servers: Servers, tmp_path: Path) -> None:
     server = await servers.start("A")
     forked = await one_poller(server)
     os.kill(forked, signal.SIGKILL)
@@ -98,3 +110,4 @@ async def test_a_poller_that_exits_is_replaced_and_steps_runs(servers: Servers) 
     assert server.process.wait(timeout=WAIT) == -signal.SIGTERM
     await ended(replaced)
     assert "gave back" in server.log_path.read_text()  # (each process drained: its log says so)
+    assert figures_folders(tmp_path, server) == []

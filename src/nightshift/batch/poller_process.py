@@ -36,6 +36,7 @@ import ctypes
 import gc
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -61,6 +62,8 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 # How long ``fork_early`` lets the threads of what ran before it (a database check) end.
 _THREADS_END = 2.0
+# The folders the children's figures go to, in the temporary folder: this, the server's pid, "-".
+FOLDER_PREFIX = "nightshift-poller-"
 
 
 class _Child(Protocol):
@@ -202,7 +205,7 @@ class PollerProcess:
 
     def __init__(self, *, grace: float) -> None:
         self.grace = grace
-        self._folder = Path(tempfile.mkdtemp(prefix="nightshift-poller-"))
+        self._folder = figures_folder()
         self.metrics_file = self._folder / "metrics.prom"
         self._process: _Child | None = None
         self._stopping = asyncio.Event()
@@ -289,6 +292,28 @@ class PollerProcess:
             if self._stopping.is_set():
                 return
             self._process = await self._spawn()
+
+
+def figures_folder() -> Path:
+    """A new folder for the child's figures, named after this process; first, the folders of
+    servers that are gone (killed before they could remove theirs) are removed."""
+    root = Path(tempfile.gettempdir())
+    for folder in root.glob(f"{FOLDER_PREFIX}*-*"):
+        pid = folder.name.removeprefix(FOLDER_PREFIX).partition("-")[0]
+        with contextlib.suppress(OSError):
+            if pid.isdigit() and folder.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's
+    return True
 
 
 def die_with_parent(parent: int) -> None:
