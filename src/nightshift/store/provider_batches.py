@@ -340,8 +340,9 @@ async def record_failure(
 async def _release(
     conn: AsyncConnection, batch_id: str, owner: str, *, next_poll_at: datetime | None, values: dict[str, Any]
 ) -> None:
-    """Give up the lease; the batch is due at ``next_poll_at``, or earlier when a webhook said
-    it ended while it was held (a batch never due again stays so: it is closed)."""
+    """Give up the lease; the batch is due at ``next_poll_at``, or earlier when another process
+    made it due while it was held (a webhook, a cancel: ``woken_at``). A batch never due again
+    stays so: it is closed."""
     due: Any = next_poll_at
     if next_poll_at is not None:
         when = literal(next_poll_at, provider_batches.c.next_poll_at.type)
@@ -462,7 +463,8 @@ async def mark_cancelling(
     ``provider_batch_id`` records an id learnt late (a submission that ended after the cancel);
     ``lease`` reserves it for the caller, who tells the provider at once.
     """
-    values: dict[str, Any] = {"next_poll_at": now}
+    # A poller may hold it, polling it: ``woken_at`` keeps it due when that poller lets go.
+    values: dict[str, Any] = {"next_poll_at": now, "woken_at": now}
     if provider_batch_id is not None:
         values["provider_batch_id"] = provider_batch_id
     if lease is not None:

@@ -404,7 +404,7 @@ provider_batches = Table(
     Column(
         "woken_at",
         UTCDateTime(),
-        comment="when its provider's webhook said it ended: a lease given back keeps it due from then",
+        comment="when another process made it due at once (a webhook, a cancel): a lease given back keeps it so",
     ),
     UniqueConstraint("provider", "provider_batch_id", name="uq_provider_batches_provider_provider_batch_id"),
     Index("ix_provider_batches_status_next_poll_at", "status", "next_poll_at"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import FastAPI
@@ -245,6 +245,35 @@ async def test_a_run_whose_last_agents_leave_ends_without_waiting_for_the_provid
     assert ended_single["completed_at"] is not None
     for run in (ended_pair, ended_single):
         assert [b["status"] for b in run["progress"]["provider_batches"]] == ["applied", "cancelled"]
+
+
+async def test_a_run_whose_last_agent_leaves_while_a_poller_holds_its_batch_ends_at_the_next_pass(
+    stepped: SteppedRuns, clock: ManualClock
+) -> None:
+    """The cancel comes while a poller polls the batch (it holds the lease); the poller then
+    lets go of it as of a batch still running, due an hour on: it is cancelled at the next pass."""
+    agent = await stepped.agent("leaves-mid-poll")
+    stepped.model.script(agent["id"], say("never"))
+    with stepped.model.holding():
+        run = await stepped.start([{"agent_id": agent["id"], "input": "hi"}])
+        await stepped.step()
+    worker = stepped.worker
+    async with worker.engine.begin() as conn:
+        (held,) = await batch_store.claim_due(
+            conn,
+            worker.leases.owner,
+            clock.now(),
+            lease_seconds=60,
+            limit=1,
+            endpoints=worker.parts.providers.endpoints(),
+        )
+    assert len(await _cancel(stepped, agent["id"])) == 1
+    await worker.leases.release(held, delay=timedelta(hours=1))
+
+    await stepped.step()
+    ended = await stepped.run(run["id"])
+    assert ended["status"] == "cancelled", ended["progress"]
+    assert [b["status"] for b in ended["progress"]["provider_batches"]] == ["cancelled"]
 
 
 async def test_an_agent_deleted_while_the_step_runs_its_tools_gets_nothing_of_it(

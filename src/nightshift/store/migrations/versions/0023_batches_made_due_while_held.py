@@ -1,8 +1,9 @@
-"""A provider's webhook that comes while a process holds the batch is kept until the lease is given back.
+"""A batch made due while a process holds it stays due when that process gives its lease back.
 
-``provider_batches.woken_at`` is when the provider's webhook said the batch ended. A poller that
-gives its lease back (after submitting the batch, or a poll that found it still running) used to
-set the batch's next poll from its schedule alone, over the webhook's "due now": the step then
+``provider_batches.woken_at`` is when another process made the batch due at once: the provider's
+webhook said it ended, or its agents all left it (to be cancelled at the provider). A poller that
+gave its lease back (after submitting the batch, or a poll that found it still running) used to
+set the next poll from its schedule alone, over that "due now", and the step or the cancel then
 waited for the schedule. The release now keeps the batch due from ``woken_at``; a claim clears it.
 
 Revision ID: 0023
@@ -30,7 +31,7 @@ def upgrade() -> None:
             "woken_at",
             nightshift.store.tables.UTCDateTime(timezone=True),
             nullable=True,
-            comment="when its provider's webhook said it ended: a lease given back keeps it due from then",
+            comment="when another process made it due at once (a webhook, a cancel): a lease given back keeps it so",
         ),
     )
 
