@@ -193,7 +193,15 @@ async def write_first_step(
     written, which the caller submits without reading them back; a larger one returns only the
     batches, so that it never holds more than a slice's agents (each is read back at its submit).
     """
-    configs = await agent_store.llm_configs_of(conn, run.organization_id, [r.agent_id for r in requests])
+    ids = [r.agent_id for r in requests]
+    # A run of one slice is loaded whole at once; a larger one is put in order by its agents'
+    # models alone first, then loaded a slice at a time.
+    loaded = await agent_store.load_agents(conn, run.organization_id, ids) if len(ids) <= BATCH_SLICE else None
+    configs = (
+        {agent_id: agent.llm_config for agent_id, agent in loaded.items()}
+        if loaded is not None
+        else await agent_store.llm_configs_of(conn, run.organization_id, ids)
+    )
     present = [r for r in requests if r.agent_id in configs]
     if not present:
         await batch_run_store.set_run_status(
@@ -207,7 +215,11 @@ async def write_first_step(
     batches: list[ProviderBatch | WrittenBatch] = []
     for start in range(0, len(by_model), BATCH_SLICE):
         part = by_model[start : start + BATCH_SLICE]
-        agents = await agent_store.load_agents(conn, run.organization_id, [r.agent_id for r in part])
+        agents = (
+            loaded
+            if loaded is not None
+            else await agent_store.load_agents(conn, run.organization_id, [r.agent_id for r in part])
+        )
         entries = [
             StepEntry(
                 agent=agents[r.agent_id],
