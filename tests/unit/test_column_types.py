@@ -41,3 +41,19 @@ def test_none_stays_null_and_a_naive_timestamp_is_refused() -> None:
     assert bind(None) is None
     with pytest.raises(ValueError, match="naive datetime"):
         bind(datetime(2026, 1, 2))
+
+
+def test_the_texts_and_times_kept_for_the_next_rows_are_those_of_the_instant() -> None:
+    # Each text and time is made once and then looked up (the rows of a step share a few).
+    bind = UTCDateTime().dialect_impl(DIALECT).bind_processor(DIALECT)
+    read = UTCDateTime().dialect_impl(DIALECT).result_processor(DIALECT, None)
+    assert bind is not None and read is not None
+    instant = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
+    elsewhere = instant.astimezone(timezone(timedelta(hours=5, minutes=30)))
+    assert [bind(instant), bind(elsewhere), bind(elsewhere)] == ["2026-05-06 07:08:09.000000"] * 3
+    for _ in range(2):  # refused every time, not only the first
+        with pytest.raises(ValueError, match="naive datetime"):
+            bind(instant.replace(tzinfo=None))
+    for _ in range(2):
+        back = read("2026-05-06 07:08:09.000000")
+        assert back == instant and back.tzinfo is UTC

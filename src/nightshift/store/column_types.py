@@ -6,6 +6,7 @@ module imports from here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -29,14 +30,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     def bind_processor(self, dialect: Dialect) -> Callable[[datetime | None], Any] | None:
         if dialect.name != "sqlite":
             return super().bind_processor(dialect)
-
-        # The text SQLAlchemy's SQLite DATETIME writes (a test holds the two the same), in one C
-        # call: its own formatting after ``process_bind_param`` costs much more, and a step binds
-        # tens of thousands.
-        def to_text(value: datetime | None) -> str | None:
-            return None if value is None else _naive_utc(value).isoformat(" ", "microseconds")
-
-        return to_text
+        return _sqlite_text
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -46,13 +40,27 @@ class UTCDateTime(TypeDecorator[datetime]):
     def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], datetime | None] | None:
         if dialect.name != "sqlite":
             return super().result_processor(dialect, coltype)
+        return _sqlite_time
 
-        # SQLite's text (naive UTC, as bound above) read in one C call: SQLAlchemy's parse and
-        # then replace(tzinfo=UTC) cost much more, and a page of agents reads hundreds.
-        def from_text(value: str | None) -> datetime | None:
-            return None if value is None else datetime.fromisoformat(value + "+00:00")
 
-        return from_text
+# SQLite keeps timestamps as text. A step binds and reads tens of thousands of them, and its rows
+# share a few (every row a step writes has the step's time): each text and each time is made once
+# and then looked up, which costs a twentieth of making it (an exception, for a naive time, is not
+# kept: it is raised again at every call).
+
+
+@functools.lru_cache(maxsize=4096)
+def _sqlite_text(value: datetime | None) -> str | None:
+    """The text SQLAlchemy's SQLite DATETIME writes (a test holds the two the same), in one C call:
+    its own formatting after ``process_bind_param`` costs much more."""
+    return None if value is None else _naive_utc(value).isoformat(" ", "microseconds")
+
+
+@functools.lru_cache(maxsize=4096)
+def _sqlite_time(value: str | None) -> datetime | None:
+    """SQLite's text (naive UTC, as bound above) read in one C call: SQLAlchemy's parse and then
+    replace(tzinfo=UTC) cost much more."""
+    return None if value is None else datetime.fromisoformat(value + "+00:00")
 
 
 def _utc(value: datetime) -> datetime:
