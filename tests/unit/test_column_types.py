@@ -43,8 +43,8 @@ def test_none_stays_null_and_a_naive_timestamp_is_refused() -> None:
         bind(datetime(2026, 1, 2))
 
 
-def test_the_texts_and_times_kept_for_the_next_rows_are_those_of_the_instant() -> None:
-    # Each text and time is made once and then looked up (the rows of a step share a few).
+def test_the_texts_kept_for_the_next_rows_are_those_of_the_instant() -> None:
+    # Each text is made once and then looked up (the rows of a step share a few timestamps).
     bind = UTCDateTime().dialect_impl(DIALECT).bind_processor(DIALECT)
     read = UTCDateTime().dialect_impl(DIALECT).result_processor(DIALECT, None)
     assert bind is not None and read is not None

@@ -43,20 +43,21 @@ class UTCDateTime(TypeDecorator[datetime]):
         return _sqlite_time
 
 
-# SQLite keeps timestamps as text. A step binds and reads tens of thousands of them, and its rows
-# share a few (every row a step writes has the step's time): each text and each time is made once
-# and then looked up, which costs a twentieth of making it (an exception, for a naive time, is not
-# kept: it is raised again at every call).
+# SQLite keeps timestamps as text. A step binds tens of thousands of them, and its rows share a
+# few (every row a step writes has the step's time): each text is made once and then looked up,
+# which costs much less than making it again (and a little more for a time seen once). A time
+# read is not kept: a page of agents reads hundreds, most of them different, and parsing one costs
+# about what a lookup would.
 
 
 @functools.lru_cache(maxsize=4096)
 def _sqlite_text(value: datetime | None) -> str | None:
     """The text SQLAlchemy's SQLite DATETIME writes (a test holds the two the same), in one C call:
-    its own formatting after ``process_bind_param`` costs much more."""
+    its own formatting after ``process_bind_param`` costs much more. (A naive time raises at every
+    call: an exception is not kept.)"""
     return None if value is None else _naive_utc(value).isoformat(" ", "microseconds")
 
 
-@functools.lru_cache(maxsize=4096)
 def _sqlite_time(value: str | None) -> datetime | None:
     """SQLite's text (naive UTC, as bound above) read in one C call: SQLAlchemy's parse and then
     replace(tzinfo=UTC) cost much more."""
