@@ -4,6 +4,7 @@ proxy from the environment: through the real callback code and real HTTP receive
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -65,9 +66,22 @@ class Receivers:
     second: Receiver
 
 
+def _port_free_on_both() -> int:
+    """A port free on 127.0.0.1 as well as on 127.0.0.2: one free on the second alone may be taken
+    on the first (the servers and connections of the other tests are there)."""
+    while True:
+        port = free_port("127.0.0.2")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+
+
 @pytest.fixture
 def receivers() -> Iterator[Receivers]:
-    port = free_port("127.0.0.2")
+    port = _port_free_on_both()
     first, second = Receiver(), Receiver()
     with running_server(first, host="127.0.0.1", port=port), running_server(second, host="127.0.0.2", port=port):
         yield Receivers(port=port, first=first, second=second)
