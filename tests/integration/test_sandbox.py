@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -406,6 +407,33 @@ async def test_a_start_cut_off_while_bubblewrap_sets_up_leaves_nothing(tmp_path:
     assert not its_pipes & _open_files()  # this process holds no end of them
     async with ToolSandbox(BubblewrapLauncher(uids=uids), workers=1) as sandbox:  # its one uid is free
         assert (await sandbox.run(call(ADD, a=1, b=2))).value == 3
+
+
+@pytest.mark.parametrize("cut_in", ["_spawn", "_map_ids"])
+async def test_a_start_cut_off_before_the_namespace_is_up_leaves_no_bubblewrap(tmp_path: Path, cut_in: str) -> None:
+    # Until bubblewrap's first process has set up the namespace, its second waits for it, holding
+    # the zygote's pipes: a start cut off then (as it spawns, or as it waits for the report) must
+    # end both, or the second outlives the server and the start's reap waits on its pipes in vain.
+    binary = tmp_path / "bwrap"  # the real one, under a name this test alone starts it by
+    binary.symlink_to(str(shutil.which("bwrap")))
+    uids = range(DEFAULT_UIDS.start + 4402, DEFAULT_UIDS.start + 4403)
+    start = asyncio.create_task(BubblewrapLauncher(binary=str(binary), uids=uids).start(SandboxLimits()))
+    await _until_in(start, cut_in)
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+
+    assert _started_as(str(binary)) == []
+
+
+def _started_as(program: str) -> list[int]:
+    """The live processes whose command line starts with ``program``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0] == program.encode():
+                found.append(int(entry))
+    return found
 
 
 async def _until_in(task: asyncio.Task[object], name: str) -> None:

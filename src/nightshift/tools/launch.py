@@ -47,7 +47,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from nightshift.config import DEFAULT_TOOL_UID_BASE, DEFAULT_TOOL_UID_COUNT, SandboxKind, ToolNetwork
 from nightshift.tools import seccomp
@@ -246,39 +246,36 @@ class BubblewrapLauncher:
             *limits.zygote_arguments(),
         ]
         ours = [fd for fd in (info_w, block_r, filter_r) if fd >= 0]
+        handshake = [fd for fd in (info_r, block_w) if fd >= 0]
         try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            process, cut_off = await _spawn(
+                argv,
                 env={"PATH": SANDBOX_PATH},
                 pass_fds=ours,
                 # Root's supplementary groups would follow the sandbox into its namespace.
                 extra_groups=[] if as_root else None,
-                limit=LINE_LIMIT,
+                # Its own process group, which kill() ends (see there).
+                start_new_session=True,
             )
         except BaseException:
             if uid is not None:
                 self._release_uid(uid)
-            for fd in (info_r, block_w):
-                if fd >= 0:
-                    os.close(fd)
+            _close_all(handshake)
             raise
         finally:
-            for fd in ours:
-                os.close(fd)
+            _close_all(ours)
         started = Started(process=process, uid=uid)
-        if uid is not None:
-            try:
+        try:
+            if cut_off:
+                raise asyncio.CancelledError
+            if uid is not None:
                 await _map_ids(info_r, block_w, uid)
-            except BaseException:  # cancelled too: a server that stops as a zygote starts
-                self.kill(started)
-                await _reap(process)
-                raise
-            finally:
-                os.close(info_r)
-                os.close(block_w)
+        except BaseException:  # cancelled too: a server that stops as a zygote starts
+            self.kill(started)
+            await _reap(process)
+            raise
+        finally:
+            _close_all(handshake)
         return started
 
     def _take_uid(self) -> int:
@@ -319,7 +316,11 @@ class BubblewrapLauncher:
 
     def kill(self, started: Started) -> None:
         # --die-with-parent: the zygote, pid 1 of its namespace, dies with bubblewrap, and every
-        # process of the namespace with it; so its uid is free for another zygote.
+        # process of the namespace with it; so its uid is free for another zygote. Before the
+        # namespace is set up, bubblewrap's second process is not yet bound to the first and
+        # waits for it (holding the pipes): the process group, which it leaves only then, ends it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(started.process.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             started.process.kill()
         if started.uid is not None:
@@ -373,6 +374,42 @@ def _write_id_maps(child: int, uid: int) -> None:
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{child}/{name}", "w") as file:
             file.write(mapping)
+
+
+async def _spawn(argv: Sequence[str], **options: Any) -> tuple[asyncio.subprocess.Process, bool]:
+    """Start a zygote's process with pipes for its three streams, and whether the caller was
+    cancelled meanwhile (the process is then the caller's to kill and reap).
+
+    The start is never cut off midway: asyncio's cleanup of a start cancelled before its pipes
+    are connected kills bubblewrap's first process alone and then waits for pipes it connects only
+    afterwards, which the second keeps open (it waits for the first, see ``kill``): the start
+    would hang, and its transport be left to the garbage collector.
+    """
+    spawning = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=LINE_LIMIT,
+            **options,
+        )
+    )
+    cancelled = False
+    while not spawning.done():
+        try:
+            await asyncio.wait([spawning])  # which, cancelled, leaves the start running
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled and spawning.exception() is not None:
+        raise asyncio.CancelledError from spawning.exception()
+    return spawning.result(), cancelled
+
+
+def _close_all(fds: list[int]) -> None:
+    """Close each descriptor once (the list is emptied)."""
+    while fds:
+        os.close(fds.pop())
 
 
 def _wake(readable: asyncio.Future[None]) -> None:
