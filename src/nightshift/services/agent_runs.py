@@ -155,12 +155,12 @@ class BackgroundRuns:
     async def close(self) -> None:
         """Stop the runs in flight and fail them, letting go of their agents: this process will
         not finish them."""
-        if self._renewer is not None:
-            self._renewer.cancel()
         runs = dict(self._tasks)
-        for task in runs:
+        # The renewer is awaited too: cut off in a write, it holds SQLite's lock until its rollback.
+        stopping = [*runs, *([self._renewer] if self._renewer is not None else [])]
+        for task in stopping:
             task.cancel()
-        await asyncio.gather(*runs, return_exceptions=True)
+        await asyncio.gather(*stopping, return_exceptions=True)
         now = self.clock.now()
         async with self.engine.begin() as conn:
             for run in runs.values():
