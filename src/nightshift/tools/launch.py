@@ -318,9 +318,11 @@ class BubblewrapLauncher:
         # --die-with-parent: the zygote, pid 1 of its namespace, dies with bubblewrap, and every
         # process of the namespace with it; so its uid is free for another zygote. Before the
         # namespace is set up, bubblewrap's second process is not yet bound to the first and
-        # waits for it (holding the pipes): the process group, which it leaves only then, ends it.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(started.process.pid, signal.SIGKILL)
+        # waits for it (holding the pipes): the process group, which it leaves only then, ends it
+        # (while the first is not yet reaped: its pid, and so the group's id, is not free).
+        if started.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(started.process.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             started.process.kill()
         if started.uid is not None:
