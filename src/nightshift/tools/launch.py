@@ -51,6 +51,7 @@ from typing import Any, Protocol
 
 from nightshift.config import DEFAULT_TOOL_UID_BASE, DEFAULT_TOOL_UID_COUNT, SandboxKind, ToolNetwork
 from nightshift.tools import seccomp
+from nightshift.tools.mounts import SCRATCH, mount_arguments
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("_zygote.py")
 # The longest line read from a zygote (an answer is one line).
@@ -59,28 +60,6 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # The host uids the sandboxes' uid 1000 is mapped to when the server runs as root, one per zygote.
 DEFAULT_UIDS = range(DEFAULT_TOOL_UID_BASE, DEFAULT_TOOL_UID_BASE + DEFAULT_TOOL_UID_COUNT)
 _INSIDE_UID = 1000
-# The sandbox's private, size-bounded scratch directories, wiped after every call.
-_SCRATCH = (Path("/tmp"), Path("/dev/shm"))
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-# What of /etc a Python program and its libraries read: the loader cache, name resolution,
-# certificates, time zones, the alternatives that /usr/bin links point into.
-_ETC_ENTRIES = (
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "localtime",
-    "nsswitch.conf",
-    "host.conf",
-    "hosts",
-    "resolv.conf",
-    "gai.conf",
-    "services",
-    "protocols",
-    "mime.types",
-    "ssl",
-    "ca-certificates",
-    "alternatives",
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,7 +154,7 @@ class BubblewrapLauncher:
         # not: a virtualenv's interpreter is a link, and Python finds the virtualenv by the link.
         self._python = str(Path(executable).absolute().parent.resolve() / Path(executable).name)
         prefixes.append(str(Path(self._python).parent.parent))
-        self._system, self._runtime, self._keep = _mount_arguments(self._python, prefixes, hidden)
+        self._system, self._runtime, self._keep = mount_arguments(self._python, prefixes, hidden)
         # The uids this process's live zygotes hold, each with the lock that keeps other server
         # processes on this host (the API's and the poller's, other servers) from taking it too.
         self._uid_locks: dict[int, socket.socket] = {}
@@ -241,7 +220,7 @@ class BubblewrapLauncher:
             "/nightshift/zygote.py",
             "--isolated",
             *([] if self.network is ToolNetwork.OUTBOUND else ["--own-network"]),
-            *(f"--scratch={path}" for path in _SCRATCH),
+            *(f"--scratch={path}" for path in SCRATCH),
             *(f"--keep={path}" for path in self._keep),
             *limits.zygote_arguments(),
         ]
@@ -440,46 +419,6 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
             cancelled = True
     if cancelled:
         raise asyncio.CancelledError
-
-
-def _mount_arguments(
-    python: str, prefixes: Sequence[str], hidden: Sequence[Path]
-) -> tuple[list[str], list[str], list[str]]:
-    """bubblewrap's arguments for the read-only view of the system, then for the Python runtime
-    (which go after the private /tmp), and the runtime's paths under a scratch directory."""
-    system: list[str] = []
-    bound: list[Path] = []
-    for name in _SYSTEM_DIRS:
-        path = Path(name)
-        if path.is_symlink():
-            system += ["--symlink", os.readlink(path), name]
-        elif path.is_dir():
-            system += ["--ro-bind", name, name]
-            bound.append(path)
-    for entry in _ETC_ENTRIES:
-        system += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
-    runtime_paths = {Path(p).resolve() for p in prefixes}
-    runtime_paths.add(Path(os.path.realpath(python)).parent.parent)
-    runtime: list[str] = []
-    keep: list[str] = []
-    made: set[Path] = {Path("/dev"), *_SCRATCH}
-    for path in sorted(runtime_paths):
-        if any(path.is_relative_to(b) for b in bound):
-            continue
-        # Parents are made world-readable: they may be private on the host (/root for pyenv).
-        for parent in reversed(path.parents[:-1]):
-            if parent not in made and not any(parent.is_relative_to(b) for b in bound):
-                runtime += ["--perms", "0755", "--dir", str(parent)]
-                made.add(parent)
-        runtime += ["--ro-bind", str(path), str(path)]
-        bound.append(path)
-        if any(path.is_relative_to(s) for s in _SCRATCH):
-            keep.append(str(path))
-    for path in hidden:
-        resolved = path.expanduser().resolve()
-        if any(resolved.is_relative_to(b) for b in bound) and resolved.is_dir():
-            runtime += ["--tmpfs", str(resolved)]
-    return system, runtime, keep
 
 
 class ProcessLauncher:
