@@ -196,12 +196,12 @@ async def write_first_step(
     ids = [r.agent_id for r in requests]
     # A run of one slice is loaded whole at once; a larger one is put in order by its agents'
     # models alone first, then loaded a slice at a time.
-    loaded = await agent_store.load_agents(conn, run.organization_id, ids) if len(ids) <= BATCH_SLICE else None
-    configs = (
-        {agent_id: agent.llm_config for agent_id, agent in loaded.items()}
-        if loaded is not None
-        else await agent_store.llm_configs_of(conn, run.organization_id, ids)
-    )
+    loaded: dict[str, Agent] | None = None
+    if len(ids) <= BATCH_SLICE:
+        loaded = await agent_store.load_agents(conn, run.organization_id, ids)
+        configs = {agent_id: agent.llm_config for agent_id, agent in loaded.items()}
+    else:
+        configs = await agent_store.llm_configs_of(conn, run.organization_id, ids)
     present = [r for r in requests if r.agent_id in configs]
     if not present:
         await batch_run_store.set_run_status(
