@@ -28,7 +28,9 @@ WAIT = 60
 @pytest.fixture
 def servers(db_url: str, tmp_path: Path, emulator: str) -> Iterator[Servers]:
     (tmp_path / "tmp").mkdir()
-    group = Servers(server_environment(db_url, tmp_path / "home", TMPDIR=str(tmp_path / "tmp")), tmp_path)
+    # Started as a user starts one (not forked from a test's process): the tests read its command line.
+    env = server_environment(db_url, tmp_path / "home", TMPDIR=str(tmp_path / "tmp"))
+    group = Servers(env, tmp_path, forked=False)
     yield group
     group.stop_all()
 

@@ -26,6 +26,7 @@ import httpx
 
 from nightshift.emulator import EmulatorAdmin
 from nightshift.serving import free_port
+from support import warm_start
 from support.runs import Runs
 
 START_TIMEOUT = 30.0
@@ -38,7 +39,7 @@ class Server:
     """One ``python -m nightshift serve`` process."""
 
     name: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | warm_start.ForkedProcess
     base_url: str
     log_path: Path
 
@@ -104,18 +105,25 @@ def server_environment(db_url: str, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def spawn(name: str, env: dict[str, str], log_dir: Path) -> Server:
-    """Start ``nightshift serve`` on a free port (not yet waiting for it to be ready)."""
+def spawn(name: str, env: dict[str, str], log_dir: Path, *, forked: bool = True) -> Server:
+    """Start ``nightshift serve`` on a free port (not yet waiting for it to be ready): forked from a
+    process that has imported it (``support.warm_start``) where its environment allows, unless
+    not ``forked`` (for a test of the process itself: its command line is ``python -m nightshift serve``)."""
     port = free_port()
     log_path = log_dir / f"{name}.log"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "nightshift", "serve", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+    arguments = ["serve", "--port", str(port)]
+    process: subprocess.Popen[bytes] | warm_start.ForkedProcess
+    if forked and warm_start.forkable(env):
+        process = warm_start.start(arguments, env, log_path)
+    else:
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "nightshift", *arguments],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
     return Server(name=name, process=process, base_url=f"http://127.0.0.1:{port}", log_path=log_path)
 
 
@@ -140,14 +148,15 @@ class Servers:
     The logs are printed so that pytest shows them with a failing test (it hides them otherwise).
     """
 
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, env: dict[str, str], log_dir: Path, *, forked: bool = True) -> None:
         self.env = env
         self.log_dir = log_dir
+        self.forked = forked
         self.started: list[Server] = []
 
     async def start(self, name: str, **extra_env: str) -> Server:
         """Start a server and wait until it is healthy."""
-        server = spawn(name, {**self.env, **extra_env}, self.log_dir)
+        server = spawn(name, {**self.env, **extra_env}, self.log_dir, forked=self.forked)
         self.started.append(server)  # stopped by stop_all or kill_all even if it never becomes healthy
         await wait_healthy(server)
         return server
