@@ -22,6 +22,7 @@ import atexit
 import io
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import runpy
 import subprocess
@@ -46,6 +47,14 @@ _PRELOAD = [
 _CHILD_READS = {"PYTHONUNBUFFERED"}
 
 _context = multiprocessing.get_context("forkserver")
+
+
+@atexit.register  # after multiprocessing.util's own, so run before it
+def _kill_left_running() -> None:
+    """multiprocessing waits for its children as this process exits: a server a failing test left
+    running would hold it for ever (a plain process would only be left behind). Killed instead."""
+    for child in multiprocessing.active_children():
+        child.kill()
 
 
 def prepare() -> None:
