@@ -1,8 +1,8 @@
 """``nightshift serve`` processes forked from one that has imported the server already.
 
-A fresh ``python -m nightshift serve`` spends about a second of CPU importing FastAPI, SQLAlchemy,
-pydantic and our routers before it answers; the end-to-end tests start dozens of servers (a test
-of crashes starts one after each kill) on two cores. So each test process keeps one process of
+Most of a fresh ``python -m nightshift serve``'s start is importing FastAPI, SQLAlchemy, pydantic
+and our routers, and the end-to-end tests start dozens of servers (a test of crashes starts one
+after each kill) on two cores. So each test process keeps one process of
 multiprocessing's fork server that has made those imports, and each server is a fork of it that
 runs ``python -m nightshift`` with the test's command line, environment and output file: a
 process of its own to signal, kill and wait for, as a plain one would be.
