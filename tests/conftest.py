@@ -35,7 +35,6 @@ from nightshift.config import Settings, async_database_url
 from nightshift.emulator import EmulatorAdmin, running_emulator
 from nightshift.emulator.environment import sdk_environment
 from nightshift.store.db import opened, upgrade
-from support import warm_start
 from support.clock import ManualClock
 
 POSTGRES_URL = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -302,8 +301,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)
-    if any(not item.nodeid.startswith("tests/unit/") for item in session.items):
-        warm_start.prepare()  # servers are started by forking it (unit tests start none)
 
 
 @pytest.fixture

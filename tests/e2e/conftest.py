@@ -21,9 +21,16 @@ from nightshift.api.app import create_app
 from nightshift.config import Settings
 from nightshift.serving import running_server
 from nightshift.store.db import create_engine
+from support import warm_start
 from support.letta_client_1_12 import letta_client_1_12
 from support.orgs import SERVER_PASSWORD, new_organization_key
 from support.processes import ToolCallLog
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the fork server the server processes of these tests are forked from
+    (``support.warm_start``): it imports the server while the first tests run."""
+    warm_start.prepare()
 
 
 @pytest.fixture(scope="session")
