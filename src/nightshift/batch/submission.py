@@ -59,7 +59,7 @@ from nightshift.runtime.caching import in_batch
 from nightshift.runtime.context import encoded_requests
 from nightshift.store import agents as agent_store
 from nightshift.store import batch_runs as batch_run_store
-from nightshift.store import batch_summaries
+from nightshift.store import batch_summaries, submits
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
 
@@ -143,7 +143,7 @@ async def _send(
         provider_batch_id = adopted
         if provider_batch_id is None:
             async with parts.engine.begin() as conn:
-                if not await batch_store.record_submit_intent(conn, batch.id, leases.owner, parts.clock.now()):
+                if not await submits.record_submit_intent(conn, batch.id, leases.owner, parts.clock.now()):
                     current = await batch_store.get_provider_batch(conn, batch.id)
                     assert current is not None
                     return StageOutcome(outcome=Outcome.LEFT, batch=current)  # cancelled or taken over meanwhile
@@ -196,7 +196,7 @@ async def _split(
     by_agent = {item.agent_id: item for item in built.items}
     async with parts.engine.begin() as conn:
         await batch_run_store.lock_run(conn, batch.batch_run_id)
-        if not await batch_store.hold_created(conn, batch.id, leases.owner, now):
+        if not await submits.hold_created(conn, batch.id, leases.owner, now):
             current = await batch_store.get_provider_batch(conn, batch.id)
             assert current is not None
             return StageOutcome(outcome=Outcome.LEFT, batch=current)  # cancelled or taken over meanwhile
@@ -332,7 +332,7 @@ async def _cancel_copies(
         with contextlib.suppress(ProviderError):  # it is recorded either way; a finished copy cannot be
             await provider.cancel_batch(copy)
     async with parts.engine.begin() as conn:
-        await batch_store.add_duplicates(conn, batch.id, copies)
+        await submits.add_duplicates(conn, batch.id, copies)
 
 
 async def _submitted(

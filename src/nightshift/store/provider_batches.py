@@ -355,51 +355,6 @@ async def _release(
     )
 
 
-# Submitting once.
-
-
-async def record_submit_intent(conn: AsyncConnection, batch_id: str, owner: str, now: datetime) -> bool:
-    """Note that ``owner`` is about to submit a created batch; False when it no longer may.
-
-    Written (and committed) before the provider is called: from then on the provider may hold the
-    batch, and whoever submits it next looks for it there first.
-    """
-    result = await conn.execute(
-        update(provider_batches)
-        .where(
-            provider_batches.c.id == batch_id,
-            provider_batches.c.status == ProviderBatchStatus.CREATED.value,
-            provider_batches.c.lease_owner == owner,
-        )
-        .values(submit_started_at=now, submit_attempts=provider_batches.c.submit_attempts + 1)
-    )
-    return result.rowcount > 0
-
-
-async def hold_created(conn: AsyncConnection, batch_id: str, owner: str, now: datetime) -> bool:
-    """Whether ``owner`` still holds the batch, not yet submitted; its row stays locked until the
-    transaction ends, so that it is not moved on (cancelled) while its items are cut into parts."""
-    result = await conn.execute(
-        update(provider_batches)
-        .where(
-            provider_batches.c.id == batch_id,
-            provider_batches.c.status == ProviderBatchStatus.CREATED.value,
-            provider_batches.c.lease_owner == owner,
-        )
-        .values(updated_at=now)
-    )
-    return result.rowcount > 0
-
-
-async def add_duplicates(conn: AsyncConnection, batch_id: str, duplicates: Sequence[str]) -> None:
-    """Record provider ids of copies of this batch that were found and cancelled."""
-    if not duplicates:
-        return
-    current = await conn.scalar(select(provider_batches.c.duplicates).where(provider_batches.c.id == batch_id))
-    merged = list(dict.fromkeys([*(current or []), *duplicates]))
-    await conn.execute(update(provider_batches).where(provider_batches.c.id == batch_id).values(duplicates=merged))
-
-
 # Transitions (the machine of ProviderBatchStatus).
 
 
