@@ -99,7 +99,7 @@ async def _queue(
     members = [a for g in due for a in g.agent_ids]
     await agent_store.lock_agents(conn, members)
     busy = await item_store.agents_in_open_steps(conn, members) | await agent_store.agents_stepping(conn, members, now)
-    present = set(await agent_store.llm_configs_of(conn, org_id, members))
+    present = set(await agent_store.providers_of(conn, org_id, members))
     waiting = {g.id for g in due if any(a in busy for a in g.agent_ids)}
     ready = [g for g in due if g.id not in waiting and g.manager_agent_id is not None]
     said = await message_store.messages_after(

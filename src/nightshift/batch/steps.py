@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.batch.decisions import StepEntry
 from nightshift.domain.agents import Agent
-from nightshift.domain.approvals import awaiting_conflict, pending_request
+from nightshift.domain.approvals import awaiting_conflict
 from nightshift.domain.batch_split import estimated_request_bytes, split_by_size
 from nightshift.domain.batches import (
     BatchItem,
@@ -46,7 +46,6 @@ from nightshift.store import agents as agent_store
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
-from nightshift.store import messages as message_store
 from nightshift.store import provider_batches as batch_store
 
 # A step's agents on one provider and model go into provider batches of at most this many (and
@@ -143,8 +142,8 @@ async def _check_requests(
             raise InvalidInput(f"requests[{index}] has no message text", field=f"requests.{index}.messages")
         if request.max_steps is not None and request.max_steps < 1:
             raise InvalidInput("max_steps must be at least 1", field=f"requests.{index}.max_steps")
-    configs = await agent_store.llm_configs_of(conn, org_id, ids)
-    missing = [i for i in ids if i not in configs]
+    providers = await agent_store.providers_of(conn, org_id, ids)
+    missing = [i for i in ids if i not in providers]
     if missing:
         raise NotFound(f"agents not found: {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}")
     await agent_store.lock_agents(conn, ids)
@@ -156,7 +155,7 @@ async def _check_requests(
             f"{', '.join(sorted(busy)[:10])}; wait for that to finish or cancel the run"
         )
     await _refuse_awaiting(conn, [r.agent_id for r in requests if not r.answered])
-    for provider, count in Counter(c.provider for c in configs.values()).items():
+    for provider, count in Counter(providers.values()).items():
         limit = provider_info(provider).max_batch_requests
         if count > limit:
             raise InvalidInput(
@@ -165,13 +164,9 @@ async def _check_requests(
 
 
 async def _refuse_awaiting(conn: AsyncConnection, agent_ids: Sequence[str]) -> None:
-    """Refuse messages for agents that await an answer to an approval request (two statements)."""
-    tails = await agent_store.window_tails(conn, agent_ids)
-    stored = await message_store.get_messages(conn, tails.values())
-    for agent_id, tail in tails.items():
-        request = pending_request(stored.get(tail))
-        if request is not None:
-            raise awaiting_conflict(agent_id, request)
+    """Refuse messages for agents that await an answer to an approval request (one statement)."""
+    for agent_id, request in (await agent_store.awaiting_approval(conn, agent_ids)).items():
+        raise awaiting_conflict(agent_id, request)
 
 
 async def write_first_step(

@@ -30,15 +30,27 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent, AgentType, LLMConfig
+from nightshift.domain.approvals import pending_request
 from nightshift.domain.blocks import Block
+from nightshift.domain.messages import Message, MessageKind, Role
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.store.blocks import agent_block
 from nightshift.store.bulk import bound_ids, in_bound, in_ids
 from nightshift.store.copy import execute_rows
 from nightshift.store.groups import get_groups
 from nightshift.store.mapping import row_reader, row_writer
+from nightshift.store.messages import MESSAGE_COLUMNS, to_message
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, deleted_agents, tools
+from nightshift.store.tables import (
+    agent_blocks,
+    agent_tags,
+    agent_tools,
+    agents,
+    blocks,
+    deleted_agents,
+    messages,
+    tools,
+)
 from nightshift.store.tools import to_tool
 
 
@@ -177,6 +189,16 @@ async def llm_configs_of(conn: AsyncConnection, org_id: str, ids: Sequence[str])
         agents.c.organization_id == org_id, in_ids(conn, agents.c.id, list(dict.fromkeys(ids)))
     )
     return {row.id: _to_llm_config(row.llm_config) for row in await conn.execute(query)}
+
+
+async def providers_of(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, str]:
+    """The provider of each agent of ``org_id`` among ``ids`` (missing ids are absent), read from
+    its LLM config in the database: nothing else of it is read or parsed."""
+    provider = agents.c.llm_config["provider"].as_string()
+    query = select(agents.c.id, provider).where(
+        agents.c.organization_id == org_id, in_ids(conn, agents.c.id, list(dict.fromkeys(ids)))
+    )
+    return {str(agent_id): str(name) for agent_id, name in await conn.execute(query)}
 
 
 async def agent_exists(conn: AsyncConnection, org_id: str, agent_id: str) -> bool:
@@ -388,9 +410,13 @@ async def agents_stepping(conn: AsyncConnection, agent_ids: Sequence[str], now: 
     return {str(i) for i in await conn.scalars(query)}
 
 
-async def window_tails(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, str]:
-    """The id of the last message of each agent's window (by agent id), read in the database:
-    the windows themselves may be long."""
+async def awaiting_approval(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, Message]:
+    """The approval request each agent among ``agent_ids`` awaits an answer to (the last message
+    of its window, when it is one; see ``domain.approvals.pending_request``), by agent id.
+
+    One statement, which finds each window's last message in the database (the windows may be
+    long) and reads it only if it is such a request: most agents await nothing.
+    """
     if not agent_ids:
         return {}
     last: ColumnElement[Any]
@@ -398,8 +424,17 @@ async def window_tails(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[
         last = agents.c.message_ids.op("->>")(literal(-1))
     else:
         last = func.json_extract(agents.c.message_ids, "$[#-1]")
-    query = select(agents.c.id, last).where(in_ids(conn, agents.c.id, agent_ids))
-    return {str(agent_id): str(tail) for agent_id, tail in await conn.execute(query) if tail is not None}
+    query = (
+        select(*MESSAGE_COLUMNS)
+        .select_from(agents.join(messages, messages.c.id == last))
+        .where(
+            in_ids(conn, agents.c.id, agent_ids),
+            messages.c.role == Role.ASSISTANT.value,
+            messages.c.extra["event"].as_string() == MessageKind.APPROVAL_REQUEST.value,
+        )
+    )
+    found = [to_message(row) for row in await conn.execute(query)]
+    return {m.agent_id: m for m in found if pending_request(m) is not None}
 
 
 async def list_tags(

@@ -52,6 +52,17 @@ async def test_the_run_goes_on_without_the_agent_awaiting_approval(stepped: Step
     assert states == {gated["id"]: "needs_approval", free["id"]: "finished", clienty["id"]: "needs_approval"}
     pending = {a["id"]: await _last(stepped, a["id"]) for a in (gated, clienty)}
     assert {p["message_type"] for p in pending.values()} == {"approval_request_message"}
+    # Anything but an answer for an agent that awaits one is refused, with the run's other agent
+    # (which awaits nothing) in the same request: nothing is queued.
+    refused = await stepped.client.post(
+        "/v1/messages/batches",
+        json={"requests": [{"agent_id": free["id"], "input": "hi"}, {"agent_id": gated["id"], "input": "hello?"}]},
+    )
+    assert refused.status_code == 409, refused.text
+    call_id = pending[gated["id"]]["tool_call"]["tool_call_id"]
+    assert f"agent {gated['id']} is waiting for approval" in refused.text and call_id in refused.text
+    listed_runs = (await stepped.client.get("/v1/messages/batches")).json()
+    assert [r["id"] for r in listed_runs] == [run["id"]]
 
     answers = [
         {
