@@ -4,7 +4,7 @@ and a request the provider refuses to encode fails its agent alone."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import orjson
@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.agents import Agent, LLMConfig
 from nightshift.domain.batches import StepState
+from nightshift.domain.messages import Message
 from nightshift.domain.orgs import DEFAULT_ORG_ID
 from nightshift.errors import ProviderError, ProviderErrorKind
 from nightshift.providers.base import ModelRequest
@@ -21,6 +22,7 @@ from nightshift.providers.spool import EncodedRequests
 from nightshift.runtime.caching import IN_CALL
 from nightshift.runtime.context import encoded_requests
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
+from nightshift.store import messages as message_store
 from nightshift.store.orgs import ensure_default_org
 
 OPENAI = provider_info("openai")
@@ -38,9 +40,15 @@ async def _agents(engine: AsyncEngine, count: int) -> list[Agent]:
 
 
 async def _encoded(
-    engine: AsyncEngine, agents: Sequence[Agent], *, slice_messages: int, refuse: str = ""
-) -> tuple[EncodedRequests, dict[str, str], int]:
-    """What ``encoded_requests`` gives, and how many statements read the windows."""
+    engine: AsyncEngine,
+    agents: Sequence[Agent],
+    *,
+    slice_messages: int,
+    refuse: str = "",
+    known: Mapping[str, Message] | None = None,
+) -> tuple[EncodedRequests, dict[str, str], list[str]]:
+    """What ``encoded_requests`` gives, and the statements that read the windows, each with its
+    parameters."""
 
     def encode(custom_id: str, request: ModelRequest) -> bytes:
         if custom_id == refuse:
@@ -51,18 +59,18 @@ async def _encoded(
 
     def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
         if statement.lstrip().upper().startswith("SELECT") and "FROM messages" in statement:
-            reads.append(statement)
+            reads.append(f"{statement} {_args[0]!r}")
 
     states = {a.id: StepState() for a in agents}
     event.listen(engine.sync_engine, "before_cursor_execute", seen)
     try:
         async with engine.connect() as conn:
             encoded, problems = await encoded_requests(
-                conn, agents, states, IN_CALL, encode, slice_messages=slice_messages
+                conn, agents, states, IN_CALL, encode, known=known, slice_messages=slice_messages
             )
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", seen)
-    return encoded, problems, len(reads)
+    return encoded, problems, reads
 
 
 async def test_slices_of_windows_send_what_one_read_does(engine: AsyncEngine) -> None:
@@ -72,7 +80,7 @@ async def test_slices_of_windows_send_what_one_read_does(engine: AsyncEngine) ->
     whole, no_problems, one_read = await _encoded(engine, agents, slice_messages=10**6)
     sliced, none_either, reads = await _encoded(engine, agents, slice_messages=2 * window)
 
-    assert (one_read, reads) == (1, 3)  # two agents' windows a slice: 2 + 2 + 1
+    assert (len(one_read), len(reads)) == (1, 3)  # two agents' windows a slice: 2 + 2 + 1
     assert list(sliced) == list(whole) == [a.id for a in agents]
     assert sliced == whole
     assert no_problems == none_either == {}
@@ -91,3 +99,20 @@ async def test_a_request_the_provider_cannot_take_fails_its_agent_alone(engine: 
 
     assert list(encoded) == [agents[0].id, agents[2].id]
     assert problems == {agents[1].id: "the provider cannot take it: a tool of the request: no translation"}
+
+
+async def test_the_messages_in_hand_are_not_read_again_and_change_nothing(engine: AsyncEngine) -> None:
+    """A step's submit is handed what it just wrote (``StepInputs.known``): those messages are
+    left out of the read, and the requests are the same bytes as when every message is read."""
+    agents = await _agents(engine, 3)
+    async with engine.connect() as conn:
+        systems = await message_store.get_messages(conn, [a.message_ids[0] for a in agents])
+
+    read, _, reads = await _encoded(engine, agents, slice_messages=10**6)
+    handed, problems, fewer = await _encoded(engine, agents, slice_messages=10**6, known=systems)
+
+    assert handed == read and problems == {}
+    assert len(fewer) == 1
+    assert all(i in reads[0] for i in systems)
+    assert not any(i in fewer[0] for i in systems)
+    assert all(i in fewer[0] for a in agents for i in a.message_ids[1:])

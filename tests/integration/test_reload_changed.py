@@ -18,6 +18,7 @@ from nightshift.runtime.step import first_state
 from nightshift.services.agents import AgentChanges, AgentSpec, NewBlock, create_agents, delete_agent, update_agent
 from nightshift.services.blocks import BlockChanges, update_block
 from nightshift.store import agents as agent_store
+from nightshift.store import messages as message_store
 from nightshift.store.orgs import ensure_default_org
 
 CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
@@ -80,6 +81,11 @@ async def test_a_written_step_holds_its_agents_as_stored(engine: AsyncEngine) ->
     kept, edited = (written.agents[a.id] for a in created)
     assert [i.agent_id for i in written.items] == [a.id for a in created]
     assert len(kept.message_ids) == len(loaded[kept.id].message_ids) + 1  # the heartbeat
+
+    # The messages it had in hand (each agent's system message and heartbeat) are as stored.
+    async with engine.connect() as conn:
+        assert written.messages == await message_store.get_messages(conn, written.messages)
+    assert set(written.messages) == {i for a in (kept, edited) for i in (a.message_ids[0], a.message_ids[-1])}
 
     async with engine.begin() as conn:
         await update_block(conn, edited.blocks[0], BlockChanges(value="likes tea"), now=datetime.now(UTC))

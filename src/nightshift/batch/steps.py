@@ -64,15 +64,19 @@ EVERY_AGENT_DELETED = "every agent of the run was deleted before its first step"
 
 @dataclass(frozen=True, slots=True)
 class WrittenBatch:
-    """A provider batch ``write_step`` wrote, with its items and their agents as it wrote them.
+    """A provider batch ``write_step`` wrote, with its items and their agents as it wrote them,
+    and the messages of their windows that the step had in hand (``StepInputs.known``: shared by
+    the step's batches).
 
     Submitting it at once needs no read of what was just written (``batch/submission.py`` reads
-    again only the agents that changed since).
+    again only the agents that changed since, and the messages of the others' windows it was not
+    handed).
     """
 
     batch: ProviderBatch
     items: list[BatchItem]
     agents: dict[str, Agent]
+    messages: Mapping[str, Message]
 
 
 async def queue_batch_run(
@@ -323,7 +327,7 @@ async def write_step(
                 for entry, state in chunk
             ]
             agents = {entry.agent.id: inputs.agents[entry.agent.id] for entry, _ in chunk}  # as written
-            written.append(WrittenBatch(batch, items, agents))
+            written.append(WrittenBatch(batch, items, agents, inputs.known))
     counts = {w.batch.id: len(w.items) for w in written}
     await batch_store.insert_provider_batches(conn, [w.batch for w in written], items=counts, lease=lease)
     await item_store.insert_items(conn, [item for w in written for item in w.items])

@@ -50,6 +50,7 @@ from nightshift.domain.batches import (
     RequestStatus,
 )
 from nightshift.domain.caching import CachePolicy
+from nightshift.domain.messages import Message
 from nightshift.errors import ProviderError
 from nightshift.ids import new_id
 from nightshift.providers.base import BatchState, ModelError, ModelProvider
@@ -84,20 +85,25 @@ async def submit(
 ) -> StageOutcome:
     """Send a created provider batch to its provider, once; returns what happened.
 
-    ``written``: the batch as this worker just wrote it (its items and agents), read from the
-    database otherwise; its agents that changed since are read again all the same.
+    ``written``: the batch as this worker just wrote it (its items, agents and the messages it
+    had in hand), read from the database otherwise; its agents that changed since are read again
+    all the same, with their whole windows.
     """
     started = time.monotonic()
     turnaround = None
     if parts.cache_policy is CachePolicy.AUTO and provider_info(batch.provider).cache_rates is not None:
         turnaround = (await parts.poll_schedule.turnarounds(parts.clock.now())).get(batch.provider, batch.model)
     async with parts.engine.connect() as conn:
+        known: dict[str, Message] = {}
         if written is None:
             items = await item_store.items_of(conn, batch.id)
             agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
         else:
             items = written.items
             agents = await agent_store.reload_changed(conn, batch.organization_id, written.agents)
+            # A system message is rewritten only with its agent's row (whose change is seen above).
+            unchanged = {i for i, agent in agents.items() if agent is written.agents.get(i)}
+            known = {i: m for i, m in written.messages.items() if m.agent_id in unchanged}
         try:
             provider = parts.providers.get(batch.provider)
         except ProviderError as exc:
@@ -109,6 +115,7 @@ async def submit(
             {i.agent_id: i.step_state for i in present},
             in_batch(parts.cache_policy, turnaround),
             provider.encode_request,
+            known=known,
         )
     refused = [
         failed_result(i.id, f"the request could not be built: {problems[i.agent_id]}")

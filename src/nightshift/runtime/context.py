@@ -89,7 +89,9 @@ class StepInputs:
     ``add`` the inputs, ``prepare`` (refresh the system messages whose memory changed, count the
     windows, give memory-pressure notices and plan the summaries the windows need), then ``write``,
     all at ``now``. After ``prepare``, ``summaries`` holds the agents whose step must wait for a
-    summary; ``agents`` holds them as ``write`` stores them (their ``updated_at`` moved to ``now``).
+    summary; ``agents`` holds them as ``write`` stores them (their ``updated_at`` moved to ``now``);
+    ``known`` holds, by id, the messages of their windows that the step has in hand as written:
+    its inputs and notices, and each agent's system message (see ``build_requests``).
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class StepInputs:
         self._run_id, self._step_id = run_id, step_id  # of the notices, in a synchronous run
         self.agents: dict[str, Agent] = {}
         self.summaries: dict[str, SummaryPlan] = {}
+        self.known: dict[str, Message] = {}
         self._summary_model = summary_model
         self._before: dict[str, int | None] = {}
         self._item: dict[str, str | None] = {}
@@ -137,8 +140,15 @@ class StepInputs:
     async def prepare(self, conn: AsyncConnection) -> None:
         """Bring the system messages and sizes up to date; decide notices and summaries (see the class)."""
         now = self.now
-        for agent_id, change in (await refresh_system_messages(conn, list(self.agents.values()), now)).items():
+        # The system messages are read whole (their texts are checked for changed memory): a
+        # request built right after the write has them in hand (``known``).
+        firsts = [a.message_ids[0] for a in self.agents.values() if a.message_ids]
+        systems = await message_store.get_messages(conn, firsts)
+        texts = {message_id: message.text for message_id, message in systems.items()}
+        changed = await refresh_system_messages(conn, list(self.agents.values()), now, texts=texts)
+        for agent_id, change in changed.items():
             agent = self.agents[agent_id]
+            systems[agent.message_ids[0]] = replace(systems[agent.message_ids[0]], text=change[1])
             if agent.context_tokens is not None:
                 delta = system_change_tokens(agent, *change)
                 self.agents[agent_id] = replace(agent, context_tokens=agent.context_tokens + delta)
@@ -177,6 +187,7 @@ class StepInputs:
                 plan = plan_summary(agent, windows[agent.id], model=self._summary_model)
                 if plan is not None:
                     self.summaries[agent.id] = plan
+        self.known = systems | {m.id: m for m in self.messages}
 
     async def _windows(self, conn: AsyncConnection, agents: Sequence[Agent]) -> dict[str, list[Message]]:
         """The in-context messages of ``agents``, from the database and from this step's inputs."""
@@ -193,13 +204,19 @@ class StepInputs:
 
 
 async def refresh_system_messages(
-    conn: AsyncConnection, agents: Sequence[Agent], now: datetime
+    conn: AsyncConnection, agents: Sequence[Agent], now: datetime, *, texts: Mapping[str, str] | None = None
 ) -> dict[str, tuple[str, str]]:
     """Rewrite, in bulk, the system message of each agent whose prompt or core memory changed.
 
-    Returns the old and new text of each rewritten one, by agent id.
+    ``texts``: the stored text of each message first in the agents' windows, by message id, when
+    the caller has read them (they are read here otherwise). Returns the old and new text of each
+    rewritten one, by agent id.
     """
-    current = await message_store.message_texts(conn, [a.message_ids[0] for a in agents if a.message_ids])
+    current = (
+        texts
+        if texts is not None
+        else await message_store.message_texts(conn, [a.message_ids[0] for a in agents if a.message_ids])
+    )
     stale = [
         a
         for a in agents
@@ -227,6 +244,7 @@ async def build_requests(
     agents: Sequence[Agent],
     states: Mapping[str, StepState],
     caching: CacheTiming = IN_CALL,
+    known: Mapping[str, Message] | None = None,
 ) -> tuple[dict[str, ModelRequest], dict[str, str]]:
     """One request per agent from its in-context window, with the tools its step allows and, for
     a provider whose cache is written where a request marks it, the breakpoints ``caching`` gives.
@@ -234,10 +252,15 @@ async def build_requests(
     Returns the requests and, for each agent whose request cannot be built (no system message
     in its window, a window too big for its context window, a tool with an unusable schema), why;
     those agents have no request. An agent whose step waits for a summary (``StepState.summary``)
-    gets the summarizing request. The messages of all agents are loaded in one statement.
+    gets the summarizing request. The messages of all agents are loaded in one statement, but
+    those in ``known`` (by id: messages as the caller wrote them, in this transaction or since
+    nothing changed them; see ``StepInputs.known``).
     """
-    ids = [message_id for agent in agents for message_id in agent.message_ids]
+    known = known or {}
+    ids = [message_id for agent in agents for message_id in agent.message_ids if message_id not in known]
     stored = await message_store.get_messages(conn, ids)
+    if known:
+        stored |= {i: known[i] for agent in agents for i in agent.message_ids if i in known}
     requests: dict[str, ModelRequest] = {}
     problems: dict[str, str] = {}
     checked: dict[str, str | None] = {}  # the agents share their tools: each is checked once
@@ -293,11 +316,13 @@ async def encoded_requests(
     caching: CacheTiming,
     encode: Callable[[str, ModelRequest], bytes],
     *,
+    known: Mapping[str, Message] | None = None,
     slice_messages: int = WINDOW_SLICE,
 ) -> tuple[EncodedRequests, dict[str, str]]:
     """A batch's requests (see ``build_requests``), each encoded by ``encode`` (the provider's
     ``encode_request``) as soon as it is built and kept in a file, by agent id in ``agents``' order;
-    and why the others have none (a request the provider cannot take among them).
+    and why the others have none (a request the provider cannot take among them). ``known``: the
+    messages not to read again (see ``build_requests``).
 
     The windows are read a slice at a time (of about ``slice_messages`` messages), so that a batch
     holds one slice's messages, never every window as objects, nor every request's bytes. A
@@ -308,7 +333,7 @@ async def encoded_requests(
     encoded = EncodedRequests()
     problems: dict[str, str] = {}
     for part in _window_slices(agents, slice_messages):
-        requests, refused = await build_requests(conn, part, states, caching)
+        requests, refused = await build_requests(conn, part, states, caching, known)
         problems |= refused
         for agent in part:
             request = requests.get(agent.id)
