@@ -51,6 +51,7 @@ from nightshift.providers.base import (
     ToolCallDelta,
 )
 from nightshift.providers.tool_call_ids import anthropic_tool_use_id
+from nightshift.providers.tool_lists import converted_once
 
 Block = dict[str, Any]
 # Blocks the API refuses a ``cache_control`` on (they are cached with the turn they belong to).
@@ -98,18 +99,21 @@ def _marked(block: Block, ttl: CacheTtl | None) -> Block:
 def to_tools(tools: Sequence[Mapping[str, Any]], *, agent_arguments: bool = True) -> list[dict[str, Any]]:
     """Our tool schemas ``{name, description, parameters}`` as Anthropic tools, with the agent
     arguments when ``agent_arguments`` (the memgpt loops), else as they are."""
-    return [
-        {
-            "name": t["name"],
-            "description": t.get("description") or "",
-            "input_schema": (
-                with_agent_arguments(t.get("parameters"))
-                if agent_arguments
-                else dict(t.get("parameters") or {"type": "object", "properties": {}})
-            ),
-        }
-        for t in tools
-    ]
+    return [_tool(t, agent_arguments) for t in tools]
+
+
+@converted_once
+def _tool(tool: Mapping[str, Any], agent_arguments: bool) -> dict[str, Any]:
+    parameters = tool.get("parameters")
+    return {
+        "name": tool["name"],
+        "description": tool.get("description") or "",
+        "input_schema": (
+            with_agent_arguments(parameters)
+            if agent_arguments
+            else dict(parameters or {"type": "object", "properties": {}})
+        ),
+    }
 
 
 def _tool_choice(request: ModelRequest) -> dict[str, Any]:

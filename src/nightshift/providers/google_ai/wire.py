@@ -56,6 +56,7 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.errors import kind_for_status
 from nightshift.providers.google_ai.schema import UnsupportedSchema, gemini_schema
+from nightshift.providers.tool_lists import converted_once
 
 EMPTY_PARAMETERS: Final[Mapping[str, Any]] = {"type": "object", "properties": {}}
 
@@ -129,27 +130,14 @@ def to_declarations(tools: Sequence[Mapping[str, Any]], agent_arguments: bool = 
     return [_declaration(tool, agent_arguments) for tool in tools]
 
 
-# Declarations already made, by the identity of the tool's schema: a step's agents share their
-# tools' schema dicts, which are never changed (``ModelRequest``), so each is translated once
-# per step rather than once per agent. The entry holds the dict, so its id is not reused.
-_DECLARED: dict[tuple[int, bool], tuple[Mapping[str, Any], dict[str, Any]]] = {}
-_DECLARED_MAX = 4096
-
-
+@converted_once
 def _declaration(tool: Mapping[str, Any], agent_arguments: bool) -> dict[str, Any]:
-    key = (id(tool), agent_arguments)
-    known = _DECLARED.get(key)
-    if known is not None and known[0] is tool:
-        return known[1]
     parameters = tool.get("parameters") or EMPTY_PARAMETERS
     if agent_arguments:
         parameters = with_agent_arguments(parameters)
     declaration: dict[str, Any] = {"name": tool["name"], "description": tool.get("description") or ""}
     if parameters.get("properties"):  # Gemini refuses an OBJECT with no properties
         declaration["parameters"] = gemini_schema(parameters, where=f"{tool['name']}.parameters")
-    if len(_DECLARED) >= _DECLARED_MAX:
-        _DECLARED.clear()
-    _DECLARED[key] = (tool, declaration)
     return declaration
 
 

@@ -52,6 +52,7 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.errors import kind_for_status
 from nightshift.providers.tool_call_ids import openai_tool_call_id
+from nightshift.providers.tool_lists import converted_once
 
 ENDPOINT: Final = "/v1/chat/completions"
 EXPIRED_CODE: Final = "batch_expired"
@@ -94,21 +95,24 @@ def to_tools(tools: Sequence[Mapping[str, Any]], *, agent_arguments: bool = True
     A description longer than the API's 1,024 characters is cut there (the model reads its start)
     rather than having every request of the agent refused.
     """
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t["name"],
-                "description": (t.get("description") or "")[:MAX_DESCRIPTION],
-                "parameters": (
-                    with_agent_arguments(t.get("parameters"))
-                    if agent_arguments
-                    else dict(t.get("parameters") or {"type": "object", "properties": {}})
-                ),
-            },
-        }
-        for t in tools
-    ]
+    return [_function(t, agent_arguments) for t in tools]
+
+
+@converted_once
+def _function(tool: Mapping[str, Any], agent_arguments: bool) -> dict[str, Any]:
+    parameters = tool.get("parameters")
+    return {
+        "type": "function",
+        "function": {
+            "name": tool["name"],
+            "description": (tool.get("description") or "")[:MAX_DESCRIPTION],
+            "parameters": (
+                with_agent_arguments(parameters)
+                if agent_arguments
+                else dict(parameters or {"type": "object", "properties": {}})
+            ),
+        },
+    }
 
 
 def _tool_choice(request: ModelRequest) -> str | dict[str, Any]:
