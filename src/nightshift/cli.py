@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from collections.abc import Coroutine
 from datetime import datetime
@@ -192,13 +193,18 @@ def _polling(settings: Settings, *, once: bool, metrics_file: Path | None, paren
     from nightshift.batch.poller_process import watch_parent, write_figures
     from nightshift.batch.worker import worker_of
     from nightshift.parts import running_parts
+    from nightshift.store.checkpoints import checkpointing
     from nightshift.store.db import opened, upgrade
 
     async def run() -> int:
         async with opened(settings.resolved_database_url, pool_size=settings.database_pool_size) as engine:
             if parent is None:
                 await upgrade(engine)  # (serve has migrated the database before it started this poller)
-            async with running_parts(settings, engine) as parts:
+            # serve's API process checkpoints for its poller child; a poller on its own does it itself.
+            async with (
+                running_parts(settings, engine) as parts,
+                checkpointing(engine) if parent is None else contextlib.nullcontext(),
+            ):
                 worker, callbacks = worker_of(parts), CallbackRules.of(settings)
                 if once:
                     return await poll_once(worker, callbacks)

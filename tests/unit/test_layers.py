@@ -60,6 +60,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("api/app.py", "nightshift.batch.poller_process"): "the app's lifecycle starts serve's poller child",
     ("api/app.py", "nightshift.batch.worker"): "the app's lifecycle builds the worker",
     ("api/app.py", "nightshift.store.db"): "the app's lifecycle builds the engine and migrates",
+    ("api/app.py", "nightshift.store.checkpoints"): "the app's lifecycle runs SQLite's checkpoints",
     ("api/app.py", "nightshift.store.orgs"): "the app's lifecycle makes the default organization",
     ("api/deps.py", "nightshift.batch.poller_process"): "AppState holds the poller child",
     ("api/app.py", "nightshift.batch.callbacks"): "the app's lifecycle reads the callback rules once",

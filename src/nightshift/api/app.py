@@ -46,6 +46,7 @@ from nightshift.providers.base import ModelProvider
 from nightshift.services.agent_runs import BackgroundRuns, Stepping, fail_stopped_runs
 from nightshift.services.catalog import ModelNames
 from nightshift.services.keys import KeyUsage
+from nightshift.store.checkpoints import checkpointing
 from nightshift.store.db import create_engine, read_only, upgrade
 from nightshift.store.orgs import ensure_default_org
 from nightshift.tracing import instrument_app
@@ -93,7 +94,10 @@ def create_app(
             async with engine.begin() as conn:
                 await ensure_default_org(conn, clock.now())
                 await fail_stopped_runs(conn, clock.now())
-            async with running_parts(settings, engine, clock=clock, providers=providers) as parts:
+            async with (
+                running_parts(settings, engine, clock=clock, providers=providers) as parts,
+                checkpointing(engine),
+            ):
                 worker = worker_of(parts)
                 callbacks = CallbackRules.of(settings)
                 stepping = Stepping(

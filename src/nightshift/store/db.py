@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from nightshift.config import DEFAULT_POOL_SIZE, async_database_url
 from nightshift.errors import DatabaseUnavailable
+from nightshift.store.checkpoints import AUTOCHECKPOINT_PAGES
 from nightshift.store.clean import dumps
 from nightshift.store.sqlite_driver import one_hop_dbapi
 
@@ -134,6 +135,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA synchronous=NORMAL")
+    # A backstop: the serving process checkpoints (``store.checkpoints``), not the writers' commits.
+    cursor.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
     cursor.close()
 
 
