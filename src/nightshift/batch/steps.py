@@ -46,6 +46,7 @@ from nightshift.store import agents as agent_store
 from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
+from nightshift.store import messages as message_store
 from nightshift.store import provider_batches as batch_store
 
 # A step's agents on one provider and model go into provider batches of at most this many (and
@@ -169,7 +170,7 @@ async def _check_requests(
 
 async def _refuse_awaiting(conn: AsyncConnection, agent_ids: Sequence[str]) -> None:
     """Refuse messages for agents that await an answer to an approval request (one statement)."""
-    for agent_id, request in (await agent_store.awaiting_approval(conn, agent_ids)).items():
+    for agent_id, request in (await message_store.awaiting_approval(conn, agent_ids)).items():
         raise awaiting_conflict(agent_id, request)
 
 

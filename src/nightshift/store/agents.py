@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 from sqlalchemy import (
-    ColumnElement,
     Select,
     String,
     bindparam,
@@ -22,7 +21,6 @@ from sqlalchemy import (
     delete,
     func,
     insert,
-    literal,
     or_,
     select,
     update,
@@ -30,27 +28,15 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.domain.agents import Agent, AgentType, LLMConfig
-from nightshift.domain.approvals import pending_request
 from nightshift.domain.blocks import Block
-from nightshift.domain.messages import Message, MessageKind, Role
 from nightshift.domain.tool_rules import dump_tool_rules, parse_tool_rules
 from nightshift.store.blocks import agent_block
 from nightshift.store.bulk import bound_ids, in_bound, in_ids
 from nightshift.store.copy import execute_rows
 from nightshift.store.groups import get_groups
 from nightshift.store.mapping import row_reader, row_writer
-from nightshift.store.messages import MESSAGE_COLUMNS, to_message
 from nightshift.store.pagination import Page, paginate
-from nightshift.store.tables import (
-    agent_blocks,
-    agent_tags,
-    agent_tools,
-    agents,
-    blocks,
-    deleted_agents,
-    messages,
-    tools,
-)
+from nightshift.store.tables import agent_blocks, agent_tags, agent_tools, agents, blocks, deleted_agents, tools
 from nightshift.store.tools import to_tool
 
 
@@ -408,33 +394,6 @@ async def agents_stepping(conn: AsyncConnection, agent_ids: Sequence[str], now: 
     """Which of these agents are held by a synchronous step right now."""
     query = select(agents.c.id).where(in_ids(conn, agents.c.id, agent_ids), agents.c.stepping_until > now)
     return {str(i) for i in await conn.scalars(query)}
-
-
-async def awaiting_approval(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, Message]:
-    """The approval request each agent among ``agent_ids`` awaits an answer to (the last message
-    of its window, when it is one; see ``domain.approvals.pending_request``), by agent id.
-
-    One statement, which finds each window's last message in the database (the windows may be
-    long) and reads it only if it is such a request: most agents await nothing.
-    """
-    if not agent_ids:
-        return {}
-    last: ColumnElement[Any]
-    if conn.dialect.name == "postgresql":
-        last = agents.c.message_ids.op("->>")(literal(-1))
-    else:
-        last = func.json_extract(agents.c.message_ids, "$[#-1]")
-    query = (
-        select(*MESSAGE_COLUMNS)
-        .select_from(agents.join(messages, messages.c.id == last))
-        .where(
-            in_ids(conn, agents.c.id, agent_ids),
-            messages.c.role == Role.ASSISTANT.value,
-            messages.c.extra["event"].as_string() == MessageKind.APPROVAL_REQUEST.value,
-        )
-    )
-    found = [to_message(row) for row in await conn.execute(query)]
-    return {m.agent_id: m for m in found if pending_request(m) is not None}
 
 
 async def list_tags(

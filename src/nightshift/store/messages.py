@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import ColumnElement, bindparam, delete, func, literal, select, update
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from nightshift.domain.approvals import pending_request
 from nightshift.domain.messages import Image, Message, MessageKind, Role, ToolCall, search_text
 from nightshift.store.bulk import bound_ids, count_per_agent, in_ids
 from nightshift.store.copy import execute_rows, insert_rows
 from nightshift.store.pagination import Page, paginate
 from nightshift.store.search import ranked_select
-from nightshift.store.tables import messages
+from nightshift.store.tables import agents, messages
 
 # Every column but ``search_text``: a copy of the text for the index, which no reader needs (and
 # which would double the memory of a step's windows).
@@ -157,6 +158,33 @@ async def get_messages(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, M
         return {}
     rows = await conn.execute(select(*MESSAGE_COLUMNS).where(in_ids(conn, messages.c.id, wanted)))
     return {row[0]: to_message(row) for row in rows}  # (the id)
+
+
+async def awaiting_approval(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, Message]:
+    """The approval request each agent among ``agent_ids`` awaits an answer to (the last message
+    of its window, when it is one; see ``domain.approvals.pending_request``), by agent id.
+
+    One statement, which finds each window's last message in the database (the windows may be
+    long) and reads it only if it is such a request: most agents await nothing.
+    """
+    if not agent_ids:
+        return {}
+    last: ColumnElement[Any]
+    if conn.dialect.name == "postgresql":
+        last = agents.c.message_ids.op("->>")(literal(-1))
+    else:
+        last = func.json_extract(agents.c.message_ids, "$[#-1]")
+    query = (
+        select(*MESSAGE_COLUMNS)
+        .select_from(agents.join(messages, messages.c.id == last))
+        .where(
+            in_ids(conn, agents.c.id, agent_ids),
+            messages.c.role == Role.ASSISTANT.value,
+            messages.c.extra[_EVENT].as_string() == MessageKind.APPROVAL_REQUEST.value,
+        )
+    )
+    found = [to_message(row) for row in await conn.execute(query)]
+    return {m.agent_id: m for m in found if pending_request(m) is not None}
 
 
 async def message_texts(conn: AsyncConnection, ids: Iterable[str]) -> dict[str, str]:
