@@ -20,7 +20,6 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -30,14 +29,6 @@ log = logging.getLogger(__name__)
 AUTOCHECKPOINT_PAGES = 65_536
 # How often the serving process checkpoints.
 EVERY_SECONDS = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """What one checkpoint found: the frames in the log, and how many of them are in the database now."""
-
-    log_frames: int
-    copied_frames: int
 
 
 class Checkpoints:
@@ -58,21 +49,19 @@ class Checkpoints:
         self._thread.join()
 
     def _run(self) -> None:
-        connection = sqlite3.connect(self._path, isolation_level=None)
+        try:
+            connection = sqlite3.connect(self._path, isolation_level=None)
+        except sqlite3.Error as exc:  # the writers' backstop checkpoints instead
+            log.warning("SQLite checkpoints of %s cannot run: %s", self._path, exc)
+            return
         try:
             while not self._stopping.wait(self._every):
                 try:
-                    checkpoint(connection)
+                    connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except sqlite3.Error as exc:  # tried again next time; the writers' backstop holds meanwhile
                     log.warning("SQLite checkpoint of %s failed: %s", self._path, exc)
         finally:
             connection.close()
-
-
-def checkpoint(connection: sqlite3.Connection) -> Checkpoint:
-    """One passive checkpoint of the database ``connection`` is open on."""
-    _busy, log_frames, copied_frames = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    return Checkpoint(log_frames=log_frames, copied_frames=copied_frames)
 
 
 @asynccontextmanager
