@@ -209,6 +209,7 @@ def _polling(settings: Settings, *, once: bool, metrics_file: Path | None, paren
                 if once:
                     return await poll_once(worker, callbacks)
                 figures = (lambda: write_figures(parts.metrics, metrics_file)) if metrics_file else None
+                warming = asyncio.create_task(parts.providers.warm(), name="providers-warm")
                 stop = asyncio.Event()
                 loop = asyncio.get_running_loop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -220,7 +221,7 @@ def _polling(settings: Settings, *, once: bool, metrics_file: Path | None, paren
                     waits.append(asyncio.create_task(watch_parent(parent)))
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 await drain(worker, poller, grace=settings.shutdown_grace_seconds)
-                for waiting in waits:
+                for waiting in (*waits, warming):
                     waiting.cancel()
                 if figures is not None:
                     figures()

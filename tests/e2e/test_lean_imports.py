@@ -1,5 +1,6 @@
 """A process imports what it uses: the server does not load the provider SDKs, Alembic or jsonschema
-until it needs them, and the CLI's own start does not load the server."""
+until it needs them, and the CLI's own start does not load the server; a poller builds the
+providers whose keys are set before its first run needs them."""
 
 from __future__ import annotations
 
@@ -36,8 +37,21 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[2:
 """
 
 
-def loaded(code: str, *args: str) -> list[str]:
-    env = {**os.environ, "ANTHROPIC_API_KEY": "key", "OPENAI_API_KEY": "key", "GEMINI_API_KEY": "key"}
+_POLLER_WARMING = """
+import asyncio, json, sys
+from nightshift.providers.clients import ProviderSet
+
+async def main():
+    async with ProviderSet() as providers:
+        await providers.warm()
+
+asyncio.run(main())
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:]))))
+"""
+
+
+def loaded(code: str, *args: str, keys: tuple[str, ...] = ("ANTHROPIC", "OPENAI", "GEMINI")) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")} | {f"{k}_API_KEY": "key" for k in keys}
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=False)
     assert done.returncode == 0, done.stderr
     found: list[str] = json.loads(done.stdout.splitlines()[-1])
@@ -51,3 +65,9 @@ def test_a_server_starts_without_what_it_needs_later(tmp_path: Path) -> None:
 def test_the_cli_starts_without_the_server() -> None:
     code = "import json, sys, nightshift.cli; print(json.dumps(sorted(set(sys.modules) & set(sys.argv[1:]))))"
     assert loaded(code, "nightshift.api.app", "nightshift.api.letta_messages", "fastapi", "sqlalchemy") == []
+
+
+def test_a_poller_builds_the_providers_whose_keys_are_set_and_no_other() -> None:
+    assert loaded(_POLLER_WARMING, *LATER, keys=("ANTHROPIC",)) == ["anthropic"]
+    assert loaded(_POLLER_WARMING, *LATER, keys=("OPENAI", "GEMINI")) == ["google", "openai"]
+    assert loaded(_POLLER_WARMING, *LATER, keys=()) == []

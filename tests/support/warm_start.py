@@ -31,8 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# What ``nightshift serve`` imports before it serves (its command imports them lazily), and what
-# the readers of tools preload (nightshift.tools.reading).
+# What ``nightshift serve`` imports before it serves (its command imports them lazily), what
+# the readers of tools preload (nightshift.tools.reading), and the SDKs its poller builds the
+# providers over as it starts (those whose keys are set: all of them, in the tests).
 _PRELOAD = [
     "nightshift.cli",
     "uvicorn",
@@ -41,6 +42,9 @@ _PRELOAD = [
     "nightshift.services.catalog",
     "nightshift.serving",
     "nightshift.tools.reading",
+    "nightshift.providers.anthropic.client",
+    "nightshift.providers.openai.client",
+    "nightshift.providers.google_ai.client",
 ]
 
 # Read by a forked child again, from its own environment (the rest of ``PYTHON*`` is not).

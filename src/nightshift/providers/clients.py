@@ -8,6 +8,8 @@ startup of a server that does not use that provider. Its SDK (heavy to import: i
 type of the provider's API) is imported at the provider's first call, on a thread so that the
 event loop goes on answering meanwhile: a process that never calls a provider (a command, a server
 that only reads, the API side of ``serve`` whose batches go through its poller) never pays for it.
+A poller, whose work is calling them, builds the providers whose keys are set as it starts
+(``ProviderSet.warm``): a new server's first run does not wait for an import.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 from collections.abc import AsyncGenerator, Mapping
 from datetime import datetime
 from types import TracebackType
@@ -32,6 +35,8 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.metered import MeteredProvider
 from nightshift.providers.registry import Closer, ProviderInfo, provider_info, providers
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 2
 
@@ -54,6 +59,7 @@ class ProviderSet:
         self._max_retries = max_retries
         self._metrics = metrics
         self._providers: dict[str, ModelProvider] = dict(overrides or {})
+        self._first_calls: dict[str, _OnFirstCall] = {}
         self._closers: list[Closer] = []
 
     def endpoints(self) -> dict[str, str]:
@@ -74,16 +80,33 @@ class ProviderSet:
         except InvalidInput as exc:
             raise ProviderError(exc.message, kind=ProviderErrorKind.INVALID_REQUEST) from exc
         info.api_key()  # a missing key is refused here, as when the client was built at once
-        built: ModelProvider = _OnFirstCall(info, max_retries=self._max_retries, closers=self._closers)
+        first_call = self._first_calls[info.name] = _OnFirstCall(
+            info, max_retries=self._max_retries, closers=self._closers
+        )
+        built: ModelProvider = first_call
         if self._metrics is not None:
             built = MeteredProvider(name, built, self._metrics)
         self._providers[name] = built
         return built
 
+    async def warm(self) -> None:
+        """Build now each provider whose API key is set, as its first call would: a poller's first
+        run would otherwise wait for its SDK's import (about a second). A provider that cannot be
+        built is left for its first call, which says why."""
+        for info in providers():
+            if info.name in self._providers or not info.has_key():
+                continue  # (an override, or not configured)
+            self.get(info.name)
+            try:
+                await self._first_calls[info.name].built()
+            except Exception:
+                log.warning("provider %s could not be built ahead of its first call", info.name, exc_info=True)
+
     async def aclose(self) -> None:
         """Close every SDK client built so far."""
         closers, self._closers = self._closers, []
         self._providers.clear()
+        self._first_calls.clear()
         for close in closers:
             await close()
 
@@ -111,7 +134,8 @@ class _OnFirstCall:
         self._built: ModelProvider | None = None
         self._building = asyncio.Lock()
 
-    async def _provider(self) -> ModelProvider:
+    async def built(self) -> ModelProvider:
+        """The provider over its SDK client, built at the first call."""
         if self._built is None:
             async with self._building:
                 if self._built is None:
@@ -122,10 +146,10 @@ class _OnFirstCall:
         return self._built
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        return await (await self._provider()).complete(request)
+        return await (await self.built()).complete(request)
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
-        provider = await self._provider()
+        provider = await self.built()
         async with contextlib.aclosing(provider.stream(request)) as events:
             async for event in events:
                 yield event
@@ -136,19 +160,19 @@ class _OnFirstCall:
     async def submit_batch(
         self, requests: Mapping[str, bytes], *, model: str | None, tag: str, max_bytes: int | None = None
     ) -> str:
-        return await (await self._provider()).submit_batch(requests, model=model, tag=tag, max_bytes=max_bytes)
+        return await (await self.built()).submit_batch(requests, model=model, tag=tag, max_bytes=max_bytes)
 
     async def find_batches(self, tag: str, *, created_after: datetime, requests: int) -> FoundBatches:
-        return await (await self._provider()).find_batches(tag, created_after=created_after, requests=requests)
+        return await (await self.built()).find_batches(tag, created_after=created_after, requests=requests)
 
     async def retrieve_batch(self, batch_id: str) -> BatchStatus:
-        return await (await self._provider()).retrieve_batch(batch_id)
+        return await (await self.built()).retrieve_batch(batch_id)
 
     async def batch_results(self, batch_id: str) -> AsyncGenerator[tuple[str, BatchOutcome], None]:
-        provider = await self._provider()
+        provider = await self.built()
         async with contextlib.aclosing(provider.batch_results(batch_id)) as results:
             async for pair in results:
                 yield pair
 
     async def cancel_batch(self, batch_id: str) -> BatchStatus:
-        return await (await self._provider()).cancel_batch(batch_id)
+        return await (await self.built()).cancel_batch(batch_id)

@@ -99,20 +99,23 @@ class ProviderInfo:
         """The base URL requests go to, as its SDK reads it from the environment."""
         return (os.environ.get(self.base_url_variable) or self.default_base_url).rstrip("/")
 
+    def has_key(self) -> bool:
+        """Whether its API key is set (see ``api_key``)."""
+        return bool(os.environ.get(self.key_variable, "").strip())
+
     def api_key(self) -> str:
         """The API key from the environment.
 
         Raises:
             ProviderError: The variable is not set (the message names it).
         """
-        key = os.environ.get(self.key_variable, "").strip()
-        if not key:
+        if not self.has_key():
             raise ProviderError(
                 f"{self.key_variable} is not set: export it to call {self.name} "
                 f"(with {self.base_url_variable} pointing at `nightshift emulator` for a local run)",
                 kind=ProviderErrorKind.AUTHENTICATION,
             )
-        return key
+        return os.environ[self.key_variable].strip()
 
     def encode_request(self, custom_id: str, request: ModelRequest) -> bytes:
         """The request as its entry of this provider's batch body (see ``BatchProvider``)."""
