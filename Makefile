@@ -9,7 +9,7 @@ LETTA_CLIENT_1_12 := tests/letta-client-1.12.lock
 UV := uv==0.13.8
 PY_VERSION := 3.11
 
-.PHONY: demo test test-fast test-quick lint format lock bench load submit rounds polling cost deadline migration wheel clean
+.PHONY: demo test test-fast test-quick lint format lock bench load submit rounds polling cost deadline letta-side migration wheel clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -118,5 +118,17 @@ cost: $(STAMP)
 deadline: $(STAMP)
 	$(BIN)/python -m benchmarks.deadline $(ARGS)
 
+# Letta 0.7.14 starting (and resuming) a batch run, beside make submit on the same machine, from an
+# environment of its own: its pins clash with ours. Plain letta pulls a fastapi that breaks it, its
+# routes import orjson without declaring it, and its mcp fails under a newer pydantic.
+LETTA_VENV := .venv-letta
+$(LETTA_VENV)/.installed:
+	test -d $(LETTA_VENV) || $(PY) -m venv $(LETTA_VENV)
+	$(LETTA_VENV)/bin/pip install --quiet 'letta[server]==0.7.14' orjson 'pydantic<2.12'
+	touch $@
+
+letta-side: $(LETTA_VENV)/.installed
+	$(LETTA_VENV)/bin/python benchmarks/letta_side.py $(ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) $(LETTA_VENV) .pytest_cache .mypy_cache .ruff_cache build dist
