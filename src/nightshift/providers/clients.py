@@ -80,12 +80,9 @@ class ProviderSet:
         except InvalidInput as exc:
             raise ProviderError(exc.message, kind=ProviderErrorKind.INVALID_REQUEST) from exc
         info.api_key()  # a missing key is refused here, as when the client was built at once
-        first_call = self._first_calls[info.name] = _OnFirstCall(
-            info, max_retries=self._max_retries, closers=self._closers
-        )
-        built: ModelProvider = first_call
-        if self._metrics is not None:
-            built = MeteredProvider(name, built, self._metrics)
+        first_call = _OnFirstCall(info, max_retries=self._max_retries, closers=self._closers)
+        self._first_calls[info.name] = first_call
+        built: ModelProvider = first_call if self._metrics is None else MeteredProvider(name, first_call, self._metrics)
         self._providers[name] = built
         return built
 
@@ -94,11 +91,13 @@ class ProviderSet:
         run would otherwise wait for its SDK's import (about a second). A provider that cannot be
         built is left for its first call, which says why."""
         for info in providers():
-            if info.name in self._providers or not info.has_key():
-                continue  # (an override, or not configured)
+            if not info.has_key():
+                continue
             self.get(info.name)
+            first_call = self._first_calls.get(info.name)  # (None for an override: nothing to build)
             try:
-                await self._first_calls[info.name].built()
+                if first_call is not None:
+                    await first_call.built()
             except Exception:
                 log.warning("provider %s could not be built ahead of its first call", info.name, exc_info=True)
 
