@@ -167,6 +167,9 @@ class Settings(BaseSettings):
     # batch is cut again on its real size when it is sent. Default and ceiling: the provider's own
     # limit (see domain/batch_split.py and batch/submission.py).
     batch_bytes: int | None = Field(default=None, ge=1)
+    # What a poller keeps of the messages it read for its requests, for the next steps' (see
+    # store/message_cache.py), in MiB of their estimated size; 0: nothing kept.
+    message_cache_mb: int = Field(default=64, ge=0)
 
     @field_validator("home")
     @classmethod

@@ -4,10 +4,14 @@ and a request the provider refuses to encode fails its agent alone."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import orjson
+import pytest
+from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,7 +27,9 @@ from nightshift.runtime.caching import IN_CALL
 from nightshift.runtime.context import encoded_requests
 from nightshift.services.agents import AgentSpec, NewBlock, create_agents
 from nightshift.store import messages as message_store
+from nightshift.store.message_cache import IN_USE_SECONDS, MessageCache, held_bytes
 from nightshift.store.orgs import ensure_default_org
+from support.clock import ManualClock
 
 OPENAI = provider_info("openai")
 
@@ -46,6 +52,7 @@ async def _encoded(
     slice_messages: int,
     refuse: str = "",
     known: Mapping[str, Message] | None = None,
+    cache: MessageCache | None = None,
 ) -> tuple[EncodedRequests, dict[str, str], list[str]]:
     """What ``encoded_requests`` gives, and the statements that read the windows, each with its
     parameters."""
@@ -66,7 +73,7 @@ async def _encoded(
     try:
         async with engine.connect() as conn:
             encoded, problems = await encoded_requests(
-                conn, agents, states, IN_CALL, encode, known=known, slice_messages=slice_messages
+                conn, agents, states, IN_CALL, encode, known=known, cache=cache, slice_messages=slice_messages
             )
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", seen)
@@ -116,3 +123,84 @@ async def test_the_messages_in_hand_are_not_read_again_and_change_nothing(engine
     assert all(i in reads[0] for i in systems)
     assert not any(i in fewer[0] for i in systems)
     assert all(i in fewer[0] for a in agents for i in a.message_ids[1:])
+
+
+async def test_a_cache_reads_each_message_once_but_the_first_of_each_window(engine: AsyncEngine) -> None:
+    """A poller's submits keep what they read (``store/message_cache.py``): the next submit reads
+    only the windows' first messages, which are rewritten in place when an agent's memory changes,
+    and sends the same bytes."""
+    agents = await _agents(engine, 3)
+    firsts = [a.message_ids[0] for a in agents]
+    cache = MessageCache(10**8)
+
+    plain, _, _ = await _encoded(engine, agents, slice_messages=10**6)
+    first, _, first_reads = await _encoded(engine, agents, slice_messages=10**6, cache=cache)
+    again, problems, reads = await _encoded(engine, agents, slice_messages=10**6, cache=cache)
+
+    assert plain == first == again and problems == {}
+    assert all(i in first_reads[0] for a in agents for i in a.message_ids)
+    assert len(reads) == 1 and all(i in reads[0] for i in firsts)
+    assert not any(i in reads[0] for a in agents for i in a.message_ids[1:])
+    assert len(cache) == sum(len(a.message_ids) - 1 for a in agents)
+
+    async with engine.begin() as conn:
+        await message_store.update_system_texts(conn, [(firsts[0], "You are a rewritten prompt.")])
+    rewritten, _, _ = await _encoded(engine, agents, slice_messages=10**6, cache=cache)
+    assert b"You are a rewritten prompt." in rewritten[agents[0].id]
+    assert rewritten[agents[1].id] == plain[agents[1].id]
+
+
+async def test_a_full_cache_keeps_what_is_in_use_and_gives_up_the_least_recently_used(engine: AsyncEngine) -> None:
+    """Windows that hold more than the cache keep a part of them from one step to the next; what
+    has not been used for ``IN_USE_SECONDS`` makes room, the least recently used first."""
+    agents = await _agents(engine, 4)
+    a, b, c, d = (agent.message_ids[1] for agent in agents)  # each agent's first reply: the same size
+    clock = ManualClock()
+    async with engine.connect() as conn:
+        size = held_bytes((await message_store.get_messages(conn, [a]))[a])
+        cache = MessageCache(2 * size + size // 2, clock=clock)  # room for two
+        await cache.get(conn, [a, b, c])
+        assert (a in cache, b in cache, c in cache) == (True, True, False)  # a and b are in use
+        assert cache.held_bytes == 2 * size <= cache.max_bytes
+
+        clock.advance(IN_USE_SECONDS / 2)
+        await cache.get(conn, [a])  # a is used again: b is the least recently used
+        clock.advance(IN_USE_SECONDS / 2)
+        await cache.get(conn, [c, d])  # b has not been used for IN_USE_SECONDS, a has
+        assert (a in cache, b in cache, c in cache, d in cache) == (True, False, True, False)
+        assert cache.held_bytes == 2 * size
+
+        small = MessageCache(size - 1)
+        found = await small.get(conn, [a, b])
+    assert set(found) == {a, b} and len(small) == 0 and small.held_bytes == 0  # read, too big to keep
+
+
+async def test_the_cache_counts_at_least_what_its_messages_take(engine: AsyncEngine) -> None:
+    """The bound is on an estimate (``held_bytes``): the memory the messages of new agents' windows
+    really take, as allocated, is within a tenth over it, and not far under."""
+    agents = await _agents(engine, 100)
+    ids = [i for a in agents for i in a.message_ids[1:]]
+    cache = MessageCache(10**9)
+    async with engine.connect() as conn:
+        await message_store.get_messages(conn, ids[:1])  # the statement compiled before counting
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            await cache.get(conn, ids)
+            gc.collect()
+            taken = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert len(cache) == len(ids)
+    assert 0.7 * cache.held_bytes <= taken <= 1.1 * cache.held_bytes, (taken / len(ids), cache.held_bytes / len(ids))
+
+
+@pytest.mark.settings(message_cache_mb=0)
+async def test_a_poller_keeps_no_messages_when_told(app: FastAPI) -> None:
+    assert app.state.nightshift.worker.parts.messages is None
+
+
+async def test_a_poller_keeps_64_mib_of_messages_by_default(app: FastAPI) -> None:
+    cache = app.state.nightshift.worker.parts.messages
+    assert cache is not None and cache.max_bytes == 64 * 2**20

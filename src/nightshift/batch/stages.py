@@ -32,6 +32,7 @@ from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.spool import EncodedRequests
+from nightshift.store.message_cache import MessageCache
 from nightshift.tools.sandbox import Sandbox
 from nightshift.tracing import stage_span
 
@@ -68,6 +69,8 @@ class StageParts:
     # The most bytes of requests in one provider batch, estimated when a step is written and real
     # when it is sent (``Settings.batch_bytes``); None: the provider's limit.
     batch_bytes: int | None = None
+    # The messages the submits read, kept for the next steps' (``store/message_cache.py``); None: none kept.
+    messages: MessageCache | None = None
 
 
 class Outcome(StrEnum):

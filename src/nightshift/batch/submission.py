@@ -116,6 +116,7 @@ async def submit(
             in_batch(parts.cache_policy, turnaround),
             provider.encode_request,
             known=known,
+            cache=parts.messages,
         )
     refused = [
         failed_result(i.id, f"the request could not be built: {problems[i.agent_id]}")

@@ -45,6 +45,7 @@ from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
+from nightshift.store.message_cache import MessageCache
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +316,9 @@ def worker_of(parts: Parts) -> Worker:
             summary_model=settings.summary_model,
             cache_policy=settings.cache_policy,
             batch_bytes=settings.batch_bytes,
+            messages=MessageCache(settings.message_cache_mb * 2**20, clock=parts.clock)
+            if settings.message_cache_mb
+            else None,
         ),
         leases=Leases(
             owner=worker_id(),

@@ -38,6 +38,7 @@ from nightshift.runtime.window import (
 from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
 from nightshift.store import passages as passage_store
+from nightshift.store.message_cache import MessageCache
 
 # A step reads its agents' windows this many messages at a time (to build their requests, see
 # ``encoded_requests``, and to count or summarize those that need it): what a step of long
@@ -245,6 +246,7 @@ async def build_requests(
     states: Mapping[str, StepState],
     caching: CacheTiming = IN_CALL,
     known: Mapping[str, Message] | None = None,
+    cache: MessageCache | None = None,
 ) -> tuple[dict[str, ModelRequest], dict[str, str]]:
     """One request per agent from its in-context window, with the tools its step allows and, for
     a provider whose cache is written where a request marks it, the breakpoints ``caching`` gives.
@@ -254,11 +256,15 @@ async def build_requests(
     those agents have no request. An agent whose step waits for a summary (``StepState.summary``)
     gets the summarizing request. The messages of all agents are loaded in one statement, but
     those in ``known`` (by id: messages as the caller wrote them, in this transaction or since
-    nothing changed them; see ``StepInputs.known``).
+    nothing changed them; see ``StepInputs.known``) and those ``cache`` holds (a poller's, which
+    keeps what it reads: only where ``conn`` sees committed messages alone).
     """
     known = known or {}
     ids = [message_id for agent in agents for message_id in agent.message_ids if message_id not in known]
-    stored = await message_store.get_messages(conn, ids)
+    if cache is None:
+        stored = await message_store.get_messages(conn, ids)
+    else:
+        stored = await cache.get(conn, ids, never={a.message_ids[0] for a in agents if a.message_ids})
     if known:
         stored |= {i: known[i] for agent in agents for i in agent.message_ids if i in known}
     requests: dict[str, ModelRequest] = {}
@@ -317,12 +323,13 @@ async def encoded_requests(
     encode: Callable[[str, ModelRequest], bytes],
     *,
     known: Mapping[str, Message] | None = None,
+    cache: MessageCache | None = None,
     slice_messages: int = WINDOW_SLICE,
 ) -> tuple[EncodedRequests, dict[str, str]]:
     """A batch's requests (see ``build_requests``), each encoded by ``encode`` (the provider's
     ``encode_request``) as soon as it is built and kept in a file, by agent id in ``agents``' order;
-    and why the others have none (a request the provider cannot take among them). ``known``: the
-    messages not to read again (see ``build_requests``).
+    and why the others have none (a request the provider cannot take among them). ``known`` and
+    ``cache``: the messages not to read again (see ``build_requests``).
 
     The windows are read a slice at a time (of about ``slice_messages`` messages), so that a batch
     holds one slice's messages, never every window as objects, nor every request's bytes. A
@@ -333,7 +340,7 @@ async def encoded_requests(
     encoded = EncodedRequests()
     problems: dict[str, str] = {}
     for part in _window_slices(agents, slice_messages):
-        requests, refused = await build_requests(conn, part, states, caching, known)
+        requests, refused = await build_requests(conn, part, states, caching, known, cache)
         problems |= refused
         for agent in part:
             request = requests.get(agent.id)
