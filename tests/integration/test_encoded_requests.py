@@ -4,6 +4,7 @@ and a request the provider refuses to encode fails its agent alone."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import tracemalloc
 from collections.abc import Mapping, Sequence
@@ -173,6 +174,18 @@ async def test_a_full_cache_keeps_what_is_in_use_and_gives_up_the_least_recently
         small = MessageCache(size - 1)
         found = await small.get(conn, [a, b])
     assert set(found) == {a, b} and len(small) == 0 and small.held_bytes == 0  # read, too big to keep
+
+
+async def test_two_reads_of_the_same_message_at_once_keep_it_once(engine: AsyncEngine) -> None:
+    agents = await _agents(engine, 1)
+    ids = list(agents[0].message_ids[1:])
+    cache = MessageCache(10**8)
+    async with engine.connect() as one, engine.connect() as other:
+        first, second = await asyncio.gather(cache.get(one, ids), cache.get(other, ids))
+        alone = MessageCache(10**8)
+        await alone.get(one, ids)
+    assert first == second and len(cache) == len(ids)
+    assert cache.held_bytes == alone.held_bytes
 
 
 async def test_the_cache_counts_at_least_what_its_messages_take(engine: AsyncEngine) -> None:

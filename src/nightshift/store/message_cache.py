@@ -95,6 +95,8 @@ class MessageCache:
     def _keep(self, messages: Iterable[Message], now: float) -> None:
         held = self._held
         for message in messages:
+            if message.id in held:
+                continue  # kept meanwhile by another caller's read (they share the cache)
             size = held_bytes(message)
             while held and self.held_bytes + size > self.max_bytes:
                 oldest = next(iter(held.values()))
