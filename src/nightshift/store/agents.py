@@ -212,11 +212,14 @@ def _tool_links_of_agent() -> Any:
     return select(func.aggregate_strings(pairs, ",")).where(agent_tools.c.agent_id == agents.c.id).scalar_subquery()
 
 
-def _ordered_tool_ids(joined: str | None) -> list[str]:
+# Agents made alike link the same tools at the same positions (every agent has the base tools):
+# their links read back as the same text, put in order once.
+@functools.lru_cache(maxsize=1024)
+def _ordered_tool_ids(joined: str | None) -> tuple[str, ...]:
     if not joined:
-        return []
+        return ()
     split = (pair.rpartition(":") for pair in joined.split(","))
-    return [tool_id for _, tool_id in sorted((int(position), tool_id) for tool_id, _, position in split)]
+    return tuple(tool_id for _, tool_id in sorted((int(position), tool_id) for tool_id, _, position in split))
 
 
 async def reload_changed(conn: AsyncConnection, org_id: str, loaded: Mapping[str, Agent]) -> dict[str, Agent]:
