@@ -170,6 +170,9 @@ class Settings(BaseSettings):
     # What a poller keeps of the messages it read for its requests, for the next steps' (see
     # store/message_cache.py), in MiB of their estimated size; 0: nothing kept.
     message_cache_mb: int = Field(default=64, ge=0)
+    # What a poller keeps of the agents it submitted, as stored, for their next steps (see
+    # store/agent_cache.py), in MiB of their estimated size; 0: nothing kept.
+    agent_cache_mb: int = Field(default=64, ge=0)
 
     @field_validator("home")
     @classmethod

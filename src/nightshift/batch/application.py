@@ -194,7 +194,7 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
     async with parts.engine.connect() as conn:
         # Items closed early (their agent left the run: cancelled, or deleted) are never applied.
         items = [i for i in await item_store.items_of(conn, batch.id) if i.step_status is StepStatus.PAUSED]
-        agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
+        agents = await parts.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
         answered = [
             (item, response)
             for item in items

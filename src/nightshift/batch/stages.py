@@ -21,17 +21,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nightshift.batch.polling import PollSchedule
 from nightshift.batch.steps import WrittenBatch
 from nightshift.clock import Clock
+from nightshift.domain.agents import Agent
 from nightshift.domain.batches import BatchItem, ItemResult, ProviderBatch
 from nightshift.domain.caching import CachePolicy
 from nightshift.metrics import Metrics
 from nightshift.pricing import PriceTable
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.spool import EncodedRequests
+from nightshift.store import agents as agent_store
+from nightshift.store.agent_cache import AgentCache
 from nightshift.store.message_cache import MessageCache
 from nightshift.tools.sandbox import Sandbox
 from nightshift.tracing import stage_span
@@ -71,6 +74,14 @@ class StageParts:
     batch_bytes: int | None = None
     # The messages the submits read, kept for the next steps' (``store/message_cache.py``); None: none kept.
     messages: MessageCache | None = None
+    # The agents the submits sent, kept for the next steps' (``store/agent_cache.py``); None: none kept.
+    agents: AgentCache | None = None
+
+    async def load_agents(self, conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
+        """``agents.load_agents``, through the agents kept when there are."""
+        if self.agents is None:
+            return await agent_store.load_agents(conn, org_id, ids)
+        return await self.agents.load(conn, org_id, ids)
 
 
 class Outcome(StrEnum):

@@ -184,6 +184,7 @@ async def write_first_step(
     endpoints: Mapping[str, str],
     summary_model: str | None = None,
     batch_bytes: int | None = None,
+    load: agent_store.AgentLoader = agent_store.load_agents,
 ) -> list[ProviderBatch | WrittenBatch]:
     """Write a queued run's first step from its requests (see ``write_step``).
 
@@ -192,13 +193,14 @@ async def write_first_step(
     A run of one slice (``BATCH_SLICE`` agents at most, as most are) returns its batches as
     written, which the caller submits without reading them back; a larger one returns only the
     batches, so that it never holds more than a slice's agents (each is read back at its submit).
+    ``load`` loads the agents (a poller's goes through the agents it keeps).
     """
     ids = [r.agent_id for r in requests]
     # A run of one slice is loaded whole at once; a larger one is put in order by its agents'
     # models alone first, then loaded a slice at a time.
     loaded: dict[str, Agent] | None = None
     if len(ids) <= BATCH_SLICE:
-        loaded = await agent_store.load_agents(conn, run.organization_id, ids)
+        loaded = await load(conn, run.organization_id, ids)
         configs = {agent_id: agent.llm_config for agent_id, agent in loaded.items()}
     else:
         configs = await agent_store.llm_configs_of(conn, run.organization_id, ids)
@@ -215,11 +217,7 @@ async def write_first_step(
     batches: list[ProviderBatch | WrittenBatch] = []
     for start in range(0, len(by_model), BATCH_SLICE):
         part = by_model[start : start + BATCH_SLICE]
-        agents = (
-            loaded
-            if loaded is not None
-            else await agent_store.load_agents(conn, run.organization_id, [r.agent_id for r in part])
-        )
+        agents = loaded if loaded is not None else await load(conn, run.organization_id, [r.agent_id for r in part])
         entries = [
             StepEntry(
                 agent=agents[r.agent_id],

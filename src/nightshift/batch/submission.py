@@ -97,13 +97,15 @@ async def submit(
         known: dict[str, Message] = {}
         if written is None:
             items = await item_store.items_of(conn, batch.id)
-            agents = await agent_store.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
+            agents = await parts.load_agents(conn, batch.organization_id, [i.agent_id for i in items])
         else:
             items = written.items
             agents = await agent_store.reload_changed(conn, batch.organization_id, written.agents)
             # A system message is rewritten only with its agent's row (whose change is seen above).
             unchanged = {i for i, agent in agents.items() if agent is written.agents.get(i)}
             known = {i: m for i, m in written.messages.items() if m.agent_id in unchanged}
+        if parts.agents is not None:
+            parts.agents.keep(agents.values())  # as stored after their step's write: its next step starts from them
         try:
             provider = parts.providers.get(batch.provider)
         except ProviderError as exc:

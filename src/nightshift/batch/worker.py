@@ -45,6 +45,7 @@ from nightshift.store import batch_runs as batch_run_store
 from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import provider_batches as batch_store
+from nightshift.store.agent_cache import AgentCache
 from nightshift.store.message_cache import MessageCache
 
 log = logging.getLogger(__name__)
@@ -319,6 +320,7 @@ def worker_of(parts: Parts) -> Worker:
             messages=MessageCache(settings.message_cache_mb * 2**20, clock=parts.clock)
             if settings.message_cache_mb
             else None,
+            agents=AgentCache(settings.agent_cache_mb * 2**20, clock=parts.clock) if settings.agent_cache_mb else None,
         ),
         leases=Leases(
             owner=worker_id(),

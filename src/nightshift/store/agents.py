@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -114,6 +114,10 @@ async def insert_agents(conn: AsyncConnection, new: Sequence[Agent]) -> None:
         await conn.execute(insert(agent_tools), tool_rows)
 
 
+# What loads agents as ``load_agents`` does (it, or a poller's ``store.agent_cache.AgentCache``).
+AgentLoader = Callable[[AsyncConnection, str, Sequence[str]], Awaitable[dict[str, Agent]]]
+
+
 async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
     """The agents of ``org_id`` among ``ids``, fully loaded, keyed by id (missing ids are absent).
 
@@ -137,6 +141,8 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
     links = {row[0]: _ordered_tool_ids(row[-1]) for row in rows}
     tool_ids = {tool_id for ids_ in links.values() for tool_id in ids_}
     by_id = {row.id: to_tool(row) for row in await conn.execute(tool_query, {"ids": bound_ids(conn, tool_ids)})}
+    # Agents with the same links share one tuple of their tools (less to hold, and to compare).
+    tool_lists = {ids_: tuple(by_id[i] for i in ids_) for ids_ in set(links.values())}
     # The groups they manage (sleep-time agents'): no statement when none manages one.
     managed = [row[_MANAGED] for row in rows if row[_MANAGED] is not None]
     groups = await get_groups(conn, org_id, managed) if managed else {}
@@ -144,7 +150,7 @@ async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) ->
         row[0]: _to_agent(
             row,
             tuple(block_map[row[0]]),
-            tuple(by_id[i] for i in links[row[0]]),
+            tool_lists[links[row[0]]],
             tuple(sorted(_tag_list(row[-2]))),
             groups.get(row[_MANAGED]) if row[_MANAGED] is not None else None,
         )
@@ -223,15 +229,25 @@ def _ordered_tool_ids(joined: str | None) -> tuple[str, ...]:
 
 
 async def reload_changed(conn: AsyncConnection, org_id: str, loaded: Mapping[str, Agent]) -> dict[str, Agent]:
-    """``loaded`` as stored now: the agents that changed since they were read are read again.
+    """``loaded`` as stored now: the agents that changed since they were read are read again
+    (see ``unchanged``). Deleted agents are absent from the result."""
+    same, stale = await unchanged(conn, org_id, loaded)
+    return same | await load_agents(conn, org_id, stale)
+
+
+async def unchanged(
+    conn: AsyncConnection, org_id: str, loaded: Mapping[str, Agent]
+) -> tuple[dict[str, Agent], list[str]]:
+    """The agents of ``loaded`` still as stored, and the ids of those that changed since they were
+    read (deleted ones are in neither), in two statements whatever their number.
 
     Every write to an agent's row (its fields, links or context window) moves its ``updated_at``,
-    and every edit of a block moves the block's: one narrow query compares them with what was read,
-    so a step's write does not load every agent twice when (as usual) none changed meanwhile.
-    Deleted agents are absent from the result.
+    every edit of a block or a tool moves the block's or the tool's: two narrow queries compare them
+    with what was read, so a step's write does not load every agent twice when (as usual) none
+    changed meanwhile. (The group an agent manages is not compared: see ``store/agent_cache.py``.)
     """
     if not loaded:
-        return {}
+        return {}, []
     query = (
         select(agents.c.id, agents.c.updated_at, func.max(blocks.c.updated_at), func.count(blocks.c.id))
         .select_from(
@@ -243,13 +259,30 @@ async def reload_changed(conn: AsyncConnection, org_id: str, loaded: Mapping[str
         .group_by(agents.c.id, agents.c.updated_at)
     )
     current = {row[0]: (row[1], row[2], row[3]) for row in await conn.execute(query)}
+    changed_tools = await _changed_tools(conn, org_id, loaded.values())
     same: dict[str, Agent] = {}
     for agent_id, agent in loaded.items():
         last_block_edit = max((b.updated_at for b in agent.blocks), default=None)
-        if current.get(agent_id) == (agent.updated_at, last_block_edit, len(agent.blocks)):
+        if current.get(agent_id) == (agent.updated_at, last_block_edit, len(agent.blocks)) and not (
+            changed_tools and any(t.id in changed_tools for t in agent.tools)
+        ):
             same[agent_id] = agent
-    stale = [agent_id for agent_id in current if agent_id not in same]
-    return same | await load_agents(conn, org_id, stale)
+    return same, [agent_id for agent_id in current if agent_id not in same]
+
+
+async def _changed_tools(conn: AsyncConnection, org_id: str, loaded: Iterable[Agent]) -> set[str]:
+    """The ids of the tools of ``loaded`` edited or deleted since they were read (one statement;
+    agents loaded together share their tool lists, see ``load_agents``)."""
+    read: dict[str, datetime] = {}
+    for tool_list in {id(a.tools): a.tools for a in loaded}.values():
+        read.update((t.id, t.updated_at) for t in tool_list)
+    if not read:
+        return set()
+    query = select(tools.c.id, tools.c.updated_at).where(
+        tools.c.organization_id == org_id, in_ids(conn, tools.c.id, list(read))
+    )
+    current = dict(tuple(row) for row in await conn.execute(query))
+    return {tool_id for tool_id, at in read.items() if current.get(tool_id) != at}
 
 
 async def list_agent_ids(

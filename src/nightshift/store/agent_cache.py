@@ -1,0 +1,79 @@
+"""The agents a poller submitted, kept as its steps wrote them, for their next steps.
+
+Every step of a batch run loads its agents (their rows, blocks and tools), and the step before
+loaded and wrote the same agents: loading them is most of what writing a step costs beside the
+step's own work. ``AgentCache`` keeps each agent as it was stored when its step was submitted,
+and the next load checks the ones it holds with ``agents.unchanged``'s two narrow queries instead
+of reading them again: an agent written since (by the API, a synchronous step, another poller),
+or whose blocks or tools were edited, fails the check and is read again, as are those not held.
+
+What is kept is only what is stored, committed: the agents a submit read or checked after their
+step's write (what a step reads it then writes, so it keeps nothing of that). Not kept: an agent
+that manages a group (its group's turns move without its row). Each process has its own: nothing
+is shared, and nothing needs telling when another one writes.
+Its bound and how it makes room are ``store/held.py``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from nightshift.clock import SYSTEM_CLOCK, Clock
+from nightshift.domain.agents import Agent
+from nightshift.store import agents as agent_store
+from nightshift.store.held import Held
+
+# What an agent held costs beyond its texts, in bytes: the object, its LLM config, rules, tags and
+# timestamps, and the cache's own entry (its tools are shared with the agents loaded with it), as
+# measured for new agents (see the tests); each of its blocks and window's message ids adds its own.
+AGENT_OVERHEAD = 1600
+BLOCK_OVERHEAD = 700
+MESSAGE_ID_BYTES = 110
+
+
+def held_bytes(agent: Agent) -> int:
+    """About what ``agent`` takes in memory: its texts (one byte per character, as most are) and
+    the overheads above."""
+    size = AGENT_OVERHEAD + len(agent.system) + MESSAGE_ID_BYTES * len(agent.message_ids)
+    for block in agent.blocks:
+        size += BLOCK_OVERHEAD + len(block.value) + len(block.description or "")
+    return size
+
+
+class AgentCache:
+    """Agents by id, read through to the database (see the module); holds ``max_bytes`` at most."""
+
+    def __init__(self, max_bytes: int, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.held = Held[Agent](max_bytes, clock=clock)
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self.held
+
+    async def load(self, conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
+        """What ``agents.load_agents`` returns: the agents held and unchanged, and the others read
+        (in two statements when all are held and unchanged, five at most)."""
+        held = self.held
+        now = held.clock.monotonic()
+        wanted = list(dict.fromkeys(ids))
+        found = {}
+        for agent_id in wanted:
+            agent = held.get(agent_id, now)
+            if agent is not None and agent.organization_id == org_id:
+                found[agent_id] = agent
+        same, _ = await agent_store.unchanged(conn, org_id, found)
+        for agent_id in found.keys() - same.keys():
+            held.drop(agent_id)  # changed (and read again below) or deleted
+        return same | await agent_store.load_agents(conn, org_id, [i for i in wanted if i not in same])
+
+    def keep(self, agents: Iterable[Agent]) -> None:
+        """Hold ``agents``, as stored now (room permitting), for their next loads."""
+        held = self.held
+        now = held.clock.monotonic()
+        for agent in agents:
+            if agent.group is None:
+                held.keep(agent.id, agent, held_bytes(agent), now)
