@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -48,6 +49,9 @@ RECONNECT_DELAY = 1.0
 # On SQLite, the shortest time between two looks at the queue when writes keep coming (a look
 # costs a few statements; a run of 10,000 agents being written is many writes).
 LOOK_GAP = 0.05
+# The pause after a look that found no new commit although a write was reported: a commit writes
+# its log before SQLite shows it, so the look came early, and the commit is shown a moment later.
+COMMIT_GAP = 0.002
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,17 +132,19 @@ async def _watch_sqlite(engine: AsyncEngine, wake: asyncio.Event, *, every: floa
     data_version``, a counter it keeps in memory: a fraction of what reading the tables costs),
     and look for queued runs and due batches only then. It asks when the database's files are
     written (``store.sqlite_writes``: at once, where Linux tells), at most every ``LOOK_GAP``
-    seconds under a stream of writes, and every ``every`` seconds whatever happens. The
-    connection is held, with no transaction left open between looks (an open one would pin
-    SQLite's snapshot)."""
+    seconds under a stream of commits (see ``LookPacing``), and every ``every`` seconds whatever
+    happens. The connection is held, with no transaction left open between looks (an open one
+    would pin SQLite's snapshot)."""
     seen: int | None = None
+    pacing = LookPacing()
     async with engine.connect() as conn:
         with database_writes(engine.url) as writes:
             while True:
                 if writes is not None:
                     writes.forget()  # before the look: a commit during it is reported again
                 version = await conn.scalar(text("PRAGMA data_version"))
-                if version != seen:
+                committed = version != seen
+                if committed:
                     # Read after the counter: a commit between the two is seen by this look or moves it again.
                     if await batch_run_store.any_queued(conn) or await batch_store.any_due(conn, clock.now()):
                         wake.set()
@@ -147,8 +153,36 @@ async def _watch_sqlite(engine: AsyncEngine, wake: asyncio.Event, *, every: floa
                 if writes is None:
                     await asyncio.sleep(every)
                 else:
-                    await asyncio.sleep(LOOK_GAP)
+                    await asyncio.sleep(pacing.pause(committed=committed))
+                    waited = time.monotonic()
                     await writes.next(every)
+                    if time.monotonic() - waited > LOOK_GAP:
+                        pacing.lull()
+
+
+class LookPacing:
+    """How long the SQLite watch pauses after a look, before it waits for the next write.
+
+    After a look that found a commit: ``LOOK_GAP``, so that a stream of commits is looked at
+    ``LOOK_GAP`` apart. After one that found none although a write was reported: ``COMMIT_GAP``
+    (the commit being written is shown a moment later), doubled at each such look in a row up to
+    ``LOOK_GAP`` (a long transaction writes its log all along), and ``COMMIT_GAP`` again after a
+    commit or a lull (a checkpoint's write of the database file finds no commit either).
+    """
+
+    def __init__(self) -> None:
+        self.quiet = COMMIT_GAP
+
+    def pause(self, *, committed: bool) -> float:
+        if committed:
+            self.quiet = COMMIT_GAP
+            return LOOK_GAP
+        pause, self.quiet = self.quiet, min(2 * self.quiet, LOOK_GAP)
+        return pause
+
+    def lull(self) -> None:
+        """No write came for a while: the next one is a new commit's."""
+        self.quiet = COMMIT_GAP
 
 
 async def _listen(engine: AsyncEngine, wake: asyncio.Event) -> None:
