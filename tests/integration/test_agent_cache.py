@@ -7,6 +7,7 @@ import gc
 import tracemalloc
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -21,6 +22,7 @@ from nightshift.services.blocks import BlockChanges, update_block
 from nightshift.services.groups import pair
 from nightshift.services.tools import ToolChanges, create_tool, delete_tool, update_tool
 from nightshift.store import agents as agent_store
+from nightshift.store import messages as message_store
 from nightshift.store.agent_cache import AgentCache, held_bytes
 from nightshift.store.orgs import ensure_default_org
 
@@ -168,3 +170,26 @@ async def test_a_poller_keeps_no_agents_when_told(app: FastAPI) -> None:
 async def test_a_poller_keeps_64_mib_of_agents_by_default(app: FastAPI) -> None:
     cache = app.state.nightshift.worker.parts.agents
     assert cache is not None and cache.held.max_bytes == 64 * 2**20
+
+
+async def test_a_system_message_is_given_only_for_the_prompt_and_blocks_it_was_kept_with(engine: AsyncEngine) -> None:
+    """``first_messages``: a step neither reads nor checks the system messages kept with its agents,
+    as long as their prompts and blocks are the very ones they were kept with."""
+    kept, plain = await _agents(engine, ["kept", "plain"])
+    async with engine.connect() as conn:
+        firsts = await message_store.get_messages(conn, [kept.message_ids[0], plain.message_ids[0]])
+        stored = (await agent_store.load_agents(conn, DEFAULT_ORG_ID, [kept.id]))[kept.id]
+    cache = AgentCache(10**8)
+    cache.keep([kept, plain], {kept.message_ids[0]: firsts[kept.message_ids[0]]})
+    system = firsts[kept.message_ids[0]]
+
+    assert cache.first_messages([kept, plain]) == {system.id: system}  # plain's was not in hand
+    stepped = replace(kept, message_ids=(*kept.message_ids, "message-new"), context_tokens=1)
+    assert cache.first_messages([stepped]) == {system.id: system}  # the same prompt and blocks
+    assert stored == kept and cache.first_messages([stored]) == {}  # read again: not known to be the same
+    edited = replace(kept, blocks=tuple(replace(b, value="likes tea") for b in kept.blocks))
+    assert cache.first_messages([edited]) == {}
+    prompted = replace(kept, system=kept.system + " Be brief.")
+    assert cache.first_messages([prompted]) == {}
+    reset = replace(kept, message_ids=("message-other", *kept.message_ids[1:]))
+    assert cache.first_messages([reset]) == {}

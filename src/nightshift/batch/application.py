@@ -242,12 +242,9 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
         summarized = await write_summaries(conn, fresh, summaries, now)
         run_open = run.status in (BatchRunStatus.CREATED, BatchRunStatus.RUNNING)
         # Agents without a result (a failed request to retry) are in ``fresh`` only.
+        stored = {**fresh, **updated, **summarized}
         completions, entries = next_step(
-            items,
-            {r.agent_id: r for r in results},
-            {**fresh, **updated, **summarized},
-            run_open=run_open,
-            summarized=summarized.keys(),
+            items, {r.agent_id: r for r in results}, stored, run_open=run_open, summarized=summarized.keys()
         )
         usage = _Usage()
         for index, item in enumerate(items):
@@ -277,10 +274,15 @@ async def resume(parts: StageParts, leases: Leases, batch: ProviderBatch) -> Sta
             endpoints=parts.providers.endpoints(),
             summary_model=parts.summary_model,
             batch_bytes=parts.batch_bytes,
+            systems=parts.agents.first_messages(e.agent for e in entries) if parts.agents is not None else None,
         )
         if not next_batches:
             await end_run_if_done(conn, run.id, now)
         await batch_store.release(conn, batch.id, leases.owner, next_poll_at=None)
+    if parts.agents is not None:
+        # Those that go on are kept as their next step is submitted; the others as they are now.
+        going_on = {entry.agent.id for entry in entries}
+        parts.agents.keep(agent for agent_id, agent in stored.items() if agent_id not in going_on)
     usage.record(parts.metrics, run.kind)
     stage_done(Stage.APPLY, batch, agents=len(items), started=started, metrics=parts.metrics)
     return StageOutcome(outcome=Outcome.APPLIED, batch=batch, next_batches=next_batches)

@@ -90,7 +90,7 @@ async def start_one(parts: StageParts, leases: Leases) -> Claimed | None:
                 endpoints=parts.providers.endpoints(),
                 summary_model=parts.summary_model,
                 batch_bytes=parts.batch_bytes,
-                load=parts.load_agents,
+                kept=parts.agents,
             )
             return Claimed(started=True, batches=batches)
         except DBAPIError:

@@ -48,6 +48,7 @@ from nightshift.store import batch_summaries
 from nightshift.store import items as item_store
 from nightshift.store import messages as message_store
 from nightshift.store import provider_batches as batch_store
+from nightshift.store.agent_cache import AgentCache
 
 # A step's agents on one provider and model go into provider batches of at most this many (and
 # of at most the provider's byte limit of estimated requests, see ``domain.batch_split``), so
@@ -184,7 +185,7 @@ async def write_first_step(
     endpoints: Mapping[str, str],
     summary_model: str | None = None,
     batch_bytes: int | None = None,
-    load: agent_store.AgentLoader = agent_store.load_agents,
+    kept: AgentCache | None = None,
 ) -> list[ProviderBatch | WrittenBatch]:
     """Write a queued run's first step from its requests (see ``write_step``).
 
@@ -193,8 +194,10 @@ async def write_first_step(
     A run of one slice (``BATCH_SLICE`` agents at most, as most are) returns its batches as
     written, which the caller submits without reading them back; a larger one returns only the
     batches, so that it never holds more than a slice's agents (each is read back at its submit).
-    ``load`` loads the agents (a poller's goes through the agents it keeps).
+    ``kept``: the agents a poller kept as it submitted them (``store/agent_cache.py``), which it
+    loads through.
     """
+    load = kept.load if kept is not None else agent_store.load_agents
     ids = [r.agent_id for r in requests]
     # A run of one slice is loaded whole at once; a larger one is put in order by its agents'
     # models alone first, then loaded a slice at a time.
@@ -236,6 +239,7 @@ async def write_first_step(
             endpoints=endpoints,
             summary_model=summary_model,
             batch_bytes=batch_bytes,
+            systems=kept.first_messages(e.agent for e in entries) if kept is not None else None,
         )
         batches += written if len(by_model) <= BATCH_SLICE else [w.batch for w in written]
     return batches
@@ -251,6 +255,7 @@ async def write_step(
     endpoints: Mapping[str, str],
     summary_model: str | None = None,
     batch_bytes: int | None = None,
+    systems: Mapping[str, Message] | None = None,
 ) -> list[WrittenBatch]:
     """Write one step for ``entries``: provider batches, items, input messages, context windows.
 
@@ -261,11 +266,12 @@ async def write_step(
     instead (by ``summary_model``, or its own model), and its step waits for it (see
     ``runtime.context.StepInputs``). A provider batch holds at most ``BATCH_SLICE`` requests and
     ``batch_bytes`` (by default, and at most, the provider's limit) of their estimated size (see
-    ``domain.batch_split``).
+    ``domain.batch_split``). ``systems``: system messages of the agents as stored and compiled
+    from their prompts and blocks as they are (see ``StepInputs``).
     """
     if not entries:
         return []
-    inputs = StepInputs(now, summary_model=summary_model)
+    inputs = StepInputs(now, summary_model=summary_model, systems=systems)
     item_ids: dict[str, str] = {}
     for entry in entries:
         item_ids[entry.agent.id] = item_id = new_id("batch_item")

@@ -105,7 +105,8 @@ async def submit(
             unchanged = {i for i, agent in agents.items() if agent is written.agents.get(i)}
             known = {i: m for i, m in written.messages.items() if m.agent_id in unchanged}
         if parts.agents is not None:
-            parts.agents.keep(agents.values())  # as stored after their step's write: its next step starts from them
+            # As stored after their step's write, with the system messages it had in hand: the next step starts there.
+            parts.agents.keep(agents.values(), known)
         try:
             provider = parts.providers.get(batch.provider)
         except ProviderError as exc:

@@ -93,6 +93,10 @@ class StepInputs:
     summary; ``agents`` holds them as ``write`` stores them (their ``updated_at`` moved to ``now``);
     ``known`` holds, by id, the messages of their windows that the step has in hand as written:
     its inputs and notices, and each agent's system message (see ``build_requests``).
+
+    ``systems``: system messages, by id, known to be as stored and compiled from their agents'
+    prompts and blocks as they are now (a poller's kept agents', ``store/agent_cache.py``): they
+    are neither read again nor checked for changed memory.
     """
 
     def __init__(
@@ -102,8 +106,10 @@ class StepInputs:
         summary_model: str | None = None,
         run_id: str | None = None,
         step_id: str | None = None,
+        systems: Mapping[str, Message] | None = None,
     ) -> None:
         self.now = now
+        self._systems = systems or {}
         self.messages: list[Message] = []
         self._run_id, self._step_id = run_id, step_id  # of the notices, in a synchronous run
         self.agents: dict[str, Agent] = {}
@@ -143,10 +149,19 @@ class StepInputs:
         now = self.now
         # The system messages are read whole (their texts are checked for changed memory): a
         # request built right after the write has them in hand (``known``).
-        firsts = [a.message_ids[0] for a in self.agents.values() if a.message_ids]
-        systems = await message_store.get_messages(conn, firsts)
-        texts = {message_id: message.text for message_id, message in systems.items()}
-        changed = await refresh_system_messages(conn, list(self.agents.values()), now, texts=texts)
+        systems: dict[str, Message] = {}
+        unsure: list[Agent] = []  # whose system messages are read, and checked
+        for agent in self.agents.values():
+            if agent.message_ids:
+                first = self._systems.get(agent.message_ids[0])
+                if first is None:
+                    unsure.append(agent)
+                else:
+                    systems[first.id] = first
+        read = await message_store.get_messages(conn, [a.message_ids[0] for a in unsure])
+        systems |= read
+        texts = {message_id: message.text for message_id, message in read.items()}
+        changed = await refresh_system_messages(conn, unsure, now, texts=texts)
         for agent_id, change in changed.items():
             agent = self.agents[agent_id]
             systems[agent.message_ids[0]] = replace(systems[agent.message_ids[0]], text=change[1])

@@ -44,7 +44,10 @@ async def write_turns(
         awaits = result.reason is TurnReason.REQUIRES_APPROVAL
         if not result.continues and agent.message_buffer_autoclear and not awaits:
             window, tokens = window[:1], None  # counted again when next needed
-        blocks = tuple(changed.get(b.id, b) for b in agent.blocks)
+        # The same tuple when none of its blocks changed: what was compiled from it still holds.
+        blocks = agent.blocks
+        if changed and any(b.id in changed for b in blocks):
+            blocks = tuple(changed.get(b.id, b) for b in blocks)
         updated[agent.id] = replace(agent, message_ids=window, context_tokens=tokens, blocks=blocks, updated_at=now)
     await agent_store.set_windows(conn, list(updated.values()), now)
     return updated

@@ -7,6 +7,12 @@ and the next load checks the ones it holds with ``agents.unchanged``'s two narro
 of reading them again: an agent written since (by the API, a synchronous step, another poller),
 or whose blocks or tools were edited, fails the check and is read again, as are those not held.
 
+With each agent it keeps the first message of its window, its system message, when the submit
+had it in hand as written (``first_messages``): a step checks whether memory changed against it,
+and reads it otherwise. A system message is rewritten only when its agent's prompt or blocks
+change, which moves the agent's row or a block's: an agent loaded and found unchanged, or made
+from one with the very same prompt and blocks, still has it as kept.
+
 What is kept is only what is stored, committed: the agents a submit read or checked after their
 step's write (what a step reads it then writes, so it keeps nothing of that). Not kept: an agent
 that manages a group (its group's turns move without its row). Each process has its own: nothing
@@ -16,13 +22,15 @@ Its bound and how it makes room are ``store/held.py``'s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.domain.agents import Agent
+from nightshift.domain.messages import Message
 from nightshift.store import agents as agent_store
+from nightshift.store import message_cache
 from nightshift.store.held import Held
 
 # What an agent held costs beyond its texts, in bytes: the object, its LLM config, rules, tags and
@@ -42,11 +50,18 @@ def held_bytes(agent: Agent) -> int:
     return size
 
 
+class _Kept:
+    __slots__ = ("agent", "first")
+
+    def __init__(self, agent: Agent, first: Message | None) -> None:
+        self.agent, self.first = agent, first
+
+
 class AgentCache:
     """Agents by id, read through to the database (see the module); holds ``max_bytes`` at most."""
 
     def __init__(self, max_bytes: int, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.held = Held[Agent](max_bytes, clock=clock)
+        self.held = Held[_Kept](max_bytes, clock=clock)
 
     def __len__(self) -> int:
         return len(self.held)
@@ -62,18 +77,42 @@ class AgentCache:
         wanted = list(dict.fromkeys(ids))
         found = {}
         for agent_id in wanted:
-            agent = held.get(agent_id, now)
-            if agent is not None and agent.organization_id == org_id:
-                found[agent_id] = agent
+            kept = held.get(agent_id, now)
+            if kept is not None and kept.agent.organization_id == org_id:
+                found[agent_id] = kept.agent
         same, _ = await agent_store.unchanged(conn, org_id, found)
         for agent_id in found.keys() - same.keys():
             held.drop(agent_id)  # changed (and read again below) or deleted
         return same | await agent_store.load_agents(conn, org_id, [i for i in wanted if i not in same])
 
-    def keep(self, agents: Iterable[Agent]) -> None:
-        """Hold ``agents``, as stored now (room permitting), for their next loads."""
+    def keep(self, agents: Iterable[Agent], messages: Mapping[str, Message] | None = None) -> None:
+        """Hold ``agents``, as stored now (room permitting), for their next loads; with each, its
+        system message when ``messages`` (by id, as stored now) holds it, or the one kept with it
+        before when that still holds (see ``first_messages``)."""
         held = self.held
         now = held.clock.monotonic()
         for agent in agents:
-            if agent.group is None:
-                held.keep(agent.id, agent, held_bytes(agent), now)
+            if agent.group is not None:
+                continue
+            first = messages.get(agent.message_ids[0]) if messages and agent.message_ids else None
+            first = first or self._first_message(agent)
+            size = held_bytes(agent) + (message_cache.held_bytes(first) if first is not None else 0)
+            held.keep(agent.id, _Kept(agent, first), size, now)
+
+    def first_messages(self, agents: Iterable[Agent]) -> dict[str, Message]:
+        """The system messages, by id, kept with agents of the same prompt and blocks as these
+        (the very same objects: loaded unchanged, or copied from such an agent since): they are
+        as stored, and compiled from them."""
+        return {first.id: first for agent in agents if (first := self._first_message(agent)) is not None}
+
+    def _first_message(self, agent: Agent) -> Message | None:
+        kept = self.held.peek(agent.id)
+        if (
+            kept is not None
+            and kept.first is not None
+            and agent.message_ids[:1] == (kept.first.id,)
+            and agent.system is kept.agent.system
+            and agent.blocks is kept.agent.blocks
+        ):
+            return kept.first
+        return None

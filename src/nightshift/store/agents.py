@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -112,10 +112,6 @@ async def insert_agents(conn: AsyncConnection, new: Sequence[Agent]) -> None:
     tool_rows = [{"agent_id": a.id, "tool_id": t.id, "position": i} for a in new for i, t in enumerate(a.tools)]
     if tool_rows:
         await conn.execute(insert(agent_tools), tool_rows)
-
-
-# What loads agents as ``load_agents`` does (it, or a poller's ``store.agent_cache.AgentCache``).
-AgentLoader = Callable[[AsyncConnection, str, Sequence[str]], Awaitable[dict[str, Agent]]]
 
 
 async def load_agents(conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:

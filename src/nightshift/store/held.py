@@ -56,6 +56,11 @@ class Held(Generic[V]):
         entry.used = now
         return entry.value
 
+    def peek(self, key: str) -> V | None:
+        """The value held for ``key``, not counted as a use; None if none."""
+        entry = self._held.get(key)
+        return entry.value if entry is not None else None
+
     def keep(self, key: str, value: V, size: int, now: float) -> None:
         """Hold ``value`` for ``key`` in place of what was held for it, room permitting."""
         held = self._held

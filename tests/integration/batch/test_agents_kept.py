@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import event
 
 from integration.batch.kit import CHECK_TOOL, call, calls_of, say, system_text, text_of
 from nightshift.batch.worker import Worker
@@ -71,3 +72,33 @@ async def test_an_agent_that_manages_a_sleep_time_group_is_not_kept(runs: Runs, 
     await runs.start([{"agent_id": a["id"], "input": "hello"} for a in (sleepy, plain)])
     kept = app.state.nightshift.worker.parts.agents
     assert plain["id"] in kept and sleepy["id"] not in kept
+
+
+async def test_a_kept_agent_s_next_run_reads_neither_it_nor_its_system_message_again(
+    runs: Runs, admin: EmulatorAdmin, app: FastAPI
+) -> None:
+    agent = await runs.agent("regular")
+    await admin.script(agent["id"], say("hello"), say("hello again"))
+    first = await runs.start([{"agent_id": agent["id"], "input": "hi"}])
+    assert (await _finish(runs, app, first["id"]))["status"] == "completed"
+    await admin.configure(polls_to_end=1000)
+    system_id = (await runs.context(agent["id"]))[0]["id"]
+
+    reads: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, parameters: Any, *_args: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            reads.append(f"{statement} {parameters!r}")
+
+    engine = app.state.nightshift.engine
+    event.listen(engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        second = await runs.start([{"agent_id": agent["id"], "input": "hi again"}])
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", seen)
+
+    assert [b["status"] for b in second["progress"]["provider_batches"]] == ["running"]
+    assert not any("tool_links" in read for read in reads)  # the agent was not loaded
+    assert not any(system_id in read for read in reads)  # nor its system message read
+    (_, request) = await calls_of(admin, agent["id"])
+    assert system_text(request) == system_text((await calls_of(admin, agent["id"]))[0])
