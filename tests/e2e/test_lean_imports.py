@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nightshift.providers.clients import ANYIO_ASYNCIO
+
 # What the server would load at start if it did not wait until it needs it.
 LATER = ["alembic", "anthropic", "openai", "google", "jsonschema"]
 
@@ -44,9 +46,9 @@ from nightshift.providers.clients import ProviderSet
 async def main():
     async with ProviderSet() as providers:
         await providers.warm()
+        return {n for m in sys.modules for n in (m, m.split(".")[0])}  # (before the clients close)
 
-asyncio.run(main())
-print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:]))))
+print(json.dumps(sorted(asyncio.run(main()) & set(sys.argv[1:]))))
 """
 
 
@@ -71,3 +73,10 @@ def test_a_poller_builds_the_providers_whose_keys_are_set_and_no_other() -> None
     assert loaded(_POLLER_WARMING, *LATER, keys=("ANTHROPIC",)) == ["anthropic"]
     assert loaded(_POLLER_WARMING, *LATER, keys=("OPENAI", "GEMINI")) == ["google", "openai"]
     assert loaded(_POLLER_WARMING, *LATER, keys=()) == []
+
+
+def test_a_poller_loads_what_the_sdks_first_request_would() -> None:
+    """Their HTTP client loads anyio's asyncio backend at its first request: a poller's first
+    submit would wait for it."""
+    assert loaded(_POLLER_WARMING, ANYIO_ASYNCIO, keys=("ANTHROPIC",)) == [ANYIO_ASYNCIO]
+    assert loaded(_POLLER_WARMING, ANYIO_ASYNCIO, keys=()) == []

@@ -39,6 +39,8 @@ from nightshift.providers.registry import Closer, ProviderInfo, provider_info, p
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RETRIES = 2
+# The module of anyio's asyncio backend, which it imports when first used in a running loop.
+ANYIO_ASYNCIO = "anyio._backends._asyncio"
 
 
 class ProviderSet:
@@ -88,8 +90,10 @@ class ProviderSet:
 
     async def warm(self) -> None:
         """Build now each provider whose API key is set, as its first call would: a poller's first
-        run would otherwise wait for its SDK's import (about a second). A provider that cannot be
-        built is left for its first call, which says why."""
+        run would otherwise wait for its SDK's import (about a second), and for the asyncio
+        backend of anyio, which the SDKs' HTTP client loads at its first request (tens of
+        milliseconds). A provider that cannot be built is left for its first call, which says why."""
+        built = False
         for info in providers():
             if not info.has_key():
                 continue
@@ -98,8 +102,14 @@ class ProviderSet:
             try:
                 if first_call is not None:
                     await first_call.built()
+                    built = True
             except Exception:
                 log.warning("provider %s could not be built ahead of its first call", info.name, exc_info=True)
+        if built:
+            try:
+                await asyncio.to_thread(importlib.import_module, ANYIO_ASYNCIO)
+            except ImportError:  # another anyio: its first request loads what it needs
+                log.debug("anyio's asyncio backend is not %s", ANYIO_ASYNCIO)
 
     async def aclose(self) -> None:
         """Close every SDK client built so far."""
