@@ -28,9 +28,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools), with a deadline for each request's head.
 
     The head (request line and headers) must be complete ``head_timeout`` seconds after the
-    connection opened, or after the previous response ended; otherwise the connection is
-    closed. Once a head is complete the request runs as long as it needs (bodies are bounded by
-    size, see ``api/body_limit.py``). Made per server by :func:`connection_options`.
+    connection opened, or after the previous response ended (or after the last part of a body
+    its answer did not wait for); otherwise the connection is closed. Once a head is complete
+    the request runs as long as it needs (bodies are bounded by size, see
+    ``api/body_limit.py``). Made per server by :func:`connection_options`.
     """
 
     head_timeout: ClassVar[float] = 10.0
@@ -44,6 +45,15 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_arrived()
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        # The rest of a body whose answer has gone (a 401 from the headers alone, say) is read and
+        # dropped as it comes. Each part gives the client the head's time again: it gets to read
+        # the answer rather than a reset when its body takes longer than that, and one that stops
+        # sending is closed all the same.
+        if self._head_deadline is not None:
+            self._await_head()
+        super().on_body(body)
 
     def on_response_complete(self) -> None:
         # With a pipelined request queued, its head has arrived already.

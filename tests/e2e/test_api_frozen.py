@@ -269,6 +269,22 @@ async def test_a_head_sent_a_byte_at_a_time_is_cut_off(server: Server) -> None:
         assert time.monotonic() - start < HEAD_TIMEOUT_SECONDS + 5
 
 
+async def test_a_body_refused_from_its_headers_may_take_longer_than_a_head_to_arrive(server: Server) -> None:
+    """A 401 goes before the body is read; the rest of the body is read and dropped while it keeps
+    coming, however long it takes, and the connection then serves the next request."""
+    part = b"x" * 1000
+    parts = 8
+    head = f"POST /v1/agents/ HTTP/1.1\r\nHost: nightshift\r\nContent-Length: {len(part) * parts}\r\n\r\n"
+    with _connect(server) as uploading:
+        uploading.sendall(head.encode() + part)
+        assert _response(uploading).startswith(b"HTTP/1.1 401 ")
+        for _ in range(parts - 1):  # the rest over four head timeouts: still read, never cut off
+            time.sleep(HEAD_TIMEOUT_SECONDS / 2)
+            uploading.sendall(part)
+        uploading.sendall(b"GET /v1/health HTTP/1.1\r\nHost: nightshift\r\n\r\n")
+        assert _response(uploading).startswith(b"HTTP/1.1 200 ")
+
+
 def _response(connection: socket.socket) -> bytes:
     """One whole HTTP response read from ``connection`` (its head, then Content-Length bytes)."""
     data = b""
