@@ -172,7 +172,7 @@ class Settings(BaseSettings):
     message_cache_mb: int = Field(default=64, ge=0)
     # What a poller keeps of the agents it submitted, as stored, for their next steps (see
     # store/agent_cache.py), in MiB of their estimated size; 0: nothing kept.
-    agent_cache_mb: int = Field(default=64, ge=0)
+    agent_cache_mb: int = Field(default=128, ge=0)
 
     @field_validator("home")
     @classmethod

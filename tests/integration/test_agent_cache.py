@@ -167,9 +167,9 @@ async def test_a_poller_keeps_no_agents_when_told(app: FastAPI) -> None:
     assert app.state.nightshift.worker.parts.agents is None
 
 
-async def test_a_poller_keeps_64_mib_of_agents_by_default(app: FastAPI) -> None:
+async def test_a_poller_keeps_128_mib_of_agents_by_default(app: FastAPI) -> None:
     cache = app.state.nightshift.worker.parts.agents
-    assert cache is not None and cache.held.max_bytes == 64 * 2**20
+    assert cache is not None and cache.held.max_bytes == 128 * 2**20
 
 
 async def test_a_system_message_is_given_only_for_the_prompt_and_blocks_it_was_kept_with(engine: AsyncEngine) -> None:
