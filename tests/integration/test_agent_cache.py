@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.agents import Agent, LLMConfig
@@ -25,6 +23,7 @@ from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
 from nightshift.store.agent_cache import AgentCache, held_bytes
 from nightshift.store.orgs import ensure_default_org
+from support.statements import statements
 
 CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
 
@@ -39,20 +38,6 @@ def {name}(item: str) -> str:
     """
     return "{answer}"
 '''
-
-
-@contextmanager
-def _statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 async def _agents(engine: AsyncEngine, names: Sequence[str], *, blocks: int = 1, **spec: object) -> list[Agent]:
@@ -83,7 +68,7 @@ async def test_kept_agents_are_checked_and_read_again_only_when_something_of_the
     cache.keep(everyone)
     assert len(cache) == len(everyone)
 
-    with _statements(engine) as seen:
+    with statements(engine) as seen:
         async with engine.connect() as conn:
             same = await cache.load(conn, DEFAULT_ORG_ID, ids)
     assert all(same[a.id] is a for a in everyone)  # none read again
@@ -96,7 +81,7 @@ async def test_kept_agents_are_checked_and_read_again_only_when_something_of_the
         await delete_agent(conn, DEFAULT_ORG_ID, deleted.id, now=now)
         await update_tool(conn, DEFAULT_ORG_ID, edited_tool.id, ToolChanges(source_code=_source("a", "two")), now=now)
         await delete_tool(conn, DEFAULT_ORG_ID, deleted_tool.id)
-    with _statements(engine) as seen:
+    with statements(engine) as seen:
         async with engine.connect() as conn:
             current = await cache.load(conn, DEFAULT_ORG_ID, ids)
             stored = await agent_store.load_agents(conn, DEFAULT_ORG_ID, ids)
@@ -117,7 +102,7 @@ async def test_agents_not_held_or_of_another_organization_are_read(engine: Async
     held, other = await _agents(engine, ["held", "not-held"])
     cache = AgentCache(10**8)
     cache.keep([held])
-    with _statements(engine) as seen:
+    with statements(engine) as seen:
         async with engine.connect() as conn:
             found = await cache.load(conn, DEFAULT_ORG_ID, [held.id, other.id, "agent-nope"])
             elsewhere = await cache.load(conn, "org-elsewhere", [held.id])

@@ -6,16 +6,14 @@ that it can scrape between the stages. The text is read with prometheus-client's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from integration.batch.kit import RAISING_TOOL, call, say
 from nightshift.api.app import create_app
@@ -27,6 +25,7 @@ from nightshift.providers.clients import DEFAULT_MAX_RETRIES
 from support.api import create_tool, json_object
 from support.clock import ManualClock, clock_of
 from support.runs import ANTHROPIC_MODEL, LOOKUP_TOOL, Runs
+from support.statements import statements
 
 pytestmark = pytest.mark.settings(poller=False)
 
@@ -67,21 +66,6 @@ async def scrape(client: httpx.AsyncClient) -> Scrape:
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     return Scrape(response.text)
-
-
-@contextmanager
-def statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine sends in the block."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 def state_of(app: FastAPI) -> AppState:

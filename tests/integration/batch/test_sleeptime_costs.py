@@ -5,13 +5,11 @@ runs) and the usage counters of ``/metrics`` by ``run_kind``."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import event, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.batches import BatchRunKind
@@ -20,24 +18,10 @@ from nightshift.store.batch_runs import costs_by_kind
 from nightshift.store.tables import batch_items, batch_runs
 from support.api import json_list, json_object
 from support.scripted import call, say
+from support.statements import statements
 from support.stepped import SteppedRuns
 
 COSTS = ("cost_usd", "cost_without_batch_usd", "cache_savings_usd")
-
-
-@contextmanager
-def statements(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine sends in the block."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 def close(left: float, right: float) -> bool:
