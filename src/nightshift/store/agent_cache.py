@@ -16,8 +16,8 @@ from one with the very same prompt and blocks, still has it as kept.
 What is kept is only what is stored, committed: the agents a submit read or checked after their
 step's write (what a step reads it then writes, so it keeps nothing of that). Not kept: an agent
 that manages a group (its group's turns move without its row). Each process has its own: nothing
-is shared, and nothing needs telling when another one writes.
-Its bound and how it makes room are ``store/held.py``'s.
+is shared, and nothing needs telling when another one writes. Its bound and how it makes room
+are ``store/held.py``'s.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class AgentCache:
 
     async def load(self, conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
         """What ``agents.load_agents`` returns: the agents held and unchanged, and the others read
-        (in two statements when all are held and unchanged, five at most)."""
+        (two statements when all are held and unchanged; five at most, as ``load_agents`` makes
+        three)."""
         held = self.held
         now = held.clock.monotonic()
         wanted = list(dict.fromkeys(ids))
