@@ -3,14 +3,11 @@ their next load and read again only when something of theirs changed (on SQLite 
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.domain.agents import Agent, LLMConfig
@@ -23,6 +20,7 @@ from nightshift.store import agents as agent_store
 from nightshift.store import messages as message_store
 from nightshift.store.agent_cache import AgentCache, held_bytes
 from nightshift.store.orgs import ensure_default_org
+from support.memory import allocated
 from support.statements import statements
 
 CONFIG = LLMConfig(provider="anthropic", model="claude-3-5-haiku-20241022")
@@ -131,30 +129,13 @@ async def test_the_cache_counts_at_least_what_its_agents_take(engine: AsyncEngin
     ids = [a.id for a in agents]
     async with engine.connect() as conn:
         await agent_store.load_agents(conn, DEFAULT_ORG_ID, [first.id])  # the statements compiled before counting
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
+        with allocated() as taken:
             loaded = await agent_store.load_agents(conn, DEFAULT_ORG_ID, ids)
             cache = AgentCache(10**9)
             cache.keep(loaded.values())
-            gc.collect()
-            taken = tracemalloc.get_traced_memory()[0] - before
-        finally:
-            tracemalloc.stop()
     assert len(cache) == len(ids) and sum(map(held_bytes, loaded.values())) == cache.held.held_bytes
     estimate = cache.held.held_bytes
-    assert 0.7 * estimate <= taken <= 1.1 * estimate, (taken / len(ids), estimate / len(ids))
-
-
-@pytest.mark.settings(agent_cache_mb=0)
-async def test_a_poller_keeps_no_agents_when_told(app: FastAPI) -> None:
-    assert app.state.nightshift.worker.parts.agents is None
-
-
-async def test_a_poller_keeps_128_mib_of_agents_by_default(app: FastAPI) -> None:
-    cache = app.state.nightshift.worker.parts.agents
-    assert cache is not None and cache.held.max_bytes == 128 * 2**20
+    assert 0.7 * estimate <= taken.bytes <= 1.1 * estimate, (taken.bytes / len(ids), estimate / len(ids))
 
 
 async def test_a_system_message_is_given_only_for_the_prompt_and_blocks_it_was_kept_with(engine: AsyncEngine) -> None:

@@ -5,14 +5,10 @@ and a request the provider refuses to encode fails its agent alone."""
 from __future__ import annotations
 
 import asyncio
-import gc
-import tracemalloc
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import orjson
-import pytest
-from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,6 +28,7 @@ from nightshift.store.held import IN_USE_SECONDS
 from nightshift.store.message_cache import MessageCache, held_bytes
 from nightshift.store.orgs import ensure_default_org
 from support.clock import ManualClock
+from support.memory import allocated
 
 OPENAI = provider_info("openai")
 
@@ -197,25 +194,8 @@ async def test_the_cache_counts_at_least_what_its_messages_take(engine: AsyncEng
     cache = MessageCache(10**9)
     async with engine.connect() as conn:
         await message_store.get_messages(conn, ids[:1])  # the statement compiled before counting
-        gc.collect()
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
+        with allocated() as taken:
             await cache.get(conn, ids)
-            gc.collect()
-            taken = tracemalloc.get_traced_memory()[0] - before
-        finally:
-            tracemalloc.stop()
     estimate = cache.held.held_bytes
     assert len(cache) == len(ids)
-    assert 0.7 * estimate <= taken <= 1.1 * estimate, (taken / len(ids), estimate / len(ids))
-
-
-@pytest.mark.settings(message_cache_mb=0)
-async def test_a_poller_keeps_no_messages_when_told(app: FastAPI) -> None:
-    assert app.state.nightshift.worker.parts.messages is None
-
-
-async def test_a_poller_keeps_64_mib_of_messages_by_default(app: FastAPI) -> None:
-    cache = app.state.nightshift.worker.parts.messages
-    assert cache is not None and cache.held.max_bytes == 64 * 2**20
+    assert 0.7 * estimate <= taken.bytes <= 1.1 * estimate, (taken.bytes / len(ids), estimate / len(ids))
