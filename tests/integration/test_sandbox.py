@@ -303,6 +303,15 @@ async def test_secrets_reach_their_call_only(sandbox: ToolSandbox) -> None:
     assert second.value is None
 
 
+async def test_a_call_sees_the_sandbox_environment_and_its_secrets_only(sandbox: ToolSandbox) -> None:
+    # The launcher starts the zygote with LD_BIND_NOW for its own start; no call inherits it.
+    source = "import os\ndef tool():\n    return sorted(os.environ)\n"
+
+    names = (await sandbox.run(call(source, env={"WEATHER_KEY": "k-123"}))).value
+
+    assert set(names) - {"PWD"} == {"PATH", "HOME", "TMPDIR", "LANG", "WEATHER_KEY"}
+
+
 async def test_run_many_keeps_input_order(sandbox: ToolSandbox) -> None:
     source = '''
 import time

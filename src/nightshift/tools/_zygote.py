@@ -40,7 +40,10 @@ which a tool can leave; that mode isolates nothing.
 The zygote exits when its request stream reaches end of file.
 
 It imports as little as it can: every module in its heap makes each fork, and each page a call
-touches, dearer (a fresh process pays a page fault for every page it writes).
+touches, dearer (a fresh process pays a page fault for every page it writes, and so does the
+zygote, whose pages each fork shares again). For the same reason what runs at every call (its
+loop, the call's process) works out nothing twice and uses ``try``/``except`` where
+``contextlib.suppress`` would run two more Python functions.
 """
 
 from __future__ import annotations
@@ -144,13 +147,24 @@ class Options:
     """The command line: ``--isolated``, ``--own-network``, ``--scratch=DIR`` and ``--keep=PATH``
     (each repeated), and the per-call limits."""
 
-    __slots__ = ("file_mb", "isolated", "keep", "memory_mb", "open_files", "own_network", "processes", "scratch")
+    __slots__ = (
+        "file_mb",
+        "isolated",
+        "keep",
+        "leading",
+        "memory_mb",
+        "open_files",
+        "own_network",
+        "processes",
+        "scratch",
+    )
 
     def __init__(self) -> None:
         self.isolated = False  # pid 1 of a bubblewrap sandbox
         self.own_network = False  # the sandbox's network namespace is its own: its sockets are the call's
         self.scratch: list[str] = []  # directories wiped after every call
         self.keep: set[str] = set()  # paths under them that the wipe leaves, with their parents
+        self.leading: set[str] = set()  # those parents
         self.memory_mb = 512
         self.processes = 32
         self.open_files = 256
@@ -175,12 +189,14 @@ class Options:
                 setattr(options, name, int(value))
             else:
                 raise SystemExit(f"nightshift-tool-zygote: unknown argument {argument!r}")
+        options.leading = {parent for path in options.keep for parent in _parents(path)}
         return options
 
 
 def main(argv: list[str] | None = None) -> int:
     """Serve calls until the server closes the request stream."""
     options = Options.parse(sys.argv[1:] if argv is None else argv)
+    os.environ.pop("LD_BIND_NOW", None)  # the launcher's, for this process's start only: no call sees it
     # compile() is slow the first time in a process: pay it here, not in the first call.
     compile("def warm(a):\n    return a\n", "<warm>", "exec")
     if options.isolated:
@@ -324,9 +340,11 @@ def _supervise(pid: int, result_r: int, requests: int, timeout: float, options: 
         # Its writers are dead now, so what the pipe holds is the rest of the answer (not waited
         # for: in process mode a tool's process can escape the kill).
         os.set_blocking(result_r, False)
-        with contextlib.suppress(BlockingIOError):
+        try:
             while len(data) <= ANSWER_LIMIT and (chunk := os.read(result_r, 1 << 16)):
                 data += chunk
+        except BlockingIOError:
+            pass
     status = _reap(pid, options)
     read_all = data.startswith(_READ_MARK)
     if read_all:
@@ -419,11 +437,13 @@ def _scratch_memory(options: Options) -> int:
 
 def _kill_call(pid: int, options: Options) -> None:
     """SIGKILL every process the call started, wherever it went."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    try:
         if options.isolated:
             os.kill(-1, signal.SIGKILL)  # from pid 1: every other process of the namespace
         else:
             os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _reap(pid: int, options: Options) -> int:
@@ -443,10 +463,9 @@ def _reap(pid: int, options: Options) -> int:
 
 def _clean_up(options: Options) -> bool:
     """Leave nothing of the call behind; False when that cannot be made sure of."""
-    leading = {parent for path in options.keep for parent in _parents(path)}
     clean = True
     for scratch in options.scratch:
-        clean = _wipe(scratch, options.keep, leading) and clean
+        clean = _wipe(scratch, options.keep, options.leading) and clean
     # System V IPC objects and POSIX message queues would outlive processes too: the sandbox's
     # syscall filter refuses them.
     return clean
@@ -561,9 +580,11 @@ def _limit(options: Options, timeout: float) -> None:
 
 def _send_answer(fd: int, answer: dict[str, Any]) -> None:
     view = memoryview(_encode(answer))
-    with contextlib.suppress(OSError):  # the zygote gave up on this call
+    try:
         while view:
             view = view[os.write(fd, view) :]
+    except OSError:  # the zygote gave up on this call
+        pass
 
 
 def _run(code: int | str, function_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
