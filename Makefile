@@ -9,7 +9,7 @@ LETTA_CLIENT_1_12 := tests/letta-client-1.12.lock
 UV := uv==0.13.8
 PY_VERSION := 3.11
 
-.PHONY: demo test test-fast test-quick lint format lock bench load submit rounds polling cost deadline letta-side migration wheel clean
+.PHONY: demo test test-fast test-quick lint format lock bench load submit sandbox rounds polling cost deadline letta-side migration wheel clean
 
 # Debian packages by the command that shows they are there: bubblewrap isolates custom tools
 # (the demo runs one), Chromium drives the dashboard's browser test.
@@ -100,6 +100,11 @@ load: $(STAMP)
 # What starting a run costs, black-box: from the POST until the provider has the batch.
 submit: $(STAMP)
 	$(BIN)/python -m benchmarks.submit $(ARGS)
+
+# What a custom tool call costs in the tool sandbox, part by part, beside a bare fork's floor.
+sandbox: $(STAMP)
+	@scripts/system-packages $(DEMO_PACKAGES)
+	$(BIN)/python -m benchmarks.sandbox $(ARGS)
 
 # Provider rounds per task, with and without several tool calls per turn (the README's table).
 rounds: $(STAMP)

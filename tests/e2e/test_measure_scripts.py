@@ -1,6 +1,7 @@
-"""The measuring scripts (``make bench``, ``load``, ``polling``, ``cost``, ``deadline``) keep working:
-each runs end to end on a few agents and prints its figures (the figures themselves are for people
-to read, never asserted on; what they show of behaviour, a deadline met, is)."""
+"""The measuring scripts (``make bench``, ``load``, ``submit``, ``sandbox``, ``polling``, ``cost``,
+``deadline``) keep working: each runs end to end on a few agents (or calls) and prints its figures
+(the figures themselves are for people to read, never asserted on; what they show of behaviour, a
+deadline met, is)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,19 @@ def test_submit_times_each_round_until_the_provider_has_the_batch() -> None:
         assert 0 < answered / 1000 <= took and per_agent == pytest.approx(took * 1000 / 3, abs=0.17), output
         assert cpu > 0, output
     assert rows["median of 2-2"] == rows["2"], output
+
+
+def test_sandbox_splits_a_call_beside_the_floor_of_a_bare_fork() -> None:
+    output = _run("benchmarks.sandbox", "--calls", "20")
+    rows = {line.split("│")[1].strip(): line.split("│")[2:-1] for line in output.splitlines() if line.count("│") == 9}
+    assert set(rows) == {"bare fork + exit (the floor)", "one call at a time", "run_many on 2 workers"}, output
+    floor = [float(cell) for cell in rows.pop("bare fork + exit (the floor)")[2:]]
+    for name, cells in rows.items():
+        wall, server, zygote, call, sandbox, zygote_faults, call_faults = (float(cell) for cell in cells)
+        assert wall > 0 and server > 0 and sandbox == pytest.approx(zygote + call, abs=0.002), (name, output)
+        # A call's processes write more pages than a fork that does nothing (their faults are counted exactly).
+        assert zygote_faults > floor[3] and call_faults > floor[4], (name, output)
+    assert "hypervisor took" in output, output
 
 
 def test_paced_load_states_its_offered_load() -> None:
