@@ -123,6 +123,7 @@ def earlier_turns(agent: Agent, turns: int, now: datetime) -> list[Message]:
 class Phase:
     name: str
     seconds: float
+    emulator_cpu_seconds: float  # the provider's: the wall time includes waiting for it
     cpu_seconds: float
     sandbox_cpu_seconds: float
     database_cpu_seconds: float | None  # PostgreSQL's, on this machine; None: in the server (SQLite) or elsewhere
@@ -204,6 +205,12 @@ def fresh_emulator(url: str) -> None:
 def sandbox_cpu_seconds(*, besides: int) -> float:
     """CPU time of every process below this one but ``besides`` (the emulator): the tool sandbox."""
     return sum(tree_cpu_seconds(pid) for pid in _children(os.getpid()) if pid != besides)
+
+
+def stolen_seconds() -> float:
+    """CPU time the hypervisor gave other machines so far (the ``steal`` of ``/proc/stat``), all CPUs."""
+    with open("/proc/stat") as stat:
+        return int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(root: int) -> float:
@@ -324,6 +331,7 @@ async def bench(
         async def measure(name: str, work: Any) -> Any:
             reset = reset_peak_rss()
             before, start, cpu = counter.count, time.perf_counter(), time.process_time()
+            emulator = tree_cpu_seconds(emulator_pid)
             sandbox = sandbox_cpu_seconds(besides=emulator_pid)
             database = postgres_cpu_seconds() if engine.dialect.name == "postgresql" else None
             result = await work
@@ -332,6 +340,7 @@ async def bench(
                 Phase(
                     name,
                     time.perf_counter() - start,
+                    tree_cpu_seconds(emulator_pid) - emulator,
                     time.process_time() - cpu,
                     sandbox_cpu_seconds(besides=emulator_pid) - sandbox,
                     database_after - database if database is not None and database_after is not None else None,
@@ -411,6 +420,7 @@ def main(
     columns = (
         "phase",
         "wall s",
+        "emulator CPU s",
         "server CPU s",
         "server CPU ms/agent",
         "sandbox CPU ms/agent",
@@ -422,6 +432,7 @@ def main(
     table.add_column("peak RSS MiB", justify="right")
     peak_of_phases: list[float | None] = []
     endings: list[str] = []
+    stolen, started = stolen_seconds(), time.monotonic()
     with emulator_process() as (url, emulator_pid):
         os.environ.update(sdk_environment(url, api_key="bench"))
         for kind in kinds:
@@ -435,6 +446,7 @@ def main(
                     table.add_row(
                         phase.name,
                         f"{phase.seconds:.2f}",
+                        f"{phase.emulator_cpu_seconds:.2f}",
                         f"{phase.cpu_seconds:.2f}",
                         f"{phase.cpu_seconds * 1000 / agents:.3f}",
                         f"{phase.sandbox_cpu_seconds * 1000 / agents:.3f}",
@@ -453,11 +465,14 @@ def main(
     peaks = [p for p in peak_of_phases if p is not None]
     peak = max(peaks) if peaks else peak_rss_mib()
     console.print(f"peak memory (RSS) of the server process: {peak:,.0f} MiB")
+    stolen = (stolen_seconds() - stolen) / ((time.monotonic() - started) * (os.cpu_count() or 1))
+    console.print(f"the hypervisor took {stolen:.0%} of this machine's CPU time meanwhile (steal: wall times grow)")
     console.print(
-        "wall time includes waiting for the emulator (another process); server CPU is this process's own "
-        "time, SQLite's included (aiosqlite runs it on a thread of this process); sandbox CPU is the tool "
-        "sandbox's processes (bubblewrap, the zygotes and one process per custom tool call); database CPU is "
-        "PostgreSQL's processes on this machine, all of them (- for SQLite, whose work is the server's)"
+        "wall time includes waiting for the emulator (another process, whose CPU is the provider's work); "
+        "server CPU is this process's own time, SQLite's included (aiosqlite runs it on a thread of this "
+        "process); sandbox CPU is the tool sandbox's processes (bubblewrap, the zygotes and one process per "
+        "custom tool call); database CPU is PostgreSQL's processes on this machine, all of them (- for SQLite, "
+        "whose work is the server's)"
     )
 
 

@@ -34,7 +34,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.bench import LOOKUP_TOOL, _children
+from benchmarks.bench import LOOKUP_TOOL, _children, stolen_seconds
 from nightshift.config import SandboxKind, Settings
 from nightshift.tools.launch import BIND_NOW, ZYGOTE_SCRIPT
 from nightshift.tools.results import SandboxCall, SandboxResult
@@ -106,12 +106,6 @@ def sandbox_spent() -> Spent:
             zygote_faults, call_faults = zygote_faults + faults, call_faults + reaped_faults
         pending += _children(pid)
     return Spent(zygote / ticks, calls / ticks, bubblewrap / ticks, zygote_faults, call_faults)
-
-
-def stolen_seconds() -> float:
-    """CPU time the hypervisor gave other machines so far (the ``steal`` of ``/proc/stat``), all CPUs."""
-    with open("/proc/stat") as stat:
-        return int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
 
 
 def floor(forks: int) -> Spent:

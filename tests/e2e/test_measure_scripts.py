@@ -51,7 +51,7 @@ def test_bench_prints_each_phase_of_its_runs() -> None:
         assert phase in output, output
     # SQLite's work is the server's own: no database CPU apart ("-"), in each of the three runs.
     rows = [line.split("│") for line in output.splitlines() if "create the run" in line]
-    assert [row[6].strip() for row in rows] == ["-"] * 3, output
+    assert [row[7].strip() for row in rows] == ["-"] * 3, output
     assert "database: sqlite" in output, output
     # Each agent had two earlier turns in its window, and every run stepped its agents to the end.
     assert "each agent's window before its run: its first messages and 2 earlier turns" in output, output
@@ -67,7 +67,7 @@ def test_bench_counts_the_database_cpu_apart_on_postgresql(empty_db_url: str) ->
     output = _run("benchmarks.bench", "--agents", "4", "--tools", "memory", "--database-url", empty_db_url)
     rows = [line.split("│") for line in output.splitlines() if "create the run" in line]
     assert len(rows) == 1, output
-    assert re.fullmatch(r"\d+\.\d{3}", rows[0][6].strip()), output  # PostgreSQL's CPU per agent
+    assert re.fullmatch(r"\d+\.\d{3}", rows[0][7].strip()), output  # PostgreSQL's CPU per agent
     assert "database: postgresql" in output, output
 
 
