@@ -99,6 +99,9 @@ HEADER = struct.Struct("<cId")
 _READ_MARK = b"+"
 # What precedes each answer: whether this zygote serves the next call or exits after this one.
 _GOES_ON, _RETIRES = b"=", b"!"
+# How often the zygote runs a call's code on its own function as it starts: CPython specializes a
+# function's code after its first few calls (8 in 3.11).
+_WARM_UP_RUNS = 10
 # What the ``S`` frames compiled, by number: a code object or the exception compiling raised, and
 # the warnings it printed.
 _compiled: dict[int, tuple[Any, str]] = {}
@@ -197,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     """Serve calls until the server closes the request stream."""
     options = Options.parse(sys.argv[1:] if argv is None else argv)
     os.environ.pop("LD_BIND_NOW", None)  # the launcher's, for this process's start only: no call sees it
-    # compile() is slow the first time in a process: pay it here, not in the first call.
-    compile("def warm(a):\n    return a\n", "<warm>", "exec")
+    _warm_up()
     if options.isolated:
         if os.getuid() == 0:
             # The server is root: bwrap kept CAP_SETUID/CAP_SETGID for this one step, and
@@ -244,6 +246,25 @@ def main(argv: list[str] | None = None) -> int:
         _send(responses, (_GOES_ON if clean else _RETIRES) + answer)
         if not clean:
             return 0
+
+
+def _warm_up() -> None:
+    """Run what a call's process runs after its fork, on a function of the zygote's own, enough
+    times for CPython to settle its code: a function that has run only in fresh processes is
+    warmed up again in each, which writes its code object and so costs a page copy per call."""
+    # compile() is slow the first time in a process, too.
+    _compiled[-1] = (compile("def warm(a):\n    return a\n", "<warm>", "exec"), "")
+    answers_r, answers_w = os.pipe()
+    try:
+        for _ in range(_WARM_UP_RUNS):
+            _send_answer(answers_w, _run(-1, "warm", {"a": "x"}))
+            _send_answer(answers_w, _failure_dict("warm", "", ""))
+            os.read(answers_r, 1 << 16)
+    finally:
+        os.close(answers_r)
+        os.close(answers_w)
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # _run leaves them to the call's buffers
+        del _compiled[-1]
 
 
 def _compile(body: bytes) -> None:
