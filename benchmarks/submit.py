@@ -8,6 +8,8 @@ time it logs for the batch's create request, on this machine's clock: the emulat
 of the body is the provider's time, not nightshift's), then the run is cancelled, which
 frees its agents for the next round. The first round is the server's first run (its provider
 clients made, its statements compiled); the others are what a server that has run before costs.
+With ``--new-agents`` each round's run is of AGENTS agents made for it (before its clock starts),
+which the server has never stepped: nothing of them is in its poller's caches.
 Each round prints the POST's own answer time, the time until the provider has the batch, that
 time per agent, and the CPU of the server's processes (the API, its poller) per agent.
 """
@@ -60,8 +62,11 @@ async def cancelled(client: httpx.AsyncClient, run_id: str) -> None:
     raise RuntimeError(f"run {run_id} was not cancelled within a minute")
 
 
-async def rounds(url: str, emulator_url: str, server: int, *, agents: int, count: int, provider: str) -> Table:
-    table = Table(title=f"starting a run of {agents:,} agents, {provider}, black-box")
+async def rounds(
+    url: str, emulator_url: str, server: int, *, agents: int, count: int, provider: str, new_agents: bool
+) -> Table:
+    which = "new agents each round" if new_agents else "the same agents each round"
+    table = Table(title=f"starting a run of {agents:,} agents, {provider}, {which}, black-box")
     for column in ("round", "POST answered ms", "provider has it s", "ms per agent", "server CPU ms per agent"):
         table.add_column(column, justify="right")
     path = BATCH_CREATES[provider]
@@ -70,10 +75,13 @@ async def rounds(url: str, emulator_url: str, server: int, *, agents: int, count
         httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client,
         httpx.AsyncClient(base_url=emulator_url, timeout=60) as emulator,
     ):
-        agent_ids = await create_agents(client, agents, f"{provider}/{provider_info(provider).example_model}")
-        body = {"requests": [{"agent_id": a, "input": ASKS["memory"]} for a in agent_ids]}
+        model = f"{provider}/{provider_info(provider).example_model}"
+        agent_ids = await create_agents(client, agents, model)
         warm: list[tuple[float, float, float]] = []
         for index in range(1, count + 1):
+            if new_agents and index > 1:
+                agent_ids = await create_agents(client, agents, model)
+            body = {"requests": [{"agent_id": a, "input": ASKS["memory"]} for a in agent_ids]}
             await settle(server)
             cpu, sent = tree_cpu_seconds(server), time.time()
             answer = await client.post("/v1/messages/batches", json=body)
@@ -103,6 +111,9 @@ def main(
     count: Annotated[int, typer.Option("--rounds", help="Runs started one after the other")] = 5,
     database_url: Annotated[str | None, typer.Option(help="Database (default: a new SQLite file)")] = None,
     provider: Annotated[str, typer.Option(help="Provider the agents use (anthropic, openai)")] = "anthropic",
+    new_agents: Annotated[
+        bool, typer.Option("--new-agents", help="Each round's run of agents the server has not stepped before")
+    ] = False,
 ) -> None:
     """Time ROUNDS runs of AGENTS agents from the POST until the provider has the batch."""
     if provider not in BATCH_CREATES:
@@ -114,7 +125,9 @@ def main(
         httpx.post(f"{emulator_url}/_emulator/config", json={"log_limit": 100}).raise_for_status()
         db = database_url or f"sqlite:///{Path(tmp) / 'submit.db'}"
         with server_process(db, Path(tmp), emulator_url) as (url, server):
-            table = asyncio.run(rounds(url, emulator_url, server, agents=agents, count=count, provider=provider))
+            table = asyncio.run(
+                rounds(url, emulator_url, server, agents=agents, count=count, provider=provider, new_agents=new_agents)
+            )
     console.print(table)
     console.print(
         f"database: {db.split(':')[0]}; the time is from the POST's sending until the emulator received the "

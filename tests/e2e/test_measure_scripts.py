@@ -80,8 +80,10 @@ def test_load_prints_latencies_without_errors() -> None:
     assert "the run took" in output
 
 
-def test_submit_times_each_round_until_the_provider_has_the_batch() -> None:
-    output = _run("benchmarks.submit", "--agents", "3", "--rounds", "2")
+@pytest.mark.parametrize(("flags", "title"), [((), "the same agents"), (("--new-agents",), "new agents")])
+def test_submit_times_each_round_until_the_provider_has_the_batch(flags: tuple[str, ...], title: str) -> None:
+    output = _run("benchmarks.submit", "--agents", "3", "--rounds", "2", *flags)
+    assert f"3 agents, anthropic, {title} each round" in output, output
     rows = {line.split("│")[1].strip(): line.split("│")[2:-1] for line in output.splitlines() if line.count("│") == 6}
     assert set(rows) == {"1", "2", "median of 2-2"}, output
     for name in ("1", "2"):
