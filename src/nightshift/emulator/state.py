@@ -80,6 +80,10 @@ class EmulatorState:
         self.gemini_files: dict[str, StoredFile] = {}  # by name, ``files/...``
         self.gemini_uploads: dict[str, StoredFile] = {}  # resumable uploads under way, by upload id
         self._counters: dict[str, int] = {}
+        # Ids count up from the emulator's start in microseconds: one started later never gives an
+        # id an earlier one gave (none gives a million ids a second), and ids still sort in
+        # creation order across emulators.
+        self._first_id = time.time_ns() // 1000
         self.cache = PromptCache()
         self._ahead = 0.0
         self.reset()
@@ -99,7 +103,8 @@ class EmulatorState:
         files, logs and the cache.
 
         Ids go on counting: a provider never gives an id twice, and a database that outlives the
-        reset (``make bench`` on one PostgreSQL database) would otherwise see a batch id again.
+        reset (or the emulator: ``make bench`` on one PostgreSQL database) would otherwise see a
+        batch id again.
         """
         self._ahead = 0.0
         self.anthropic_batches.clear()
@@ -155,7 +160,7 @@ class EmulatorState:
 
     def next_id(self, prefix: str) -> str:
         """A new id with this prefix, counting up (ids sort in creation order)."""
-        count = self._counters.get(prefix, 0) + 1
+        count = self._counters.get(prefix, self._first_id) + 1
         self._counters[prefix] = count
         return f"{prefix}{count:024x}"
 

@@ -47,3 +47,16 @@ def test_the_request_log_reads_from_a_time_on() -> None:
         assert len(client.get("/_emulator/requests", params={"since": first - 1}).json()["data"]) == 2
         later = client.get("/_emulator/requests", params={"since": log[0]["received_at"], "path": "/v1/messages"})
         assert later.json()["data"] == []
+
+
+def test_an_emulator_started_later_never_gives_an_id_an_earlier_one_gave() -> None:
+    # A provider never gives an id twice: a database that outlives an emulator (two `make bench`
+    # on one PostgreSQL database) must not see a batch id again from the next one.
+    batch = {"requests": [{"custom_id": "a", "params": MESSAGE}]}
+    ids: list[str] = []
+    for _ in range(2):
+        with running_emulator() as url, httpx.Client(base_url=url, headers=AUTH) as client:
+            ids += [client.post("/v1/messages/batches", json=batch).json()["id"] for _ in range(2)]
+
+    assert len(set(ids)) == 4, ids
+    assert ids == sorted(ids), ids  # in creation order, as a provider lists them
