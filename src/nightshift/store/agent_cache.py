@@ -26,12 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.domain.agents import Agent
 from nightshift.domain.messages import Message
 from nightshift.store import agents as agent_store
 from nightshift.store import message_cache
-from nightshift.store.held import Held
+from nightshift.store.held import HeldCache
 
 # What an agent held costs beyond its texts, in bytes: the object, its LLM config, rules, tags and
 # timestamps, and the cache's own entry (its tools are shared with the agents loaded with it), as
@@ -57,17 +56,8 @@ class _Kept:
         self.agent, self.first = agent, first
 
 
-class AgentCache:
+class AgentCache(HeldCache[_Kept]):
     """Agents by id, read through to the database (see the module); holds ``max_bytes`` at most."""
-
-    def __init__(self, max_bytes: int, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.held = Held[_Kept](max_bytes, clock=clock)
-
-    def __len__(self) -> int:
-        return len(self.held)
-
-    def __contains__(self, agent_id: object) -> bool:
-        return agent_id in self.held
 
     async def load(self, conn: AsyncConnection, org_id: str, ids: Sequence[str]) -> dict[str, Agent]:
         """What ``agents.load_agents`` returns: the agents held and unchanged, and the others read

@@ -80,3 +80,17 @@ class Held(Generic[V]):
         entry = self._held.pop(key, None)
         if entry is not None:
             self.held_bytes -= entry.size
+
+
+class HeldCache(Generic[V]):
+    """What a cache of the poller's over ``Held`` shares: its store (``held``), its length and
+    what it holds, by id."""
+
+    def __init__(self, max_bytes: int, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.held: Held[V] = Held(max_bytes, clock=clock)
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.held

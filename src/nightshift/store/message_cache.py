@@ -21,10 +21,9 @@ from collections.abc import Collection, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from nightshift.clock import SYSTEM_CLOCK, Clock
 from nightshift.domain.messages import Message
 from nightshift.store import messages as message_store
-from nightshift.store.held import Held
+from nightshift.store.held import HeldCache
 
 # What a message held costs beyond its texts, in bytes: the object, its ids, its timestamp and the
 # cache's own entry, as measured for the messages of new agents' windows (see the tests).
@@ -42,17 +41,8 @@ def held_bytes(message: Message) -> int:
     return size + sum(map(len, message.stdout)) + sum(map(len, message.stderr))
 
 
-class MessageCache:
+class MessageCache(HeldCache[Message]):
     """Messages by id, read through to the database (see the module); holds ``max_bytes`` at most."""
-
-    def __init__(self, max_bytes: int, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.held = Held[Message](max_bytes, clock=clock)
-
-    def __len__(self) -> int:
-        return len(self.held)
-
-    def __contains__(self, message_id: object) -> bool:
-        return message_id in self.held
 
     async def get(
         self, conn: AsyncConnection, ids: Sequence[str], *, never: Collection[str] = ()
