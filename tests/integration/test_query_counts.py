@@ -17,16 +17,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nightshift.batch.worker import Worker
 from nightshift.config import Settings
@@ -34,53 +31,18 @@ from nightshift.emulator import EmulatorAdmin
 from nightshift.emulator.config import ScriptedReply, ScriptedToolCall
 from support.clock import clock_of
 from support.runs import ANTHROPIC_MODEL, OPENAI_MODEL, Runs
+from support.statements import statements
 
 SIZES = (10, 200)
 PHASES = ("create+submit", "poll+resume step 1", "poll+resume step 2")
 # The emulator's model answers this with core_memory_append and request_heartbeat (step 1), then
 # with send_message once it sees the tool's result (step 2).
 MESSAGE = "Please remember that my favourite colour is teal."
-RENEWAL = re.compile(r"\s*UPDATE provider_batches SET lease_expires_at=[^,]* WHERE", re.I)
-# Every server looks for background runs whose process died, every third of a lease, whatever steps.
-LOST_RUNS = re.compile(
-    r"\s*SELECT agent_runs\.id\b.*\bWHERE agent_runs\.status IN .* AND agent_runs\.lease_until <", re.I | re.S
-)
-
-
-# The providers' turnarounds (the poll schedule's and the cache policy's) are read once a minute.
-TURNAROUNDS = re.compile(
-    r"\s*SELECT provider_batches\.provider, provider_batches\.model, provider_batches\.submit_started_at\b", re.I
-)
 
 
 @pytest.fixture
 def settings(tmp_path: Path, db_url: str) -> Settings:
     return Settings(home=tmp_path / "home", database_url=db_url, poll_interval_seconds=0.05, poller=False)
-
-
-class StatementLog:
-    """The SQL statements an engine sends while ``recording`` is active."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine
-        self.statements: list[str] | None = None
-
-    def _seen(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        # Lease renewals, the look for lost background runs (every third of a lease) and the
-        # turnarounds (once a minute) come with time, not with agents.
-        if self.statements is not None and not any(p.match(statement) for p in (RENEWAL, LOST_RUNS, TURNAROUNDS)):
-            self.statements.append(statement)
-
-    @contextmanager
-    def recording(self) -> Iterator[list[str]]:
-        statements: list[str] = []
-        self.statements = statements
-        event.listen(self.engine.sync_engine, "before_cursor_execute", self._seen)
-        try:
-            yield statements
-        finally:
-            event.remove(self.engine.sync_engine, "before_cursor_execute", self._seen)
-            self.statements = None
 
 
 # Rows inserted many at once go by INSERT or, on PostgreSQL from ``COPY_MIN_ROWS`` rows on, by COPY
@@ -117,7 +79,7 @@ async def run_phases(
     """
     state = app.state.nightshift
     worker: Worker = state.worker
-    log = StatementLog(state.engine)
+    engine = state.engine
     models = (ANTHROPIC_MODEL, OPENAI_MODEL)
     agents = await create_agents(runs, size, models)
     if script is not None:
@@ -134,9 +96,9 @@ async def run_phases(
     actions: list[Callable[[], Awaitable[None]]] = [create, step, step]
     counted = []
     for action in actions:
-        with log.recording() as statements:
+        with statements(engine) as sent:
             await action()
-        counted.append(statements)
+        counted.append(sent)
     done = (await runs.client.get(f"/v1/messages/batches/{run['id']}")).json()
     assert done["status"] == "completed", done
     assert done["progress"]["agents"]["finished"] == size, done
@@ -214,15 +176,15 @@ async def test_reading_runs_costs_the_same_statements_for_one_run_as_for_five(
         started.append((await runs.start([{"agent_id": a["id"], "input": "hi"} for a in (ok, bad)]), bad["id"]))
         clock_of(app).advance(worker.poll_interval * 2)
         await worker.run_once()
-    log = StatementLog(app.state.nightshift.engine)
+    engine = app.state.nightshift.engine
 
     listed = {}
     for limit in (1, 5):
-        with log.recording() as statements:
+        with statements(engine) as sent:
             found = (await client.get("/v1/messages/batches", params={"limit": limit})).json()
-        listed[limit] = statements
+        listed[limit] = sent
         assert len(found) == limit
-    with log.recording() as one_run:
+    with statements(engine) as one_run:
         run = (await client.get(f"/v1/messages/batches/{started[0][0]['id']}")).json()
 
     assert Counter(map(shape, listed[1])) == Counter(map(shape, listed[5]))
@@ -241,16 +203,16 @@ async def test_reading_a_runs_agents_costs_the_same_statements_for_2_agents_as_f
 ) -> None:
     worker: Worker = app.state.nightshift.worker
     runs = Runs(client, worker=app.state.nightshift.worker)
-    log = StatementLog(app.state.nightshift.engine)
+    engine = app.state.nightshift.engine
     read: dict[int, list[str]] = {}
     for size in (2, 20):
         agents = [await runs.agent(f"reader-{size}-{index}") for index in range(size)]
         run = await runs.start([{"agent_id": a["id"], "input": "hi"} for a in agents])
         clock_of(app).advance(worker.poll_interval * 2)
         await worker.run_once()
-        with log.recording() as statements:
+        with statements(engine) as sent:
             found = (await client.get(f"/v1/messages/batches/{run['id']}/agents")).json()["agents"]
-        read[size] = statements
+        read[size] = sent
         assert sorted(a["agent_name"] for a in found) == sorted(a["name"] for a in agents)
         assert {a["state"] for a in found} == {"finished"}
     assert Counter(map(shape, read[2])) == Counter(map(shape, read[20]))
@@ -260,7 +222,7 @@ async def test_reading_a_runs_agents_costs_the_same_statements_for_2_agents_as_f
 async def test_listing_messages_tags_and_agents_and_the_context_cost_the_same_statements_for_2_as_for_20(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
-    log = StatementLog(app.state.nightshift.engine)
+    engine = app.state.nightshift.engine
     read: dict[int, dict[str, list[str]]] = {}
     for size in (2, 20):
         agent = (
@@ -288,9 +250,9 @@ async def test_listing_messages_tags_and_agents_and_the_context_cost_the_same_st
             "context": (f"/v1/agents/{agent['id']}/context", {}),
         }
         for what, (path, params) in queries.items():
-            with log.recording() as statements:
+            with statements(engine) as sent:
                 found = (await client.get(path, params=params)).json()
-            read[size][what] = statements
+            read[size][what] = sent
             assert len(found["messages"] if what == "context" else found) >= size, (what, found)
     for what in ("messages", "tags", "agents", "context"):
         assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
@@ -301,7 +263,7 @@ async def test_listing_sleep_time_agents_costs_the_same_statements_for_2_as_for_
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
     """The groups of a page of main agents are read together; a page of plain agents reads none."""
-    log = StatementLog(app.state.nightshift.engine)
+    engine = app.state.nightshift.engine
     read: dict[int, dict[str, list[str]]] = {}
     for size in (2, 20):
         for index in range(size):
@@ -314,16 +276,16 @@ async def test_listing_sleep_time_agents_costs_the_same_statements_for_2_as_for_
             assert plain.status_code == 200, plain.text
         read[size] = {}
         for what in ("sleepy", "awake"):
-            with log.recording() as statements:
+            with statements(engine) as sent:
                 found = (
                     await client.get("/v1/agents/", params={"query_text": f"{what}-{size}-", "limit": 1000})
                 ).json()
-            read[size][what] = statements
+            read[size][what] = sent
             managed = [a for a in found if a["managed_group"] is not None]
             assert len(managed) == (size if what == "sleepy" else 0), found
-        with log.recording() as statements:
+        with statements(engine) as sent:
             groups = (await client.get("/v1/groups/", params={"limit": 1000})).json()
-        read[size]["groups"] = statements
+        read[size]["groups"] = sent
         assert len(groups) >= size
     for what in ("sleepy", "awake", "groups"):
         assert Counter(map(shape, read[2][what])) == Counter(map(shape, read[20][what])), what
@@ -334,7 +296,7 @@ async def test_listing_sleep_time_agents_costs_the_same_statements_for_2_as_for_
 async def test_reading_archival_memory_costs_the_same_statements_for_2_passages_as_for_20(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
-    log = StatementLog(app.state.nightshift.engine)
+    engine = app.state.nightshift.engine
     read: dict[int, dict[str, list[str]]] = {}
     for size in (2, 20):
         agent = (await client.post("/v1/agents/", json={"name": f"keeper-{size}", "model": ANTHROPIC_MODEL})).json()
@@ -351,9 +313,9 @@ async def test_reading_archival_memory_costs_the_same_statements_for_2_passages_
         }
         read[size] = {}
         for what, (path, params) in queries.items():
-            with log.recording() as statements:
+            with statements(engine) as sent:
                 found = (await client.get(path, params=params)).json()
-            read[size][what] = statements
+            read[size][what] = sent
             rows = found["results"] if what == "search" else found
             assert len(rows) >= size - 1, (what, found)
     for what in read[2]:
@@ -364,7 +326,7 @@ async def test_reading_archival_memory_costs_the_same_statements_for_2_passages_
 async def test_reading_one_agent_costs_the_same_statements_in_an_organization_of_1_or_21(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
-    log = StatementLog(app.state.nightshift.engine)
+    engine = app.state.nightshift.engine
     agent = (await client.post("/v1/agents/", json={"name": "alone", "model": ANTHROPIC_MODEL, "tags": ["a"]})).json()
     read: list[list[str]] = []
     for more in (0, 20):
@@ -373,9 +335,9 @@ async def test_reading_one_agent_costs_the_same_statements_in_an_organization_of
                 "/v1/agents/", json={"name": f"other-{index}", "model": ANTHROPIC_MODEL, "tags": ["a", f"t{index}"]}
             )
             assert made.status_code == 200, made.text
-        with log.recording() as statements:
+        with statements(engine) as sent:
             found = (await client.get(f"/v1/agents/{agent['id']}")).json()
-        read.append(statements)
+        read.append(sent)
         assert found["id"] == agent["id"] and found["tags"] == ["a"]
         assert {t["name"] for t in found["tools"]} == {t["name"] for t in agent["tools"]}
     assert Counter(map(shape, read[0])) == Counter(map(shape, read[1]))
@@ -390,7 +352,7 @@ async def test_a_look_at_a_run_costs_the_same_statements_for_2_agents_as_for_20(
     # (store/batch_summaries.py).
     worker: Worker = app.state.nightshift.worker
     runs = Runs(client, worker=app.state.nightshift.worker)
-    log = StatementLog(app.state.nightshift.engine)
+    engine = app.state.nightshift.engine
     stages = ("step 1 running", "step 1 applied, step 2 running", "completed")
     looks: dict[int, dict[str, list[str]]] = {}
     for size in (2, 20):
@@ -398,9 +360,9 @@ async def test_a_look_at_a_run_costs_the_same_statements_for_2_agents_as_for_20(
         run = await runs.start([{"agent_id": a["id"], "input": MESSAGE} for a in agents])
         looks[size] = {}
         for stage in stages:
-            with log.recording() as statements:
+            with statements(engine) as sent:
                 view = (await client.get(f"/v1/messages/batches/{run['id']}")).json()
-            looks[size][stage] = statements
+            looks[size][stage] = sent
             if stage != stages[-1]:
                 clock_of(app).advance(worker.poll_interval * 2)
                 assert await worker.run_once() == 1
