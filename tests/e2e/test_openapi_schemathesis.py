@@ -33,8 +33,10 @@ from nightshift.config import Settings
 from nightshift.emulator.environment import sdk_environment
 from support.processes import server_environment, spawn, wait_healthy
 
-# Every operation, a few dozen cases each, through a server process: 35-60 s on two busy cores.
-pytestmark = pytest.mark.slow
+# Every operation, a few dozen cases each, through a server process: about a minute on two busy
+# cores, twice that on a slow machine; the timeout also counts the module's server stopping in the
+# teardown.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
