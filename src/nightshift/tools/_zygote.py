@@ -43,7 +43,9 @@ It imports as little as it can: every module in its heap makes each fork, and ea
 touches, dearer (a fresh process pays a page fault for every page it writes, and so does the
 zygote, whose pages each fork shares again). For the same reason what runs at every call (its
 loop, the call's process) works out nothing twice and uses ``try``/``except`` where
-``contextlib.suppress`` would run two more Python functions.
+``contextlib.suppress`` would run two more Python functions. It is one file for the same reason:
+its memory watch moved to a module beside it, loaded from its own folder, made every call write
+more pages of the zygote's, with nothing else changed.
 """
 
 from __future__ import annotations
