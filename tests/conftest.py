@@ -36,6 +36,7 @@ from nightshift.emulator import EmulatorAdmin, running_emulator
 from nightshift.emulator.environment import sdk_environment
 from nightshift.store.db import opened, upgrade
 from support.clock import ManualClock
+from support.ports import closed_port
 
 POSTGRES_URL = os.environ.get("NIGHTSHIFT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 DATABASES = ["sqlite", "postgresql"]
@@ -315,6 +316,13 @@ def settings(tmp_path: Path, db_url: str, request: pytest.FixtureRequest) -> Set
     for marker in reversed(list(request.node.iter_markers("settings"))):
         values.update(marker.kwargs)
     return Settings(**values)  # the environment's NIGHTSHIFT_* for the rest, as the server reads them
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the whole test (see ``support.ports``)."""
+    with closed_port() as port:
+        yield port
 
 
 @pytest.fixture

@@ -56,7 +56,9 @@ def test_db_upgrade_rejects_an_unknown_database(monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.parametrize("fault", ["missing database", "closed port"])
 @pytest.mark.parametrize("command", [["db", "upgrade"], ["keys", "create"], ["poll", "--once"], ["demo"]])
-def test_a_database_out_of_reach_is_one_line(command: list[str], fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_database_out_of_reach_is_one_line(
+    command: list[str], fault: str, monkeypatch: pytest.MonkeyPatch, refused_port: int
+) -> None:
     if fault == "missing database":
         url = "postgresql://postgres@127.0.0.1:5432/nightshift_never_created"
         expected = (
@@ -64,7 +66,7 @@ def test_a_database_out_of_reach_is_one_line(command: list[str], fault: str, mon
             "create it with `createdb -h 127.0.0.1 -p 5432 -U postgres nightshift_never_created`, then run this again"
         )
     else:
-        url = f"postgresql://postgres@127.0.0.1:{free_port()}/test"
+        url = f"postgresql://postgres@127.0.0.1:{refused_port}/test"
         expected = "error: cannot connect to PostgreSQL at 127.0.0.1:"
     monkeypatch.setenv("NIGHTSHIFT_DATABASE_URL", url)
     result = runner.invoke(app, [*command, *(["--database-url", url] if command == ["demo"] else [])])

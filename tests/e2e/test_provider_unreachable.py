@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nightshift.cli import app
-from nightshift.serving import free_port
+from support.ports import closed_port
 
 runner = CliRunner()
 
@@ -24,8 +24,8 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def module_emulator() -> Iterator[str]:
     """Instead of the emulator, an address nothing listens on, for every provider of the server."""
-    closed = f"http://127.0.0.1:{free_port()}"
-    with pytest.MonkeyPatch.context() as monkeypatch:
+    with closed_port() as port, pytest.MonkeyPatch.context() as monkeypatch:
+        closed = f"http://127.0.0.1:{port}"
         monkeypatch.setenv("ANTHROPIC_BASE_URL", closed)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
         monkeypatch.setenv("OPENAI_BASE_URL", f"{closed}/v1")

@@ -16,7 +16,6 @@ from nightshift.api.app import create_app
 from nightshift.api.deps import AppState
 from nightshift.config import Settings
 from nightshift.services.keys import KeyUsage
-from nightshift.serving import free_port
 from nightshift.store.db import create_engine, opened
 from nightshift.store.keys import create_key
 from nightshift.store.orgs import get_or_create_org
@@ -210,8 +209,10 @@ async def test_a_revocation_holds_at_once_in_every_process(
         assert (await elsewhere.get("/v1/agents/")).status_code == 401
 
 
-async def test_a_failed_last_use_write_is_logged_and_harmless(caplog: pytest.LogCaptureFixture) -> None:
-    engine = create_engine(f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
+async def test_a_failed_last_use_write_is_logged_and_harmless(
+    caplog: pytest.LogCaptureFixture, refused_port: int
+) -> None:
+    engine = create_engine(f"postgresql://postgres@127.0.0.1:{refused_port}/nowhere")
     try:
         usage = KeyUsage(engine)
         with caplog.at_level(logging.WARNING, logger="nightshift.services.keys"):

@@ -27,7 +27,6 @@ from nightshift.client import (
     ServerError,
     Timeout,
 )
-from nightshift.serving import free_port
 
 RUN_ID = "batch-scripted"
 
@@ -202,8 +201,8 @@ def test_a_slow_server_is_a_timeout_not_retried(script: tuple[Script, str]) -> N
     assert len(sent) == 1
 
 
-def test_a_refused_connection_names_the_address() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+def test_a_refused_connection_names_the_address(refused_port: int) -> None:
+    url = f"http://127.0.0.1:{refused_port}"
 
     with Client(url, max_retries=1) as client, pytest.raises(ConnectionFailed) as raised:
         client.batches.retrieve(RUN_ID)

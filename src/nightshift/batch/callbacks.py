@@ -238,45 +238,67 @@ async def send_due_callbacks(
     limit: int = 20,
     resolve: Resolver = resolve_host,
 ) -> int:
-    """POST the callbacks of ended runs that are due; returns how many were attempted.
+    """POST the callbacks of ended runs that are due, side by side, and record how each went;
+    returns how many were attempted (see ``claim_due_callbacks`` and ``send_callback``)."""
+    claimed = await claim_due_callbacks(engine, clock=clock, limit=limit)
+    # A failure to record one attempt (the database's) cuts none of the others short.
+    outcomes = await asyncio.gather(
+        *(send_callback(engine, rules, run, clock=clock, resolve=resolve) for run in claimed), return_exceptions=True
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return len(claimed)
+
+
+async def claim_due_callbacks(engine: AsyncEngine, *, clock: Clock = SYSTEM_CLOCK, limit: int = 20) -> list[BatchRun]:
+    """Up to ``limit`` ended runs whose callback is due, each claimed for this process for
+    ``SEND_CLAIM``: another leaves it alone meanwhile."""
+    now = clock.now()
+    async with engine.begin() as conn:
+        due = await batch_run_store.callbacks_due(conn, now, limit=limit)
+        return [run for run in due if await batch_run_store.claim_callback_attempt(conn, run, until=now + SEND_CLAIM)]
+
+
+async def send_callback(
+    engine: AsyncEngine,
+    rules: CallbackRules,
+    run: BatchRun,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    resolve: Resolver = resolve_host,
+) -> None:
+    """Send the callback of a run claimed by ``claim_due_callbacks`` once, and record how it went.
 
     A non-2xx answer or a network error is retried after ``rules.retry_delay``, then twice, four
     and eight times as long; after the fifth failure the run keeps the last error in
     ``callback_error`` and nothing more is sent. A URL refused by :func:`check_callback_url` is
     not called at all. ``resolve`` finds a host's addresses (the system's resolver by default).
     """
+    attempts = run.callback_attempts + 1
+    assert run.callback_url is not None
+    refused = False
+    try:
+        target = await check_callback_url(run.callback_url, allow_private=rules.allow_private, resolve=resolve)
+        response = await post_callback(target, payload(run))
+        ok, code, error = response.is_success, response.status_code, None
+        if not ok:
+            error = f"callback answered HTTP {code}"
+    except InvalidInput as exc:
+        ok, code, error, refused = False, None, f"callback not sent: {exc.message}", True
+    except httpx.HTTPError as exc:
+        ok, code, error = False, None, f"callback failed: {type(exc).__name__}: {exc}"
+    give_up = not ok and (refused or attempts >= MAX_ATTEMPTS)
     now = clock.now()
     async with engine.begin() as conn:
-        due = await batch_run_store.callbacks_due(conn, now, limit=limit)
-        claimed = [
-            run for run in due if await batch_run_store.claim_callback_attempt(conn, run, until=now + SEND_CLAIM)
-        ]
-    for run in claimed:
-        attempts = run.callback_attempts + 1
-        assert run.callback_url is not None
-        refused = False
-        try:
-            target = await check_callback_url(run.callback_url, allow_private=rules.allow_private, resolve=resolve)
-            response = await post_callback(target, payload(run))
-            ok, code, error = response.is_success, response.status_code, None
-            if not ok:
-                error = f"callback answered HTTP {code}"
-        except InvalidInput as exc:
-            ok, code, error, refused = False, None, f"callback not sent: {exc.message}", True
-        except httpx.HTTPError as exc:
-            ok, code, error = False, None, f"callback failed: {type(exc).__name__}: {exc}"
-        give_up = not ok and (refused or attempts >= MAX_ATTEMPTS)
-        now = clock.now()
-        async with engine.begin() as conn:
-            await batch_run_store.record_callback(
-                conn,
-                run.id,
-                attempts=attempts,
-                sent_at=now if ok or give_up else None,
-                status_code=code,
-                error=error,
-                next_at=None if ok or give_up else now + rules.retry_delay * 2 ** (attempts - 1),
-            )
-        if error:
-            log.warning("run %s: %s (attempt %d)", run.id, error, attempts)
-    return len(claimed)
+        await batch_run_store.record_callback(
+            conn,
+            run.id,
+            attempts=attempts,
+            sent_at=now if ok or give_up else None,
+            status_code=code,
+            error=error,
+            next_at=None if ok or give_up else now + rules.retry_delay * 2 ** (attempts - 1),
+        )
+    if error:
+        log.warning("run %s: %s (attempt %d)", run.id, error, attempts)

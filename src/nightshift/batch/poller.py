@@ -7,9 +7,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from nightshift.batch.callbacks import CallbackRules, send_due_callbacks
+from nightshift.batch.callbacks import CallbackRules, claim_due_callbacks, send_callback, send_due_callbacks
 from nightshift.batch.run_queue import watch_queue
 from nightshift.batch.worker import Worker
+from nightshift.domain.batches import BatchRun
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +19,17 @@ MAX_ROUNDS = 100
 
 
 async def poll_once(worker: Worker, callbacks: CallbackRules) -> int:
+    """One pass, then the due callbacks (``nightshift poll --once``; a poller that goes on sends
+    them beside its passes, see ``poll_forever``). Returns the work done."""
+    handled = await _advance(worker)
+    if worker.draining.is_set():
+        return handled  # due callbacks wait for a process that stays (a callback may be slow)
+    return handled + await send_due_callbacks(worker.engine, callbacks, clock=worker.parts.clock)
+
+
+async def _advance(worker: Worker) -> int:
     """One pass: queue the sleep-time agents when due, start the queued runs, advance every due
-    provider batch, then send due callbacks. Returns the work done."""
+    provider batch. Returns the work done."""
     handled = await worker.gather_sleeptime()
     handled += await worker.start_queued_runs()
     for _ in range(MAX_ROUNDS):
@@ -27,9 +37,43 @@ async def poll_once(worker: Worker, callbacks: CallbackRules) -> int:
         handled += claimed
         if claimed == 0:
             break
-    if worker.draining.is_set():
-        return handled  # due callbacks wait for a process that stays (a callback may be slow)
-    return handled + await send_due_callbacks(worker.engine, callbacks, clock=worker.parts.clock)
+    return handled
+
+
+async def _call_back(worker: Worker, rules: CallbackRules, passed: asyncio.Event) -> None:
+    """After each pass (``passed``), until the worker drains, claim the due callbacks and send
+    each on a task of its own: an endpoint slow to answer (an attempt may wait
+    ``callbacks.TIMEOUT_SECONDS`` for each of its addresses) holds back neither the runs' steps
+    nor another callback. Once drained, it waits for the attempts under way (``drain`` cuts them
+    at its grace)."""
+    sending: set[asyncio.Task[None]] = set()
+    try:
+        while True:
+            await passed.wait()
+            passed.clear()
+            if worker.draining.is_set():
+                break  # due callbacks wait for a process that stays
+            try:
+                claimed = await claim_due_callbacks(worker.engine, clock=worker.parts.clock)
+            except Exception:
+                log.exception("claiming due callbacks failed; trying again after the next pass")
+                continue
+            for run in claimed:
+                task = asyncio.create_task(_attempt(worker, rules, run), name=f"callback-{run.id}")
+                sending.add(task)
+                task.add_done_callback(sending.discard)
+        if sending:
+            await asyncio.wait(sending)
+    finally:
+        for task in sending:
+            task.cancel()
+
+
+async def _attempt(worker: Worker, rules: CallbackRules, run: BatchRun) -> None:
+    try:
+        await send_callback(worker.engine, rules, run, clock=worker.parts.clock)
+    except Exception:
+        log.exception("the callback of run %s failed to be recorded; it is sent again later", run.id)
 
 
 async def poll_forever(
@@ -45,17 +89,21 @@ async def poll_forever(
     errors are logged, never fatal. ``after_pass`` is called after each pass (failed or not).
     The next pass starts at once when a run is queued (see ``run_queue.watch_queue``: SQLite is
     looked at after each write to its files where Linux tells, and every ``queue_seconds``), or
-    when ``wake`` is set (by an API on this event loop)."""
+    when ``wake`` is set (by an API on this event loop). The callbacks that are due are sent
+    beside the passes (``_call_back``)."""
     wake = wake or asyncio.Event()
     watching = asyncio.create_task(
         watch_queue(worker.engine, wake, every=queue_seconds, clock=worker.parts.clock), name="run-queue"
     )
+    passed = asyncio.Event()
+    calling_back = asyncio.create_task(_call_back(worker, callbacks, passed), name="callbacks")
     try:
         while not worker.draining.is_set():
             wake.clear()  # what is queued from here on is seen by this pass, or wakes the next
             wait = worker.poll_interval
             try:
-                await poll_once(worker, callbacks)
+                await _advance(worker)
+                passed.set()
                 wait = await worker.next_pass_in()
             except asyncio.CancelledError:
                 raise
@@ -73,6 +121,14 @@ async def poll_forever(
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watching
+        passed.set()
+        try:
+            if worker.draining.is_set():  # the callbacks being sent finish (``drain`` cuts them at its grace)
+                await asyncio.wait({calling_back})
+        finally:
+            calling_back.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await calling_back
 
 
 async def drain(worker: Worker, poller: asyncio.Task[None] | None, *, grace: float) -> int:

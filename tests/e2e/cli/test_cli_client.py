@@ -22,7 +22,6 @@ from typer.testing import CliRunner, Result
 from nightshift.cli import app
 from nightshift.cli_commands.views import saving
 from nightshift.emulator import EmulatorAdmin
-from nightshift.serving import free_port
 from support.orgs import SERVER_PASSWORD
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -322,8 +321,8 @@ def test_watch_gives_up_at_its_timeout(server: str, emulator: str, api: httpx.Cl
 # errors: one line each, never a traceback
 
 
-def test_server_down() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+def test_server_down(refused_port: int) -> None:
+    url = f"http://127.0.0.1:{refused_port}"
     expected = f"cannot reach the nightshift server at {url}: connection refused — start it with 'nightshift serve'"
 
     for args in (("agents", "list"), ("batch", "list"), ("batch", "watch", "batch-x"), ("batch", "cancel", "x")):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,8 +18,10 @@ from integration.batch.kit import wait_for
 from nightshift.batch.callbacks import MAX_ATTEMPTS
 from nightshift.batch.poller import poll_once
 from nightshift.emulator import EmulatorAdmin
-from nightshift.serving import free_port, running_server
+from nightshift.serving import running_server
+from support.api import json_object
 from support.clock import clock_of
+from support.ports import silent_server
 from support.runs import Runs
 
 # The receivers listen on loopback, which callbacks may only reach when the operator allows it.
@@ -63,11 +66,16 @@ async def later_passes(app: FastAPI, count: int = 3) -> None:
 async def _ended_with_callback(runs: Runs, run_id: str) -> dict[str, Any]:
     """The run once it ended and its callback outcome was recorded."""
     await runs.wait(run_id)
+    return await _once_set(runs, run_id, "callback_sent_at")
+
+
+async def _once_set(runs: Runs, run_id: str, field: str) -> dict[str, Any]:
+    """The run once its ``field`` is set."""
     found: dict[str, Any] = {}
 
     async def recorded() -> bool:
-        found.update((await runs.client.get(f"/v1/messages/batches/{run_id}")).json())
-        return found["callback_sent_at"] is not None
+        found.update(json_object(await runs.client.get(f"/v1/messages/batches/{run_id}")))
+        return found[field] is not None
 
     await wait_for(recorded)
     return found
@@ -140,10 +148,35 @@ async def test_a_callback_that_keeps_failing_is_given_up_and_recorded(
 
 
 @FAST_RETRIES
-async def test_an_unreachable_callback_is_recorded(runs: Runs) -> None:
-    url = f"http://127.0.0.1:{free_port()}/hook"
+async def test_an_unreachable_callback_is_recorded(runs: Runs, refused_port: int) -> None:
     agent = await runs.agent("nobody-home")
+    url = f"http://127.0.0.1:{refused_port}/hook"
     run = await runs.start([{"agent_id": agent["id"], "input": "hello"}], callback_url=url)
     done = await _ended_with_callback(runs, run["id"])
     assert done["callback_status_code"] is None
     assert done["callback_error"].startswith("callback failed: ConnectError")
+
+
+async def test_a_callback_that_gets_no_answer_holds_back_no_other_run(
+    runs: Runs, receiver: tuple[Receiver, str]
+) -> None:
+    hook, url = receiver
+    async with silent_server() as silent:
+        stuck = await runs.agent("stuck")
+        first = await runs.start(
+            [{"agent_id": stuck["id"], "input": "hello"}], callback_url=f"http://127.0.0.1:{silent.port}/"
+        )
+        await runs.wait(first["id"])
+        await asyncio.wait_for(silent.accepted.wait(), timeout=10)  # its callback waits for an answer
+        # Another run steps to its end and is called back meanwhile: each attempt of the first
+        # callback could wait 10 s for an answer, which the poller does not wait for.
+        other = await runs.agent("other")
+        second = await runs.start([{"agent_id": other["id"], "input": "hello"}], callback_url=url)
+        done = await _ended_with_callback(runs, second["id"])
+        assert done["callback_status_code"] == 200
+        assert [b["job_id"] for b in hook.bodies] == [second["id"]]
+        waiting = json_object(await runs.client.get(f"/v1/messages/batches/{first['id']}"))
+        assert (waiting["callback_sent_at"], waiting["callback_error"]) == (None, None)
+        silent.hang_up()  # the first callback's attempt fails now, and is recorded
+        failed = await _once_set(runs, first["id"], "callback_error")
+    assert failed["callback_error"].startswith("callback failed: RemoteProtocolError")

@@ -30,7 +30,6 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.google_ai.client import INLINE_VARIABLE
-from nightshift.serving import free_port
 from support.messages import SEND, WEATHER, msg
 from support.submit import submit_requests
 
@@ -217,13 +216,15 @@ async def test_refused_requests_and_unknown_batches(gemini: ModelProvider, admin
     assert wrong.value.kind in ("authentication_error", "permission_error") and not wrong.value.retryable
 
 
-async def test_a_missing_key_or_an_unreachable_api_is_named(emulator: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_missing_key_or_an_unreachable_api_is_named(
+    emulator: str, monkeypatch: pytest.MonkeyPatch, refused_port: int
+) -> None:
     monkeypatch.delenv("GEMINI_API_KEY")
     async with ProviderSet() as providers:
         with pytest.raises(ProviderError, match="GEMINI_API_KEY is not set"):
             providers.get("google_ai")
     monkeypatch.setenv("GEMINI_API_KEY", "key")
-    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    closed = f"http://127.0.0.1:{refused_port}"
     monkeypatch.setenv("GEMINI_BASE_URL", closed)
     async with ProviderSet(max_retries=0) as providers:
         with pytest.raises(ProviderError) as caught:

@@ -29,7 +29,6 @@ from nightshift.providers.base import (
 )
 from nightshift.providers.clients import ProviderSet
 from nightshift.providers.registry import provider_info
-from nightshift.serving import free_port
 from support.messages import SEND, WEATHER, msg
 from support.submit import submit_requests
 
@@ -292,10 +291,10 @@ async def test_missing_key_names_the_variable(
     [("anthropic", "Anthropic", "/v1/messages/batches"), ("openai", "OpenAI", "/v1/files")],
 )
 async def test_unreachable_provider_names_the_address_tried(
-    emulator: str, monkeypatch: pytest.MonkeyPatch, provider_name: str, label: str, path: str
+    emulator: str, monkeypatch: pytest.MonkeyPatch, provider_name: str, label: str, path: str, refused_port: int
 ) -> None:
     info = provider_info(provider_name)
-    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    closed = f"http://127.0.0.1:{refused_port}"
     monkeypatch.setenv(info.base_url_variable, closed + ("/v1" if provider_name == "openai" else ""))
     async with ProviderSet(max_retries=0) as providers:
         with pytest.raises(ProviderError) as caught:
