@@ -139,8 +139,10 @@ class ChunkLog:
             self._timer.cancel()
 
     async def _flush_soon(self) -> None:
+        # (``asyncio.timeout``, not ``wait_for``, which in Python 3.11 can lose a cancellation.)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._due.wait(), FLUSH_SECONDS)
+            async with asyncio.timeout(FLUSH_SECONDS):
+                await self._due.wait()
         self._due.clear()
         try:
             await self.flush()
@@ -213,7 +215,8 @@ async def follow(
                 await fail_lost(engine, run_id, clock)
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), poll_interval)
+                async with asyncio.timeout(poll_interval):
+                    await woken.wait()
 
 
 async def fail_lost(engine: AsyncEngine, run_id: str, clock: Clock) -> None:

@@ -58,7 +58,10 @@ class DatabaseWrites:
             readable: asyncio.Future[None] = loop.create_future()
             loop.add_reader(fd, _resolve, readable)
             try:
-                await asyncio.wait_for(readable, left)
+                # Not ``wait_for``: in Python 3.11 a cancellation that comes as the file is written
+                # is lost there, and the watch would go on after its poller was told to stop.
+                async with asyncio.timeout(left):
+                    await readable
             except TimeoutError:
                 return
             finally:
