@@ -167,7 +167,8 @@ async def test_a_callback_that_gets_no_answer_holds_back_no_other_run(
             [{"agent_id": stuck["id"], "input": "hello"}], callback_url=f"http://127.0.0.1:{silent.port}/"
         )
         await runs.wait(first["id"])
-        await asyncio.wait_for(silent.accepted.wait(), timeout=10)  # its callback waits for an answer
+        async with asyncio.timeout(10):
+            await silent.accepted.wait()  # its callback waits for an answer
         # Another run steps to its end and is called back meanwhile: each attempt of the first
         # callback could wait 10 s for an answer, which the poller does not wait for.
         other = await runs.agent("other")
