@@ -4,6 +4,7 @@ when idle, a pool that keeps its connections, reads outside transactions."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,30 @@ async def test_sqlite_failed_write_rolls_back_and_a_write_commits(tmp_path: Path
             await conn.commit()
         async with engine.connect() as conn:
             assert (await conn.execute(text("SELECT name FROM t ORDER BY name"))).scalars().all() == ["a", "d"]
+
+
+def test_a_sqlite_connection_cancelled_as_it_opens_leaves_no_thread_behind(tmp_path: Path) -> None:
+    """A task cancelled while its SQLite connection is being opened on the connection's thread (a
+    server stopped as soon as it started) ends once that connection is opened and closed again:
+    no thread is left waiting for statements, nor answering an event loop that has closed."""
+    before = set(threading.enumerate())
+
+    async def cancelled_as_it_opens() -> None:
+        engine = create_engine(f"sqlite:///{tmp_path / 'opening.db'}")
+        try:
+            opening = asyncio.create_task(engine.connect().start())
+            await asyncio.sleep(0)  # the task has handed the opening to the connection's thread
+            opening.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await opening
+        finally:
+            await engine.dispose()
+
+    asyncio.run(cancelled_as_it_opens())
+    started = [thread for thread in threading.enumerate() if thread not in before]
+    for thread in started:
+        thread.join(timeout=5)
+    assert [thread for thread in started if thread.is_alive()] == []
 
 
 async def _terminate(db_url: str, pid: int) -> None:

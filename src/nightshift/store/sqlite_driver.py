@@ -16,7 +16,9 @@ cursors (``stream_results``, unused here) keep SQLAlchemy's adapter.
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -162,7 +164,32 @@ class OneHopDBAPI(AsyncAdapt_aiosqlite_dbapi):
     def connect(self, *arg: Any, **kw: Any) -> OneHopConnection:
         connection = aiosqlite.connect(*arg, **kw)
         connection._thread.daemon = True  # as SQLAlchemy's adapter does: never hold up the exit
-        return OneHopConnection(self, await_(connection))
+        return OneHopConnection(self, await_(_opened(connection)))
+
+
+async def _opened(connection: aiosqlite.Connection) -> aiosqlite.Connection:
+    """``connection``, opened on its thread. A caller cancelled meanwhile (a server stopped as it
+    started) waits for the opening to end and closes what it opened before the cancellation goes
+    on: cut there, aiosqlite would answer the event loop when the opening ends, closed by then."""
+
+    async def open_it() -> aiosqlite.Connection:
+        return await connection
+
+    opening = asyncio.ensure_future(open_it())
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        await _ended(opening)
+        if not opening.cancelled() and opening.exception() is None:
+            await _ended(asyncio.ensure_future(connection.close()))
+        raise
+
+
+async def _ended(task: asyncio.Future[Any]) -> None:
+    """Wait for ``task`` to end, whatever cancels the caller meanwhile."""
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait((task,))
 
 
 def one_hop_dbapi() -> OneHopDBAPI:
