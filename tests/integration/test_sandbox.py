@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from nightshift.tools import _zygote
 from nightshift.tools.launch import DEFAULT_UIDS, BubblewrapLauncher, Launcher, ProcessLauncher, SandboxLimits
 from nightshift.tools.results import SandboxCall
 from nightshift.tools.sandbox import ToolSandbox, build_sandbox
+from nightshift.tools.stranded import ZYGOTE_TARGET
 from nightshift.tools.zygotes import ANSWER_BYTES
 from support.host import SCRATCH_ENTRIES
 
@@ -433,6 +437,63 @@ async def test_a_start_cut_off_before_the_namespace_is_up_leaves_no_bubblewrap(t
         await start
 
     assert _started_as(str(binary)) == []
+
+
+async def test_a_sandbox_left_waiting_by_a_server_killed_as_it_started_is_ended_by_the_next_start(
+    tmp_path: Path,
+) -> None:
+    # A server killed between bubblewrap's report and the id maps it writes (SIGKILL: no cleanup)
+    # takes bubblewrap's first process with it, and leaves the second waiting forever for the
+    # maps. Made here as it happens: a bubblewrap told to wait for maps nobody writes, whose first
+    # process is then killed as its parent's death would kill it.
+    binary = tmp_path / "bwrap"  # the real one, under a name this test alone starts it by
+    binary.symlink_to(str(shutil.which("bwrap")))
+    launcher = BubblewrapLauncher(binary=str(binary), uids=range(DEFAULT_UIDS.start + 4404, DEFAULT_UIDS.start + 4406))
+    live = await launcher.start(SandboxLimits())
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    first = subprocess.Popen(
+        [str(binary), "--unshare-all", "--unshare-user", "--die-with-parent", "--as-pid-1",
+         "--userns-block-fd", str(block_r), "--info-fd", str(info_w), "--ro-bind", "/", "/",
+         sys.executable, ZYGOTE_TARGET],
+        pass_fds=(block_r, info_w),
+    )  # fmt: skip
+    os.close(info_w)
+    try:
+        second = json.loads(await asyncio.to_thread(_read_all, info_r))["child-pid"]
+        first.kill()
+        first.wait()
+        assert _parent(second) not in (None, first.pid)  # left to init, waiting
+        later = await launcher.start(SandboxLimits())
+
+        for _ in range(500):
+            if _parent(second) is None:
+                break
+            await asyncio.sleep(0.01)
+        assert _parent(second) is None  # ended (and reaped by init)
+        for started in (live, later):
+            assert started.process.returncode is None  # the live zygotes are left alone
+            launcher.kill(started)
+            await started.process.wait()
+    finally:
+        for fd in (info_r, block_r, block_w):
+            os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    data = b""
+    while chunk := os.read(fd, 4096):
+        data += chunk
+    return data
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of live process ``pid``; None once it has ended."""
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            return int(fields[1])
+    return None
 
 
 def _started_as(program: str) -> list[int]:

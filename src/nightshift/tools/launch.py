@@ -52,6 +52,7 @@ from typing import Any, Protocol
 from nightshift.config import DEFAULT_TOOL_UID_BASE, DEFAULT_TOOL_UID_COUNT, SandboxKind, ToolNetwork
 from nightshift.tools import seccomp
 from nightshift.tools.mounts import SCRATCH, mount_arguments
+from nightshift.tools.stranded import ZYGOTE_TARGET, end_stranded
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("_zygote.py")
 # The dynamic linker resolves every symbol of the interpreter's libraries as the zygote starts,
@@ -177,6 +178,9 @@ class BubblewrapLauncher:
 
     async def start(self, limits: SandboxLimits) -> Started:
         assert self._resolved is not None, "start() after missing() said what is missing"
+        # What a server that died as its zygotes started left waiting (see ``stranded``): a
+        # look at /proc, off the event loop.
+        await asyncio.to_thread(end_stranded, self._resolved)
         as_root = os.geteuid() == 0
         uid = self._take_uid() if as_root else None
         info_r, info_w = os.pipe() if as_root else (-1, -1)
@@ -210,7 +214,7 @@ class BubblewrapLauncher:
             *self._runtime,
             "--ro-bind",
             str(ZYGOTE_SCRIPT),
-            "/nightshift/zygote.py",
+            ZYGOTE_TARGET,
             # As another user than root, bubblewrap makes the root and /dev the sandbox uid's own:
             # only the scratch directories, wiped after each call, stay writable.
             *("--remount-ro", "/", "--remount-ro", "/dev"),
@@ -222,7 +226,7 @@ class BubblewrapLauncher:
             self._python,
             "-I",
             "-B",
-            "/nightshift/zygote.py",
+            ZYGOTE_TARGET,
             "--isolated",
             *([] if self.network is ToolNetwork.OUTBOUND else ["--own-network"]),
             *(f"--scratch={path}" for path in SCRATCH),
